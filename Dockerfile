@@ -1,0 +1,25 @@
+# Multi-stage build: cargo-leptos builds the server and the wasm site; a slim Debian image
+# runs them. Untested on the development machines (no Docker engine there); see README.
+FROM rust:1.95-bookworm AS build
+RUN rustup target add wasm32-unknown-unknown \
+ && apt-get update && apt-get install -y --no-install-recommends nodejs npm curl && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+# The same tool installs as scripts/run (cargo-leptos, wasm-bindgen-cli pinned to Cargo.lock,
+# wasm-opt from npm), then a release build.
+RUN bash -c 'source scripts/lib.sh && ensure_wasm_opt && ensure_wasm_bindgen && ensure_cargo_leptos' \
+ && PATH="/src/.tools/npm/node_modules/.bin:$PATH" cargo leptos build --release
+
+FROM debian:bookworm-slim AS runtime
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --home /app tessera
+WORKDIR /app
+COPY --from=build /src/target/release/tessera /usr/local/bin/tessera
+COPY --from=build /src/target/site /app/site
+COPY tessera.example.toml /app/tessera.toml
+ENV TESSERA_SITE_ROOT=/app/site \
+    TESSERA_BIND=0.0.0.0:3000 \
+    TESSERA_LOG_FORMAT=json
+USER tessera
+EXPOSE 3000
+CMD ["tessera", "serve"]

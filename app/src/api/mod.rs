@@ -1,0 +1,40 @@
+//! Server functions. Each one calls the server's services through [`Backend`], which the
+//! server provides as context: the UI and the REST API share one implementation, and this
+//! crate never talks to Postgres or Redis itself.
+
+pub mod status;
+
+pub use status::{get_system_status, DependencyStatus, SystemStatus};
+
+/// The prefix under which server functions are served, apart from the REST API's `/api/v1`.
+pub const SERVER_FN_PREFIX: &str = "/sfn";
+
+#[cfg(feature = "ssr")]
+pub use backend::{Backend, SharedBackend};
+
+#[cfg(feature = "ssr")]
+mod backend {
+    use std::sync::Arc;
+
+    use super::SystemStatus;
+
+    /// What the server offers the UI. Implemented by the server's application state.
+    #[async_trait::async_trait]
+    pub trait Backend: Send + Sync + 'static {
+        /// Postgres, Redis and snapshot status, as the dashboard shows it.
+        async fn system_status(&self) -> SystemStatus;
+    }
+
+    /// The form in which the server provides its [`Backend`] as Leptos context.
+    pub type SharedBackend = Arc<dyn Backend>;
+
+    /// The backend provided for this request.
+    pub fn backend() -> Result<SharedBackend, leptos::prelude::ServerFnError> {
+        leptos::prelude::use_context::<SharedBackend>().ok_or_else(|| {
+            leptos::prelude::ServerFnError::new("the server did not provide its backend")
+        })
+    }
+}
+
+#[cfg(feature = "ssr")]
+pub(crate) use backend::backend;

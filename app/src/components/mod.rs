@@ -1,0 +1,3 @@
+//! Pieces shared by pages.
+
+pub mod layout;

@@ -1,0 +1,71 @@
+//! Tessera's admin UI: a Leptos app rendered on the server (feature `ssr`) and hydrated in
+//! the browser (feature `hydrate`, the wasm entry point [`hydrate`]).
+//!
+//! Layout:
+//! - [`shell`] and [`App`]: the HTML document, the layout and the router.
+//! - `pages/`: one module per page.
+//! - `api/`: server functions, each calling the server's services through [`api::Backend`].
+//! - `components/`: pieces shared by pages.
+#![forbid(unsafe_code)]
+
+pub mod api;
+mod components;
+mod pages;
+
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::StaticSegment;
+
+use components::layout::Layout;
+
+/// The name cargo-leptos gives the wasm, js and css files under `/pkg`.
+pub const OUTPUT_NAME: &str = "tessera";
+
+/// The whole HTML document rendered on the server around [`App`].
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <link rel="icon" href="data:,"/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+/// The application: layout, navigation and routes.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    view! {
+        <Stylesheet id="tessera" href="/pkg/tessera.css"/>
+        <Title text="Tessera"/>
+        <Router>
+            <Layout>
+                <Routes fallback=pages::not_found::NotFound>
+                    <Route path=StaticSegment("") view=pages::dashboard::Dashboard/>
+                    <Route path=StaticSegment("pools") view=pages::pending::Pools/>
+                    <Route path=StaticSegment("channels") view=pages::pending::Channels/>
+                    <Route path=StaticSegment("tenants") view=pages::pending::Tenants/>
+                    <Route path=StaticSegment("audit") view=pages::pending::Audit/>
+                </Routes>
+            </Layout>
+        </Router>
+    }
+}
+
+/// The browser entry point: hydrates the server-rendered page.
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -1,0 +1,36 @@
+//! Sections whose data comes with later pieces of work: each says plainly what it will hold
+//! and that it has no data source yet, rather than showing made-up rows.
+
+use leptos::prelude::*;
+
+#[component]
+fn Pending(title: &'static str, what: &'static str) -> impl IntoView {
+    view! {
+        <h1>{title}</h1>
+        <p class="notice">{what}" This section has no data source yet: the control-plane API it reads is not built."</p>
+    }
+}
+
+/// Ticket pools.
+#[component]
+pub fn Pools() -> impl IntoView {
+    view! { <Pending title="Pools" what="Pools, their members and weights, list lengths and refills."/> }
+}
+
+/// Channels.
+#[component]
+pub fn Channels() -> impl IntoView {
+    view! { <Pending title="Channels" what="Channels, tiers, health state and effective weights."/> }
+}
+
+/// Tenants.
+#[component]
+pub fn Tenants() -> impl IntoView {
+    view! { <Pending title="Tenants" what="Tenants, plans, grants and quota usage."/> }
+}
+
+/// Audit trail.
+#[component]
+pub fn Audit() -> impl IntoView {
+    view! { <Pending title="Audit" what="The hash-chained audit trail of every change."/> }
+}

@@ -1,0 +1,113 @@
+//! Redis key names: one [`Keys`] value per configured prefix is the only place they are built.
+
+use std::fmt;
+
+/// The longest prefix accepted; keys stay short enough to read in `redis-cli`.
+pub const MAX_PREFIX_LEN: usize = 48;
+
+/// Why a key prefix was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyPrefixError {
+    #[error("redis prefix must not be empty")]
+    Empty,
+    #[error("redis prefix must be at most {MAX_PREFIX_LEN} characters, got {0}")]
+    TooLong(usize),
+    #[error("redis prefix may hold only ASCII letters, digits, '_' and '-', found {0:?}")]
+    BadCharacter(char),
+}
+
+/// The namespace of every key Tessera writes, so several deployments (or test runs) share
+/// one Redis without touching each other's keys. Braces and ':' are refused: they would
+/// break hash tags and key parsing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyPrefix(String);
+
+impl KeyPrefix {
+    /// Parses a prefix: 1..=48 characters of `[A-Za-z0-9_-]`.
+    pub fn parse(raw: &str) -> Result<Self, KeyPrefixError> {
+        if raw.is_empty() {
+            return Err(KeyPrefixError::Empty);
+        }
+        if raw.len() > MAX_PREFIX_LEN {
+            return Err(KeyPrefixError::TooLong(raw.len()));
+        }
+        if let Some(bad) = raw
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        {
+            return Err(KeyPrefixError::BadCharacter(bad));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The prefix as written in keys.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for KeyPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Builds every Redis key name from one prefix. Keys of one pool share the hash tag
+/// `{<pool>}`, keys of one tenant share `{<tenant>}`: a script that touches one pool or one
+/// tenant touches one slot and runs on Redis Cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: KeyPrefix,
+}
+
+impl Keys {
+    /// Key names under `prefix`.
+    pub fn new(prefix: KeyPrefix) -> Self {
+        Self { prefix }
+    }
+
+    /// The prefix these keys live under.
+    pub fn prefix(&self) -> &KeyPrefix {
+        &self.prefix
+    }
+
+    /// A `SCAN MATCH` pattern that covers every key under this prefix (used to remove a
+    /// test run's or a benchmark's keys without touching anyone else's).
+    pub fn scan_pattern(&self) -> String {
+        format!("{}:*", self.prefix)
+    }
+
+    /// The meta hash holding a pool's published snapshot.
+    pub fn pool_meta(&self, pool: &str) -> String {
+        format!("{}:pool:{{{pool}}}:meta", self.prefix)
+    }
+
+    /// The meta hash holding a tenant's published quota snapshot.
+    pub fn quota_meta(&self, tenant: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:meta", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_with_a_brace_or_colon_is_refused_by_name() {
+        assert_eq!(KeyPrefix::parse("a{b"), Err(KeyPrefixError::BadCharacter('{')));
+        assert_eq!(KeyPrefix::parse("a:b"), Err(KeyPrefixError::BadCharacter(':')));
+        assert_eq!(KeyPrefix::parse(""), Err(KeyPrefixError::Empty));
+        assert_eq!(
+            KeyPrefix::parse(&"x".repeat(49)),
+            Err(KeyPrefixError::TooLong(49))
+        );
+    }
+
+    #[test]
+    fn keys_of_one_pool_share_one_hash_tag() {
+        let keys = Keys::new(KeyPrefix::parse("tessera").unwrap());
+        assert_eq!(keys.pool_meta("cn-pay"), "tessera:pool:{cn-pay}:meta");
+        assert_eq!(keys.quota_meta("acme"), "tessera:quota:{acme}:meta");
+        assert_eq!(keys.scan_pattern(), "tessera:*");
+    }
+}

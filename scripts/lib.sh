@@ -1,0 +1,124 @@
+# shellcheck shell=bash
+# The bootstrap shared by scripts/run and scripts/test: install what is missing (and only
+# that), start Postgres and Redis when they are not answering. Sourced, not run.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+# Versions the build needs. wasm-bindgen-cli must equal the wasm-bindgen crate in Cargo.lock.
+CARGO_LEPTOS_VERSION="0.3.11"
+BINARYEN_NPM_VERSION="132"
+TOOLS="$ROOT/.tools"
+
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/tessera}"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+export PATH="$TOOLS/npm/node_modules/.bin:$HOME/.cargo/bin:$PATH"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+apt_updated=""
+apt_install() {
+  command -v apt-get >/dev/null || die "apt-get not found: install $* by hand"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  if [ -z "$apt_updated" ]; then $sudo apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# host and port of a URL such as postgres://user@host:5432/db
+url_host() { local a="${1#*://}"; a="${a%%/*}"; a="${a##*@}"; echo "${a%%:*}"; }
+url_port() { local a="${1#*://}"; a="${a%%/*}"; a="${a##*@}"; case "$a" in *:*) echo "${a##*:}";; *) echo "$2";; esac; }
+answers() { timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
+is_local() { case "$1" in 127.*|localhost|::1|"[::1]") return 0;; *) return 1;; esac; }
+
+ensure_rust() {
+  command -v cargo >/dev/null || die "cargo not found: install Rust with rustup first"
+  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    say "adding the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+  fi
+}
+
+ensure_wasm_bindgen() {
+  local want
+  want="$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/,""); print; exit}' Cargo.lock)"
+  [ -n "$want" ] || die "wasm-bindgen not found in Cargo.lock"
+  if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$want" ]; then
+    say "installing wasm-bindgen-cli $want (matches Cargo.lock)"
+    cargo install -q wasm-bindgen-cli --version "=$want" --force
+  fi
+}
+
+ensure_cargo_leptos() {
+  if [ "$(cargo leptos --version 2>/dev/null | awk '{print $2}')" = "$CARGO_LEPTOS_VERSION" ]; then return; fi
+  # `cargo install --locked cargo-leptos@0.3.11` wants a crate needing a newer rustc; build
+  # the published source with one dependency held back instead (see BUILD-NOTES).
+  say "installing cargo-leptos $CARGO_LEPTOS_VERSION (about 15 minutes on 2 cores)"
+  local src; src="$(mktemp -d)"
+  curl -sSfL "https://static.crates.io/crates/cargo-leptos/cargo-leptos-$CARGO_LEPTOS_VERSION.crate" | tar xz -C "$src"
+  ( cd "$src/cargo-leptos-$CARGO_LEPTOS_VERSION" \
+    && cargo update -q -p cargo-util-schemas --precise 0.14.1 \
+    && cargo install -q --path . --locked )
+  rm -rf "$src"
+}
+
+ensure_wasm_opt() {
+  # Debian's binaryen (108) breaks hydration; the npm package is current and shadows it.
+  if "$TOOLS/npm/node_modules/.bin/wasm-opt" --version 2>/dev/null | grep -q "version $BINARYEN_NPM_VERSION"; then return; fi
+  command -v npm >/dev/null || apt_install nodejs npm
+  say "installing wasm-opt (npm binaryen@$BINARYEN_NPM_VERSION) into .tools/"
+  mkdir -p "$TOOLS/npm"
+  npm install --silent --no-audit --no-fund --prefix "$TOOLS/npm" "binaryen@$BINARYEN_NPM_VERSION" >/dev/null
+}
+
+ensure_chromium() {
+  if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then return; fi
+  say "installing Debian chromium and chromium-driver (browser tests)"
+  apt_install chromium chromium-driver
+}
+
+ensure_postgres() {
+  local host port; host="$(url_host "$DATABASE_URL")"; port="$(url_port "$DATABASE_URL" 5432)"
+  answers "$host" "$port" && return
+  is_local "$host" || die "Postgres at $host:$port does not answer (DATABASE_URL)"
+  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+    say "installing PostgreSQL (nothing answers at $host:$port)"
+    apt_install postgresql
+    local conf; conf="$(ls -d /etc/postgresql/*/main | head -1)"
+    # Local development only: trust loopback connections, as the test machines do.
+    sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$conf/pg_hba.conf"
+  fi
+  say "starting PostgreSQL"
+  local version; version="$(ls /etc/postgresql | head -1)"
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  for _ in $(seq 1 30); do answers "$host" "$port" && return; sleep 0.5; done
+  die "Postgres did not start on $host:$port"
+}
+
+ensure_redis() {
+  local host port; host="$(url_host "$REDIS_URL")"; port="$(url_port "$REDIS_URL" 6379)"
+  answers "$host" "$port" && return
+  is_local "$host" || die "Redis at $host:$port does not answer (REDIS_URL)"
+  if ! command -v redis-server >/dev/null; then
+    say "installing Redis (nothing answers at $host:$port)"
+    apt_install redis-server
+  fi
+  say "starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$port" --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/tessera.log
+  for _ in $(seq 1 30); do answers "$host" "$port" && return; sleep 0.5; done
+  die "Redis did not start on $host:$port"
+}
+
+bootstrap() {
+  ensure_rust
+  ensure_postgres
+  ensure_redis
+  ensure_wasm_opt
+  ensure_wasm_bindgen
+  ensure_cargo_leptos
+}

@@ -1,0 +1,311 @@
+//! Configuration: defaults, then an optional TOML file, then environment variables.
+//!
+//! Everything is parsed into validated types here, so the rest of the server never sees a
+//! malformed prefix or address. Connection URLs may hold passwords: they are kept as
+//! [`SecretString`] and never printed.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use client::KeyPrefix;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+/// The environment variables that override the file, and what they set.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("DATABASE_URL", "database.url"),
+    ("REDIS_URL", "redis.url"),
+    ("TESSERA_REDIS_PREFIX", "redis.prefix"),
+    ("TESSERA_BIND", "http.bind"),
+    ("TESSERA_WORKERS", "http.workers"),
+    ("TESSERA_SITE_ROOT", "http.site_root"),
+    ("TESSERA_LOG_FORMAT", "log.format"),
+    ("TESSERA_LOG", "log.filter"),
+];
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (development).
+    Text,
+    /// One JSON object per line (production, log shippers).
+    Json,
+}
+
+impl LogFormat {
+    fn parse(field: &str, raw: &str) -> anyhow::Result<Self> {
+        match raw {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            other => anyhow::bail!("{field}: must be \"text\" or \"json\", got {other:?}"),
+        }
+    }
+}
+
+/// The validated configuration of one `tessera` process.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: SecretString,
+    pub redis_url: SecretString,
+    pub redis_prefix: KeyPrefix,
+    pub bind: SocketAddr,
+    /// HTTP worker threads; `None` = one per core.
+    pub workers: Option<usize>,
+    /// Where cargo-leptos put the site (`pkg/` with the wasm, js and css).
+    pub site_root: PathBuf,
+    pub log_format: LogFormat,
+    pub log_filter: String,
+}
+
+/// The file's shape: every field optional, unknown fields refused (a typo must not be
+/// silently ignored).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSettings {
+    #[serde(default)]
+    database: FileDatabase,
+    #[serde(default)]
+    redis: FileRedis,
+    #[serde(default)]
+    http: FileHttp,
+    #[serde(default)]
+    log: FileLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDatabase {
+    url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRedis {
+    url: Option<String>,
+    prefix: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileHttp {
+    bind: Option<String>,
+    workers: Option<usize>,
+    site_root: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLog {
+    format: Option<String>,
+    filter: Option<String>,
+}
+
+/// Defaults used when neither the file nor the environment says otherwise.
+pub mod defaults {
+    pub const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/tessera";
+    pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+    pub const REDIS_PREFIX: &str = "tessera";
+    pub const BIND: &str = "127.0.0.1:3000";
+    pub const SITE_ROOT: &str = "target/site";
+    pub const LOG_FILTER: &str = "info,sqlx=warn";
+}
+
+impl Settings {
+    /// Loads the configuration: `path` (if given, it must exist), else `tessera.toml` in
+    /// the working directory if present; then the environment.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let file = match path {
+            Some(path) => Some(read_file(path)?),
+            None => {
+                let default = Path::new("tessera.toml");
+                if default.exists() {
+                    Some(read_file(default)?)
+                } else {
+                    None
+                }
+            }
+        };
+        Self::from_sources(file.unwrap_or_default(), |name| std::env::var(name).ok())
+    }
+
+    /// Parses a TOML document plus an environment lookup; the seam the tests use.
+    pub fn from_toml_and_env(
+        toml_text: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
+        let file: FileSettings = toml::from_str(toml_text).context("parsing configuration")?;
+        Self::from_sources(file, env)
+    }
+
+    fn from_sources(
+        file: FileSettings,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
+        let pick = |var: &str, from_file: Option<String>, default: &str| {
+            env(var)
+                .filter(|v| !v.is_empty())
+                .or(from_file)
+                .unwrap_or_else(|| default.to_owned())
+        };
+        let database_url = pick("DATABASE_URL", file.database.url, defaults::DATABASE_URL);
+        check_url("database.url (DATABASE_URL)", &database_url, &["postgres", "postgresql"])?;
+        let redis_url = pick("REDIS_URL", file.redis.url, defaults::REDIS_URL);
+        check_url("redis.url (REDIS_URL)", &redis_url, &["redis", "rediss", "redis+unix", "unix"])?;
+        let prefix = pick("TESSERA_REDIS_PREFIX", file.redis.prefix, defaults::REDIS_PREFIX);
+        let redis_prefix = KeyPrefix::parse(&prefix)
+            .map_err(|e| anyhow::anyhow!("redis.prefix (TESSERA_REDIS_PREFIX): {e}"))?;
+        let bind_raw = pick("TESSERA_BIND", file.http.bind, defaults::BIND);
+        let bind: SocketAddr = bind_raw.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "http.bind (TESSERA_BIND): must be an IP address and port such as 127.0.0.1:3000, got {bind_raw:?}"
+            )
+        })?;
+        let workers = match env("TESSERA_WORKERS").filter(|v| !v.is_empty()) {
+            Some(raw) => Some(raw.parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                anyhow::anyhow!("http.workers (TESSERA_WORKERS): must be a whole number >= 1, got {raw:?}")
+            })?),
+            None => file.http.workers,
+        };
+        if workers == Some(0) {
+            anyhow::bail!("http.workers: must be >= 1");
+        }
+        let site_root = PathBuf::from(pick(
+            "TESSERA_SITE_ROOT",
+            file.http.site_root.or_else(|| env("LEPTOS_SITE_ROOT")),
+            defaults::SITE_ROOT,
+        ));
+        let log_format = LogFormat::parse(
+            "log.format (TESSERA_LOG_FORMAT)",
+            &pick("TESSERA_LOG_FORMAT", file.log.format, "text"),
+        )?;
+        let log_filter = pick("TESSERA_LOG", file.log.filter, defaults::LOG_FILTER);
+        Ok(Self {
+            database_url: SecretString::from(database_url),
+            redis_url: SecretString::from(redis_url),
+            redis_prefix,
+            bind,
+            workers,
+            site_root,
+            log_format,
+            log_filter,
+        })
+    }
+
+    /// The database name in `database_url` (for creating it when missing).
+    pub fn database_name(&self) -> anyhow::Result<String> {
+        let url = self.database_url.expose_secret();
+        let path = url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map(|(_, path)| path.split(['?', '#']).next().unwrap_or(""))
+            .unwrap_or("");
+        anyhow::ensure!(
+            !path.is_empty(),
+            "database.url (DATABASE_URL): must name a database, e.g. postgres://user@host/tessera"
+        );
+        Ok(path.to_owned())
+    }
+
+    /// A description safe to log: hosts and names, never passwords.
+    pub fn redacted_summary(&self) -> String {
+        format!(
+            "database={} redis={} prefix={} bind={}",
+            redact(self.database_url.expose_secret()),
+            redact(self.redis_url.expose_secret()),
+            self.redis_prefix,
+            self.bind
+        )
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading configuration file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing configuration file {}", path.display()))
+}
+
+fn check_url(field: &str, url: &str, schemes: &[&str]) -> anyhow::Result<()> {
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    anyhow::ensure!(
+        schemes.contains(&scheme),
+        "{field}: must be a URL with scheme {}, got a value starting {:?}",
+        schemes.join(" or "),
+        scheme
+    );
+    Ok(())
+}
+
+/// Replaces the password in `scheme://user:password@host/...` with `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "***".to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_owned() };
+            format!("{scheme}://{masked}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_configured() {
+        let s = Settings::from_toml_and_env("", no_env).unwrap();
+        assert_eq!(s.bind.to_string(), "127.0.0.1:3000");
+        assert_eq!(s.redis_prefix.as_str(), "tessera");
+        assert_eq!(s.database_name().unwrap(), "tessera");
+    }
+
+    #[test]
+    fn environment_variables_override_the_file() {
+        let toml = "[redis]\nprefix = \"fromfile\"\n[http]\nbind = \"127.0.0.1:4000\"\n";
+        let env = |name: &str| match name {
+            "TESSERA_REDIS_PREFIX" => Some("fromenv".to_owned()),
+            _ => None,
+        };
+        let s = Settings::from_toml_and_env(toml, env).unwrap();
+        assert_eq!(s.redis_prefix.as_str(), "fromenv");
+        assert_eq!(s.bind.to_string(), "127.0.0.1:4000");
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_naming_the_field_and_the_rule() {
+        let env = |name: &str| (name == "TESSERA_BIND").then(|| "localhost".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("http.bind (TESSERA_BIND)"), "{err}");
+        let env = |name: &str| (name == "TESSERA_REDIS_PREFIX").then(|| "a{b}".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("redis.prefix") && err.contains("'{'"), "{err}");
+        let err = Settings::from_toml_and_env("[http]\nbindd = \"x\"\n", no_env).unwrap_err();
+        assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_or_summary_output() {
+        let env = |name: &str| match name {
+            "DATABASE_URL" => Some("postgres://app:hunter2@db:5432/tessera".to_owned()),
+            "REDIS_URL" => Some("redis://:s3cret@cache:6379/0".to_owned()),
+            _ => None,
+        };
+        let s = Settings::from_toml_and_env("", env).unwrap();
+        let shown = format!("{s:?} {}", s.redacted_summary());
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("postgres://app:***@db:5432/tessera"), "{shown}");
+    }
+}

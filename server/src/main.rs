@@ -1,0 +1,47 @@
+//! The `tessera` binary: parse the command line, set up telemetry, run the subcommand.
+
+use clap::Parser;
+use server::cli::{Cli, Command};
+use server::configuration::Settings;
+use server::startup::{Application, Signals};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let settings = Settings::load(cli.config.as_deref())?;
+    server::telemetry::init(settings.log_format, &settings.log_filter);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            tracing::info!(config = %settings.redacted_summary(), "starting");
+            server::db::create_database_if_missing(&settings).await?;
+            let application = Application::build(&settings, Signals::Handle).await?;
+            tracing::info!(port = application.port(), "serving http://{}", settings.bind);
+            application.run_until_stopped().await?;
+            tracing::info!("http server stopped");
+        }
+        Command::Migrate => {
+            let created = server::db::create_database_if_missing(&settings).await?;
+            let db = server::db::connect(&settings).await?;
+            server::db::migrate(&db).await?;
+            let name = settings.database_name()?;
+            if created {
+                println!("created database {name} and applied all migrations");
+            } else {
+                println!("database {name} is migrated");
+            }
+        }
+        Command::DemoSeed => {
+            server::db::create_database_if_missing(&settings).await?;
+            let db = server::db::connect(&settings).await?;
+            server::db::migrate(&db).await?;
+            let report = server::seed::demo_seed(&db).await?;
+            for entity in &report.created {
+                println!("seeded {entity}");
+            }
+            for entity in &report.kept {
+                println!("kept {entity} (already present)");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! Prometheus metrics: one registry per application, exposed at `/metrics`.
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+
+/// The metrics every part of the server records into.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// HTTP requests by method, matched route pattern and status.
+    pub http_requests: IntCounterVec,
+    /// HTTP request latency by method and matched route pattern.
+    pub http_duration: HistogramVec,
+    /// 1 when a dependency answered the last readiness check, else 0.
+    pub dependency_up: IntGaugeVec,
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let http_requests = IntCounterVec::new(
+            Opts::new("tessera_http_requests_total", "HTTP requests served"),
+            &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new("tessera_http_request_duration_seconds", "HTTP request latency")
+                .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
+            &["method", "route"],
+        )
+        .expect("valid metric");
+        let dependency_up = IntGaugeVec::new(
+            Opts::new("tessera_dependency_up", "1 when the dependency answered the last readiness check"),
+            &["dependency"],
+        )
+        .expect("valid metric");
+        for collector in [
+            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_duration.clone()),
+            Box::new(dependency_up.clone()),
+        ] {
+            registry.register(collector).expect("metric registered once");
+        }
+        Self { registry, http_requests, http_duration, dependency_up }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buffer)
+            .expect("text encoding of gathered metrics");
+        String::from_utf8(buffer).expect("prometheus text is utf-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

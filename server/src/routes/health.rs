@@ -1,0 +1,41 @@
+//! Liveness and readiness probes.
+
+use actix_web::{get, web, HttpResponse};
+use serde_json::json;
+
+use crate::state::AppState;
+
+/// The process is alive and serving HTTP; says nothing about dependencies.
+#[get("/healthz")]
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "alive" }))
+}
+
+/// Ready when Postgres and Redis both answer; otherwise 503, naming what is down and why.
+#[get("/readyz")]
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let status = crate::status::check(&state).await;
+    let describe = |dep: &app::api::DependencyStatus| {
+        if dep.up {
+            json!({ "status": "up", "version": dep.version })
+        } else {
+            json!({ "status": "down", "error": dep.error })
+        }
+    };
+    let down: Vec<&str> = [("postgres", &status.postgres), ("redis", &status.redis)]
+        .into_iter()
+        .filter(|(_, dep)| !dep.up)
+        .map(|(name, _)| name)
+        .collect();
+    let body = json!({
+        "status": if down.is_empty() { "ready" } else { "unavailable" },
+        "down": down,
+        "postgres": describe(&status.postgres),
+        "redis": describe(&status.redis),
+    });
+    if down.is_empty() {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}

@@ -1,0 +1,133 @@
+//! Building the application: connections, migrations, the HTTP server with the Leptos app.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_files::Files;
+use actix_web::middleware::from_fn;
+use actix_web::{web, HttpServer};
+use anyhow::Context;
+use app::api::SharedBackend;
+use leptos::prelude::*;
+use leptos_actix::{generate_route_list, handle_server_fns_with_context, LeptosRoutes};
+use secrecy::ExposeSecret;
+
+use crate::configuration::Settings;
+use crate::metrics::Metrics;
+use crate::routes;
+use crate::state::{AppState, RedisHandle};
+
+/// A built application: listening, migrated, not yet serving.
+pub struct Application {
+    port: u16,
+    server: actix_web::dev::Server,
+    state: AppState,
+}
+
+/// How the HTTP server treats process signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signals {
+    /// Stop gracefully on SIGINT/SIGTERM (the `tessera serve` process).
+    Handle,
+    /// Leave signals alone (servers embedded in tests and benchmarks).
+    Ignore,
+}
+
+impl Application {
+    /// Connects to Postgres (required: migrations run now), prepares Redis (connected on
+    /// first use, so the server starts while Redis is down), and binds the listener.
+    pub async fn build(settings: &Settings, signals: Signals) -> anyhow::Result<Self> {
+        let db = crate::db::connect(settings).await?;
+        crate::db::migrate(&db).await?;
+        let redis_client = redis::Client::open(settings.redis_url.expose_secret())
+            .context("redis.url (REDIS_URL): not a valid Redis URL")?;
+        let state = AppState {
+            db,
+            redis: RedisHandle::new(redis_client, client::RedisTimeouts::default()),
+            keys: client::Keys::new(settings.redis_prefix.clone()),
+            metrics: Metrics::new(),
+        };
+        let listener = TcpListener::bind(settings.bind)
+            .with_context(|| format!("binding http.bind (TESSERA_BIND) {}", settings.bind))?;
+        let port = listener.local_addr()?.port();
+        let server = http_server(settings, state.clone(), listener, signals)?;
+        Ok(Self { port, server, state })
+    }
+
+    /// The port the server listens on (useful when bound to port 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The shared state (for tests and jobs that run beside the server).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// A handle that stops the server.
+    pub fn handle(&self) -> actix_web::dev::ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until stopped.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+fn http_server(
+    settings: &Settings,
+    state: AppState,
+    listener: TcpListener,
+    signals: Signals,
+) -> anyhow::Result<actix_web::dev::Server> {
+    let site_root = settings.site_root.to_string_lossy().into_owned();
+    let leptos_options = LeptosOptions::builder()
+        .output_name(app::OUTPUT_NAME)
+        .site_root(site_root.as_str())
+        .site_pkg_dir("pkg")
+        .site_addr(listener.local_addr()?)
+        .build();
+    let pkg_dir = settings.site_root.join("pkg");
+    if !pkg_dir.join(format!("{}.wasm", app::OUTPUT_NAME)).exists() {
+        tracing::warn!(
+            pkg = %pkg_dir.display(),
+            "no wasm bundle found: pages render but will not hydrate (build with `cargo leptos build`)"
+        );
+    }
+    let backend: SharedBackend = Arc::new(state.clone());
+    let data = web::Data::new(state);
+    let mut server = HttpServer::new(move || {
+        let routes = generate_route_list(app::App);
+        let options = leptos_options.clone();
+        let context = {
+            let backend = backend.clone();
+            move || provide_context(backend.clone())
+        };
+        actix_web::App::new()
+            .app_data(data.clone())
+            .wrap(from_fn(routes::metrics::record))
+            .wrap(tracing_actix_web::TracingLogger::default())
+            .service(routes::health::healthz)
+            .service(routes::health::readyz)
+            .service(routes::metrics::metrics)
+            .route(
+                &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
+                handle_server_fns_with_context(context.clone()),
+            )
+            .service(Files::new("/pkg", pkg_dir.clone()))
+            .leptos_routes_with_context(routes, context, {
+                let options = options.clone();
+                move || app::shell(options.clone())
+            })
+            .app_data(web::Data::new(options))
+    })
+    .listen(listener)?;
+    if let Some(workers) = settings.workers {
+        server = server.workers(workers);
+    }
+    if signals == Signals::Ignore {
+        server = server.disable_signals();
+    }
+    Ok(server.run())
+}

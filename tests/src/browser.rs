@@ -1,0 +1,84 @@
+//! Headless Debian Chromium driven through chromedriver (WebDriver), for UI tests.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::json;
+
+/// A chromedriver process and one browser session; both end when this is dropped.
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+    _profile: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Browser {
+    /// Starts chromedriver on a free port and opens a headless Chromium session with a
+    /// fresh profile. The flags keep Chromium from reaching for the network.
+    pub async fn start() -> anyhow::Result<Self> {
+        let driver_bin = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".to_owned());
+        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let driver = Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {driver_bin} (install chromium-driver; scripts/test does): {e}"))?;
+        let profile = std::env::temp_dir().join(format!("tessera-chromium-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&profile)?;
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({
+                "binary": chromium,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1280,800",
+                    format!("--user-data-dir={}", profile.display()),
+                ]
+            }),
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        let mut last_error = None;
+        for _ in 0..50 {
+            match ClientBuilder::new(HttpConnector::new()).capabilities(caps.clone()).connect(&url).await {
+                Ok(client) => {
+                    return Ok(Self { client, driver, _profile: TempDir(profile) });
+                }
+                Err(e) => {
+                    last_error = Some(e);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        let mut driver = driver;
+        let _ = driver.kill();
+        anyhow::bail!("no WebDriver session after 5 s: {last_error:?}")
+    }
+
+    /// Ends the session and stops chromedriver.
+    pub async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+    }
+}

@@ -1,0 +1,184 @@
+//! The shared test harness: [`spawn_app`] starts the real server on a random port with its
+//! own database and its own Redis key prefix, both removed when the [`TestApp`] is dropped;
+//! [`browser`] drives headless Debian Chromium.
+//!
+//! Tests talk to the real Postgres and Redis named by `DATABASE_URL` and `REDIS_URL`
+//! (defaults: the local ones), never to mocks.
+
+pub mod browser;
+
+use std::path::PathBuf;
+
+use secrecy::{ExposeSecret, SecretString};
+use server::configuration::Settings;
+use server::startup::{Application, Signals};
+use server::state::AppState;
+use sqlx::Connection;
+
+/// A running server and what it owns.
+pub struct TestApp {
+    /// `http://127.0.0.1:<port>`
+    pub address: String,
+    pub port: u16,
+    /// The database created for this app alone.
+    pub db_name: String,
+    /// The Redis key prefix used by this app alone.
+    pub prefix: String,
+    /// The server's shared state (database pool, Redis, metrics).
+    pub state: AppState,
+    /// The settings the server was built with.
+    pub settings: Settings,
+    pub http: reqwest::Client,
+    /// Stops the server and removes its database and keys; run on drop.
+    stop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// The base settings every test app starts from: the environment's (so CI can point tests
+/// elsewhere), with the site root of this workspace.
+pub fn base_settings() -> Settings {
+    let mut settings = Settings::from_toml_and_env("", |name| std::env::var(name).ok())
+        .expect("test settings from the environment");
+    if std::env::var_os("TESSERA_SITE_ROOT").is_none() {
+        settings.site_root = workspace_root().join("target/site");
+    }
+    settings
+}
+
+/// The workspace root (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// Spawns the server with a fresh database and Redis prefix.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// Spawns the server after `customise` adjusted its settings (e.g. a dead Redis URL).
+pub async fn spawn_app_with(customise: impl FnOnce(&mut Settings)) -> TestApp {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let db_name = format!("tessera_test_{}", &id[..16]);
+    let prefix = format!("test-{}", &id[..12]);
+    let mut settings = base_settings();
+    let admin_url = admin_url(&settings);
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("connecting to Postgres as admin");
+    sqlx::query(&format!(r#"create database "{db_name}""#))
+        .execute(&mut admin)
+        .await
+        .expect("creating the test database");
+    admin.close().await.ok();
+    settings.database_url = SecretString::from(with_database(settings.database_url.expose_secret(), &db_name));
+    settings.redis_prefix = client::KeyPrefix::parse(&prefix).expect("valid test prefix");
+    settings.bind = "127.0.0.1:0".parse().expect("loopback address");
+    settings.workers = Some(1);
+    customise(&mut settings);
+
+    let application = Application::build(&settings, Signals::Ignore)
+        .await
+        .expect("building the application");
+    let port = application.port();
+    let state = application.state().clone();
+    let server_handle = application.handle();
+    tokio::spawn(application.run_until_stopped());
+
+    let cleanup_settings = settings.clone();
+    let cleanup_db = db_name.clone();
+    let stop = move || {
+        // Ask the server to stop, then drop the database and the keys from a thread of its
+        // own: this runs in Drop, also after a failed assertion.
+        drop(server_handle.stop(false));
+        let joined = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(cleanup(cleanup_settings, cleanup_db));
+        })
+        .join();
+        if joined.is_err() {
+            eprintln!("test cleanup panicked");
+        }
+    };
+    TestApp {
+        address: format!("http://127.0.0.1:{port}"),
+        port,
+        db_name,
+        prefix,
+        state,
+        settings,
+        http: reqwest::Client::new(),
+        stop: Some(Box::new(stop)),
+    }
+}
+
+impl TestApp {
+    /// `GET address + path`.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(format!("{}{path}", self.address)).send().await.expect("request sent")
+    }
+
+    /// Keys under this app's prefix, sorted.
+    pub async fn redis_keys(&self) -> Vec<String> {
+        let client = redis::Client::open(base_settings().redis_url.expose_secret()).expect("redis url");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
+        let mut keys = scan(&mut conn, &format!("{}:*", self.prefix)).await;
+        keys.sort();
+        keys
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop();
+        }
+    }
+}
+
+async fn cleanup(settings: Settings, db_name: String) {
+    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url(&settings)).await {
+        let _ = sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#))
+            .execute(&mut admin)
+            .await;
+    }
+    let url = base_settings().redis_url;
+    if let Ok(client) = redis::Client::open(url.expose_secret()) {
+        if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+            let keys = scan(&mut conn, &format!("{}:*", settings.redis_prefix)).await;
+            for chunk in keys.chunks(500) {
+                let _: Result<i64, _> = redis::cmd("UNLINK").arg(chunk).query_async(&mut conn).await;
+            }
+        }
+    }
+}
+
+async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+    let mut cursor: u64 = 0;
+    let mut found = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .expect("SCAN");
+        found.extend(batch);
+        if next == 0 {
+            return found;
+        }
+        cursor = next;
+    }
+}
+
+/// The same server as `settings.database_url`, database `postgres`.
+fn admin_url(settings: &Settings) -> String {
+    with_database(settings.database_url.expose_secret(), "postgres")
+}
+
+/// `url` with its database name replaced by `db`.
+fn with_database(url: &str, db: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("database url has a scheme");
+    let (authority, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let query = tail.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+    format!("{scheme}://{authority}/{db}{query}")
+}

@@ -1,0 +1,141 @@
+//! Probes, metrics and the server-function path over HTTP, against real Postgres and Redis.
+
+use integration::{spawn_app, spawn_app_with};
+use serde_json::Value;
+
+#[tokio::test]
+async fn healthz_says_alive() {
+    let app = spawn_app().await;
+    let response = app.get("/healthz").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "alive");
+}
+
+#[tokio::test]
+async fn readyz_is_ready_when_postgres_and_redis_answer() {
+    let app = spawn_app().await;
+    let response = app.get("/readyz").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "ready");
+    assert_eq!(body["down"], serde_json::json!([]));
+    assert!(body["postgres"]["version"].as_str().unwrap().chars().next().unwrap().is_ascii_digit());
+    assert!(body["redis"]["version"].as_str().unwrap().contains('.'));
+}
+
+#[tokio::test]
+async fn readyz_names_redis_when_redis_is_down() {
+    // Nothing listens on port 1: the server must still start and report Redis as down.
+    let app = spawn_app_with(|s| s.redis_url = "redis://127.0.0.1:1".to_owned().into()).await;
+    let response = app.get("/readyz").await;
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "unavailable");
+    assert_eq!(body["down"], serde_json::json!(["redis"]));
+    assert_eq!(body["postgres"]["status"], "up");
+    assert_eq!(body["redis"]["status"], "down");
+    assert!(body["redis"]["error"].as_str().unwrap().starts_with("redis:"));
+}
+
+#[tokio::test]
+async fn readyz_names_postgres_when_its_database_stops_answering() {
+    let app = spawn_app().await;
+    assert_eq!(app.get("/readyz").await.status(), 200);
+
+    // Take this app's database away from it: refuse new connections and end the open ones.
+    let mut admin = admin_connection().await;
+    sqlx::query(&format!(r#"alter database "{}" allow_connections false"#, app.db_name))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    sqlx::query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1")
+        .bind(&app.db_name)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+
+    let response = app.get("/readyz").await;
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["down"], serde_json::json!(["postgres"]));
+    assert_eq!(body["redis"]["status"], "up");
+
+    // And back: the pool reconnects by itself.
+    sqlx::query(&format!(r#"alter database "{}" allow_connections true"#, app.db_name))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(app.get("/readyz").await.status(), 200);
+}
+
+#[tokio::test]
+async fn metrics_are_served_in_prometheus_text_format_with_request_counts() {
+    let app = spawn_app().await;
+    app.get("/readyz").await;
+    let response = app.get("/metrics").await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains(r#"tessera_http_requests_total{method="GET",route="/readyz",status="200"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"tessera_dependency_up{dependency="redis"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn the_dashboard_is_rendered_on_the_server_with_live_status() {
+    let app = spawn_app().await;
+    let response = app.get("/").await;
+    assert_eq!(response.status(), 200);
+    let html = response.text().await.unwrap();
+    for nav in ["Dashboard", "Pools", "Channels", "Tenants", "Audit"] {
+        assert!(html.contains(&format!(">{nav}</a>")), "navigation lacks {nav}");
+    }
+    assert!(html.contains(&format!(r#"<code id="redis-prefix">{}</code>"#, app.prefix)), "{html}");
+    assert!(html.contains("/pkg/tessera.js"), "hydration script missing");
+}
+
+#[tokio::test]
+async fn an_unknown_page_is_a_404() {
+    let app = spawn_app().await;
+    assert_eq!(app.get("/no-such-page").await.status(), 404);
+}
+
+#[tokio::test]
+async fn the_status_server_function_answers_over_http() {
+    let app = spawn_app().await;
+    server::seed::demo_seed(&app.state.db).await.unwrap();
+    let response = app
+        .http
+        .post(format!("{}/sfn/system_status", app.address))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["postgres"]["up"], true);
+    assert_eq!(body["redis"]["up"], true);
+    assert_eq!(body["snapshot_version"], 1);
+    assert_eq!(body["redis_prefix"], app.prefix.as_str());
+}
+
+#[tokio::test]
+async fn demo_seed_twice_changes_nothing_the_second_time() {
+    let app = spawn_app().await;
+    let first = server::seed::demo_seed(&app.state.db).await.unwrap();
+    let second = server::seed::demo_seed(&app.state.db).await.unwrap();
+    assert_eq!(first.created, vec!["pool:cn-pay"]);
+    assert!(second.created.is_empty());
+    assert_eq!(server::db::snapshot::count_for(&app.state.db, "pool:cn-pay").await.unwrap(), 1);
+}
+
+async fn admin_connection() -> sqlx::PgConnection {
+    use secrecy::ExposeSecret;
+    use sqlx::Connection;
+    let url = integration::base_settings().database_url.expose_secret().to_owned();
+    let (base, _) = url.rsplit_once('/').unwrap();
+    sqlx::PgConnection::connect(&format!("{base}/postgres")).await.unwrap()
+}
