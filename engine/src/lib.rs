@@ -1,0 +1,38 @@
+//! Tessera's pure algorithms (see `DESIGN.md` §3–4). No IO, no async: the same code runs
+//! in the server, the client, and the browser (wasm) for previews.
+//!
+//! Layout:
+//! - [`weights`]: validated member weights (integers, decimals, percentages made exact).
+//! - [`batch`]: the validated batch size.
+//! - [`apportion`]: per-batch ticket counts by largest remainder, carried between batches.
+//! - [`order`]: orderings of a batch (`shuffle`, `smooth`) and the seam guard.
+//! - [`selector`]: local pickers: smooth weighted round robin, alias-method weighted
+//!   random, a binary-search baseline.
+//! - [`hashing`]: a stable 64-bit hash and a weighted consistent-hash ring.
+//! - [`tier`]: G/N/U tier fallback when the drawn tier has no channel.
+//! - [`peak`]: peak windows in a pool's timezone (crossing midnight, DST-aware).
+//! - [`quota`]: which quota buckets pay for a reservation, and overdrafts.
+//! - [`metrics`]: distribution metrics of any ticket sequence.
+//! - [`verify`]: compares five allocation strategies on the same weights.
+//!
+//! Randomness is always passed in by the caller (`&mut impl rand::Rng`); nothing here
+//! seeds itself.
+#![forbid(unsafe_code)]
+
+pub mod apportion;
+pub mod batch;
+pub mod hashing;
+pub mod metrics;
+pub mod order;
+pub mod peak;
+pub mod quota;
+pub mod selector;
+pub mod tier;
+pub mod verify;
+pub mod weights;
+
+pub use apportion::{Apportioner, ApportionerError};
+pub use batch::{BatchSize, BatchSizeError};
+pub use order::Ordering;
+pub use tier::Tier;
+pub use weights::{WeightError, Weights};
