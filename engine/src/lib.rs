@@ -4,7 +4,8 @@
 //! Layout:
 //! - [`weights`]: validated member weights (integers, decimals, percentages made exact).
 //! - [`batch`]: the validated batch size.
-//! - [`apportion`]: per-batch ticket counts by largest remainder, carried between batches.
+//! - [`apportion`]: per-batch ticket counts, carried between batches so every member stays
+//!   within one ticket of its ideal share over any number of batches.
 //! - [`order`]: orderings of a batch (`shuffle`, `smooth`) and the seam guard.
 //! - [`selector`]: local pickers: smooth weighted round robin, alias-method weighted
 //!   random, a binary-search baseline.

@@ -26,4 +26,98 @@ pub enum Command {
     Migrate,
     /// Create the database when missing, migrate, and load demo data (idempotent).
     DemoSeed,
+    /// Compare allocation strategies on the same weights: per-request random, weighted
+    /// round robin, smooth weighted round robin, and ticket pools (shuffle, smooth).
+    Verify(VerifyArgs),
+}
+
+/// Arguments of `tessera verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// Member weights, e.g. `A=5,B=3,C=2` or `A=0.45,B=30%,C=0.25`.
+    #[arg(long, default_value = "A=5,B=3,C=2")]
+    pub weights: String,
+    /// How many draws each strategy makes.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub draws: u64,
+    /// Window size for the per-window figures.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub window: u64,
+    /// Seed of the random strategies (the same seed gives the same report).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl VerifyArgs {
+    /// Runs the comparison and renders it (table or JSON).
+    pub fn run(&self) -> anyhow::Result<String> {
+        let weights = engine::Weights::parse_spec(&self.weights)
+            .map_err(|e| anyhow::anyhow!("--weights: {e}"))?;
+        anyhow::ensure!(
+            self.window <= self.draws,
+            "--window: must not exceed --draws ({} > {})",
+            self.window,
+            self.draws
+        );
+        let report = engine::verify::verify(&weights, self.draws as usize, self.window as usize, self.seed);
+        Ok(if self.json {
+            serde_json::to_string_pretty(&report)? + "\n"
+        } else {
+            engine::verify::render_table(&report)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(weights: &str, draws: u64, window: u64, json: bool) -> VerifyArgs {
+        VerifyArgs { weights: weights.to_owned(), draws, window, seed: 7, json }
+    }
+
+    #[test]
+    fn verify_json_has_every_strategy_with_the_documented_keys() {
+        let out = args("A=5,B=3,C=2", 20_000, 100, true).run().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        for name in ["random", "wrr", "swrr", "pool_shuffle", "pool_smooth"] {
+            let s = &v["strategies"][name];
+            assert!(s["max_run"]["A"].is_u64(), "{name}: {s}");
+            assert!(s["max_window_dev"].is_f64(), "{name}: {s}");
+            assert!(s["long_run_error"]["C"].is_f64(), "{name}: {s}");
+            assert!(s["switches"].is_u64(), "{name}: {s}");
+        }
+        let smooth = &v["strategies"]["pool_smooth"];
+        assert!(smooth["max_window_dev"].as_f64().unwrap() <= 2.0, "{smooth}");
+        assert!(smooth["max_run"]["A"].as_u64().unwrap() <= 3, "{smooth}");
+    }
+
+    #[test]
+    fn verify_table_names_each_strategy() {
+        let out = args("A=0.45,B=30%,C=0.25", 5_000, 50, false).run().unwrap();
+        for name in ["random", "wrr", "swrr", "pool_shuffle", "pool_smooth"] {
+            assert!(out.contains(name), "{out}");
+        }
+    }
+
+    #[test]
+    fn verify_refuses_bad_weights_naming_the_flag_and_the_member() {
+        let err = args("A=5,B=-3", 1_000, 10, false).run().unwrap_err().to_string();
+        assert!(err.starts_with("--weights:") && err.contains('B'), "{err}");
+        let err = args("A=5", 10, 100, false).run().unwrap_err().to_string();
+        assert!(err.starts_with("--window:"), "{err}");
+    }
+
+    #[test]
+    fn the_command_line_parses_verify_flags() {
+        let cli = Cli::try_parse_from(["tessera", "verify", "--weights", "X=1,Y=1", "--draws", "10", "--window", "5", "--json"]).unwrap();
+        match cli.command {
+            Some(Command::Verify(a)) => assert_eq!((a.weights.as_str(), a.draws, a.window, a.json), ("X=1,Y=1", 10, 5, true)),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["tessera", "verify", "--draws", "0"]).is_err());
+    }
 }

@@ -8,9 +8,15 @@ use server::startup::{Application, Signals};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Some(Command::Verify(args)) = &cli.command {
+        // Pure computation: needs no configuration, database or Redis.
+        print!("{}", args.run()?);
+        return Ok(());
+    }
     let settings = Settings::load(cli.config.as_deref())?;
     server::telemetry::init(settings.log_format, &settings.log_filter);
     match cli.command.unwrap_or(Command::Serve) {
+        Command::Verify(_) => unreachable!("handled above"),
         Command::Serve => {
             tracing::info!(config = %settings.redacted_summary(), "starting");
             server::db::create_database_if_missing(&settings).await?;
