@@ -19,13 +19,15 @@ export PATH="$TOOLS/npm/node_modules/.bin:$HOME/.cargo/bin:$PATH"
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# System changes (apt, starting services) need root; as another user they go through sudo.
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+
 apt_updated=""
 apt_install() {
   command -v apt-get >/dev/null || die "apt-get not found: install $* by hand"
-  local sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  if [ -z "$apt_updated" ]; then $sudo apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
 }
 
 # host and port of a URL such as postgres://user@host:5432/db
@@ -89,11 +91,13 @@ ensure_postgres() {
     apt_install postgresql
     local conf; conf="$(ls -d /etc/postgresql/*/main | head -1)"
     # Local development only: trust loopback connections, as the test machines do.
-    sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$conf/pg_hba.conf"
+    $SUDO sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$conf/pg_hba.conf"
   fi
   say "starting PostgreSQL"
   local version; version="$(ls /etc/postgresql | head -1)"
-  pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  # The package may have started the cluster already: then reload, so pg_hba.conf applies.
+  $SUDO pg_ctlcluster --skip-systemctl-redirect "$version" main start \
+    || $SUDO pg_ctlcluster --skip-systemctl-redirect "$version" main reload
   for _ in $(seq 1 30); do answers "$host" "$port" && return; sleep 0.5; done
   die "Postgres did not start on $host:$port"
 }
@@ -107,8 +111,8 @@ ensure_redis() {
     apt_install redis-server
   fi
   say "starting Redis"
-  mkdir -p /var/lib/redis /var/log/redis
-  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$port" --save "" --appendonly no \
+  $SUDO mkdir -p /var/lib/redis /var/log/redis
+  $SUDO redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$port" --save "" --appendonly no \
     --dir /var/lib/redis --logfile /var/log/redis/tessera.log
   for _ in $(seq 1 30); do answers "$host" "$port" && return; sleep 0.5; done
   die "Redis did not start on $host:$port"

@@ -46,7 +46,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     view! {
-        <Stylesheet id="tessera" href="/pkg/tessera.css"/>
+        <Stylesheet id="tessera" href=format!("/pkg/{OUTPUT_NAME}.css")/>
         <Title text="Tessera"/>
         <Router>
             <Layout>

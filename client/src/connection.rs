@@ -23,8 +23,8 @@ impl Default for RedisTimeouts {
 }
 
 /// Opens a [`ConnectionManager`]: one multiplexed connection shared by all callers, which
-/// reconnects in the background after Redis restarts. Fails when Redis does not answer the
-/// first time within `timeouts.connect`.
+/// reconnects in the background after Redis restarts. Fails when Redis does not answer:
+/// two attempts of at most `timeouts.connect` each, with a short back-off between them.
 pub async fn connect(
     client: &redis::Client,
     timeouts: RedisTimeouts,

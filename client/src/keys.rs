@@ -8,10 +8,13 @@ pub const MAX_PREFIX_LEN: usize = 48;
 /// Why a key prefix was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyPrefixError {
+    /// The prefix is empty.
     #[error("redis prefix must not be empty")]
     Empty,
+    /// The prefix is longer than [`MAX_PREFIX_LEN`] (its length).
     #[error("redis prefix must be at most {MAX_PREFIX_LEN} characters, got {0}")]
     TooLong(usize),
+    /// The prefix holds a character outside `[A-Za-z0-9_-]` (the first one).
     #[error("redis prefix may hold only ASCII letters, digits, '_' and '-', found {0:?}")]
     BadCharacter(char),
 }

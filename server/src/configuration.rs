@@ -12,18 +12,6 @@ use client::KeyPrefix;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
-/// The environment variables that override the file, and what they set.
-pub const ENV_VARS: &[(&str, &str)] = &[
-    ("DATABASE_URL", "database.url"),
-    ("REDIS_URL", "redis.url"),
-    ("TESSERA_REDIS_PREFIX", "redis.prefix"),
-    ("TESSERA_BIND", "http.bind"),
-    ("TESSERA_WORKERS", "http.workers"),
-    ("TESSERA_SITE_ROOT", "http.site_root"),
-    ("TESSERA_LOG_FORMAT", "log.format"),
-    ("TESSERA_LOG", "log.filter"),
-];
-
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -47,15 +35,21 @@ impl LogFormat {
 /// The validated configuration of one `tessera` process.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Postgres URL (`DATABASE_URL`); may hold a password, so kept secret.
     pub database_url: SecretString,
+    /// Redis URL (`REDIS_URL`); may hold a password, so kept secret.
     pub redis_url: SecretString,
+    /// Every Redis key starts with `<prefix>:` (`TESSERA_REDIS_PREFIX`).
     pub redis_prefix: KeyPrefix,
+    /// Where HTTP listens (`TESSERA_BIND`).
     pub bind: SocketAddr,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
     /// Where cargo-leptos put the site (`pkg/` with the wasm, js and css).
     pub site_root: PathBuf,
+    /// Text or JSON log lines (`TESSERA_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// Which log lines are written, in `RUST_LOG` syntax (`TESSERA_LOG`).
     pub log_filter: String,
 }
 
@@ -104,6 +98,7 @@ struct FileLog {
 
 /// Defaults used when neither the file nor the environment says otherwise.
 pub mod defaults {
+    #![allow(missing_docs)] // each constant is the default of the field it is named after
     pub const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/tessera";
     pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
     pub const REDIS_PREFIX: &str = "tessera";
@@ -135,7 +130,7 @@ impl Settings {
         toml_text: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Self> {
-        let file: FileSettings = toml::from_str(toml_text).context("parsing configuration")?;
+        let file: FileSettings = parse_toml(toml_text).context("parsing configuration")?;
         Self::from_sources(file, env)
     }
 
@@ -223,7 +218,19 @@ impl Settings {
 fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading configuration file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("parsing configuration file {}", path.display()))
+    parse_toml(&text).with_context(|| format!("parsing configuration file {}", path.display()))
+}
+
+/// Parses the file; the error names the line and the rule but never quotes the line,
+/// which may hold a password.
+fn parse_toml(text: &str) -> anyhow::Result<FileSettings> {
+    toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+        match line {
+            Some(line) => anyhow::anyhow!("line {line}: {}", e.message()),
+            None => anyhow::anyhow!("{}", e.message()),
+        }
+    })
 }
 
 fn check_url(field: &str, url: &str, schemes: &[&str]) -> anyhow::Result<()> {
@@ -237,23 +244,19 @@ fn check_url(field: &str, url: &str, schemes: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Replaces the password in `scheme://user:password@host/...` with `***`.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+/// The URL with any password masked, safe to log: `postgres://app:***@db/tessera`.
+/// Query parameters are dropped (they may carry `password=`), and anything that does not
+/// parse as a URL is shown as `***`.
+pub fn redact(raw: &str) -> String {
+    let Ok(mut url) = url::Url::parse(raw) else {
         return "***".to_owned();
     };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_owned() };
-            format!("{scheme}://{masked}@{host}{tail}")
-        }
-        None => url.to_owned(),
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
     }
+    url.set_query(None);
+    url.set_fragment(None);
+    url.to_string()
 }
 
 #[cfg(test)]
@@ -307,5 +310,16 @@ mod tests {
         let shown = format!("{s:?} {}", s.redacted_summary());
         assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("postgres://app:***@db:5432/tessera"), "{shown}");
+    }
+
+    #[test]
+    fn passwords_in_query_strings_or_with_odd_characters_are_not_shown() {
+        assert_eq!(redact("postgres://app@db/tessera?password=hunter2"), "postgres://app@db/tessera");
+        assert!(!redact("postgres://app:pa/ss?w#rd@db/tessera").contains("ss?w"));
+        assert_eq!(redact("not a url hunter2"), "***");
+        let err = Settings::from_toml_and_env("[database]\nurl = \"postgres://u:hunter2@db/x\"\nbogus\n", no_env)
+            .unwrap_err();
+        let shown = format!("{err:#}");
+        assert!(!shown.contains("hunter2") && shown.contains("line 3"), "{shown}");
     }
 }

@@ -9,7 +9,10 @@ use actix_web::{web, HttpServer};
 use anyhow::Context;
 use app::api::SharedBackend;
 use leptos::prelude::*;
-use leptos_actix::{generate_route_list, handle_server_fns_with_context, LeptosRoutes};
+use leptos_actix::{
+    generate_route_list, handle_server_fns_with_context, render_app_to_stream_with_context, LeptosRoutes,
+};
+use leptos_router::Method;
 use secrecy::ExposeSecret;
 
 use crate::configuration::Settings;
@@ -116,10 +119,19 @@ fn http_server(
                 handle_server_fns_with_context(context.clone()),
             )
             .service(Files::new("/pkg", pkg_dir.clone()))
-            .leptos_routes_with_context(routes, context, {
+            .leptos_routes_with_context(routes, context.clone(), {
                 let options = options.clone();
                 move || app::shell(options.clone())
             })
+            // Any other path renders the app too, whose router shows "Page not found" (404).
+            .default_service(render_app_to_stream_with_context(
+                context,
+                {
+                    let options = options.clone();
+                    move || app::shell(options.clone())
+                },
+                Method::Get,
+            ))
             .app_data(web::Data::new(options))
     })
     .listen(listener)?;

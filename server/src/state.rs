@@ -12,9 +12,13 @@ use crate::metrics::Metrics;
 /// Cheap to clone: everything inside is shared.
 #[derive(Clone)]
 pub struct AppState {
+    /// The Postgres pool (the configuration's truth).
     pub db: PgPool,
+    /// The Redis connection (the hot path), opened on first use.
     pub redis: RedisHandle,
+    /// Every Redis key name, under the configured prefix.
     pub keys: Keys,
+    /// The Prometheus registry served at `/metrics`.
     pub metrics: Metrics,
 }
 

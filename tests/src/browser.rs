@@ -1,6 +1,7 @@
 //! Headless Debian Chromium driven through chromedriver (WebDriver), for UI tests.
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use serde_json::json;
 
 /// A chromedriver process and one browser session; both end when this is dropped.
 pub struct Browser {
+    /// The WebDriver session.
     pub client: Client,
     driver: Child,
     _profile: TempDir,
@@ -30,7 +32,10 @@ impl Browser {
         let driver_bin = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".to_owned());
         let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        // Its own process group: on drop the whole group (chromedriver and the Chromium it
+        // started) is killed, also when a test panicked before closing the session.
         let driver = Command::new(&driver_bin)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -64,21 +69,28 @@ impl Browser {
                 }
             }
         }
-        let mut driver = driver;
-        let _ = driver.kill();
+        kill_group(&driver);
         anyhow::bail!("no WebDriver session after 5 s: {last_error:?}")
     }
 
     /// Ends the session and stops chromedriver.
-    pub async fn close(mut self) {
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        // Drop kills what is left of the process group.
     }
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        kill_group(&self.driver);
+        let _ = self.driver.wait();
     }
+}
+
+/// Kills chromedriver's process group (chromedriver and its Chromium processes).
+fn kill_group(driver: &Child) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", driver.id())])
+        .stderr(Stdio::null())
+        .status();
 }

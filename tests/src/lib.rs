@@ -19,6 +19,7 @@ use sqlx::Connection;
 pub struct TestApp {
     /// `http://127.0.0.1:<port>`
     pub address: String,
+    /// The port the server listens on.
     pub port: u16,
     /// The database created for this app alone.
     pub db_name: String,
@@ -28,9 +29,38 @@ pub struct TestApp {
     pub state: AppState,
     /// The settings the server was built with.
     pub settings: Settings,
+    /// An HTTP client for requests to the app.
     pub http: reqwest::Client,
-    /// Stops the server and removes its database and keys; run on drop.
-    stop: Option<Box<dyn FnOnce() + Send>>,
+    /// Stops the server and removes its database and keys when the test ends.
+    _cleanup: Cleanup,
+}
+
+/// Removes what a test app created — its database, its Redis keys — and stops its server,
+/// on drop: also after a failed assertion, and also when the app failed to build.
+struct Cleanup {
+    settings: Settings,
+    db_name: String,
+    server: Option<actix_web::dev::ServerHandle>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            // Sends the stop command now; the returned future only waits for it.
+            drop(server.stop(false));
+        }
+        // Drop runs inside the test's runtime: do the async cleanup on a thread of its own.
+        let settings = self.settings.clone();
+        let db_name = self.db_name.clone();
+        let joined = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(cleanup(settings, db_name));
+        })
+        .join();
+        if joined.is_err() {
+            eprintln!("test cleanup panicked");
+        }
+    }
 }
 
 /// The base settings every test app starts from: the environment's (so CI can point tests
@@ -72,30 +102,16 @@ pub async fn spawn_app_with(customise: impl FnOnce(&mut Settings)) -> TestApp {
     settings.bind = "127.0.0.1:0".parse().expect("loopback address");
     settings.workers = Some(1);
     customise(&mut settings);
+    let mut cleanup = Cleanup { settings: settings.clone(), db_name: db_name.clone(), server: None };
 
     let application = Application::build(&settings, Signals::Ignore)
         .await
         .expect("building the application");
     let port = application.port();
     let state = application.state().clone();
-    let server_handle = application.handle();
+    cleanup.server = Some(application.handle());
     tokio::spawn(application.run_until_stopped());
 
-    let cleanup_settings = settings.clone();
-    let cleanup_db = db_name.clone();
-    let stop = move || {
-        // Ask the server to stop, then drop the database and the keys from a thread of its
-        // own: this runs in Drop, also after a failed assertion.
-        drop(server_handle.stop(false));
-        let joined = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(cleanup(cleanup_settings, cleanup_db));
-        })
-        .join();
-        if joined.is_err() {
-            eprintln!("test cleanup panicked");
-        }
-    };
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
         port,
@@ -104,7 +120,7 @@ pub async fn spawn_app_with(customise: impl FnOnce(&mut Settings)) -> TestApp {
         state,
         settings,
         http: reqwest::Client::new(),
-        stop: Some(Box::new(stop)),
+        _cleanup: cleanup,
     }
 }
 
@@ -121,14 +137,6 @@ impl TestApp {
         let mut keys = scan(&mut conn, &format!("{}:*", self.prefix)).await;
         keys.sort();
         keys
-    }
-}
-
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            stop();
-        }
     }
 }
 
@@ -170,8 +178,9 @@ async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Ve
     }
 }
 
-/// The same server as `settings.database_url`, database `postgres`.
-fn admin_url(settings: &Settings) -> String {
+/// The same server as `settings.database_url`, database `postgres` (for creating and
+/// dropping test databases).
+pub fn admin_url(settings: &Settings) -> String {
     with_database(settings.database_url.expose_secret(), "postgres")
 }
 

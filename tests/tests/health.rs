@@ -49,7 +49,7 @@ async fn readyz_names_postgres_when_its_database_stops_answering() {
         .execute(&mut admin)
         .await
         .unwrap();
-    sqlx::query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1")
+    sqlx::query("select pg_terminate_backend(pid, 5000) from pg_stat_activity where datname = $1")
         .bind(&app.db_name)
         .execute(&mut admin)
         .await
@@ -100,7 +100,10 @@ async fn the_dashboard_is_rendered_on_the_server_with_live_status() {
 #[tokio::test]
 async fn an_unknown_page_is_a_404() {
     let app = spawn_app().await;
-    assert_eq!(app.get("/no-such-page").await.status(), 404);
+    let response = app.get("/no-such-page").await;
+    assert_eq!(response.status(), 404);
+    let html = response.text().await.unwrap();
+    assert!(html.contains("Page not found") && html.contains(">Dashboard</a>"), "{html}");
 }
 
 #[tokio::test]
@@ -133,9 +136,7 @@ async fn demo_seed_twice_changes_nothing_the_second_time() {
 }
 
 async fn admin_connection() -> sqlx::PgConnection {
-    use secrecy::ExposeSecret;
     use sqlx::Connection;
-    let url = integration::base_settings().database_url.expose_secret().to_owned();
-    let (base, _) = url.rsplit_once('/').unwrap();
-    sqlx::PgConnection::connect(&format!("{base}/postgres")).await.unwrap()
+    let url = integration::admin_url(&integration::base_settings());
+    sqlx::PgConnection::connect(&url).await.unwrap()
 }

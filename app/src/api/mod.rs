@@ -38,3 +38,16 @@ mod backend {
 
 #[cfg(feature = "ssr")]
 pub(crate) use backend::backend;
+
+#[cfg(test)]
+mod tests {
+    use leptos::server_fn::ServerFn;
+
+    #[test]
+    fn every_server_function_is_served_under_the_server_fn_prefix() {
+        // `#[server(prefix = …)]` takes a literal; this keeps it equal to the constant the
+        // server routes.
+        let path = <super::status::GetSystemStatus as ServerFn>::PATH;
+        assert!(path.starts_with(&format!("{}/", super::SERVER_FN_PREFIX)), "{path}");
+    }
+}

@@ -17,7 +17,9 @@ pub struct DependencyStatus {
 /// What `/readyz` and the dashboard report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SystemStatus {
+    /// The configuration store.
     pub postgres: DependencyStatus,
+    /// The data plane's store.
     pub redis: DependencyStatus,
     /// The highest snapshot version stored in Postgres (none before the first change).
     pub snapshot_version: Option<i64>,

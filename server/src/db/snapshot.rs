@@ -11,7 +11,7 @@ pub async fn get_latest_version(db: &PgPool) -> Result<(Option<i64>, i64), sqlx:
 }
 
 /// Stores `body` as the next version of `entity`; returns that version.
-#[tracing::instrument(skip_all, fields(entity), err)]
+#[tracing::instrument(skip_all, fields(entity = %entity), err)]
 pub async fn insert_next(
     tx: &mut sqlx::PgConnection,
     entity: &str,
@@ -29,7 +29,7 @@ pub async fn insert_next(
 }
 
 /// How many snapshots `entity` has.
-#[tracing::instrument(skip_all, fields(entity), err)]
+#[tracing::instrument(skip_all, fields(entity = %entity), err)]
 pub async fn count_for(db: &PgPool, entity: &str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar::<_, i64>("select count(*) from snapshot where entity = $1")
         .bind(entity)
