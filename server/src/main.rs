@@ -6,8 +6,18 @@ use server::configuration::Settings;
 use server::startup::{Application, Signals};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> std::process::ExitCode {
+    // Errors are for people: the message with its context chain, no backtrace.
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(Command::Verify(args)) = &cli.command {
         // Pure computation: needs no configuration, database or Redis.
         print!("{}", args.run()?);
