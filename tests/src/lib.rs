@@ -129,15 +129,6 @@ impl TestApp {
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.http.get(format!("{}{path}", self.address)).send().await.expect("request sent")
     }
-
-    /// Keys under this app's prefix, sorted.
-    pub async fn redis_keys(&self) -> Vec<String> {
-        let client = redis::Client::open(base_settings().redis_url.expose_secret()).expect("redis url");
-        let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
-        let mut keys = scan(&mut conn, &format!("{}:*", self.prefix)).await;
-        keys.sort();
-        keys
-    }
 }
 
 async fn cleanup(settings: Settings, db_name: String) {
