@@ -14,7 +14,7 @@ pub async fn healthz() -> HttpResponse {
 /// Ready when Postgres and Redis both answer; otherwise 503, naming what is down and why.
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let status = crate::status::check(&state).await;
+    let (postgres, redis) = crate::status::check_dependencies(&state).await;
     let describe = |dep: &app::api::DependencyStatus| {
         if dep.up {
             json!({ "status": "up", "version": dep.version })
@@ -22,7 +22,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
             json!({ "status": "down", "error": dep.error })
         }
     };
-    let down: Vec<&str> = [("postgres", &status.postgres), ("redis", &status.redis)]
+    let down: Vec<&str> = [("postgres", &postgres), ("redis", &redis)]
         .into_iter()
         .filter(|(_, dep)| !dep.up)
         .map(|(name, _)| name)
@@ -30,8 +30,8 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let body = json!({
         "status": if down.is_empty() { "ready" } else { "unavailable" },
         "down": down,
-        "postgres": describe(&status.postgres),
-        "redis": describe(&status.redis),
+        "postgres": describe(&postgres),
+        "redis": describe(&redis),
     });
     if down.is_empty() {
         HttpResponse::Ok().json(body)
