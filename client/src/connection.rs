@@ -36,3 +36,44 @@ pub async fn connect(
         .set_max_delay(2000);
     ConnectionManager::new_with_config(client.clone(), config).await
 }
+
+/// A Redis connection opened on first use and shared by clones. A service can start (and
+/// report Redis down, or fall back) while Redis is unreachable, and connects as soon as it
+/// answers; once open, the connection manager reconnects by itself after restarts.
+#[derive(Clone)]
+pub struct RedisHandle {
+    client: redis::Client,
+    timeouts: RedisTimeouts,
+    manager: std::sync::Arc<tokio::sync::Mutex<Option<ConnectionManager>>>,
+}
+
+impl RedisHandle {
+    /// A handle that has not connected yet.
+    pub fn new(client: redis::Client, timeouts: RedisTimeouts) -> Self {
+        Self { client, timeouts, manager: Default::default() }
+    }
+
+    /// The shared connection, opening it when there is none yet.
+    pub async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        let mut guard = self.manager.lock().await;
+        if let Some(manager) = guard.as_ref() {
+            return Ok(manager.clone());
+        }
+        let manager = connect(&self.client, self.timeouts).await?;
+        *guard = Some(manager.clone());
+        Ok(manager)
+    }
+}
+
+/// Whether an error means Redis could not be reached (so a fallback applies), as opposed
+/// to Redis answering with an error.
+pub fn is_unreachable(error: &redis::RedisError) -> bool {
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || matches!(
+            error.kind(),
+            redis::ErrorKind::BusyLoadingError | redis::ErrorKind::TryAgain | redis::ErrorKind::ClusterDown
+        )
+}

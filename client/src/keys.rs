@@ -89,6 +89,38 @@ impl Keys {
     pub fn quota_meta(&self, tenant: &str) -> String {
         format!("{}:quota:{{{tenant}}}:meta", self.prefix)
     }
+
+    /// A tenant's reserved amounts per bucket and use per grant.
+    pub fn quota_state(&self, tenant: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:state", self.prefix)
+    }
+
+    /// A tenant's open reservations by request id.
+    pub fn quota_ledger(&self, tenant: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:ledger", self.prefix)
+    }
+
+    /// A tenant's concurrency leases: request id scored by deadline.
+    pub fn quota_leases(&self, tenant: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:leases", self.prefix)
+    }
+
+    /// A tenant's counters of one period (`YYYY-MM`): plan use, requests per day, and
+    /// the outcome of each finished reservation; expires after the period's retention.
+    pub fn quota_period(&self, tenant: &str, period: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:period:{period}", self.prefix)
+    }
+
+    /// `SCAN MATCH` pattern of every tenant's leases key.
+    pub fn quota_leases_pattern(&self) -> String {
+        format!("{}:quota:{{*}}:leases", self.prefix)
+    }
+
+    /// The tenant named by one of its quota keys under this prefix.
+    pub fn tenant_of_quota_key<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(":quota:{")?;
+        rest.split_once('}').map(|(tenant, _)| tenant)
+    }
 }
 
 #[cfg(test)]
@@ -112,5 +144,8 @@ mod tests {
         assert_eq!(keys.pool_meta("cn-pay"), "tessera:pool:{cn-pay}:meta");
         assert_eq!(keys.quota_meta("acme"), "tessera:quota:{acme}:meta");
         assert_eq!(keys.scan_pattern(), "tessera:*");
+        assert_eq!(keys.quota_period("acme", "2026-11"), "tessera:quota:{acme}:period:2026-11");
+        assert_eq!(keys.tenant_of_quota_key(&keys.quota_leases("acme")), Some("acme"));
+        assert_eq!(keys.tenant_of_quota_key("other:quota:{acme}:leases"), None);
     }
 }

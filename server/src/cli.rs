@@ -29,6 +29,31 @@ pub enum Command {
     /// Compare allocation strategies on the same weights: per-request random, weighted
     /// round robin, smooth weighted round robin, and ticket pools (shuffle, smooth).
     Verify(VerifyArgs),
+    /// Measure the data plane against a baseline in the same run (uses the configured
+    /// Redis under its own key prefix, removed afterwards).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// What `tessera bench` measures.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Raw EVALSHA of a trivial script vs reserve+settle pairs, plus a 64-worker oversell run.
+    Quota(BenchQuotaArgs),
+}
+
+/// Arguments of `tessera bench quota`.
+#[derive(Debug, clap::Args)]
+pub struct BenchQuotaArgs {
+    /// Requests in flight at once, for the baseline and the pairs alike.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub concurrency: u32,
+    /// Seconds each throughput phase runs.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub seconds: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `tessera verify`.

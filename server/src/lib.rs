@@ -3,13 +3,18 @@
 //!
 //! Layout: [`configuration`] and [`telemetry`] set the process up; [`startup`] builds the
 //! application from [`state`]; [`routes`] hold the HTTP handlers; [`db`] the repository
-//! functions; [`status`] the readiness check; [`cli`] and [`seed`] the subcommands.
+//! functions; [`status`] the readiness check; [`cli`] and [`seed`] the subcommands;
+//! [`error`] the one HTTP error type; [`scheduler`] the leader-elected jobs; [`bench`] the
+//! `tessera bench` measurements.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod cli;
 pub mod configuration;
 pub mod db;
+pub mod error;
 pub mod metrics;
+pub mod scheduler;
 pub mod routes;
 pub mod seed;
 pub mod startup;

@@ -1,7 +1,7 @@
 //! The `tessera` binary: parse the command line, set up telemetry, run the subcommand.
 
 use clap::Parser;
-use server::cli::{Cli, Command};
+use server::cli::{BenchCommand, Cli, Command};
 use server::configuration::Settings;
 use server::startup::{Application, Signals};
 
@@ -32,8 +32,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             server::db::create_database_if_missing(&settings).await?;
             let application = Application::build(&settings, Signals::Handle).await?;
             tracing::info!(port = application.port(), "serving http://{}", settings.bind);
-            application.run_until_stopped().await?;
-            tracing::info!("http server stopped");
+            let scheduler = server::scheduler::Scheduler::start(application.state().clone()).await?;
+            // The HTTP server stops on SIGINT/SIGTERM; the scheduler stops with it.
+            let stopped = application.run_until_stopped().await;
+            scheduler.shutdown().await;
+            tracing::info!("http server and scheduler stopped");
+            stopped?;
+        }
+        Command::Bench(BenchCommand::Quota(args)) => {
+            let report = server::bench::quota::run(&settings, &args).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", server::bench::quota::render(&report));
+            }
         }
         Command::Migrate => {
             let created = server::db::create_database_if_missing(&settings).await?;

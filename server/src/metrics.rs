@@ -1,6 +1,8 @@
 //! Prometheus metrics: one registry per application, exposed at `/metrics`.
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 /// The metrics every part of the server records into.
 #[derive(Clone)]
@@ -12,6 +14,14 @@ pub struct Metrics {
     pub http_duration: HistogramVec,
     /// 1 when a dependency answered the last readiness check, else 0.
     pub dependency_up: IntGaugeVec,
+    /// The quota client's metrics (reserves, settle deltas, script latency, fallback).
+    pub quota: client::QuotaMetrics,
+    /// Open quota reservations across tenants, as counted by the last sweep.
+    pub quota_open_reservations: IntGauge,
+    /// Reservations the sweeper returned after their deadline.
+    pub quota_swept: IntCounter,
+    /// Scheduler job runs by job and outcome (`ok`, `error`, `skipped` when not leader).
+    pub job_runs: IntCounterVec,
 }
 
 impl Metrics {
@@ -34,14 +44,37 @@ impl Metrics {
             &["dependency"],
         )
         .expect("valid metric");
+        let quota_open_reservations =
+            IntGauge::new("tessera_quota_open_reservations", "Open quota reservations, as counted by the last sweep")
+                .expect("valid metric");
+        let quota_swept = IntCounter::new("tessera_quota_swept_total", "Quota reservations released after their deadline")
+            .expect("valid metric");
+        let job_runs = IntCounterVec::new(
+            Opts::new("tessera_job_runs_total", "Scheduler job runs by outcome (skipped: another instance leads)"),
+            &["job", "outcome"],
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
             Box::new(dependency_up.clone()),
+            Box::new(quota_open_reservations.clone()),
+            Box::new(quota_swept.clone()),
+            Box::new(job_runs.clone()),
         ] {
             registry.register(collector).expect("metric registered once");
         }
-        Self { registry, http_requests, http_duration, dependency_up }
+        let quota = client::QuotaMetrics::register(&registry).expect("quota metrics registered once");
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            dependency_up,
+            quota,
+            quota_open_reservations,
+            quota_swept,
+            job_runs,
+        }
     }
 
     /// The Prometheus text exposition of every metric.

@@ -18,7 +18,7 @@ use secrecy::ExposeSecret;
 use crate::configuration::Settings;
 use crate::metrics::Metrics;
 use crate::routes;
-use crate::state::{AppState, RedisHandle};
+use crate::state::AppState;
 
 /// A built application: listening, migrated, not yet serving.
 pub struct Application {
@@ -44,12 +44,11 @@ impl Application {
         crate::db::migrate(&db).await?;
         let redis_client = redis::Client::open(settings.redis_url.expose_secret())
             .context("redis.url (REDIS_URL): not a valid Redis URL")?;
-        let state = AppState {
-            db,
-            redis: RedisHandle::new(redis_client, client::RedisTimeouts::default()),
-            keys: client::Keys::new(settings.redis_prefix.clone()),
-            metrics: Metrics::new(),
-        };
+        let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
+        let keys = client::Keys::new(settings.redis_prefix.clone());
+        let metrics = Metrics::new();
+        let quotas = client::Quotas::with_clock(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.quota.clone()));
+        let state = AppState { db, redis, keys, metrics, quotas };
         let listener = TcpListener::bind(settings.bind)
             .with_context(|| format!("binding http.bind (TESSERA_BIND) {}", settings.bind))?;
         let port = listener.local_addr()?.port();
@@ -114,6 +113,11 @@ fn http_server(
             .service(routes::health::healthz)
             .service(routes::health::readyz)
             .service(routes::metrics::metrics)
+            .app_data(web::JsonConfig::default().limit(8 * 1024 * 1024).error_handler(crate::error::json_error))
+            .service(routes::quota::reserve_quota)
+            .service(routes::quota::settle_quota)
+            .service(routes::quota::release_quota)
+            .service(routes::quota::get_quota)
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),

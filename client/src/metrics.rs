@@ -1,0 +1,59 @@
+//! Prometheus metrics of the data plane, registered into the embedding application's registry.
+
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+
+/// What the quota client records.
+#[derive(Clone)]
+pub struct QuotaMetrics {
+    /// Reservations by outcome (`admitted`|`refused`), dimension (`none` when admitted)
+    /// and source (`redis`|`fallback`).
+    pub reserves: IntCounterVec,
+    /// Reserved minus actual tokens of each settle (negative: an overdraft).
+    pub settle_delta: Histogram,
+    /// Script round-trip latency by script.
+    pub script_seconds: HistogramVec,
+    /// Admissions, refusals and replays made under a fallback policy, by policy and event.
+    pub fallback: IntCounterVec,
+    /// Operations made while Redis was away and not yet charged to it.
+    pub offline_pending: IntGauge,
+}
+
+impl QuotaMetrics {
+    /// Creates the metrics and registers them; fails if they are registered already.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let reserves = IntCounterVec::new(
+            Opts::new("tessera_quota_reserves_total", "Quota reservations by outcome, dimension and source"),
+            &["outcome", "dimension", "source"],
+        )?;
+        let mut buckets = vec![];
+        for b in [1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0] {
+            buckets.push(-b);
+        }
+        buckets.reverse();
+        buckets.push(0.0);
+        buckets.extend([1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0]);
+        let settle_delta = Histogram::with_opts(
+            HistogramOpts::new("tessera_quota_settle_delta_tokens", "Reserved minus actual tokens per settle")
+                .buckets(buckets),
+        )?;
+        let script_seconds = HistogramVec::new(
+            HistogramOpts::new("tessera_redis_script_seconds", "Redis script round-trip latency")
+                .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0]),
+            &["script"],
+        )?;
+        let fallback = IntCounterVec::new(
+            Opts::new("tessera_quota_fallback_total", "Quota decisions made while Redis was unreachable"),
+            &["policy", "event"],
+        )?;
+        let offline_pending = IntGauge::new(
+            "tessera_quota_offline_pending",
+            "Quota operations made while Redis was away, not yet charged to Redis",
+        )?;
+        registry.register(Box::new(reserves.clone()))?;
+        registry.register(Box::new(settle_delta.clone()))?;
+        registry.register(Box::new(script_seconds.clone()))?;
+        registry.register(Box::new(fallback.clone()))?;
+        registry.register(Box::new(offline_pending.clone()))?;
+        Ok(Self { reserves, settle_delta, script_seconds, fallback, offline_pending })
+    }
+}

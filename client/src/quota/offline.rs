@@ -1,0 +1,214 @@
+//! What a client admitted, settled or released while Redis was unreachable, kept in order
+//! until it is charged to Redis. Replaying is safe to repeat: every script is idempotent
+//! per request id, so an entry leaves the journal only after its replay succeeded.
+
+use serde::Serialize;
+
+use super::{Dimension, Refusal, ReleaseOutcome, Reservation, ReservationState, ReserveOutcome, SettleOutcome, Source};
+use super::{RequestId, TenantId, TokenCount, Tokens};
+
+/// How an admission made without Redis was closed, also without Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Close {
+    Settle { actual: TokenCount, partial: bool },
+    Release,
+}
+
+/// One operation waiting for Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Op {
+    /// Admitted here; replayed as a forced reservation, then closed as recorded.
+    Admit { request: RequestId, tokens: Tokens, close: Option<Close> },
+    /// A settle of a reservation Redis holds.
+    Settle { request: RequestId, actual: TokenCount, partial: bool },
+    /// A release of a reservation Redis holds.
+    Release { request: RequestId },
+}
+
+impl Op {
+    fn request(&self) -> &RequestId {
+        match self {
+            Self::Admit { request, .. } | Self::Settle { request, .. } | Self::Release { request } => request,
+        }
+    }
+}
+
+/// What is waiting, for logs, metrics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct OfflineSummary {
+    pub operations: usize,
+    /// Tokens admitted without Redis and not yet charged to it.
+    pub admitted_tokens: u64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Offline {
+    ops: Vec<(TenantId, Op)>,
+}
+
+impl Offline {
+    pub(super) fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub(super) fn summary(&self) -> OfflineSummary {
+        let admitted_tokens = self
+            .ops
+            .iter()
+            .map(|(_, op)| match op {
+                Op::Admit { tokens, .. } => tokens.get(),
+                _ => 0,
+            })
+            .sum();
+        OfflineSummary { operations: self.ops.len(), admitted_tokens }
+    }
+
+    fn find(&mut self, tenant: &TenantId, request: &RequestId) -> Option<&mut Op> {
+        self.ops
+            .iter_mut()
+            .find(|(t, op)| t == tenant && op.request() == request)
+            .map(|(_, op)| op)
+    }
+
+    /// Admits `tokens` if the tenant's admissions since Redis went away stay within
+    /// `allowance`; a retried request id gets its first answer.
+    pub(super) fn admit(&mut self, tenant: &TenantId, request: &RequestId, tokens: Tokens, allowance: u64) -> ReserveOutcome {
+        if let Some(Op::Admit { tokens, close, .. }) = self.find(tenant, request) {
+            let state = match close {
+                None => ReservationState::Open,
+                Some(Close::Settle { .. }) => ReservationState::Settled,
+                Some(Close::Release) => ReservationState::Released,
+            };
+            return ReserveOutcome::Reserved(fallback_reservation(*tokens, true, state));
+        }
+        let admitted: u64 = self
+            .ops
+            .iter()
+            .filter(|(t, _)| t == tenant)
+            .map(|(_, op)| match op {
+                Op::Admit { tokens, .. } => tokens.get(),
+                _ => 0,
+            })
+            .sum();
+        if admitted + tokens.get() > allowance {
+            return ReserveOutcome::Refused(Refusal {
+                dimension: Dimension::FallbackAllowance,
+                available: allowance.saturating_sub(admitted),
+                limit: allowance,
+            });
+        }
+        self.ops.push((tenant.clone(), Op::Admit { request: request.clone(), tokens, close: None }));
+        ReserveOutcome::Reserved(fallback_reservation(tokens, false, ReservationState::Open))
+    }
+
+    pub(super) fn settle(&mut self, tenant: &TenantId, request: &RequestId, actual: TokenCount, partial: bool) -> SettleOutcome {
+        match self.find(tenant, request) {
+            Some(Op::Admit { tokens, close, .. }) => match close {
+                None => {
+                    *close = Some(Close::Settle { actual, partial });
+                    SettleOutcome::Settled {
+                        reserved: tokens.get(),
+                        actual: actual.get(),
+                        overdraft: actual.get().saturating_sub(tokens.get()),
+                        charged: Vec::new(),
+                        late: false,
+                        source: Source::Fallback,
+                    }
+                }
+                Some(Close::Settle { actual, .. }) => {
+                    SettleOutcome::AlreadySettled { reserved: tokens.get(), actual: actual.get(), charged: Vec::new() }
+                }
+                Some(Close::Release) => SettleOutcome::AlreadyReleased { reserved: tokens.get() },
+            },
+            Some(_) => SettleOutcome::Queued,
+            None => {
+                self.ops.push((tenant.clone(), Op::Settle { request: request.clone(), actual, partial }));
+                SettleOutcome::Queued
+            }
+        }
+    }
+
+    pub(super) fn release(&mut self, tenant: &TenantId, request: &RequestId) -> ReleaseOutcome {
+        match self.find(tenant, request) {
+            Some(Op::Admit { tokens, close, .. }) => match close {
+                None => {
+                    *close = Some(Close::Release);
+                    ReleaseOutcome::Released { reserved: tokens.get(), source: Source::Fallback }
+                }
+                Some(Close::Settle { actual, .. }) => {
+                    ReleaseOutcome::AlreadySettled { reserved: tokens.get(), actual: actual.get(), charged: Vec::new() }
+                }
+                Some(Close::Release) => ReleaseOutcome::AlreadyReleased { reserved: tokens.get() },
+            },
+            Some(_) => ReleaseOutcome::Queued,
+            None => {
+                self.ops.push((tenant.clone(), Op::Release { request: request.clone() }));
+                ReleaseOutcome::Queued
+            }
+        }
+    }
+
+    /// A copy of the journal, in the order the operations happened.
+    pub(super) fn snapshot(&self) -> Vec<(TenantId, Op)> {
+        self.ops.clone()
+    }
+
+    /// Drops an operation once replayed (unless it changed meanwhile: then it stays and
+    /// is replayed again, which is harmless).
+    pub(super) fn remove(&mut self, tenant: &TenantId, op: &Op) {
+        if let Some(i) = self.ops.iter().position(|(t, o)| t == tenant && o == op) {
+            self.ops.remove(i);
+        }
+    }
+}
+
+fn fallback_reservation(tokens: Tokens, replayed: bool, state: ReservationState) -> Reservation {
+    Reservation { tokens: tokens.get(), deadline_ms: 0, parts: Vec::new(), replayed, state, source: Source::Fallback }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> TenantId {
+        TenantId::parse(s).unwrap()
+    }
+    fn r(s: &str) -> RequestId {
+        RequestId::parse(s).unwrap()
+    }
+    fn tok(n: i128) -> Tokens {
+        Tokens::parse("tokens", n).unwrap()
+    }
+
+    #[test]
+    fn admissions_stop_at_the_allowance_and_a_retry_is_answered_from_the_journal() {
+        let mut j = Offline::default();
+        assert!(matches!(j.admit(&t("a"), &r("1"), tok(60), 100), ReserveOutcome::Reserved(_)));
+        let ReserveOutcome::Refused(refusal) = j.admit(&t("a"), &r("2"), tok(50), 100) else { panic!() };
+        assert_eq!((refusal.dimension, refusal.available), (Dimension::FallbackAllowance, 40));
+        let ReserveOutcome::Reserved(again) = j.admit(&t("a"), &r("1"), tok(60), 100) else { panic!() };
+        assert!(again.replayed);
+        // Another tenant has its own allowance.
+        assert!(matches!(j.admit(&t("b"), &r("2"), tok(50), 100), ReserveOutcome::Reserved(_)));
+        assert_eq!(j.summary(), OfflineSummary { operations: 2, admitted_tokens: 110 });
+    }
+
+    #[test]
+    fn a_settle_of_an_offline_admission_closes_it_once() {
+        let mut j = Offline::default();
+        j.admit(&t("a"), &r("1"), tok(60), 100);
+        let actual = TokenCount::parse("actual_tokens", 20).unwrap();
+        assert!(matches!(j.settle(&t("a"), &r("1"), actual, false), SettleOutcome::Settled { .. }));
+        assert!(matches!(j.settle(&t("a"), &r("1"), actual, false), SettleOutcome::AlreadySettled { .. }));
+        assert!(matches!(j.release(&t("a"), &r("1")), ReleaseOutcome::AlreadySettled { .. }));
+        assert_eq!(j.len(), 1);
+        // A settle for a reservation Redis holds is queued once.
+        assert_eq!(j.settle(&t("a"), &r("9"), actual, false), SettleOutcome::Queued);
+        assert_eq!(j.settle(&t("a"), &r("9"), actual, false), SettleOutcome::Queued);
+        assert_eq!(j.len(), 2);
+    }
+}

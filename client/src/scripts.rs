@@ -1,0 +1,35 @@
+//! One [`redis::Script`] per file in `lua/`, built once per process. Invoking one sends
+//! `EVALSHA`, and on `NOSCRIPT` (after `SCRIPT FLUSH` or a Redis restart) loads it again.
+
+use std::sync::OnceLock;
+
+use redis::Script;
+
+const QUOTA_LIB: &str = include_str!("../../lua/quota_lib.lua");
+
+/// The quota scripts: each is `lua/quota_lib.lua` followed by the script's own body.
+pub struct QuotaScripts {
+    pub reserve: Script,
+    pub settle: Script,
+    pub release: Script,
+    pub sweep: Script,
+    pub read: Script,
+    pub publish_meta: Script,
+}
+
+fn with_lib(body: &str) -> Script {
+    Script::new(&format!("{QUOTA_LIB}\n{body}"))
+}
+
+/// The quota scripts, built on first use.
+pub fn quota() -> &'static QuotaScripts {
+    static SCRIPTS: OnceLock<QuotaScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| QuotaScripts {
+        reserve: with_lib(include_str!("../../lua/reserve_quota.lua")),
+        settle: with_lib(include_str!("../../lua/settle_quota.lua")),
+        release: with_lib(include_str!("../../lua/release_quota.lua")),
+        sweep: with_lib(include_str!("../../lua/sweep_quota.lua")),
+        read: with_lib(include_str!("../../lua/read_quota.lua")),
+        publish_meta: Script::new(include_str!("../../lua/publish_quota_meta.lua")),
+    })
+}

@@ -1,0 +1,1006 @@
+//! Tenant quotas against a real Redis (`REDIS_URL`, default `redis://127.0.0.1:6379`): the
+//! scripts in `lua/` as `Quotas` calls them, under concurrency, retries, the sweeper, a
+//! month turning, a script cache flush and Redis going away.
+//!
+//! Every test writes under its own random key prefix and removes its keys afterwards
+//! (`SCAN MATCH <prefix>:*` + `UNLINK`, also when the test panics); tests run in parallel.
+//! Hand-set clocks sit in the future: a period's keys expire at the period's end plus its
+//! retention, by the script's clock, so a date in the past would expire them at once.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::{DateTime, Utc};
+use client::quota::{
+    Dimension, FallbackPolicy, Grant, GrantId, GrantKind, Part, QuotaError, QuotaUsage, Refusal, ReleaseOutcome,
+    RequestId, Reservation, ReservationState, ReserveOutcome, SettleOutcome, Source, SweepOutcome, TenantId,
+    TenantQuota, TokenCount, Tokens,
+};
+use client::{Clock, KeyPrefix, Keys, Period, Quotas, RedisHandle, RedisTimeouts};
+use engine::quota::{Bucket, BucketKind};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// Removes every key under its prefix when dropped, whether the test passed or panicked.
+/// Uses the blocking Redis API so it also works while a panic unwinds out of a runtime.
+struct KeyGuard {
+    keys: Keys,
+}
+
+impl KeyGuard {
+    fn new() -> Self {
+        let random = RandomState::new().hash_one((SystemTime::now(), std::process::id()));
+        let prefix = KeyPrefix::parse(&format!("qt-{random:016x}")).expect("a valid prefix");
+        Self { keys: Keys::new(prefix) }
+    }
+
+    fn remove_keys(&self) -> redis::RedisResult<usize> {
+        let mut conn = redis::Client::open(redis_url())?.get_connection()?;
+        let mut removed = 0;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(self.keys.scan_pattern())
+                .arg("COUNT")
+                .arg(1000)
+                .query(&mut conn)?;
+            if !batch.is_empty() {
+                removed += redis::cmd("UNLINK").arg(&batch).query::<usize>(&mut conn)?;
+            }
+            if next == 0 {
+                return Ok(removed);
+            }
+            cursor = next;
+        }
+    }
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove_keys() {
+            eprintln!("could not remove the keys under {}: {e}", self.keys.prefix());
+        }
+    }
+}
+
+/// One test's quota client, clock and keys.
+struct Harness {
+    quotas: Quotas,
+    clock: Clock,
+    guard: KeyGuard,
+}
+
+impl Harness {
+    fn keys(&self) -> &Keys {
+        &self.guard.keys
+    }
+}
+
+fn harness(clock: Clock) -> Harness {
+    harness_at(&redis_url(), clock)
+}
+
+fn harness_at(url: &str, clock: Clock) -> Harness {
+    let guard = KeyGuard::new();
+    let quotas = quotas_at(url, guard.keys.clone(), clock.clone());
+    Harness { quotas, clock, guard }
+}
+
+fn quotas_at(url: &str, keys: Keys, clock: Clock) -> Quotas {
+    let handle = RedisHandle::new(redis::Client::open(url).expect("a valid redis url"), RedisTimeouts::default());
+    Quotas::with_clock(handle, keys, clock, None)
+}
+
+/// A plain synchronous connection for looking at keys the API does not show.
+fn raw_connection() -> redis::Connection {
+    redis::Client::open(redis_url()).unwrap().get_connection().expect("redis at REDIS_URL")
+}
+
+fn at(rfc3339: &str) -> DateTime<Utc> {
+    rfc3339.parse().expect("an RFC 3339 time")
+}
+
+/// Noon in the middle of a month, years ahead of any real clock (see the crate docs).
+fn noon() -> DateTime<Utc> {
+    at("2030-03-15T12:00:00Z")
+}
+
+fn tenant(name: &str) -> TenantId {
+    TenantId::parse(name).unwrap()
+}
+
+fn rid(name: &str) -> RequestId {
+    RequestId::parse(name).unwrap()
+}
+
+fn tokens(n: u64) -> Tokens {
+    Tokens::parse("tokens", n as i128).unwrap()
+}
+
+fn count(n: u64) -> TokenCount {
+    TokenCount::parse("actual_tokens", n as i128).unwrap()
+}
+
+/// A plan of `monthly` tokens with limits high enough never to be the ones refusing.
+fn plan(monthly: u64) -> TenantQuota {
+    TenantQuota {
+        version: 1,
+        monthly_tokens: count(monthly),
+        daily_requests: 1_000_000,
+        concurrency: 10_000,
+        grants: Vec::new(),
+        reservation_ttl: Duration::from_secs(60),
+        retention_days: 30,
+        fallback: FallbackPolicy::FailClosed,
+    }
+}
+
+fn grant(id: &str, kind: GrantKind, amount: u64, expires_at: Option<DateTime<Utc>>) -> Grant {
+    Grant { id: GrantId::parse(id).unwrap(), kind, amount: tokens(amount), starts_at: None, expires_at }
+}
+
+fn bonus(priority: u32) -> GrantKind {
+    GrantKind::Bonus { priority }
+}
+
+fn parts(list: &[(&str, u64)]) -> Vec<Part> {
+    list.iter().map(|(bucket, tokens)| Part { bucket: (*bucket).to_owned(), tokens: *tokens }).collect()
+}
+
+#[track_caller]
+fn reserved(outcome: ReserveOutcome) -> Reservation {
+    match outcome {
+        ReserveOutcome::Reserved(r) => r,
+        ReserveOutcome::Refused(r) => panic!("expected an admission, got a refusal: {r:?}"),
+    }
+}
+
+#[track_caller]
+fn refused(outcome: ReserveOutcome) -> Refusal {
+    match outcome {
+        ReserveOutcome::Refused(r) => r,
+        ReserveOutcome::Reserved(r) => panic!("expected a refusal, got an admission: {r:?}"),
+    }
+}
+
+#[track_caller]
+fn bucket<'u>(usage: &'u QuotaUsage, id: &str) -> &'u client::quota::BucketUsage {
+    usage.buckets.iter().find(|b| b.id == id).unwrap_or_else(|| panic!("no bucket {id:?} in {usage:?}"))
+}
+
+async fn publish(h: &Harness, t: &TenantId, quota: &TenantQuota) {
+    let (written, version) = h.quotas.publish(t, quota).await.expect("publish");
+    assert!(written, "snapshot v{} not written (Redis holds v{version})", quota.version);
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Concurrency
+// ---------------------------------------------------------------------------------------
+
+async fn reserve_concurrently(h: &Harness, t: &TenantId, n: usize, each: u64) -> Vec<ReserveOutcome> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (quotas, t) = (h.quotas.clone(), t.clone());
+            tokio::spawn(async move { quotas.reserve(&t, &rid(&format!("req-{i}")), tokens(each)).await })
+        })
+        .collect();
+    futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|joined| joined.expect("task").expect("reserve"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_reserves_admit_exactly_what_the_plan_holds() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(250)).await;
+
+    // Act
+    let outcomes = reserve_concurrently(&h, &t, 64, 10).await;
+
+    // Assert
+    let (admitted, refusals): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(|o| matches!(o, ReserveOutcome::Reserved(_)));
+    assert_eq!(admitted.len(), 25);
+    assert_eq!(refusals.len(), 39);
+    for o in admitted {
+        let r = reserved(o);
+        assert_eq!((r.tokens, r.parts, r.replayed), (10, parts(&[("plan", 10)]), false));
+    }
+    for o in refusals {
+        assert_eq!(refused(o), Refusal { dimension: Dimension::Tokens, available: 0, limit: 250 });
+    }
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!(bucket(&usage, "plan").reserved, 250);
+    assert_eq!(bucket(&usage, "plan").used, 0);
+    assert_eq!((usage.available, usage.leases, usage.requests_today), (0, 25, 25));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_reserves_open_exactly_as_many_leases_as_the_concurrency_limit() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &TenantQuota { concurrency: 5, ..plan(1_000_000) }).await;
+
+    // Act
+    let outcomes = reserve_concurrently(&h, &t, 64, 10).await;
+
+    // Assert
+    let admitted = outcomes.iter().filter(|o| matches!(o, ReserveOutcome::Reserved(_))).count();
+    let refusals: Vec<Refusal> =
+        outcomes.into_iter().filter(|o| matches!(o, ReserveOutcome::Refused(_))).map(refused).collect();
+    assert_eq!(admitted, 5);
+    assert_eq!(refusals.len(), 59);
+    assert!(refusals.iter().all(|r| *r == Refusal { dimension: Dimension::Concurrency, available: 0, limit: 5 }));
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((usage.leases, usage.concurrency, bucket(&usage, "plan").reserved), (5, 5, 50));
+}
+
+#[tokio::test]
+async fn the_daily_request_limit_refuses_with_the_requests_dimension_and_a_release_does_not_give_it_back() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &TenantQuota { daily_requests: 2, ..plan(1000) }).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(1)).await.unwrap());
+    h.quotas.release(&t, &rid("r1")).await.unwrap();
+    reserved(h.quotas.reserve(&t, &rid("r2"), tokens(1)).await.unwrap());
+
+    // Act
+    let third = h.quotas.reserve(&t, &rid("r3"), tokens(1)).await.unwrap();
+
+    // Assert
+    assert_eq!(refused(third), Refusal { dimension: Dimension::Requests, available: 0, limit: 2 });
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((usage.requests_today, usage.daily_requests, usage.day.as_str()), (2, 2, "2030-03-15"));
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Idempotency
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_retried_reserve_returns_the_first_result_and_reserves_nothing_more() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    let first = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+    let before = h.quotas.usage(&t).await.unwrap();
+
+    // Act: the retry even asks for a different amount
+    let retry = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(99)).await.unwrap());
+
+    // Assert
+    assert!(!first.replayed);
+    assert_eq!(retry, Reservation { replayed: true, ..first.clone() });
+    assert_eq!(retry.tokens, 40);
+    assert_eq!(first.deadline_ms, noon().timestamp_millis() + 60_000);
+    let after = h.quotas.usage(&t).await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!((bucket(&after, "plan").reserved, after.leases, after.requests_today), (40, 1, 1));
+}
+
+#[tokio::test]
+async fn a_repeated_settle_is_a_no_op_and_a_release_after_it_says_already_settled() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+
+    // Act
+    let first = h.quotas.settle(&t, &rid("r1"), count(25), false).await.unwrap();
+    let after_first = h.quotas.usage(&t).await.unwrap();
+    let second = h.quotas.settle(&t, &rid("r1"), count(35), false).await.unwrap();
+    let release = h.quotas.release(&t, &rid("r1")).await.unwrap();
+    let replayed_reserve = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+
+    // Assert
+    assert_eq!(
+        first,
+        SettleOutcome::Settled {
+            reserved: 40,
+            actual: 25,
+            overdraft: 0,
+            charged: parts(&[("plan", 25)]),
+            late: false,
+            source: Source::Redis
+        }
+    );
+    assert_eq!(second, SettleOutcome::AlreadySettled { reserved: 40, actual: 25, charged: parts(&[("plan", 25)]) });
+    assert_eq!(release, ReleaseOutcome::AlreadySettled { reserved: 40, actual: 25, charged: parts(&[("plan", 25)]) });
+    assert_eq!((replayed_reserve.replayed, replayed_reserve.state), (true, ReservationState::Settled));
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!(usage, after_first);
+    assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "plan").reserved, usage.leases), (25, 0, 0));
+    assert_eq!(usage.available, 975);
+}
+
+#[tokio::test]
+async fn a_repeated_release_is_a_no_op_and_a_settle_after_it_says_already_released() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+
+    // Act
+    let first = h.quotas.release(&t, &rid("r1")).await.unwrap();
+    let second = h.quotas.release(&t, &rid("r1")).await.unwrap();
+    let settle = h.quotas.settle(&t, &rid("r1"), count(10), false).await.unwrap();
+
+    // Assert
+    assert_eq!(first, ReleaseOutcome::Released { reserved: 40, source: Source::Redis });
+    assert_eq!(second, ReleaseOutcome::AlreadyReleased { reserved: 40 });
+    assert_eq!(settle, SettleOutcome::AlreadyReleased { reserved: 40 });
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "plan").reserved, usage.leases), (0, 0, 0));
+    assert_eq!(usage.available, 1000);
+}
+
+#[tokio::test]
+async fn a_request_id_never_reserved_is_unknown_and_an_unpublished_tenant_is_an_error() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+
+    // Act
+    let settle = h.quotas.settle(&t, &rid("never"), count(1), false).await.unwrap();
+    let release = h.quotas.release(&t, &rid("never")).await.unwrap();
+    let stranger = h.quotas.reserve(&tenant("nobody"), &rid("r1"), tokens(1)).await;
+
+    // Assert
+    assert_eq!(settle, SettleOutcome::Unknown);
+    assert_eq!(release, ReleaseOutcome::Unknown);
+    assert!(matches!(stranger, Err(QuotaError::UnknownTenant(ref who)) if who.as_str() == "nobody"), "{stranger:?}");
+}
+
+#[tokio::test]
+async fn an_older_snapshot_never_replaces_a_newer_one() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &TenantQuota { version: 2, ..plan(500) }).await;
+
+    // Act
+    let older = h.quotas.publish(&t, &TenantQuota { version: 1, ..plan(9000) }).await.unwrap();
+
+    // Assert
+    assert_eq!(older, (false, 2));
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((usage.version, usage.available), (2, 500));
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Bucket order, expiry, overdraft
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn bonus_grants_pay_by_priority_then_temporary_by_soonest_expiry_then_the_plan() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let day = chrono::Duration::days(1);
+    let quota = TenantQuota {
+        grants: vec![
+            grant("temp-late", GrantKind::Temporary, 10, Some(noon() + day * 10)),
+            grant("bonus-p2", bonus(2), 10, None),
+            grant("temp-soon", GrantKind::Temporary, 10, Some(noon() + day * 3)),
+            grant("bonus-p1", bonus(1), 10, Some(noon() + day * 5)),
+            // Would pay first, but expired an hour ago.
+            grant("bonus-gone", bonus(0), 99, Some(noon() - chrono::Duration::hours(1))),
+            // Expires exactly now: `[starts_at, expires_at)` no longer holds it.
+            grant("bonus-ending", bonus(0), 99, Some(noon())),
+            // Would pay first, but starts tomorrow.
+            Grant { starts_at: Some(noon() + day), ..grant("bonus-soon", bonus(0), 99, None) },
+        ],
+        ..plan(1000)
+    };
+    publish(&h, &t, &quota).await;
+
+    // Act
+    let r = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(100)).await.unwrap());
+
+    // Assert
+    assert_eq!(
+        r.parts,
+        parts(&[("bonus-p1", 10), ("bonus-p2", 10), ("temp-soon", 10), ("temp-late", 10), ("plan", 60)])
+    );
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!(usage.available, 1040 - 100);
+    for dead in ["bonus-gone", "bonus-ending", "bonus-soon"] {
+        let b = bucket(&usage, dead);
+        assert_eq!((b.live, b.used, b.reserved), (false, 0, 0), "{dead}");
+    }
+    assert_eq!(bucket(&usage, "bonus-p1").reserved, 10);
+    assert_eq!(bucket(&usage, "plan").reserved, 60);
+}
+
+#[tokio::test]
+async fn usage_lists_buckets_in_paying_order_with_the_plan_last() {
+    // Arrange: grants published out of paying order
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let day = chrono::Duration::days(1);
+    let quota = TenantQuota {
+        grants: vec![
+            grant("temp-late", GrantKind::Temporary, 10, Some(noon() + day * 10)),
+            grant("bonus-p2", bonus(2), 10, None),
+            grant("temp-soon", GrantKind::Temporary, 10, Some(noon() + day * 3)),
+            grant("bonus-p1", bonus(1), 10, Some(noon() + day * 5)),
+        ],
+        ..plan(1000)
+    };
+    publish(&h, &t, &quota).await;
+
+    // Act
+    let usage = h.quotas.usage(&t).await.unwrap();
+
+    // Assert (QuotaUsage::buckets: "In paying order, the plan last.")
+    let order: Vec<&str> = usage.buckets.iter().map(|b| b.id.as_str()).collect();
+    assert_eq!(order, ["bonus-p1", "bonus-p2", "temp-soon", "temp-late", "plan"]);
+}
+
+#[tokio::test]
+async fn a_refusal_for_tokens_counts_only_live_grants_in_its_limit() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let quota = TenantQuota {
+        grants: vec![
+            grant("live", bonus(1), 30, None),
+            grant("gone", bonus(1), 500, Some(noon() - chrono::Duration::days(1))),
+        ],
+        ..plan(100)
+    };
+    publish(&h, &t, &quota).await;
+
+    // Act
+    let outcome = h.quotas.reserve(&t, &rid("r1"), tokens(131)).await.unwrap();
+
+    // Assert
+    assert_eq!(refused(outcome), Refusal { dimension: Dimension::Tokens, available: 130, limit: 130 });
+}
+
+#[tokio::test]
+async fn a_grant_that_expires_between_reserve_and_settle_still_pays_its_part() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let expires = noon() + chrono::Duration::minutes(30);
+    publish(&h, &t, &TenantQuota { grants: vec![grant("tmp", GrantKind::Temporary, 50, Some(expires))], ..plan(1000) })
+        .await;
+    let r = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(80)).await.unwrap());
+    assert_eq!(r.parts, parts(&[("tmp", 50), ("plan", 30)]));
+    h.clock.set(noon() + chrono::Duration::minutes(45));
+
+    // Act: 100 used, 20 beyond the reservation
+    let settled = h.quotas.settle(&t, &rid("r1"), count(100), false).await.unwrap();
+
+    // Assert: the grant pays what it reserved; the excess goes to what is live (the plan)
+    assert_eq!(
+        settled,
+        SettleOutcome::Settled {
+            reserved: 80,
+            actual: 100,
+            overdraft: 20,
+            charged: parts(&[("tmp", 50), ("plan", 50)]),
+            late: false,
+            source: Source::Redis
+        }
+    );
+    let usage = h.quotas.usage(&t).await.unwrap();
+    let tmp = bucket(&usage, "tmp");
+    assert_eq!((tmp.live, tmp.used, tmp.reserved), (false, 50, 0));
+    assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "plan").reserved), (50, 0));
+    assert_eq!(usage.available, 950);
+}
+
+#[tokio::test]
+async fn an_overdraft_takes_the_plan_negative_and_refuses_until_a_grant_brings_the_balance_back_above_zero() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(100)).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(80)).await.unwrap());
+
+    // Act
+    let settled = h.quotas.settle(&t, &rid("r1"), count(150), false).await.unwrap();
+
+    // Assert: the excess is charged and the plan is 50 below zero
+    assert_eq!(
+        settled,
+        SettleOutcome::Settled {
+            reserved: 80,
+            actual: 150,
+            overdraft: 70,
+            charged: parts(&[("plan", 150)]),
+            late: false,
+            source: Source::Redis
+        }
+    );
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((bucket(&usage, "plan").used, usage.available), (150, 0));
+    let refusal = refused(h.quotas.reserve(&t, &rid("r2"), tokens(1)).await.unwrap());
+    assert_eq!(refusal, Refusal { dimension: Dimension::Tokens, available: 0, limit: 100 });
+
+    // A 40-token bonus does not cover the 50 overdrawn.
+    publish(&h, &t, &TenantQuota { version: 2, grants: vec![grant("b40", bonus(1), 40, None)], ..plan(100) }).await;
+    let refusal = refused(h.quotas.reserve(&t, &rid("r3"), tokens(1)).await.unwrap());
+    assert_eq!(refusal, Refusal { dimension: Dimension::Tokens, available: 0, limit: 140 });
+
+    // An 80-token bonus leaves 30.
+    publish(&h, &t, &TenantQuota { version: 3, grants: vec![grant("b80", bonus(1), 80, None)], ..plan(100) }).await;
+    let refusal = refused(h.quotas.reserve(&t, &rid("r4"), tokens(31)).await.unwrap());
+    assert_eq!(refusal, Refusal { dimension: Dimension::Tokens, available: 30, limit: 180 });
+    let r = reserved(h.quotas.reserve(&t, &rid("r5"), tokens(30)).await.unwrap());
+    assert_eq!(r.parts, parts(&[("b80", 30)]));
+    assert_eq!(h.quotas.usage(&t).await.unwrap().available, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. The Lua paying order against the engine's
+// ---------------------------------------------------------------------------------------
+
+/// A grant id from a small alphabet mixing case, digits, '-' and '_', so that id ties are
+/// broken on characters whose order depends on how strings are compared.
+fn random_grant_id(rng: &mut ChaCha8Rng, taken: &mut HashSet<String>) -> String {
+    const ALPHABET: &[u8] = b"aAbB09-_";
+    loop {
+        let len = rng.random_range(1..=4);
+        let id: String = (0..len).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
+        if id != "plan" && taken.insert(id.clone()) {
+            return id;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_scripts_pay_and_charge_exactly_as_the_engine_plans_for_random_buckets() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let mut rng = ChaCha8Rng::seed_from_u64(0x7e55e7a);
+    let midnight = at("2030-03-15T00:00:00Z");
+
+    for case in 0..300 {
+        let t = tenant(&format!("case-{case}"));
+        let mut taken = HashSet::new();
+        let mut grants = Vec::new();
+        let mut buckets = Vec::new();
+        for _ in 0..rng.random_range(0..=6) {
+            let id = random_grant_id(&mut rng, &mut taken);
+            let kind = if rng.random_bool(0.5) { GrantKind::Temporary } else { bonus(rng.random_range(0..3)) };
+            let amount = rng.random_range(1..=300u64);
+            // Whole days from today's midnight: ties are common, day 0 and before have expired.
+            let expires_at = rng.random_bool(0.75).then(|| midnight + chrono::Duration::days(rng.random_range(-2..=5)));
+            grants.push(grant(&id, kind, amount, expires_at));
+            let kind = match kind {
+                GrantKind::Temporary => BucketKind::Temporary,
+                GrantKind::Bonus { priority } => BucketKind::Bonus { priority },
+            };
+            buckets.push(Bucket { id, kind, left: amount as i64, expires_at });
+        }
+        let monthly = rng.random_range(0..=500u64);
+        buckets.push(Bucket { id: "plan".into(), kind: BucketKind::Plan, left: monthly as i64, expires_at: None });
+        let available = engine::quota::available(&buckets, noon());
+        let limit = monthly + grants.iter().filter(|g| g.expires_at.is_none_or(|e| e > noon())).map(|g| g.amount.get()).sum::<u64>();
+        let cost = rng.random_range(1..=available + 50);
+        let actual = rng.random_range(0..=cost * 2);
+        publish(&h, &t, &TenantQuota { grants, ..plan(monthly) }).await;
+        let context = format!("case {case}: buckets {buckets:?}, cost {cost}, actual {actual}");
+
+        // Act
+        let outcome = h.quotas.reserve(&t, &rid("r"), tokens(cost)).await.unwrap();
+
+        // Assert
+        match engine::quota::plan_payment(&buckets, cost, noon()) {
+            Ok(payments) => {
+                let expected: Vec<Part> =
+                    payments.iter().map(|p| Part { bucket: p.bucket.clone(), tokens: p.amount }).collect();
+                assert_eq!(reserved(outcome).parts, expected, "{context}");
+
+                let charge = engine::quota::charge_overdraft(&buckets, actual, noon()).unwrap();
+                let expected: Vec<Part> =
+                    charge.payments.iter().map(|p| Part { bucket: p.bucket.clone(), tokens: p.amount }).collect();
+                let settled = h.quotas.settle(&t, &rid("r"), count(actual), false).await.unwrap();
+                assert_eq!(
+                    settled,
+                    SettleOutcome::Settled {
+                        reserved: cost,
+                        actual,
+                        overdraft: actual.saturating_sub(cost),
+                        charged: expected,
+                        late: false,
+                        source: Source::Redis
+                    },
+                    "{context}"
+                );
+            }
+            Err(engine::quota::QuotaError::Insufficient { available, .. }) => {
+                assert_eq!(refused(outcome), Refusal { dimension: Dimension::Tokens, available, limit }, "{context}");
+            }
+            Err(other) => panic!("{context}: {other}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. The sweeper
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_sweeper_returns_a_reservation_only_after_its_deadline_and_a_late_settle_is_still_charged() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    let r = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+    assert_eq!(r.deadline_ms, noon().timestamp_millis() + 60_000);
+    assert_eq!(h.quotas.tenants_with_leases().await.unwrap(), vec![t.clone()]);
+
+    // Act: one second before the deadline, then one second after
+    h.clock.set(noon() + chrono::Duration::seconds(59));
+    let early = h.quotas.sweep(&t, 100).await.unwrap();
+    let before = h.quotas.usage(&t).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::seconds(61));
+    let due = h.quotas.sweep(&t, 100).await.unwrap();
+    let after = h.quotas.usage(&t).await.unwrap();
+
+    // Assert
+    assert_eq!(early, SweepOutcome { released: 0, tokens: 0, left: 0, open: 1 });
+    assert_eq!((bucket(&before, "plan").reserved, before.leases), (40, 1));
+    assert_eq!(due, SweepOutcome { released: 1, tokens: 40, left: 0, open: 0 });
+    assert_eq!((bucket(&after, "plan").reserved, after.leases, after.available), (0, 0, 1000));
+    assert_eq!(h.quotas.tenants_with_leases().await.unwrap(), Vec::<TenantId>::new());
+    let again = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+    assert_eq!((again.replayed, again.state), (true, ReservationState::Expired));
+
+    // A settle after the sweep charges what was used, flagged late.
+    let settled = h.quotas.settle(&t, &rid("r1"), count(25), false).await.unwrap();
+    assert_eq!(
+        settled,
+        SettleOutcome::Settled {
+            reserved: 40,
+            actual: 25,
+            overdraft: 0,
+            charged: parts(&[("plan", 25)]),
+            late: true,
+            source: Source::Redis
+        }
+    );
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((bucket(&usage, "plan").used, usage.available), (25, 975));
+    let repeated = h.quotas.settle(&t, &rid("r1"), count(25), false).await.unwrap();
+    assert_eq!(repeated, SettleOutcome::AlreadySettled { reserved: 40, actual: 25, charged: parts(&[("plan", 25)]) });
+    assert_eq!(h.quotas.usage(&t).await.unwrap(), usage);
+}
+
+#[tokio::test]
+async fn a_sweep_releases_at_most_its_limit_and_reports_what_is_left() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    for i in 0..5 {
+        reserved(h.quotas.reserve(&t, &rid(&format!("r{i}")), tokens(10)).await.unwrap());
+    }
+    h.clock.set(noon() + chrono::Duration::seconds(30));
+    reserved(h.quotas.reserve(&t, &rid("fresh"), tokens(7)).await.unwrap());
+    h.clock.set(noon() + chrono::Duration::seconds(61));
+
+    // Act
+    let first = h.quotas.sweep(&t, 3).await.unwrap();
+    let second = h.quotas.sweep(&t, 3).await.unwrap();
+
+    // Assert
+    assert_eq!(first, SweepOutcome { released: 3, tokens: 30, left: 2, open: 3 });
+    assert_eq!(second, SweepOutcome { released: 2, tokens: 20, left: 0, open: 1 });
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((usage.leases, bucket(&usage, "plan").reserved), (1, 7));
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. The month turning
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_new_month_refills_the_plan_and_a_reservation_of_the_old_month_is_charged_to_it() {
+    // Arrange: November used up, 30 of it still reserved
+    let h = harness(Clock::manual(at("2030-11-30T23:59:00Z")));
+    let t = tenant("acme");
+    publish(&h, &t, &TenantQuota { retention_days: 7, ..plan(100) }).await;
+    reserved(h.quotas.reserve(&t, &rid("nov-open"), tokens(30)).await.unwrap());
+    reserved(h.quotas.reserve(&t, &rid("nov-done"), tokens(70)).await.unwrap());
+    h.quotas.settle(&t, &rid("nov-done"), count(70), false).await.unwrap();
+    let november = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((november.period.as_str(), november.available), ("2030-11", 0));
+    refused(h.quotas.reserve(&t, &rid("nov-more"), tokens(1)).await.unwrap());
+
+    // Act
+    h.clock.set(at("2030-12-01T00:00:30Z"));
+    let december = h.quotas.usage(&t).await.unwrap();
+    let settled = h.quotas.settle(&t, &rid("nov-open"), count(30), false).await.unwrap();
+    let after = h.quotas.usage(&t).await.unwrap();
+
+    // Assert
+    assert_eq!((december.period.as_str(), december.day.as_str()), ("2030-12", "2030-12-01"));
+    assert_eq!(december.available, 100);
+    assert_eq!((bucket(&december, "plan").used, bucket(&december, "plan").reserved), (0, 0));
+    assert_eq!((december.leases, december.requests_today), (1, 0));
+    assert!(matches!(settled, SettleOutcome::Settled { reserved: 30, actual: 30, overdraft: 0, late: false, ref charged, .. } if *charged == parts(&[("plan", 30)])), "{settled:?}");
+    assert_eq!((after.available, bucket(&after, "plan").used, after.leases), (100, 0, 0));
+
+    let mut conn = raw_connection();
+    let nov_key = h.keys().quota_period(t.as_str(), "2030-11");
+    let nov_used: u64 = redis::cmd("HGET").arg(&nov_key).arg("plan_used").query(&mut conn).unwrap();
+    assert_eq!(nov_used, 100);
+    let expire_at: i64 = redis::cmd("PEXPIRETIME").arg(&nov_key).query(&mut conn).unwrap();
+    assert_eq!(expire_at, at("2030-12-08T00:00:00Z").timestamp_millis());
+    let pttl: i64 = redis::cmd("PTTL").arg(&nov_key).query(&mut conn).unwrap();
+    assert!(pttl > 0, "{pttl}");
+    let left_reserved: Option<String> =
+        redis::cmd("HGET").arg(h.keys().quota_state(t.as_str())).arg("r:plan:2030-11").query(&mut conn).unwrap();
+    assert_eq!(left_reserved, None);
+    let repeated = h.quotas.settle(&t, &rid("nov-open"), count(30), false).await.unwrap();
+    assert!(matches!(repeated, SettleOutcome::AlreadySettled { reserved: 30, actual: 30, .. }), "{repeated:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Amounts
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn amounts_beyond_two_pow_53_minus_one_or_below_one_are_refused_naming_the_field() {
+    assert_eq!(Tokens::parse("tokens", (1 << 53) - 1).unwrap().get(), (1 << 53) - 1);
+    for bad in [1i128 << 53, 0, -1, -(1 << 60)] {
+        let err = Tokens::parse("tokens", bad).unwrap_err();
+        assert_eq!(err.field, "tokens", "{bad}");
+    }
+    assert_eq!(TokenCount::parse("actual_tokens", 0).unwrap().get(), 0);
+    assert_eq!(TokenCount::parse("actual_tokens", -1).unwrap_err().field, "actual_tokens");
+}
+
+#[tokio::test]
+async fn the_largest_amount_round_trips_through_the_scripts_exactly() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let max = (1u64 << 53) - 1;
+    publish(&h, &t, &plan(max)).await;
+
+    // Act
+    let r = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(max - 1)).await.unwrap());
+    let settled = h.quotas.settle(&t, &rid("r1"), count(max), false).await.unwrap();
+
+    // Assert
+    assert_eq!(r.parts, parts(&[("plan", max - 1)]));
+    assert!(matches!(settled, SettleOutcome::Settled { overdraft: 1, ref charged, .. } if *charged == parts(&[("plan", max)])), "{settled:?}");
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((bucket(&usage, "plan").used, usage.available), (max, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. The script cache
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_script_flush_between_two_reserves_reaches_no_caller() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(10)).await.unwrap());
+
+    // Act
+    let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut raw_connection()).unwrap();
+    let second = h.quotas.reserve(&t, &rid("r2"), tokens(10)).await;
+
+    // Assert
+    let second = reserved(second.expect("a reserve after SCRIPT FLUSH"));
+    assert!(!second.replayed);
+    assert_eq!(bucket(&h.quotas.usage(&t).await.unwrap(), "plan").reserved, 20);
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. The Redis clock
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn on_the_redis_clock_a_reserve_and_a_settle_work_end_to_end() {
+    // Arrange
+    let h = harness(Clock::Redis);
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    let local_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+
+    // Act
+    let r = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+    let settled = h.quotas.settle(&t, &rid("r1"), count(15), false).await.unwrap();
+    let usage = h.quotas.usage(&t).await.unwrap();
+
+    // Assert
+    assert_eq!(r.parts, parts(&[("plan", 40)]));
+    let ttl_seen = r.deadline_ms - local_now;
+    assert!((55_000..=65_000).contains(&ttl_seen), "deadline {} is {ttl_seen} ms from now", r.deadline_ms);
+    assert!(matches!(settled, SettleOutcome::Settled { actual: 15, late: false, .. }), "{settled:?}");
+    assert_eq!(usage.period, Period::of(Utc::now()).to_string());
+    assert_eq!((bucket(&usage, "plan").used, usage.available, usage.leases), (15, 985, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. Redis unreachable
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn with_no_redis_a_tenant_never_seen_is_refused_as_unavailable() {
+    // Arrange: nothing listens on port 1
+    let h = harness_at("redis://127.0.0.1:1", Clock::manual(noon()));
+    let t = tenant("acme");
+
+    // Act
+    let outcome = h.quotas.reserve(&t, &rid("r1"), tokens(10)).await;
+
+    // Assert
+    match outcome {
+        Err(QuotaError::Unavailable { tenant, policy, .. }) => {
+            assert_eq!((tenant.as_str(), policy), ("acme", "fail_closed"));
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+/// A TCP proxy to Redis that the test can take down (dropping every connection through it)
+/// and bring back on the same port.
+struct Proxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = Self { addr: listener.local_addr().unwrap(), upstream, tasks: Default::default() };
+        proxy.serve(listener);
+        proxy
+    }
+
+    fn serve(&self, listener: TcpListener) {
+        let (upstream, tasks) = (self.upstream, self.tasks.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().unwrap().push(conn);
+            }
+        });
+        self.tasks.lock().unwrap().push(accept);
+    }
+
+    fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Stops listening and cuts every connection.
+    async fn stop(&self) {
+        let tasks: Vec<_> = self.tasks.lock().unwrap().drain(..).collect();
+        for task in tasks {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Listens again on the same port.
+    async fn restart(&self) {
+        let listener = TcpListener::bind(self.addr).await.expect("rebinding the proxy's port");
+        self.serve(listener);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+fn redis_socket_addr() -> SocketAddr {
+    use std::net::ToSocketAddrs;
+    match redis::Client::open(redis_url()).unwrap().get_connection_info().addr.clone() {
+        redis::ConnectionAddr::Tcp(host, port) => (host.as_str(), port).to_socket_addrs().unwrap().next().unwrap(),
+        other => panic!("the fallback test needs Redis over plain TCP, not {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis_is_away_and_charged_when_it_returns() {
+    // Arrange: two tenants, their policies learned from Redis through the proxy
+    let proxy = Proxy::start(redis_socket_addr()).await;
+    let h = harness_at(&proxy.url(), Clock::manual(noon()));
+    let open = tenant("open");
+    let closed = tenant("closed");
+    let allowance = Tokens::parse("fallback_allowance", 100).unwrap();
+    publish(&h, &open, &TenantQuota { fallback: FallbackPolicy::FailOpenLimited { allowance }, ..plan(1000) }).await;
+    publish(&h, &closed, &plan(1000)).await;
+    for t in [&open, &closed] {
+        reserved(h.quotas.reserve(t, &rid("warm-up"), tokens(1)).await.unwrap());
+        h.quotas.release(t, &rid("warm-up")).await.unwrap();
+    }
+
+    // Act: Redis goes away
+    proxy.stop().await;
+    let first = h.quotas.reserve(&open, &rid("r1"), tokens(60)).await.unwrap();
+    let second = h.quotas.reserve(&open, &rid("r2"), tokens(50)).await.unwrap();
+    let refused_closed = h.quotas.reserve(&closed, &rid("r1"), tokens(1)).await;
+    let settled = h.quotas.settle(&open, &rid("r1"), count(20), false).await.unwrap();
+    let pending = h.quotas.offline_summary();
+
+    // Assert: what was decided without Redis
+    let first = reserved(first);
+    assert_eq!((first.tokens, first.source, first.state, first.replayed), (60, Source::Fallback, ReservationState::Open, false));
+    assert_eq!(refused(second), Refusal { dimension: Dimension::FallbackAllowance, available: 40, limit: 100 });
+    assert!(
+        matches!(refused_closed, Err(QuotaError::Unavailable { policy: "fail_closed", .. })),
+        "{refused_closed:?}"
+    );
+    assert_eq!(
+        settled,
+        SettleOutcome::Settled {
+            reserved: 60,
+            actual: 20,
+            overdraft: 0,
+            charged: Vec::new(),
+            late: false,
+            source: Source::Fallback
+        }
+    );
+    assert_eq!((pending.operations, pending.admitted_tokens), (1, 60));
+
+    // Act: Redis is back; the next operation that reaches it charges the journal first.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.restart().await;
+    let mut failures = Vec::new();
+    let usage = loop {
+        match h.quotas.usage(&open).await {
+            Ok(usage) => break usage,
+            Err(e) if failures.len() < 5 => {
+                failures.push(e.to_string());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("redis did not come back: {e} after {failures:?}"),
+        }
+    };
+
+    // Assert
+    eprintln!("operations failed after the proxy came back: {failures:?}");
+    assert!(failures.len() <= 1, "{failures:?}");
+    assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "plan").reserved, usage.leases), (20, 0, 0));
+    assert_eq!(usage.requests_today, 2);
+    assert_eq!(h.quotas.offline_summary().operations, 0);
+    let replayed = h.quotas.settle(&open, &rid("r1"), count(20), false).await.unwrap();
+    assert!(matches!(replayed, SettleOutcome::AlreadySettled { reserved: 60, actual: 20, .. }), "{replayed:?}");
+}

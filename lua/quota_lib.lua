@@ -1,0 +1,276 @@
+-- quota_lib.lua: shared by every quota script; the client prepends it to each script's
+-- body (so each script stays one self-contained EVALSHA). Defines no keys of its own.
+--
+-- Every quota script takes the same six KEYS:
+--   KEYS[1] meta     hash  the tenant's published snapshot (version, monthly_tokens,
+--                          daily_requests, concurrency, grants JSON, reservation_ttl_ms,
+--                          retention_days, policy, fallback_allowance)
+--   KEYS[2] state    hash  r:<bucket> reserved per bucket (plan bucket: r:plan:<period>),
+--                          u:<grant> tokens used per grant (grants outlive periods)
+--   KEYS[3] ledger   hash  request id -> open reservation "period|amount|deadline|parts"
+--   KEYS[4] leases   zset  request id -> deadline (ms); its size is the concurrency in use
+--   KEYS[5] current  hash  the current period: plan_used, req:<day>, done:<request id>
+--   KEYS[6] previous hash  the previous period (reservations made before the month turned)
+-- and the same first three ARGV:
+--   ARGV[1] the current period "YYYY-MM" the caller assumes (UTC)
+--   ARGV[2] the previous period "YYYY-MM"
+--   ARGV[3] now in ms since the epoch, or "" to read Redis TIME (the one clock)
+-- A caller whose period is not Redis's gets {"period", <actual period>} and retries.
+--
+-- Amounts stay below 2^53 (checked by the client), so Lua doubles hold them exactly; they
+-- are formatted with %.0f, never tostring (which rounds to 14 digits).
+
+local function fmt(n) return string.format('%.0f', n) end
+
+local function now_ms()
+  if ARGV[3] ~= '' then return tonumber(ARGV[3]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Howard Hinnant's civil_from_days / days_from_civil (proleptic Gregorian, UTC).
+local function civil(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m, d
+end
+
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- The clock, the period and the day, checked against the caller's period.
+local NOW = now_ms()
+local Y, M, D = civil(math.floor(NOW / 86400000))
+local PERIOD = string.format('%04d-%02d', Y, M)
+local DAY = string.format('%04d-%02d-%02d', Y, M, D)
+local NEXT_Y, NEXT_M = Y, M + 1
+if NEXT_M > 12 then NEXT_Y, NEXT_M = Y + 1, 1 end
+local PERIOD_END = days_from_civil(NEXT_Y, NEXT_M, 1) * 86400000
+
+local function period_mismatch()
+  if PERIOD ~= ARGV[1] then return {'period', PERIOD} end
+  return nil
+end
+
+-- The hash of a period, when it is one the caller passed.
+local function period_key(period)
+  if period == ARGV[1] then return KEYS[5] end
+  if period == ARGV[2] then return KEYS[6] end
+  return nil
+end
+
+local function read_meta()
+  local m = redis.call('HMGET', KEYS[1], 'version', 'monthly_tokens', 'daily_requests',
+    'concurrency', 'grants', 'reservation_ttl_ms', 'retention_days')
+  if not m[1] then return nil end
+  return {
+    version = tonumber(m[1]),
+    monthly_tokens = tonumber(m[2]),
+    daily_requests = tonumber(m[3]),
+    concurrency = tonumber(m[4]),
+    grants = cjson.decode(m[5] or '[]'),
+    reservation_ttl_ms = tonumber(m[6]),
+    retention_days = tonumber(m[7]),
+  }
+end
+
+-- Keeps the current period's hash until its retention after the period ends.
+local function touch_period(meta)
+  redis.call('PEXPIREAT', KEYS[5], fmt(PERIOD_END + meta.retention_days * 86400000))
+end
+
+-- The state field holding a bucket's reserved amount.
+local function reserved_field(bucket, period)
+  if bucket == 'plan' then return 'r:plan:' .. period end
+  return 'r:' .. bucket
+end
+
+local function hnum(key, field)
+  return tonumber(redis.call('HGET', key, field) or '0')
+end
+
+-- The paying order of two grants {rank (bonus 0, temporary 1), priority, expires or nil, id}.
+local function pays_before(a, b)
+  if a.rank ~= b.rank then return a.rank < b.rank end
+  if a.priority ~= b.priority then return a.priority < b.priority end
+  if a.expires ~= b.expires then
+    if a.expires == nil then return false end
+    if b.expires == nil then return true end
+    return a.expires < b.expires
+  end
+  return a.id > b.id
+end
+
+-- Live buckets in paying order (mirrors engine::quota::payment_order): bonus by priority,
+-- then soonest expiry (none last), then id; temporary by soonest expiry, then id; plan.
+-- left = amount - used - reserved (the plan may be negative after an overdraft).
+local function live_buckets(meta)
+  local list = {}
+  for _, g in ipairs(meta.grants) do
+    local live = (g.starts_at_ms == nil or g.starts_at_ms == cjson.null or g.starts_at_ms <= NOW)
+      and (g.expires_at_ms == nil or g.expires_at_ms == cjson.null or NOW < g.expires_at_ms)
+    if live then
+      local expires = g.expires_at_ms
+      if expires == cjson.null then expires = nil end
+      list[#list + 1] = {
+        id = g.id,
+        rank = g.kind == 'bonus' and 0 or 1,
+        priority = g.kind == 'bonus' and g.priority or 0,
+        expires = expires,
+        left = g.amount - hnum(KEYS[2], 'u:' .. g.id) - hnum(KEYS[2], 'r:' .. g.id),
+      }
+    end
+  end
+  table.sort(list, pays_before)
+  list[#list + 1] = {
+    id = 'plan', rank = 2, priority = 0,
+    left = meta.monthly_tokens - hnum(KEYS[5], 'plan_used') - hnum(KEYS[2], 'r:plan:' .. PERIOD),
+  }
+  return list
+end
+
+-- What can be reserved now: every live bucket's positive balance, less a plan overdraft.
+local function available(buckets)
+  local total = 0
+  for _, b in ipairs(buckets) do
+    if b.left > 0 then total = total + b.left end
+  end
+  local plan = buckets[#buckets]
+  if plan.left < 0 then total = total + plan.left end
+  if total < 0 then total = 0 end
+  return total
+end
+
+-- Takes `amount` from the buckets in order; returns {{id, amount}, ...}.
+local function take(buckets, amount)
+  local parts = {}
+  for _, b in ipairs(buckets) do
+    if amount <= 0 then break end
+    if b.left > 0 then
+      local t = math.min(b.left, amount)
+      parts[#parts + 1] = {b.id, t}
+      b.left = b.left - t
+      amount = amount - t
+    end
+  end
+  return parts, amount
+end
+
+-- Adds an amount to a parts list, merging with the bucket's earlier entry.
+local function add_part(parts, id, amount)
+  for _, p in ipairs(parts) do
+    if p[1] == id then p[2] = p[2] + amount; return end
+  end
+  parts[#parts + 1] = {id, amount}
+end
+
+local function encode_parts(parts)
+  local out = {}
+  for i, p in ipairs(parts) do out[i] = p[1] .. ':' .. fmt(p[2]) end
+  return table.concat(out, ',')
+end
+
+local function decode_parts(s)
+  local parts = {}
+  for id, amount in string.gmatch(s, '([^:,]+):(%d+)') do
+    parts[#parts + 1] = {id, tonumber(amount)}
+  end
+  return parts
+end
+
+-- "period|amount|deadline|parts"
+local function decode_entry(s)
+  local period, amount, deadline, parts = string.match(s, '^([^|]*)|(%d+)|(%d+)|(.*)$')
+  return {period = period, amount = tonumber(amount), deadline = tonumber(deadline), parts = parts}
+end
+
+-- A finished reservation: "state|amount|deadline|parts|actual|charged".
+local function decode_done(s)
+  local state, amount, deadline, parts, actual, charged =
+    string.match(s, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(%d*)|(.*)$')
+  return {state = state, amount = tonumber(amount), deadline = tonumber(deadline), parts = parts,
+    actual = tonumber(actual), charged = charged}
+end
+
+-- The done marker of a request id, looked up in the current then the previous period.
+local function find_done(rid)
+  local raw = redis.call('HGET', KEYS[5], 'done:' .. rid)
+  if not raw then raw = redis.call('HGET', KEYS[6], 'done:' .. rid) end
+  if raw then return decode_done(raw) end
+  return nil
+end
+
+local function charge(bucket, period, amount)
+  if amount <= 0 then return end
+  if bucket == 'plan' then
+    local key = period_key(period)
+    -- A plan period the caller did not pass ended over a month ago; its count is gone.
+    if key then redis.call('HINCRBY', key, 'plan_used', fmt(amount)) end
+  else
+    redis.call('HINCRBY', KEYS[2], 'u:' .. bucket, fmt(amount))
+  end
+end
+
+-- Charges use beyond a reservation (or after it was swept): live buckets in order as far
+-- as they go, the rest to the current plan, which may go negative (an overdraft).
+local function charge_now(meta, amount)
+  if amount <= 0 then return {} end
+  local parts, rest = take(live_buckets(meta), amount)
+  if rest > 0 then add_part(parts, 'plan', rest) end
+  for _, p in ipairs(parts) do charge(p[1], PERIOD, p[2]) end
+  return parts
+end
+
+-- Closes an open reservation: returns its reserved amounts, charges `actual` (nil for a
+-- release) to the buckets that reserved, in their order, and any excess by charge_now;
+-- removes the ledger entry and the lease; leaves a done marker in the reservation's period.
+-- Returns the charged parts (encoded) and the overdraft beyond the reservation.
+local function finish(meta, rid, entry, actual, state)
+  local parts = decode_parts(entry.parts)
+  for _, p in ipairs(parts) do
+    local field = reserved_field(p[1], entry.period)
+    if redis.call('HINCRBY', KEYS[2], field, '-' .. fmt(p[2])) <= 0 then
+      redis.call('HDEL', KEYS[2], field)
+    end
+  end
+  local charged = {}
+  local excess = 0
+  if actual then
+    local due = actual
+    for _, p in ipairs(parts) do
+      local c = math.min(p[2], due)
+      if c > 0 then
+        charge(p[1], entry.period, c)
+        add_part(charged, p[1], c)
+        due = due - c
+      end
+    end
+    excess = due
+    for _, p in ipairs(charge_now(meta, due)) do add_part(charged, p[1], p[2]) end
+  end
+  redis.call('HDEL', KEYS[3], rid)
+  redis.call('ZREM', KEYS[4], rid)
+  local key = period_key(entry.period)
+  local encoded = encode_parts(charged)
+  if key then
+    redis.call('HSET', key, 'done:' .. rid, table.concat({state, fmt(entry.amount),
+      fmt(entry.deadline), entry.parts, actual and fmt(actual) or '', encoded}, '|'))
+    if key == KEYS[5] then touch_period(meta) end
+  end
+  return encoded, excess
+end

@@ -1,0 +1,67 @@
+-- reserve_quota.lua: admits one request against a tenant's quota, in one atomic step.
+-- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
+-- ARGV[4] request id   ARGV[5] tokens (1..2^53-1)   ARGV[6] "1" to admit regardless of the
+--         limits (replaying an admission made while Redis was unreachable), else "0"
+-- Returns one of:
+--   {"reserved", version, amount, deadline_ms, parts, replayed 0|1, state}
+--       parts "bucket:amount,..." in paying order; state "open", or for a replay of a
+--       finished reservation "settled" | "released" | "expired"
+--   {"refused", version, dimension, available, limit}  dimension "tokens" | "requests" |
+--       "concurrency"; available: what is left of it now; limit: the configured limit
+--   {"unknown_tenant"}   {"period", actual_period}
+-- Guarantees: tokens, the day's request count and a concurrency lease are taken together
+-- or not at all; a request id reserves at most once (a retry returns the first result).
+local mismatch = period_mismatch()
+if mismatch then return mismatch end
+local meta = read_meta()
+if not meta then return {'unknown_tenant'} end
+local rid = ARGV[4]
+local tokens = tonumber(ARGV[5])
+local force = ARGV[6] == '1'
+
+local open = redis.call('HGET', KEYS[3], rid)
+if open then
+  local e = decode_entry(open)
+  return {'reserved', meta.version, e.amount, e.deadline, e.parts, 1, 'open'}
+end
+local done = find_done(rid)
+if done then
+  return {'reserved', meta.version, done.amount, done.deadline, done.parts, 1, done.state}
+end
+
+local day_field = 'req:' .. DAY
+local requests = hnum(KEYS[5], day_field)
+if not force and requests >= meta.daily_requests then
+  return {'refused', meta.version, 'requests', 0, meta.daily_requests}
+end
+local leases = redis.call('ZCARD', KEYS[4])
+if not force and leases >= meta.concurrency then
+  return {'refused', meta.version, 'concurrency', 0, meta.concurrency}
+end
+local buckets = live_buckets(meta)
+local free = available(buckets)
+if not force and free < tokens then
+  local limit = meta.monthly_tokens
+  for _, b in ipairs(buckets) do
+    if b.id ~= 'plan' then
+      for _, g in ipairs(meta.grants) do
+        if g.id == b.id then limit = limit + g.amount end
+      end
+    end
+  end
+  return {'refused', meta.version, 'tokens', free, limit}
+end
+
+local parts, rest = take(buckets, tokens)
+-- Only a forced admission can have a rest: the plan reserves it, into an overdraft.
+if rest > 0 then add_part(parts, 'plan', rest) end
+for _, p in ipairs(parts) do
+  redis.call('HINCRBY', KEYS[2], reserved_field(p[1], PERIOD), fmt(p[2]))
+end
+local deadline = NOW + meta.reservation_ttl_ms
+local encoded = encode_parts(parts)
+redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded}, '|'))
+redis.call('ZADD', KEYS[4], fmt(deadline), rid)
+redis.call('HINCRBY', KEYS[5], day_field, 1)
+touch_period(meta)
+return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open'}

@@ -1,0 +1,44 @@
+-- settle_quota.lua: closes a reservation with the tokens actually used.
+-- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
+-- ARGV[4] request id   ARGV[5] actual tokens (0..2^53-1)   ARGV[6] "1" for a stream that
+--         broke part-way (what was consumed is charged, as for any settle), else "0"
+-- Returns one of:
+--   {"settled", version, reserved, actual, overdraft, charged, late 0|1}
+--       charged "bucket:amount,..."; overdraft: actual beyond the reservation; late = 1
+--       when the reservation had expired (swept) and the use is charged now
+--   {"already_settled", version, reserved, actual, charged}
+--   {"already_released", version, reserved}
+--   {"unknown"}   {"unknown_tenant"}   {"period", actual_period}
+-- Guarantees: the reservation's buckets pay the actual use in their order (a grant that
+-- expired since the reservation still pays what it reserved); use beyond the reservation
+-- is charged to live buckets, then the plan, which may go negative; the difference is
+-- refunded. A repeated settle changes nothing.
+local mismatch = period_mismatch()
+if mismatch then return mismatch end
+local meta = read_meta()
+if not meta then return {'unknown_tenant'} end
+local rid = ARGV[4]
+local actual = tonumber(ARGV[5])
+
+local open = redis.call('HGET', KEYS[3], rid)
+if open then
+  local entry = decode_entry(open)
+  local charged, excess = finish(meta, rid, entry, actual, 'settled')
+  return {'settled', meta.version, entry.amount, actual, excess, charged, 0}
+end
+local done = find_done(rid)
+if not done then return {'unknown'} end
+if done.state == 'settled' then
+  return {'already_settled', meta.version, done.amount, done.actual, done.charged}
+end
+if done.state == 'expired' then
+  -- Swept before the caller settled: the use happened, so it is charged now.
+  local charged = encode_parts(charge_now(meta, actual))
+  redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', fmt(done.amount),
+    fmt(done.deadline), done.parts, fmt(actual), charged}, '|'))
+  touch_period(meta)
+  local over = actual - done.amount
+  if over < 0 then over = 0 end
+  return {'settled', meta.version, done.amount, actual, over, charged, 1}
+end
+return {'already_released', meta.version, done.amount}

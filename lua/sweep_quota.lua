@@ -1,0 +1,29 @@
+-- sweep_quota.lua: releases a tenant's reservations whose deadline has passed.
+-- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
+-- ARGV[4] the most reservations to release in this call
+-- Returns {released, tokens, left, open} — how many were released, the tokens they held,
+-- how many expired ones are still waiting (more than the limit), and how many
+-- reservations stay open; or {"period", actual}.
+-- Guarantees: only reservations with deadline <= now (Redis TIME) are touched; each is
+-- refunded as by release_quota and marked "expired", so a late settle still charges.
+local mismatch = period_mismatch()
+if mismatch then return mismatch end
+local meta = read_meta()
+local limit = tonumber(ARGV[4])
+local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(NOW), 'LIMIT', 0, limit)
+local released, tokens = 0, 0
+for _, rid in ipairs(due) do
+  local open = redis.call('HGET', KEYS[3], rid)
+  if open and meta then
+    local entry = decode_entry(open)
+    finish(meta, rid, entry, nil, 'expired')
+    released = released + 1
+    tokens = tokens + entry.amount
+  else
+    -- A lease without its ledger entry (or a tenant no longer published): drop it.
+    redis.call('ZREM', KEYS[4], rid)
+    if open then redis.call('HDEL', KEYS[3], rid) end
+  end
+end
+local left = redis.call('ZCOUNT', KEYS[4], '-inf', fmt(NOW))
+return {released, tokens, left, redis.call('ZCARD', KEYS[4])}

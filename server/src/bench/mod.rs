@@ -1,0 +1,37 @@
+//! `tessera bench`: throughput and correctness runs of the data plane, each against a
+//! baseline measured in the same run, under a key prefix of its own that is removed after.
+
+pub mod quota;
+
+use client::{KeyPrefix, Keys, RedisHandle};
+
+/// A fresh key prefix for one benchmark run.
+pub(crate) fn run_prefix(kind: &str) -> KeyPrefix {
+    let tag: u32 = rand::random();
+    KeyPrefix::parse(&format!("bench-{kind}-{tag:08x}")).expect("valid prefix")
+}
+
+/// Removes every key of a run (SCAN + UNLINK under its prefix; never FLUSHDB).
+pub(crate) async fn remove_keys(redis: &RedisHandle, keys: &Keys) -> anyhow::Result<u64> {
+    let mut conn = redis.connection().await?;
+    let mut cursor: u64 = 0;
+    let mut removed = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(keys.scan_pattern())
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        if !batch.is_empty() {
+            removed += batch.len() as u64;
+            redis::cmd("UNLINK").arg(&batch).query_async::<()>(&mut conn).await?;
+        }
+        if next == 0 {
+            return Ok(removed);
+        }
+        cursor = next;
+    }
+}

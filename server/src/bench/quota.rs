@@ -1,0 +1,226 @@
+//! `tessera bench quota`: what a reserve+settle pair costs against one raw `EVALSHA`, and
+//! whether 64 workers racing for one tenant can oversell it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use client::quota::{FallbackPolicy, RequestId, ReserveOutcome, SettleOutcome, TenantId, TenantQuota, TokenCount, Tokens};
+use client::{Keys, Quotas, RedisHandle};
+use rand::Rng;
+use secrecy::ExposeSecret;
+use serde::Serialize;
+
+use crate::cli::BenchQuotaArgs;
+use crate::configuration::Settings;
+
+/// The figures `--json` prints.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub concurrency: u32,
+    pub seconds: u64,
+    /// Raw `EVALSHA` of a script returning 1, per second.
+    pub baseline_ops: f64,
+    /// reserve + settle pairs per second.
+    pub pair_ops: f64,
+    /// `pair_ops / baseline_ops`; a pair is two round trips, so 0.5 is the ceiling.
+    pub pair_ratio: f64,
+    /// The oversell run's quota.
+    pub oversell_quota: u64,
+    /// Reservations admitted in the oversell run, and refused.
+    pub oversell_admitted: u64,
+    pub oversell_refused: u64,
+    /// Tokens charged beyond the quota (must be 0).
+    pub oversold: u64,
+    /// used + reserved in Redis equals the sum of the charges, nothing left reserved.
+    pub ledger_ok: bool,
+}
+
+const OVERSELL_WORKERS: u32 = 64;
+
+fn tenant_quota(tokens: u64) -> TenantQuota {
+    TenantQuota {
+        version: 1,
+        monthly_tokens: TokenCount::parse("monthly_tokens", tokens as i128).expect("valid"),
+        daily_requests: 1 << 40,
+        concurrency: 1_000_000,
+        grants: Vec::new(),
+        reservation_ttl: Duration::from_secs(600),
+        retention_days: 1,
+        fallback: FallbackPolicy::FailClosed,
+    }
+}
+
+/// Runs the benchmark against the configured Redis.
+pub async fn run(settings: &Settings, args: &BenchQuotaArgs) -> anyhow::Result<Report> {
+    let client = redis::Client::open(settings.redis_url.expose_secret()).context("redis.url (REDIS_URL)")?;
+    let redis = RedisHandle::new(client, client::RedisTimeouts::default());
+    let keys = Keys::new(super::run_prefix("quota"));
+    let result = measure(&redis, &keys, args).await;
+    let cleanup = super::remove_keys(&redis, &keys).await;
+    let report = result?;
+    cleanup.context("removing the benchmark's keys")?;
+    Ok(report)
+}
+
+async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> anyhow::Result<Report> {
+    let quotas = Quotas::new(redis.clone(), keys.clone());
+    let duration = Duration::from_secs(args.seconds);
+    let conn = redis.connection().await.context("connecting to redis")?;
+
+    // Baseline: the cheapest possible script round trip at the same concurrency.
+    let trivial = redis::Script::new("return 1");
+    let baseline_ops = throughput(args.concurrency, duration, move |_worker, _i| {
+        let (mut conn, trivial) = (conn.clone(), trivial.clone());
+        async move {
+            let _: i64 = trivial.invoke_async(&mut conn).await?;
+            Ok(())
+        }
+    })
+    .await?;
+
+    // Pairs: reserve then settle, each worker on its own request ids, one shared tenant.
+    let tenant = TenantId::parse("bench-pairs").expect("valid");
+    quotas.publish(&tenant, &tenant_quota(1 << 50)).await?;
+    let pair_ops = throughput(args.concurrency, duration, {
+        let (quotas, tenant) = (quotas.clone(), tenant.clone());
+        move |worker, i| {
+        let (quotas, tenant) = (quotas.clone(), tenant.clone());
+        async move {
+            let request = RequestId::parse(&format!("w{worker}-{i}")).expect("valid");
+            let tokens = Tokens::parse("tokens", 100).expect("valid");
+            match quotas.reserve(&tenant, &request, tokens).await? {
+                ReserveOutcome::Reserved(_) => {}
+                ReserveOutcome::Refused(r) => anyhow::bail!("pair refused: {r:?}"),
+            }
+            let actual = TokenCount::parse("actual_tokens", 60).expect("valid");
+            quotas.settle(&tenant, &request, actual, false).await?;
+            Ok(())
+        }
+    }})
+    .await?;
+
+    // Oversell: 64 workers race for one quota until refused, settling random actuals.
+    let quota: u64 = 1_000_000;
+    let tenant = TenantId::parse("bench-oversell").expect("valid");
+    quotas.publish(&tenant, &tenant_quota(quota)).await?;
+    let charged = Arc::new(AtomicU64::new(0));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for worker in 0..OVERSELL_WORKERS {
+        let (quotas, tenant) = (quotas.clone(), tenant.clone());
+        let (charged, admitted, refused) = (charged.clone(), admitted.clone(), refused.clone());
+        workers.push(tokio::spawn(async move {
+            let mut open: Vec<(RequestId, u64)> = Vec::new();
+            let mut refusals_in_a_row = 0;
+            let mut i = 0u64;
+            while refusals_in_a_row < 3 {
+                i += 1;
+                let amount = rand::rng().random_range(1..=5_000u64);
+                let request = RequestId::parse(&format!("o{worker}-{i}")).expect("valid");
+                let tokens = Tokens::parse("tokens", amount as i128).expect("valid");
+                match quotas.reserve(&tenant, &request, tokens).await? {
+                    ReserveOutcome::Reserved(_) => {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                        refusals_in_a_row = 0;
+                        open.push((request, amount));
+                    }
+                    ReserveOutcome::Refused(_) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        refusals_in_a_row += 1;
+                    }
+                }
+                // Settle about half of what is open as we go, the rest at the end.
+                if open.len() > 1 && rand::rng().random_bool(0.5) {
+                    let (request, amount) = open.swap_remove(0);
+                    settle(&quotas, &tenant, &request, amount, &charged).await?;
+                }
+            }
+            for (request, amount) in open {
+                settle(&quotas, &tenant, &request, amount, &charged).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for worker in workers {
+        worker.await.context("oversell worker panicked")??;
+    }
+    let usage = quotas.usage(&tenant).await?;
+    let plan = usage.buckets.iter().find(|b| b.id == "plan").context("plan bucket")?;
+    let charged = charged.load(Ordering::Relaxed);
+    let oversold = charged.max(plan.used + plan.reserved).saturating_sub(quota);
+    let ledger_ok = plan.used == charged && plan.reserved == 0 && usage.leases == 0;
+
+    Ok(Report {
+        concurrency: args.concurrency,
+        seconds: args.seconds,
+        baseline_ops,
+        pair_ops,
+        pair_ratio: if baseline_ops > 0.0 { pair_ops / baseline_ops } else { 0.0 },
+        oversell_quota: quota,
+        oversell_admitted: admitted.load(Ordering::Relaxed),
+        oversell_refused: refused.load(Ordering::Relaxed),
+        oversold,
+        ledger_ok,
+    })
+}
+
+async fn settle(quotas: &Quotas, tenant: &TenantId, request: &RequestId, reserved: u64, charged: &AtomicU64) -> anyhow::Result<()> {
+    let actual = rand::rng().random_range(0..=reserved);
+    let count = TokenCount::parse("actual_tokens", actual as i128).expect("valid");
+    match quotas.settle(tenant, request, count, false).await? {
+        SettleOutcome::Settled { .. } => {
+            charged.fetch_add(actual, Ordering::Relaxed);
+            Ok(())
+        }
+        other => anyhow::bail!("settle of {request} answered {other:?}"),
+    }
+}
+
+/// Operations per second of `op` run by `concurrency` workers back to back for `duration`.
+async fn throughput<F, Fut>(concurrency: u32, duration: Duration, op: F) -> anyhow::Result<f64>
+where
+    F: Fn(u32, u64) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..concurrency {
+        let op = op.clone();
+        workers.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while started.elapsed() < duration {
+                op(worker, done).await?;
+                done += 1;
+            }
+            anyhow::Ok(done)
+        }));
+    }
+    let mut total = 0;
+    for worker in workers {
+        total += worker.await.context("benchmark worker panicked")??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The report as a table for people.
+pub fn render(report: &Report) -> String {
+    format!(
+        "quota bench: {} in flight, {} s per phase\n\
+         baseline EVALSHA        {:>10.0} ops/s\n\
+         reserve+settle pairs    {:>10.0} pairs/s   ratio {:.3} (ceiling 0.5, target >= 0.4)\n\
+         oversell run            quota {}  admitted {}  refused {}  oversold {}  ledger {}\n",
+        report.concurrency,
+        report.seconds,
+        report.baseline_ops,
+        report.pair_ops,
+        report.pair_ratio,
+        report.oversell_quota,
+        report.oversell_admitted,
+        report.oversell_refused,
+        report.oversold,
+        if report.ledger_ok { "ok" } else { "MISMATCH" },
+    )
+}

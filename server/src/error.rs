@@ -1,0 +1,91 @@
+//! One error type for every HTTP handler: the status and a body a person can act on.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::json;
+
+/// What went wrong, mapped to a status. Unexpected errors are logged with their chain and
+/// answered 500 without internals.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed input (400), naming the field and the rule.
+    #[error("{field}: {rule}")]
+    BadRequest { field: String, rule: String },
+    /// Well-formed input that breaks a rule (422), naming the field and the rule.
+    #[error("{field}: {rule}")]
+    Unprocessable { field: String, rule: String },
+    /// No such entity (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// A quota refusal (429) with what ran out.
+    #[error("quota exhausted: {dimension}")]
+    QuotaRefused { dimension: &'static str, available: u64, limit: u64 },
+    /// A dependency cannot be reached (503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else (500).
+    #[error(transparent)]
+    Unexpected(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    /// A 400 naming `field` and `rule`.
+    pub fn bad_request(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self::BadRequest { field: field.into(), rule: rule.into() }
+    }
+}
+
+impl From<client::quota::InvalidInput> for ApiError {
+    fn from(e: client::quota::InvalidInput) -> Self {
+        Self::BadRequest { field: e.field, rule: e.rule }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::QuotaRefused { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let body = match self {
+            Self::BadRequest { field, rule } | Self::Unprocessable { field, rule } => {
+                json!({ "error": self.to_string(), "field": field, "rule": rule })
+            }
+            Self::QuotaRefused { dimension, available, limit } => json!({
+                "error": self.to_string(),
+                "result": "refused",
+                "dimension": dimension,
+                "available": available,
+                "limit": limit,
+            }),
+            Self::Unexpected(e) => {
+                tracing::error!(error = format!("{e:#}"), "unexpected error");
+                json!({ "error": "internal error; see the server log" })
+            }
+            other => json!({ "error": other.to_string() }),
+        };
+        HttpResponse::build(self.status_code()).json(body)
+    }
+}
+
+/// Turns a JSON body error into a 400 that names the field and the rule when serde can.
+pub fn json_error(err: actix_web::error::JsonPayloadError, _req: &actix_web::HttpRequest) -> actix_web::Error {
+    let message = err.to_string();
+    // serde_json messages look like "invalid value: ..., expected ... at line 1 column 9";
+    // our validated types fail with "<field>: <rule>".
+    let (field, rule) = match message.split_once("Json deserialize error: ") {
+        Some((_, detail)) => match detail.split_once(": ") {
+            Some((field, rule)) if !field.contains(' ') => (field.to_owned(), rule.to_owned()),
+            _ => ("body".to_owned(), detail.to_owned()),
+        },
+        None => ("body".to_owned(), message),
+    };
+    ApiError::BadRequest { field, rule }.into()
+}

@@ -1,0 +1,68 @@
+//! Leadership of one job across instances: a Postgres session advisory lock, held on a
+//! dedicated connection for as long as this instance lives. When the leader stops (or its
+//! connection breaks), Postgres frees the lock and another instance takes it on its next
+//! tick: failover within one job interval.
+
+use anyhow::Context;
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, PgPool};
+use tokio::sync::Mutex;
+
+/// The advisory lock key of a job: a stable hash of its name (FNV-1a, 64 bits).
+pub fn lock_key(job: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in format!("tessera:job:{job}").bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash as i64
+}
+
+/// Whether this instance leads one job.
+pub struct Leadership {
+    db: PgPool,
+    key: i64,
+    job: &'static str,
+    held: Mutex<Option<PgConnection>>,
+}
+
+impl Leadership {
+    /// Not leading yet; [`Leadership::ensure`] tries.
+    pub fn new(db: PgPool, job: &'static str) -> Self {
+        Self { db, key: lock_key(job), job, held: Mutex::new(None) }
+    }
+
+    /// True when this instance leads the job: it still holds the lock (its connection
+    /// answers), or it just took it. False when another instance holds it.
+    pub async fn ensure(&self) -> anyhow::Result<bool> {
+        let mut held = self.held.lock().await;
+        if let Some(conn) = held.as_mut() {
+            if conn.ping().await.is_ok() {
+                return Ok(true);
+            }
+            tracing::warn!(job = self.job, "lost the leadership connection; trying to lead again");
+            *held = None;
+        }
+        let options = self.db.connect_options();
+        let mut conn = PgConnection::connect_with(&options)
+            .await
+            .context("opening the leadership connection")?;
+        let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(self.key)
+            .fetch_one(&mut conn)
+            .await
+            .context("pg_try_advisory_lock")?;
+        if taken {
+            tracing::info!(job = self.job, "this instance now leads the job");
+            *held = Some(conn);
+        }
+        Ok(taken)
+    }
+
+    /// Gives the job up (the lock goes with the connection).
+    pub async fn resign(&self) {
+        if let Some(conn) = self.held.lock().await.take() {
+            let _ = conn.close().await;
+        }
+    }
+}

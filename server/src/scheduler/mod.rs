@@ -1,0 +1,78 @@
+//! Scheduled jobs (tokio-cron-scheduler): every instance schedules every job, and each run
+//! first makes sure this instance leads that job ([`leader`]), so N instances behind a load
+//! balancer run each job once. A job is a module with `run_once(state)`, which the cron
+//! closure calls and tests call directly.
+
+pub mod leader;
+pub mod sweep_quota;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+use self::leader::Leadership;
+use crate::state::AppState;
+
+/// The running scheduler; [`Scheduler::shutdown`] stops it and gives up leadership.
+pub struct Scheduler {
+    inner: JobScheduler,
+}
+
+impl Scheduler {
+    /// Schedules every job and starts ticking.
+    pub async fn start(state: AppState) -> anyhow::Result<Self> {
+        let inner = JobScheduler::new().await.context("creating the job scheduler")?;
+        add(&inner, &state, "quota_sweep", sweep_quota::CRON, |state| async move {
+            sweep_quota::run_once(&state).await.map(|o| {
+                if o.released > 0 {
+                    tracing::info!(released = o.released, tokens = o.tokens, open = o.open, "quota sweep");
+                }
+            })
+        })
+        .await?;
+        inner.start().await.context("starting the job scheduler")?;
+        Ok(Self { inner })
+    }
+
+    /// Stops scheduling; leadership locks go with their connections.
+    pub async fn shutdown(mut self) {
+        if let Err(e) = self.inner.shutdown().await {
+            tracing::warn!(error = %e, "job scheduler did not shut down cleanly");
+        }
+    }
+}
+
+async fn add<F, Fut>(scheduler: &JobScheduler, state: &AppState, name: &'static str, cron: &'static str, run: F) -> anyhow::Result<()>
+where
+    F: Fn(AppState) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let leadership = Arc::new(Leadership::new(state.db.clone(), name));
+    let state = state.clone();
+    let run = Arc::new(run);
+    let job = Job::new_async(cron, move |_id, _scheduler| {
+        let (leadership, state, run) = (leadership.clone(), state.clone(), run.clone());
+        Box::pin(async move {
+            let outcome = match leadership.ensure().await {
+                Ok(true) => match run(state.clone()).await {
+                    Ok(()) => "ok",
+                    Err(e) => {
+                        tracing::error!(job = name, error = format!("{e:#}"), "job failed");
+                        "error"
+                    }
+                },
+                Ok(false) => "skipped",
+                Err(e) => {
+                    tracing::warn!(job = name, error = format!("{e:#}"), "cannot tell who leads the job");
+                    "error"
+                }
+            };
+            state.metrics.job_runs.with_label_values(&[name, outcome]).inc();
+        })
+    })
+    .with_context(|| format!("scheduling {name} at {cron:?}"))?;
+    scheduler.add(job).await.with_context(|| format!("adding job {name}"))?;
+    Ok(())
+}

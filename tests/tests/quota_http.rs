@@ -1,0 +1,180 @@
+//! The quota endpoints over HTTP, the sweeper job and job leadership, against a running
+//! server with its own database and Redis key prefix.
+
+use std::time::Duration;
+
+use client::quota::{FallbackPolicy, Grant, GrantId, GrantKind, TenantId, TenantQuota, TokenCount, Tokens};
+use integration::{spawn_app, TestApp};
+use serde_json::{json, Value};
+use server::scheduler::leader::Leadership;
+
+fn quota(monthly: u64, concurrency: u32, ttl: Duration) -> TenantQuota {
+    TenantQuota {
+        version: 1,
+        monthly_tokens: TokenCount::parse("monthly_tokens", monthly as i128).unwrap(),
+        daily_requests: 1000,
+        concurrency,
+        grants: vec![Grant {
+            id: GrantId::parse("welcome").unwrap(),
+            kind: GrantKind::Bonus { priority: 1 },
+            amount: Tokens::parse("amount", 100).unwrap(),
+            starts_at: None,
+            expires_at: None,
+        }],
+        reservation_ttl: ttl,
+        retention_days: 40,
+        fallback: FallbackPolicy::FailClosed,
+    }
+}
+
+async fn tenant(app: &TestApp, name: &str, q: TenantQuota) -> TenantId {
+    let tenant = TenantId::parse(name).unwrap();
+    app.state.quotas.publish(&tenant, &q).await.unwrap();
+    tenant
+}
+
+async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
+    let response = app
+        .http
+        .post(format!("{}{path}", app.address))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_reservation_is_taken_bonus_first_settled_and_shown_in_the_usage() {
+    let app = spawn_app().await;
+    tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;
+
+    let (status, body) = post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "r-1", "tokens": 300})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"], "reserved");
+    assert_eq!(body["tokens"], 300);
+    assert_eq!(body["parts"], json!([{"bucket": "welcome", "tokens": 100}, {"bucket": "plan", "tokens": 200}]));
+    assert_eq!(body["replayed"], false);
+
+    let (status, body) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 250})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"], "settled");
+    assert_eq!(body["overdraft"], 0);
+
+    let usage: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
+    assert_eq!(usage["available"], 1100 - 250);
+    assert_eq!(usage["requests_today"], 1);
+    assert_eq!(usage["leases"], 0);
+    let plan = usage["buckets"].as_array().unwrap().iter().find(|b| b["id"] == "plan").unwrap().clone();
+    assert_eq!((plan["used"].as_u64(), plan["reserved"].as_u64()), (Some(150), Some(0)));
+
+    // Settled twice: the second changes nothing and says so.
+    let (status, body) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 999})).await;
+    assert_eq!((status, body["result"].as_str()), (200, Some("already_settled")));
+    let again: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
+    assert_eq!(again["available"], usage["available"]);
+}
+
+#[tokio::test]
+async fn a_refusal_is_429_with_the_dimension_and_what_is_left() {
+    let app = spawn_app().await;
+    tenant(&app, "small", quota(50, 1, Duration::from_secs(60))).await;
+
+    let (status, body) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "big", "tokens": 151})).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!((body["dimension"].as_str(), body["available"].as_u64(), body["limit"].as_u64()), (Some("tokens"), Some(150), Some(150)));
+
+    let (status, _) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "one", "tokens": 10})).await;
+    assert_eq!(status, 200);
+    let (status, body) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
+    assert_eq!((status, body["dimension"].as_str()), (429, Some("concurrency")));
+
+    // Released, the lease is free again; a second release changes nothing.
+    let (status, body) = post(&app, "/api/v1/tenants/small/quota/release", json!({"request_id": "one"})).await;
+    assert_eq!((status, body["result"].as_str(), body["reserved"].as_u64()), (200, Some("released"), Some(10)));
+    let (_, body) = post(&app, "/api/v1/tenants/small/quota/release", json!({"request_id": "one"})).await;
+    assert_eq!(body["result"], "already_released");
+    let (status, _) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn bad_amounts_ids_and_unknown_names_are_refused_before_redis_is_touched() {
+    let app = spawn_app().await;
+    tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;
+
+    for (body, field) in [
+        (json!({"request_id": "a", "tokens": 9007199254740992u64}), "tokens"),
+        (json!({"request_id": "a", "tokens": -5}), "tokens"),
+        (json!({"request_id": "a", "tokens": 0}), "tokens"),
+        (json!({"request_id": "a b", "tokens": 5}), "request_id"),
+        (json!({"request_id": "a"}), "tokens"),
+        (json!({"request_id": "a", "tokens": 5, "prompt": "hi"}), "tokens"),
+        (json!({"request_id": "a", "prompt": "hi", "model": "gpt-4o"}), "max_tokens"),
+    ] {
+        let (status, reply) = post(&app, "/api/v1/tenants/acme/quota/reserve", body.clone()).await;
+        assert_eq!(status, 400, "{body} -> {reply}");
+        assert_eq!(reply["field"], field, "{body} -> {reply}");
+    }
+    let usage: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
+    assert_eq!((usage["requests_today"].as_u64(), usage["leases"].as_u64()), (Some(0), Some(0)));
+
+    let (status, body) = post(&app, "/api/v1/tenants/nobody/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, _) = post(&app, "/api/v1/tenants/bad%7Bname/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
+    assert_eq!(status, 400);
+    let (status, _) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "never", "actual_tokens": 5})).await;
+    assert_eq!(status, 404);
+    assert_eq!(app.get("/api/v1/tenants/nobody/quota").await.status(), 404);
+}
+
+#[tokio::test]
+async fn a_prompt_is_estimated_with_the_models_tokenizer_and_a_margin() {
+    let app = spawn_app().await;
+    tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;
+    let (status, body) = post(
+        &app,
+        "/api/v1/tenants/acme/quota/reserve",
+        json!({"request_id": "p-1", "prompt": "hello world", "max_tokens": 98, "model": "gpt-4o"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["estimate"]["prompt_tokens"], 2);
+    assert_eq!(body["estimate"]["encoding"], "o200k_base");
+    assert_eq!(body["tokens"], 105); // ceil((2 + 98) × 1.05)
+}
+
+#[tokio::test]
+async fn the_sweeper_returns_an_abandoned_reservation_and_counts_it() {
+    let app = spawn_app().await;
+    tenant(&app, "acme", quota(1000, 10, Duration::from_millis(50))).await;
+    let (status, _) = post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "lost", "tokens": 40})).await;
+    assert_eq!(status, 200);
+
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let outcome = server::scheduler::sweep_quota::run_once(&app.state).await.unwrap();
+    assert_eq!((outcome.released, outcome.tokens, outcome.open), (1, 40, 0));
+
+    let usage: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
+    assert_eq!((usage["available"].as_u64(), usage["leases"].as_u64()), (Some(1100), Some(0)));
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains("tessera_quota_swept_total 1"), "{metrics}");
+    // A second run finds nothing more.
+    let outcome = server::scheduler::sweep_quota::run_once(&app.state).await.unwrap();
+    assert_eq!(outcome.released, 0);
+}
+
+#[tokio::test]
+async fn one_instance_leads_a_job_and_another_takes_over_when_it_stops() {
+    let app = spawn_app().await;
+    let first = Leadership::new(app.state.db.clone(), "test_job");
+    let second = Leadership::new(app.state.db.clone(), "test_job");
+    assert!(first.ensure().await.unwrap());
+    assert!(!second.ensure().await.unwrap());
+    assert!(first.ensure().await.unwrap(), "the leader keeps leading");
+
+    first.resign().await;
+    assert!(second.ensure().await.unwrap(), "the lock is free once the leader's connection closes");
+    assert!(!first.ensure().await.unwrap());
+}
