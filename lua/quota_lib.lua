@@ -105,6 +105,17 @@ local function hnum(key, field)
 end
 
 -- The paying order of two grants {rank (bonus 0, temporary 1), priority, expires or nil, id}.
+-- Byte order, as the engine compares ids (Lua's `<` on strings follows the server's
+-- collation locale, which may differ from byte order).
+local function bytes_before(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
 local function pays_before(a, b)
   if a.rank ~= b.rank then return a.rank < b.rank end
   if a.priority ~= b.priority then return a.priority < b.priority end
@@ -113,7 +124,7 @@ local function pays_before(a, b)
     if b.expires == nil then return true end
     return a.expires < b.expires
   end
-  return a.id > b.id
+  return bytes_before(a.id, b.id)
 end
 
 -- Live buckets in paying order (mirrors engine::quota::payment_order): bonus by priority,
@@ -236,7 +247,8 @@ local function charge_now(meta, amount)
   return parts
 end
 
--- Closes an open reservation: returns its reserved amounts, charges `actual` (nil for a
+-- Closes an open reservation (meta may be nil for a release of an unpublished tenant's
+-- reservation): returns its reserved amounts, charges `actual` (nil for a
 -- release) to the buckets that reserved, in their order, and any excess by charge_now;
 -- removes the ledger entry and the lease; leaves a done marker in the reservation's period.
 -- Returns the charged parts (encoded) and the overdraft beyond the reservation.
@@ -270,7 +282,7 @@ local function finish(meta, rid, entry, actual, state)
   if key then
     redis.call('HSET', key, 'done:' .. rid, table.concat({state, fmt(entry.amount),
       fmt(entry.deadline), entry.parts, actual and fmt(actual) or '', encoded}, '|'))
-    if key == KEYS[5] then touch_period(meta) end
+    if key == KEYS[5] and meta then touch_period(meta) end
   end
   return encoded, excess
 end

@@ -14,15 +14,15 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(NOW), 'LIMIT', 0, l
 local released, tokens = 0, 0
 for _, rid in ipairs(due) do
   local open = redis.call('HGET', KEYS[3], rid)
-  if open and meta then
+  if open then
+    -- Also for a tenant no longer published: its reserved amounts are returned all the same.
     local entry = decode_entry(open)
     finish(meta, rid, entry, nil, 'expired')
     released = released + 1
     tokens = tokens + entry.amount
   else
-    -- A lease without its ledger entry (or a tenant no longer published): drop it.
+    -- A lease without its ledger entry: drop it.
     redis.call('ZREM', KEYS[4], rid)
-    if open then redis.call('HDEL', KEYS[3], rid) end
   end
 end
 local left = redis.call('ZCOUNT', KEYS[4], '-inf', fmt(NOW))

@@ -950,6 +950,7 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
         reserved(h.quotas.reserve(t, &rid("warm-up"), tokens(1)).await.unwrap());
         h.quotas.release(t, &rid("warm-up")).await.unwrap();
     }
+    reserved(h.quotas.reserve(&open, &rid("held"), tokens(10)).await.unwrap());
 
     // Act: Redis goes away
     proxy.stop().await;
@@ -957,6 +958,7 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     let second = h.quotas.reserve(&open, &rid("r2"), tokens(50)).await.unwrap();
     let refused_closed = h.quotas.reserve(&closed, &rid("r1"), tokens(1)).await;
     let settled = h.quotas.settle(&open, &rid("r1"), count(20), false).await.unwrap();
+    let queued = h.quotas.settle(&open, &rid("held"), count(7), false).await.unwrap();
     let pending = h.quotas.offline_summary();
 
     // Assert: what was decided without Redis
@@ -978,9 +980,13 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
             source: Source::Fallback
         }
     );
-    assert_eq!((pending.operations, pending.admitted_tokens), (1, 60));
+    assert_eq!(queued, SettleOutcome::Queued);
+    assert_eq!((pending.operations, pending.admitted_tokens), (2, 60));
 
     // Act: Redis is back; the next operation that reaches it charges the journal first.
+    // Staying away longer than the connection manager's reconnect attempt (two tries, at
+    // most 2 s apart) leaves it holding a failed reconnection, which the first call after
+    // Redis returns still gets (and which starts a new one): at most one call fails.
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.restart().await;
     let mut failures = Vec::new();
@@ -996,10 +1002,9 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     };
 
     // Assert
-    eprintln!("operations failed after the proxy came back: {failures:?}");
     assert!(failures.len() <= 1, "{failures:?}");
-    assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "plan").reserved, usage.leases), (20, 0, 0));
-    assert_eq!(usage.requests_today, 2);
+    assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "plan").reserved, usage.leases), (27, 0, 0));
+    assert_eq!(usage.requests_today, 3);
     assert_eq!(h.quotas.offline_summary().operations, 0);
     let replayed = h.quotas.settle(&open, &rid("r1"), count(20), false).await.unwrap();
     assert!(matches!(replayed, SettleOutcome::AlreadySettled { reserved: 60, actual: 20, .. }), "{replayed:?}");

@@ -105,6 +105,27 @@ pub fn available(buckets: &[Bucket], now: DateTime<Utc>) -> u64 {
     buckets.iter().map(|b| b.payable(now)).sum()
 }
 
+/// What a new reservation may take at `now`: [`available`] less any plan overdraft, so a
+/// tenant in debt is refused until its grants outweigh the debt (the Lua `reserve` rule).
+pub fn net_available(buckets: &[Bucket], now: DateTime<Utc>) -> u64 {
+    let debt: u64 = buckets
+        .iter()
+        .filter(|b| b.kind == BucketKind::Plan && b.left < 0)
+        .map(|b| b.left.unsigned_abs())
+        .sum();
+    available(buckets, now).saturating_sub(debt)
+}
+
+/// The buckets that pay a new reservation of `cost`: refused unless [`net_available`]
+/// covers it, then paid as by [`plan_payment`].
+pub fn reserve_payment(buckets: &[Bucket], cost: u64, now: DateTime<Utc>) -> Result<Vec<Payment>, QuotaError> {
+    let net = net_available(buckets, now);
+    if cost <= MAX_AMOUNT && net < cost {
+        return Err(QuotaError::Insufficient { cost, available: net });
+    }
+    plan_payment(buckets, cost, now)
+}
+
 /// Which buckets pay `cost`, and how much each: amounts sum to `cost` exactly, or the
 /// charge is refused saying how much is available. A cost of 0 pays nothing.
 pub fn plan_payment(buckets: &[Bucket], cost: u64, now: DateTime<Utc>) -> Result<Vec<Payment>, QuotaError> {
@@ -243,6 +264,17 @@ mod tests {
         let b = vec![bucket("plan", BucketKind::Plan, -40, None)];
         assert_eq!(plan_payment(&b, 1, now()).unwrap_err(), QuotaError::Insufficient { cost: 1, available: 0 });
         assert!(matches!(plan_payment(&b, 1 << 53, now()), Err(QuotaError::AmountTooLarge { .. })));
+    }
+
+    #[test]
+    fn a_reservation_is_refused_while_the_plan_debt_outweighs_the_grants() {
+        let b = vec![
+            bucket("plan", BucketKind::Plan, -40, None),
+            bucket("b1", BucketKind::Bonus { priority: 1 }, 100, None),
+        ];
+        assert_eq!(net_available(&b, now()), 60);
+        assert_eq!(reserve_payment(&b, 61, now()).unwrap_err(), QuotaError::Insufficient { cost: 61, available: 60 });
+        assert_eq!(ids(&reserve_payment(&b, 60, now()).unwrap()), vec![("b1", 60)]);
     }
 
     #[test]

@@ -539,7 +539,16 @@ impl Quotas {
                 Err(other) => return Err(CallError::Failed(other)),
             }
         }
-        match self.call_direct(name, script, tenant, extra).await {
+        let mut result = self.call_direct(name, script, tenant, extra).await;
+        // After an outage the connection manager reports the failed reconnect once and
+        // only then reconnects: one immediate retry (not after a timeout, which already
+        // waited) lets the first call after Redis returns succeed.
+        if let Err(QuotaError::Redis(e)) = &result {
+            if is_unreachable(e) && !e.is_timeout() {
+                result = self.call_direct(name, script, tenant, extra).await;
+            }
+        }
+        match result {
             Ok(reply) => {
                 if self.inner.redis_down.swap(false, Ordering::AcqRel) {
                     tracing::info!("redis answers again: quota decisions are made in redis");
