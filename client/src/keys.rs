@@ -85,6 +85,47 @@ impl Keys {
         format!("{}:pool:{{{pool}}}:meta", self.prefix)
     }
 
+    /// A pool's runtime state: batch sequence, apportioner, the current and next local day.
+    pub fn pool_state(&self, pool: &str) -> String {
+        format!("{}:pool:{{{pool}}}:state", self.prefix)
+    }
+
+    /// A pool's ticket list.
+    pub fn pool_tickets(&self, pool: &str) -> String {
+        format!("{}:pool:{{{pool}}}:tickets", self.prefix)
+    }
+
+    /// A pool's standby batch, promoted when the list runs dry.
+    pub fn pool_standby(&self, pool: &str) -> String {
+        format!("{}:pool:{{{pool}}}:standby", self.prefix)
+    }
+
+    /// A pool's ejected members.
+    pub fn pool_ejected(&self, pool: &str) -> String {
+        format!("{}:pool:{{{pool}}}:ejected", self.prefix)
+    }
+
+    /// A pool's draws per member on one local day (`YYYY-MM-DD`).
+    pub fn pool_hits(&self, pool: &str, day: &str) -> String {
+        format!("{}:pool:{{{pool}}}:hits:{day}", self.prefix)
+    }
+
+    /// A pool's refill flag, set by a draw below low-water.
+    pub fn pool_refill_flag(&self, pool: &str) -> String {
+        format!("{}:pool:{{{pool}}}:refill", self.prefix)
+    }
+
+    /// `SCAN MATCH` pattern of every pool's meta hash.
+    pub fn pool_meta_pattern(&self) -> String {
+        format!("{}:pool:{{*}}:meta", self.prefix)
+    }
+
+    /// The pool named by one of its keys under this prefix.
+    pub fn pool_of_key<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(":pool:{")?;
+        rest.split_once('}').map(|(pool, _)| pool)
+    }
+
     /// The meta hash holding a tenant's published quota snapshot.
     pub fn quota_meta(&self, tenant: &str) -> String {
         format!("{}:quota:{{{tenant}}}:meta", self.prefix)

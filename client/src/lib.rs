@@ -8,6 +8,8 @@
 //! - [`scripts`]: one `redis::Script` per file in `lua/` (EVALSHA, reloaded on NOSCRIPT).
 //! - [`quota`]: reserve / settle / release of tenant token quotas, with the offline
 //!   fallback; [`estimate`] counts a prompt's tokens for a reservation.
+//! - [`pool`]: draws from ticket pools with the local / static fallback chain, and the
+//!   control plane's pool operations (publish, rotate, refill, eject).
 //! - [`clock`]: the one clock of quota decisions (Redis `TIME`) and quota periods.
 //! - [`metrics`]: Prometheus metrics the embedding application registers.
 #![forbid(unsafe_code)]
@@ -17,11 +19,27 @@ pub mod connection;
 pub mod estimate;
 pub mod keys;
 pub mod metrics;
+pub mod pool;
 pub mod quota;
+pub mod reply;
 pub mod scripts;
 
 pub use clock::{Clock, Period};
 pub use connection::{connect, is_unreachable, RedisHandle, RedisTimeouts};
-pub use metrics::QuotaMetrics;
+pub use metrics::{PoolMetrics, QuotaMetrics};
+pub use pool::{PoolAdmin, Pools};
 pub use quota::Quotas;
 pub use keys::{KeyPrefix, KeyPrefixError, Keys};
+
+/// A seed for the client's random orderings and names, from the process's hash keys and
+/// the time (the `rand` thread RNG feature is not enabled in this crate).
+pub(crate) fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    RandomState::new().hash_one((nanos, COUNTER.fetch_add(1, Ordering::Relaxed), std::process::id()))
+}

@@ -57,3 +57,46 @@ impl QuotaMetrics {
         Ok(Self { reserves, settle_delta, script_seconds, fallback, offline_pending })
     }
 }
+
+/// What the pool client records. The script latency histogram is shared with the quota
+/// metrics (one metric name per registry).
+#[derive(Clone)]
+pub struct PoolMetrics {
+    /// Draws by pool, member and source (`redis`|`local`|`static`).
+    pub draws: IntCounterVec,
+    /// Tickets skipped by draws, by pool and reason (`ejected`|`capped`).
+    pub skips: IntCounterVec,
+    /// Draws that found the list and the standby batch empty.
+    pub empty: IntCounterVec,
+    /// Tickets left after the last draw, per pool.
+    pub list_length: prometheus::IntGaugeVec,
+    /// Script round-trip latency by script (the quota metrics' histogram).
+    pub script_seconds: HistogramVec,
+}
+
+impl PoolMetrics {
+    /// Creates the pool metrics and registers them, sharing `script_seconds`.
+    pub fn register(registry: &Registry, script_seconds: HistogramVec) -> prometheus::Result<Self> {
+        let draws = IntCounterVec::new(
+            Opts::new("tessera_pool_draws_total", "Pool draws by pool, member and source"),
+            &["pool", "member", "source"],
+        )?;
+        let skips = IntCounterVec::new(
+            Opts::new("tessera_pool_skips_total", "Tickets skipped by draws, by reason"),
+            &["pool", "reason"],
+        )?;
+        let empty = IntCounterVec::new(
+            Opts::new("tessera_pool_empty_total", "Draws that found no ticket and no standby batch"),
+            &["pool"],
+        )?;
+        let list_length = prometheus::IntGaugeVec::new(
+            Opts::new("tessera_pool_list_length", "Tickets left in the pool's list after the last draw"),
+            &["pool"],
+        )?;
+        registry.register(Box::new(draws.clone()))?;
+        registry.register(Box::new(skips.clone()))?;
+        registry.register(Box::new(empty.clone()))?;
+        registry.register(Box::new(list_length.clone()))?;
+        Ok(Self { draws, skips, empty, list_length, script_seconds })
+    }
+}

@@ -6,6 +6,26 @@ use std::sync::OnceLock;
 use redis::Script;
 
 const QUOTA_LIB: &str = include_str!("../../lua/quota_lib.lua");
+const POOL_LIB: &str = include_str!("../../lua/pool_lib.lua");
+
+/// The pool scripts (`draw` and `count_draw` are `lua/pool_lib.lua` + their body).
+pub struct PoolScripts {
+    pub draw: Script,
+    pub count_draw: Script,
+    pub refill: Script,
+    pub publish_meta: Script,
+}
+
+/// The pool scripts, built on first use.
+pub fn pool() -> &'static PoolScripts {
+    static SCRIPTS: OnceLock<PoolScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| PoolScripts {
+        draw: Script::new(&format!("{POOL_LIB}\n{}", include_str!("../../lua/draw_ticket.lua"))),
+        count_draw: Script::new(&format!("{POOL_LIB}\n{}", include_str!("../../lua/count_draw.lua"))),
+        refill: Script::new(include_str!("../../lua/refill_pool.lua")),
+        publish_meta: Script::new(include_str!("../../lua/publish_snapshot.lua")),
+    })
+}
 
 /// The quota scripts: each is `lua/quota_lib.lua` followed by the script's own body.
 pub struct QuotaScripts {
@@ -30,6 +50,6 @@ pub fn quota() -> &'static QuotaScripts {
         release: with_lib(include_str!("../../lua/release_quota.lua")),
         sweep: with_lib(include_str!("../../lua/sweep_quota.lua")),
         read: with_lib(include_str!("../../lua/read_quota.lua")),
-        publish_meta: Script::new(include_str!("../../lua/publish_quota_meta.lua")),
+        publish_meta: Script::new(include_str!("../../lua/publish_snapshot.lua")),
     })
 }

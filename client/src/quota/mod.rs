@@ -6,7 +6,6 @@
 //! ([`offline`]) and charged to Redis as soon as it answers again.
 
 mod offline;
-mod reply;
 mod types;
 
 use std::collections::HashMap;
@@ -19,7 +18,7 @@ use serde::Serialize;
 
 pub use self::offline::OfflineSummary;
 use self::offline::Offline;
-use self::reply::Fields;
+use crate::reply::{Fields, ReplyError};
 pub use self::types::{
     FallbackPolicy, Grant, GrantId, GrantKind, InvalidInput, RequestId, TenantId, TenantQuota, TokenCount, Tokens,
     MAX_RESERVATION_TTL,
@@ -266,7 +265,7 @@ impl Quotas {
     #[tracing::instrument(skip_all, fields(tenant = %tenant, version = quota.version), err)]
     pub async fn publish(&self, tenant: &TenantId, quota: &TenantQuota) -> Result<(bool, u64), QuotaError> {
         if let Err(invalid) = quota.validate() {
-            return Err(QuotaError::Protocol { script: "publish_quota_meta", detail: invalid.to_string() });
+            return Err(QuotaError::Protocol { script: "publish_snapshot", detail: invalid.to_string() });
         }
         let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
         let mut call = scripts::quota().publish_meta.key(self.inner.keys.quota_meta(tenant.as_str()));
@@ -304,9 +303,9 @@ impl Quotas {
             "reserved" => ReserveOutcome::Reserved(Reservation {
                 tokens: f.uint(2)?,
                 deadline_ms: f.int(3)?,
-                parts: f.parts(4)?,
+                parts: parts(&f, 4)?,
                 replayed: f.int(5)? == 1,
-                state: f.state(6)?,
+                state: state(&f, 6)?,
                 source: Source::Redis,
             }),
             "refused" => ReserveOutcome::Refused(Refusal {
@@ -314,13 +313,13 @@ impl Quotas {
                     "tokens" => Dimension::Tokens,
                     "requests" => Dimension::Requests,
                     "concurrency" => Dimension::Concurrency,
-                    other => return Err(f.unexpected(other)),
+                    other => return Err(f.unexpected(other).into()),
                 },
                 available: f.uint(3)?,
                 limit: f.uint(4)?,
             }),
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
-            other => return Err(f.unexpected(other)),
+            other => return Err(f.unexpected(other).into()),
         };
         self.note_version(tenant, f.uint(1)?).await;
         if let Some(m) = &self.inner.metrics {
@@ -351,15 +350,15 @@ impl Quotas {
                 reserved: f.uint(2)?,
                 actual: f.uint(3)?,
                 overdraft: f.uint(4)?,
-                charged: f.parts(5)?,
+                charged: parts(&f, 5)?,
                 late: f.int(6)? == 1,
                 source: Source::Redis,
             },
-            "already_settled" => SettleOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: f.parts(4)? },
+            "already_settled" => SettleOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? },
             "already_released" => SettleOutcome::AlreadyReleased { reserved: f.uint(2)? },
             "unknown" => SettleOutcome::Unknown,
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
-            other => return Err(f.unexpected(other)),
+            other => return Err(f.unexpected(other).into()),
         };
         if let (Some(m), SettleOutcome::Settled { reserved, actual, .. }) = (&self.inner.metrics, &outcome) {
             m.settle_delta.observe(*reserved as f64 - *actual as f64);
@@ -380,10 +379,10 @@ impl Quotas {
         Ok(match f.str(0)? {
             "released" => ReleaseOutcome::Released { reserved: f.uint(2)?, source: Source::Redis },
             "already_released" => ReleaseOutcome::AlreadyReleased { reserved: f.uint(2)? },
-            "already_settled" => ReleaseOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: f.parts(4)? },
+            "already_settled" => ReleaseOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? },
             "unknown" => ReleaseOutcome::Unknown,
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
-            other => return Err(f.unexpected(other)),
+            other => return Err(f.unexpected(other).into()),
         })
     }
 
@@ -408,7 +407,7 @@ impl Quotas {
         match f.str(0)? {
             "quota" => {}
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
-            other => return Err(f.unexpected(other)),
+            other => return Err(f.unexpected(other).into()),
         }
         let mut buckets = Vec::new();
         for row in f.array(9)? {
@@ -694,6 +693,35 @@ impl Quotas {
         }
         outcome
     }
+}
+
+impl From<ReplyError> for QuotaError {
+    fn from(e: ReplyError) -> Self {
+        Self::Protocol { script: e.script, detail: e.detail }
+    }
+}
+
+/// `bucket:amount,bucket:amount` (empty: none).
+fn parts(f: &Fields<'_>, i: usize) -> Result<Vec<Part>, ReplyError> {
+    f.str(i)?
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|part| {
+            let (bucket, tokens) = part.split_once(':').ok_or_else(|| f.bad(i, "part without ':'"))?;
+            let tokens = tokens.parse().map_err(|_| f.bad(i, "part amount not an integer"))?;
+            Ok(Part { bucket: bucket.to_owned(), tokens })
+        })
+        .collect()
+}
+
+fn state(f: &Fields<'_>, i: usize) -> Result<ReservationState, ReplyError> {
+    Ok(match f.str(i)? {
+        "open" => ReservationState::Open,
+        "settled" => ReservationState::Settled,
+        "released" => ReservationState::Released,
+        "expired" => ReservationState::Expired,
+        other => return Err(f.unexpected(other).into()),
+    })
 }
 
 enum CallError {

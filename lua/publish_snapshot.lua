@@ -1,5 +1,6 @@
--- publish_quota_meta.lua: installs a tenant's quota snapshot, only when it is newer.
--- KEYS[1] the tenant's meta hash
+-- publish_snapshot.lua: installs a published snapshot (a tenant's quota, a pool's
+-- configuration) into its meta hash, only when it is newer.
+-- KEYS[1] the meta hash
 -- ARGV[1] the snapshot version (integer >= 1); ARGV[2..] field, value, field, value, ...
 -- Returns {1, version} when written; {0, current_version} when the stored one is as new
 -- or newer (nothing written).

@@ -1,0 +1,134 @@
+//! A pool's published configuration, validated: a [`PoolSnapshot`] always describes a pool
+//! the engine can build batches for.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use engine::peak::{PeakSchedule, PeakWindow};
+use engine::{BatchSize, Ordering, Weights};
+use serde::{Deserialize, Serialize};
+
+use crate::quota::InvalidInput;
+
+/// A pool's name: 1..=64 of `[A-Za-z0-9_-]` (it becomes a Redis hash tag, so no braces).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct PoolName(String);
+
+impl PoolName {
+    /// Parses a pool name, naming the rule it breaks.
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.is_empty() || raw.len() > 64 {
+            return Err(InvalidInput::new("pool", format!("must be 1..=64 characters, got {}", raw.len())));
+        }
+        if let Some(bad) = raw.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+            return Err(InvalidInput::new("pool", format!("may hold only ASCII letters, digits, '_' and '-'; found {bad:?}")));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The name as written in keys.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PoolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PoolName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The largest batch a pool may use (tickets), and the most tickets a draw skips.
+pub const MAX_BATCH: u32 = 100_000;
+
+/// What a pool's tickets name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolKind {
+    /// Tickets are channel codes.
+    #[default]
+    Channels,
+}
+
+/// A pool's configuration as published by the control plane, versioned, replaced whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSnapshot {
+    /// Snapshot version (≥ 1); an older one never replaces a newer one.
+    pub version: u64,
+    #[serde(default)]
+    pub kind: PoolKind,
+    /// Members and their integer weights (zero allowed: never drawn).
+    pub weights: Weights,
+    pub batch_size: u32,
+    /// Below this many tickets a refill is asked for.
+    pub low_water: u32,
+    pub ordering: Ordering,
+    /// IANA timezone of the pool's day (rotation, caps) and peak windows.
+    pub timezone: String,
+    #[serde(default)]
+    pub peak_windows: Vec<PeakWindow>,
+    /// Most draws per member per local day.
+    #[serde(default)]
+    pub caps: BTreeMap<String, u64>,
+    /// Ejecting members that together hold more than this share of the weight (percent)
+    /// rebuilds the pool instead of skipping their tickets.
+    pub eject_rebuild_percent: u8,
+}
+
+impl PoolSnapshot {
+    /// Checks every rule, naming the field.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        if self.version == 0 {
+            return Err(InvalidInput::new("version", "must be at least 1"));
+        }
+        for name in self.weights.members() {
+            if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
+                return Err(InvalidInput::new("weights", format!("member {name:?} must be 1..=64 of [A-Za-z0-9_.-]")));
+            }
+        }
+        BatchSize::new(u64::from(self.batch_size), MAX_BATCH)
+            .map_err(|e| InvalidInput::new("batch_size", e.to_string()))?;
+        if self.low_water >= self.batch_size {
+            return Err(InvalidInput::new("low_water", "must be below batch_size"));
+        }
+        self.schedule()?;
+        for (member, cap) in &self.caps {
+            if self.weights.index_of(member).is_none() {
+                return Err(InvalidInput::new("caps", format!("{member:?} is not a member of the pool")));
+            }
+            if *cap == 0 {
+                return Err(InvalidInput::new("caps", format!("cap of {member:?} must be at least 1")));
+            }
+        }
+        if self.eject_rebuild_percent == 0 || self.eject_rebuild_percent > 100 {
+            return Err(InvalidInput::new("eject_rebuild_percent", "must be in 1..=100"));
+        }
+        Ok(())
+    }
+
+    /// The peak schedule in the pool's timezone.
+    pub fn schedule(&self) -> Result<PeakSchedule, InvalidInput> {
+        let tz = PeakSchedule::parse_timezone(&self.timezone).map_err(|e| InvalidInput::new("timezone", e.to_string()))?;
+        PeakSchedule::new(tz, self.peak_windows.clone()).map_err(|e| InvalidInput::new("peak_windows", e.to_string()))
+    }
+
+    /// The meta hash's fields (besides `version`).
+    pub(crate) fn meta_fields(&self) -> Vec<(String, String)> {
+        let mut fields = vec![
+            ("kind".to_owned(), "channels".to_owned()),
+            ("low_water".to_owned(), self.low_water.to_string()),
+            ("snapshot".to_owned(), serde_json::to_string(self).expect("a snapshot serialises")),
+        ];
+        for (member, cap) in &self.caps {
+            fields.push((format!("cap:{member}"), cap.to_string()));
+        }
+        fields
+    }
+}

@@ -1,0 +1,65 @@
+-- draw_ticket.lua: hands out the next ticket of a pool, in one atomic step.
+-- Prepended by pool_lib.lua.
+-- KEYS[1] meta     hash  the published snapshot: version, low_water, cap:<member>, …
+-- KEYS[2] state    hash  runtime: seq, apportioner, day0, day0_end, day1, day1_end (the
+--                        pool-local days and when they end, ms; written by the rotation job)
+-- KEYS[3] tickets  list  the tickets, drawn from the left
+-- KEYS[4] standby  list  a whole batch built ahead, promoted when the list runs dry
+-- KEYS[5] ejected  set   members whose tickets are skipped
+-- KEYS[6] hits of ARGV[1]'s day   hash member -> draws that day (expires 48 h after the day)
+-- KEYS[7] hits of ARGV[2]'s day
+-- KEYS[8] refill   string  the refill flag (set when the list is below low-water)
+-- ARGV[1], ARGV[2] the two days the caller passed hit keys for ("YYYY-MM-DD")
+-- ARGV[3] now in ms, or "" for Redis TIME   ARGV[4] the most tickets skipped per draw
+-- Returns one of:
+--   {"ticket", member, version, from ("list"|"standby"), skipped_ejected, skipped_capped,
+--    length_after, refill_flagged 0|1}
+--   {"exhausted", version, skipped_ejected, skipped_capped}  (ARGV[4] skips, nothing drawable)
+--   {"empty", version}          (no tickets and no standby batch; a refill is flagged)
+--   {"day", day0, day1}         (the caller passed keys for other days: retry with these)
+--   {"no_day", version}         (the rotation job has not written a current day)
+--   {"unknown_pool"}
+-- Guarantees: each ticket is handed out once; ejected members and members at their daily
+-- cap are skipped (the skipped tickets are consumed); the day is the pool's local day by
+-- Redis TIME; the standby batch is promoted whole, atomically.
+local meta = redis.call('HMGET', KEYS[1], 'version', 'low_water')
+if not meta[1] then return {'unknown_pool'} end
+local version = tonumber(meta[1])
+local low_water = tonumber(meta[2])
+
+local hits, day_end = pool_day(KEYS[2], KEYS[6], KEYS[7], pool_now())
+if not hits then
+  if day_end[1] == 'no_day' then return {'no_day', version} end
+  return day_end
+end
+
+local skipped_ejected, skipped_capped = 0, 0
+local from = 'list'
+for _ = 0, tonumber(ARGV[4]) do
+  local ticket = redis.call('LPOP', KEYS[3])
+  if not ticket and redis.call('EXISTS', KEYS[4]) == 1 then
+    redis.call('RENAME', KEYS[4], KEYS[3])
+    redis.call('SET', KEYS[8], '1')
+    from = 'standby'
+    ticket = redis.call('LPOP', KEYS[3])
+  end
+  if not ticket then
+    redis.call('SET', KEYS[8], '1')
+    return {'empty', version}
+  end
+  if redis.call('SISMEMBER', KEYS[5], ticket) == 1 then
+    skipped_ejected = skipped_ejected + 1
+  else
+    if at_cap(KEYS[1], hits, ticket) then
+      skipped_capped = skipped_capped + 1
+    else
+      count_hit(hits, ticket, day_end)
+      local length = redis.call('LLEN', KEYS[3])
+      local flagged = 0
+      if length < low_water and redis.call('SET', KEYS[8], '1', 'NX') then flagged = 1 end
+      return {'ticket', ticket, version, from, skipped_ejected, skipped_capped, length, flagged}
+    end
+  end
+end
+redis.call('SET', KEYS[8], '1')
+return {'exhausted', version, skipped_ejected, skipped_capped}

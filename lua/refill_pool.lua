@@ -1,0 +1,60 @@
+-- refill_pool.lua: adds one batch of tickets to a pool, exactly once.
+-- KEYS[1] meta  KEYS[2] state  KEYS[3] tickets  KEYS[4] standby  KEYS[5] refill flag
+-- KEYS[6] staging list (a batch too large for one call, pushed there first; may not exist)
+-- ARGV[1] the snapshot version the batch was built from
+-- ARGV[2] the batch sequence number the builder read (state.seq, 0 when absent)
+-- ARGV[3] mode: "append" (only while the list is below low-water), "standby" (only while
+--         there is no standby batch) or "replace" (drop the remaining tickets and the standby
+--         batch: an immediate reweight or a rebuild)
+-- ARGV[4] the apportioner state after this batch (JSON, stored as is)
+-- ARGV[5..] the tickets, in order; none when the batch is in the staging list
+-- Returns {"ok", seq, length} (seq: the new sequence number; length: the target list's
+-- length after), or {"stale", seq} (another refiller was first: nothing written),
+-- {"stale_version", version}, {"not_needed", length}, {"unknown_pool"}.
+-- Guarantees: the whole batch or nothing; under any number of concurrent refillers that
+-- read the same seq, one batch is added.
+local version = redis.call('HGET', KEYS[1], 'version')
+if not version then return {'unknown_pool'} end
+if tonumber(version) ~= tonumber(ARGV[1]) then return {'stale_version', tonumber(version)} end
+local seq = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
+if seq ~= tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[6])
+  return {'stale', seq}
+end
+local mode = ARGV[3]
+local target = KEYS[3]
+if mode == 'append' then
+  local low_water = tonumber(redis.call('HGET', KEYS[1], 'low_water'))
+  local length = redis.call('LLEN', KEYS[3])
+  if length >= low_water then
+    redis.call('DEL', KEYS[6])
+    redis.call('DEL', KEYS[5])
+    return {'not_needed', length}
+  end
+elseif mode == 'standby' then
+  if redis.call('EXISTS', KEYS[4]) == 1 then
+    redis.call('DEL', KEYS[6])
+    return {'not_needed', redis.call('LLEN', KEYS[4])}
+  end
+  target = KEYS[4]
+elseif mode == 'replace' then
+  redis.call('DEL', KEYS[3], KEYS[4])
+else
+  return redis.error_reply('refill_pool: unknown mode ' .. mode)
+end
+
+local chunk = 1000
+if #ARGV >= 5 then
+  for i = 5, #ARGV, chunk do
+    redis.call('RPUSH', target, unpack(ARGV, i, math.min(i + chunk - 1, #ARGV)))
+  end
+else
+  local staged = redis.call('LLEN', KEYS[6])
+  for i = 0, staged - 1, chunk do
+    redis.call('RPUSH', target, unpack(redis.call('LRANGE', KEYS[6], i, i + chunk - 1)))
+  end
+  redis.call('DEL', KEYS[6])
+end
+redis.call('HSET', KEYS[2], 'seq', seq + 1, 'apportioner', ARGV[4])
+if mode ~= 'standby' then redis.call('DEL', KEYS[5]) end
+return {'ok', seq + 1, redis.call('LLEN', target)}
