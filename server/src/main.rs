@@ -1,5 +1,6 @@
 //! The `tessera` binary: parse the command line, set up telemetry, run the subcommand.
 
+use anyhow::Context;
 use clap::Parser;
 use server::cli::{BenchCommand, Cli, Command};
 use server::configuration::Settings;
@@ -32,7 +33,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             server::db::create_database_if_missing(&settings).await?;
             let application = Application::build(&settings, Signals::Handle).await?;
             tracing::info!(port = application.port(), "serving http://{}", settings.bind);
-            let scheduler = server::scheduler::Scheduler::start(application.state().clone()).await?;
+            let state = application.state().clone();
+            match server::seed::publish_all(&state.db, &state.pool_admin, &state.quotas).await {
+                Ok(published) => tracing::info!(count = published.len(), "published the newest snapshots to redis"),
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "could not publish snapshots to redis yet"),
+            }
+            let scheduler = server::scheduler::Scheduler::start(state).await?;
             // The HTTP server stops on SIGINT/SIGTERM; the scheduler stops with it.
             let stopped = application.run_until_stopped().await;
             scheduler.shutdown().await;
@@ -68,6 +74,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             for entity in &report.kept {
                 println!("kept {entity} (already present)");
+            }
+            let redis = redis::Client::open(secrecy::ExposeSecret::expose_secret(&settings.redis_url))
+                .context("redis.url (REDIS_URL): not a valid Redis URL")?;
+            let redis = client::RedisHandle::new(redis, client::RedisTimeouts::default());
+            let keys = client::Keys::new(settings.redis_prefix.clone());
+            let pools = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
+            let quotas = client::Quotas::new(redis, keys);
+            for published in server::seed::publish_all(&db, &pools, &quotas).await? {
+                println!("published {published} to redis");
             }
         }
     }

@@ -20,6 +20,12 @@ pub struct Metrics {
     pub quota_open_reservations: IntGauge,
     /// Reservations the sweeper returned after their deadline.
     pub quota_swept: IntCounter,
+    /// The pool client's metrics (draws by source, skips, empty pops, list length).
+    pub pool: client::PoolMetrics,
+    /// Batches added by the refiller, by pool and mode (`append`|`standby`|`replace`).
+    pub pool_refills: IntCounterVec,
+    /// Tickets added by the refiller, by pool.
+    pub pool_tickets_added: IntCounterVec,
     /// Scheduler job runs by job and outcome (`ok`, `error`, `skipped` when not leader).
     pub job_runs: IntCounterVec,
 }
@@ -65,12 +71,28 @@ impl Metrics {
             registry.register(collector).expect("metric registered once");
         }
         let quota = client::QuotaMetrics::register(&registry).expect("quota metrics registered once");
+        let pool = client::PoolMetrics::register(&registry, quota.script_seconds.clone()).expect("pool metrics registered once");
+        let pool_refills = IntCounterVec::new(
+            Opts::new("tessera_pool_refills_total", "Batches added to pools by the refiller"),
+            &["pool", "mode"],
+        )
+        .expect("valid metric");
+        let pool_tickets_added = IntCounterVec::new(
+            Opts::new("tessera_pool_tickets_added_total", "Tickets added to pools by the refiller"),
+            &["pool"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(pool_refills.clone())).expect("metric registered once");
+        registry.register(Box::new(pool_tickets_added.clone())).expect("metric registered once");
         Self {
             registry,
             http_requests,
             http_duration,
             dependency_up,
             quota,
+            pool,
+            pool_refills,
+            pool_tickets_added,
             quota_open_reservations,
             quota_swept,
             job_runs,

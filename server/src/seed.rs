@@ -17,22 +17,40 @@ pub struct SeedReport {
 #[tracing::instrument(skip_all, err)]
 pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
     let mut report = SeedReport::default();
-    let demo = [(
-        "pool:cn-pay",
-        json!({
-            "name": "cn-pay",
-            "kind": "channels",
-            "ordering": "smooth",
-            "batch_size": 1024,
-            "low_water": 128,
-            "timezone": "Asia/Shanghai",
-            "members": [
-                {"member": "ALIPAY_A", "weight": 45},
-                {"member": "WECHAT_B", "weight": 30},
-                {"member": "UNION_C", "weight": 25}
-            ]
-        }),
-    )];
+    // Bodies are the published snapshots without their version (the row's version is).
+    let demo = [
+        (
+            "pool:cn-pay",
+            json!({
+                "kind": "channels",
+                "ordering": "smooth",
+                "batch_size": 1024,
+                "low_water": 128,
+                "timezone": "Asia/Shanghai",
+                "weights": [
+                    {"member": "ALIPAY_A", "weight": 45},
+                    {"member": "WECHAT_B", "weight": 30},
+                    {"member": "UNION_C", "weight": 25}
+                ],
+                "eject_rebuild_percent": 50
+            }),
+        ),
+        (
+            "tenant:acme",
+            json!({
+                "monthly_tokens": 50_000_000,
+                "daily_requests": 100_000,
+                "concurrency": 64,
+                "grants": [
+                    {"id": "launch-bonus", "kind": "bonus", "priority": 1, "amount": 2_000_000,
+                     "starts_at": null, "expires_at": "2027-03-31T16:00:00Z"}
+                ],
+                "reservation_ttl": 600_000,
+                "retention_days": 62,
+                "fallback": {"policy": "fail_open_limited", "allowance": 100_000}
+            }),
+        ),
+    ];
     for (entity, body) in demo {
         let mut tx = db.begin().await?;
         // Serialise concurrent seeds on the entity so that two never both see "none yet".
@@ -50,4 +68,37 @@ pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
         tx.commit().await?;
     }
     Ok(report)
+}
+
+/// Publishes the newest snapshot of every pool and tenant from Postgres to Redis (each
+/// write is version-guarded, so this never replaces anything newer). Until the outbox
+/// publisher exists (control-plane issue), `demo-seed` and `serve` call this.
+#[tracing::instrument(skip_all, err)]
+pub async fn publish_all(db: &PgPool, pools: &client::PoolAdmin, quotas: &client::Quotas) -> anyhow::Result<Vec<String>> {
+    use anyhow::Context;
+    let rows: Vec<(String, i64, serde_json::Value)> = sqlx::query_as(
+        "select distinct on (entity) entity, version, body from snapshot order by entity, version desc",
+    )
+    .fetch_all(db)
+    .await
+    .context("reading the newest snapshots")?;
+    let mut published = Vec::new();
+    for (entity, version, mut body) in rows {
+        body["version"] = json!(version);
+        if let Some(name) = entity.strip_prefix("pool:") {
+            let pool = client::pool::PoolName::parse(name)?;
+            let snapshot: client::pool::PoolSnapshot =
+                serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
+            pools.publish(&pool, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+        } else if let Some(name) = entity.strip_prefix("tenant:") {
+            let tenant = client::quota::TenantId::parse(name)?;
+            let snapshot: client::quota::TenantQuota =
+                serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
+            quotas.publish(&tenant, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+        } else {
+            continue;
+        }
+        published.push(format!("{entity} v{version}"));
+    }
+    Ok(published)
 }

@@ -48,7 +48,15 @@ impl Application {
         let keys = client::Keys::new(settings.redis_prefix.clone());
         let metrics = Metrics::new();
         let quotas = client::Quotas::with_clock(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.quota.clone()));
-        let state = AppState { db, redis, keys, metrics, quotas };
+        let pools = client::Pools::new(
+            redis.clone(),
+            keys.clone(),
+            client::Clock::Redis,
+            Default::default(),
+            Some(metrics.pool.clone()),
+        );
+        let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
+        let state = AppState { db, redis, keys, metrics, quotas, pools, pool_admin };
         let listener = TcpListener::bind(settings.bind)
             .with_context(|| format!("binding http.bind (TESSERA_BIND) {}", settings.bind))?;
         let port = listener.local_addr()?.port();
@@ -118,6 +126,7 @@ fn http_server(
             .service(routes::quota::settle_quota)
             .service(routes::quota::release_quota)
             .service(routes::quota::get_quota)
+            .service(routes::pool::draw_ticket)
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),

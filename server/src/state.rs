@@ -1,6 +1,6 @@
 //! The state every request handler, server function and job shares.
 
-use client::{Keys, Quotas, RedisHandle};
+use client::{Keys, PoolAdmin, Pools, Quotas, RedisHandle};
 use sqlx::PgPool;
 
 use crate::metrics::Metrics;
@@ -19,4 +19,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The quota data plane (reserve / settle / release), recording into `metrics`.
     pub quotas: Quotas,
+    /// The pool data plane (draws, with the local / static fallback).
+    pub pools: Pools,
+    /// The control plane's pool operations (publish, rotate, refill, eject), for jobs.
+    pub pool_admin: PoolAdmin,
 }

@@ -142,9 +142,40 @@ impl Tokens {
     }
 }
 
+/// Reads any JSON integer (serde_json's `Value` does not hand out i128) as an i128.
+struct IntegerVisitor;
+
+impl serde::de::Visitor<'_> for IntegerVisitor {
+    type Value = i128;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an integer")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i128, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i128, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<i128, E> {
+        Ok(v)
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<i128, E> {
+        Ok(i128::try_from(v).unwrap_or(i128::MAX))
+    }
+}
+
+fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i128, D::Error> {
+    d.deserialize_any(IntegerVisitor)
+}
+
 impl<'de> Deserialize<'de> for Tokens {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Self::parse("tokens", i128::deserialize(d)?).map_err(serde::de::Error::custom)
+        Self::parse("tokens", integer(d)?).map_err(serde::de::Error::custom)
     }
 }
 
@@ -167,7 +198,7 @@ impl TokenCount {
 
 impl<'de> Deserialize<'de> for TokenCount {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Self::parse("tokens", i128::deserialize(d)?).map_err(serde::de::Error::custom)
+        Self::parse("tokens", integer(d)?).map_err(serde::de::Error::custom)
     }
 }
 
@@ -351,5 +382,7 @@ mod tests {
         assert!(serde_json::from_str::<Tokens>("-1").is_err());
         assert!(serde_json::from_str::<Tokens>("1.5").is_err());
         assert_eq!(serde_json::from_str::<Tokens>("42").unwrap().get(), 42);
+        assert_eq!(serde_json::from_value::<Tokens>(serde_json::json!(42)).unwrap().get(), 42);
+        assert!(serde_json::from_value::<TokenCount>(serde_json::json!(-1)).is_err());
     }
 }

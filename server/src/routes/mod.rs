@@ -2,4 +2,5 @@
 
 pub mod health;
 pub mod metrics;
+pub mod pool;
 pub mod quota;

@@ -4,6 +4,8 @@
 //! closure calls and tests call directly.
 
 pub mod leader;
+pub mod pool_refill;
+pub mod pool_rotation;
 pub mod sweep_quota;
 
 use std::future::Future;
@@ -30,6 +32,14 @@ impl Scheduler {
                     tracing::info!(released = o.released, tokens = o.tokens, open = o.open, "quota sweep");
                 }
             })
+        })
+        .await?;
+        add(&inner, &state, "pool_refill", pool_refill::CRON, |state| async move {
+            pool_refill::run_once(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, "pool_rotation", pool_rotation::CRON, |state| async move {
+            pool_rotation::run_once(&state).await.map(|_| ())
         })
         .await?;
         inner.start().await.context("starting the job scheduler")?;

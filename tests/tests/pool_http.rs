@@ -1,0 +1,94 @@
+//! The draw endpoint, the refill and rotation jobs, and the demo data published to Redis,
+//! against a running server with its own database and Redis key prefix.
+
+use std::collections::HashMap;
+
+use client::pool::{PoolName, PoolSnapshot};
+use engine::{Ordering, Weights};
+use integration::{spawn_app, TestApp};
+use serde_json::Value;
+
+async fn draw(app: &TestApp, pool: &str) -> (u16, Value) {
+    let response = app
+        .http
+        .post(format!("{}/api/v1/pools/{pool}/draw", app.address))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn small_pool(version: u64) -> PoolSnapshot {
+    PoolSnapshot {
+        version,
+        kind: Default::default(),
+        weights: Weights::from_integers([("A", 3u64), ("B", 1)]).unwrap(),
+        batch_size: 20,
+        low_water: 5,
+        ordering: Ordering::Smooth,
+        timezone: "Asia/Singapore".into(),
+        peak_windows: vec![],
+        caps: Default::default(),
+        eject_rebuild_percent: 50,
+    }
+}
+
+#[tokio::test]
+async fn the_demo_pool_is_published_and_drawn_over_http_by_its_weights() {
+    let app = spawn_app().await;
+    server::seed::demo_seed(&app.state.db).await.unwrap();
+    let published = server::seed::publish_all(&app.state.db, &app.state.pool_admin, &app.state.quotas).await.unwrap();
+    assert_eq!(published, vec!["pool:cn-pay v1", "tenant:acme v1"]);
+
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for _ in 0..100 {
+        let (status, body) = draw(&app, "cn-pay").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!((body["pool"].as_str(), body["version"].as_u64(), body["source"].as_str()), (Some("cn-pay"), Some(1), Some("redis")));
+        *counts.entry(body["member"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    // A smooth batch keeps every prefix within a ticket or two of the shares 45/30/25.
+    for (member, share) in [("ALIPAY_A", 45), ("WECHAT_B", 30), ("UNION_C", 25)] {
+        let got = counts.get(member).copied().unwrap_or(0) as i64;
+        assert!((got - share).abs() <= 2, "{member}: {got} of 100, {counts:?}");
+    }
+    // The demo tenant is there too.
+    let usage = app.get("/api/v1/tenants/acme/quota").await;
+    assert_eq!(usage.status(), 200);
+}
+
+#[tokio::test]
+async fn an_unknown_pool_is_404_and_a_malformed_name_400() {
+    let app = spawn_app().await;
+    assert_eq!(draw(&app, "nowhere").await.0, 404);
+    let (status, body) = draw(&app, "bad%7Bname").await;
+    assert_eq!((status, body["field"].as_str()), (400, Some("pool")));
+}
+
+#[tokio::test]
+async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keeps_its_days() {
+    let app = spawn_app().await;
+    let pool = PoolName::parse("small").unwrap();
+    app.state.pool_admin.publish(&pool, &small_pool(1)).await.unwrap();
+    // Publishing filled the list with one batch; the job adds the standby batch.
+    let first = server::scheduler::pool_refill::run_once(&app.state).await.unwrap();
+    assert_eq!((first.batches, first.tickets), (1, 20));
+    assert_eq!(app.state.pool_admin.length(&pool).await.unwrap(), 20);
+
+    for _ in 0..16 {
+        assert_eq!(draw(&app, "small").await.0, 200);
+    }
+    assert_eq!(app.state.pool_admin.length(&pool).await.unwrap(), 4);
+    assert!(app.state.pool_admin.refill_flagged(&pool).await.unwrap());
+
+    let outcome = server::scheduler::pool_refill::run_once(&app.state).await.unwrap();
+    assert_eq!((outcome.batches, outcome.tickets), (1, 20));
+    assert_eq!(app.state.pool_admin.length(&pool).await.unwrap(), 24);
+    assert!(!app.state.pool_admin.refill_flagged(&pool).await.unwrap());
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains(r#"tessera_pool_refills_total{mode="append",pool="small"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"tessera_pool_draws_total{member="A",pool="small",source="redis"}"#), "{metrics}");
+
+    assert_eq!(server::scheduler::pool_rotation::run_once(&app.state).await.unwrap(), 1);
+}
