@@ -11,6 +11,7 @@
 -- KEYS[8] refill   string  the refill flag (set when the list is below low-water)
 -- ARGV[1], ARGV[2] the two days the caller passed hit keys for ("YYYY-MM-DD")
 -- ARGV[3] now in ms, or "" for Redis TIME   ARGV[4] the most tickets skipped per draw
+-- ARGV[5] the channel refill requests are published on   ARGV[6] the pool's name
 -- Returns one of:
 --   {"ticket", member, version, from ("list"|"standby"), skipped_ejected, skipped_capped,
 --    length_after, refill_flagged 0|1}
@@ -21,7 +22,8 @@
 --   {"unknown_pool"}
 -- Guarantees: each ticket is handed out once; ejected members and members at their daily
 -- cap are skipped (the skipped tickets are consumed); the day is the pool's local day by
--- Redis TIME; the standby batch is promoted whole, atomically.
+-- Redis TIME; the standby batch is promoted whole, atomically; a refill is asked for
+-- (flag set, pool name published on ARGV[5]) once per crossing of low-water.
 local meta = redis.call('HMGET', KEYS[1], 'version', 'low_water')
 if not meta[1] then return {'unknown_pool'} end
 local version = tonumber(meta[1])
@@ -33,18 +35,27 @@ if not hits then
   return day_end
 end
 
+-- Sets the refill flag; publishes the request when the flag was not set yet.
+local function ask_refill()
+  if redis.call('SET', KEYS[8], '1', 'NX') then
+    redis.call('PUBLISH', ARGV[5], ARGV[6])
+    return 1
+  end
+  return 0
+end
+
 local skipped_ejected, skipped_capped = 0, 0
 local from = 'list'
 for _ = 0, tonumber(ARGV[4]) do
   local ticket = redis.call('LPOP', KEYS[3])
   if not ticket and redis.call('EXISTS', KEYS[4]) == 1 then
     redis.call('RENAME', KEYS[4], KEYS[3])
-    redis.call('SET', KEYS[8], '1')
+    ask_refill()
     from = 'standby'
     ticket = redis.call('LPOP', KEYS[3])
   end
   if not ticket then
-    redis.call('SET', KEYS[8], '1')
+    ask_refill()
     return {'empty', version}
   end
   if redis.call('SISMEMBER', KEYS[5], ticket) == 1 then
@@ -56,10 +67,10 @@ for _ = 0, tonumber(ARGV[4]) do
       count_hit(hits, ticket, day_end)
       local length = redis.call('LLEN', KEYS[3])
       local flagged = 0
-      if length < low_water and redis.call('SET', KEYS[8], '1', 'NX') then flagged = 1 end
+      if length < low_water then flagged = ask_refill() end
       return {'ticket', ticket, version, from, skipped_ejected, skipped_capped, length, flagged}
     end
   end
 end
-redis.call('SET', KEYS[8], '1')
+ask_refill()
 return {'exhausted', version, skipped_ejected, skipped_capped}

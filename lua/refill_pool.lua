@@ -3,16 +3,20 @@
 -- KEYS[6] staging list (a batch too large for one call, pushed there first; may not exist)
 -- ARGV[1] the snapshot version the batch was built from
 -- ARGV[2] the batch sequence number the builder read (state.seq, 0 when absent)
--- ARGV[3] mode: "append" (only while the list is below low-water), "standby" (only while
---         there is no standby batch) or "replace" (drop the remaining tickets and the standby
---         batch: an immediate reweight or a rebuild)
+-- ARGV[3] mode: "append" (only while the list is below low-water; when a standby batch
+--         exists it is moved onto the list and this batch, built to follow it, becomes the
+--         standby batch), "standby" (only while there is no standby batch) or "replace"
+--         (drop the remaining tickets and the standby batch: an immediate reweight or a
+--         rebuild)
 -- ARGV[4] the apportioner state after this batch (JSON, stored as is)
 -- ARGV[5..] the tickets, in order; none when the batch is in the staging list
--- Returns {"ok", seq, length} (seq: the new sequence number; length: the target list's
--- length after), or {"stale", seq} (another refiller was first: nothing written),
--- {"stale_version", version}, {"not_needed", length}, {"unknown_pool"}.
+-- Returns {"ok", seq, length} (seq: the new sequence number; length: the ticket list's
+-- length after, or the standby batch's in "standby" mode), or {"stale", seq} (another
+-- refiller was first: nothing written), {"stale_version", version},
+-- {"not_needed", length}, {"unknown_pool"}.
 -- Guarantees: the whole batch or nothing; under any number of concurrent refillers that
--- read the same seq, one batch is added.
+-- read the same seq, one batch is added; batches reach the ticket list in the order they
+-- were built (a standby batch is never overtaken by a later one).
 local version = redis.call('HGET', KEYS[1], 'version')
 if not version then return {'unknown_pool'} end
 if tonumber(version) ~= tonumber(ARGV[1]) then return {'stale_version', tonumber(version)} end
@@ -30,6 +34,17 @@ if mode == 'append' then
     redis.call('DEL', KEYS[6])
     redis.call('DEL', KEYS[5])
     return {'not_needed', length}
+  end
+  -- The standby batch was built to follow the list's tail and this batch (the builder
+  -- read the same seq, so the same standby) to follow the standby's: keep that order.
+  -- (When a draw promoted the standby meanwhile, the list is that batch: append to it.)
+  local standby = redis.call('LLEN', KEYS[4])
+  if standby > 0 then
+    for i = 0, standby - 1, 1000 do
+      redis.call('RPUSH', KEYS[3], unpack(redis.call('LRANGE', KEYS[4], i, i + 999)))
+    end
+    redis.call('DEL', KEYS[4])
+    target = KEYS[4]
   end
 elseif mode == 'standby' then
   if redis.call('EXISTS', KEYS[4]) == 1 then
@@ -57,4 +72,5 @@ else
 end
 redis.call('HSET', KEYS[2], 'seq', seq + 1, 'apportioner', ARGV[4])
 if mode ~= 'standby' then redis.call('DEL', KEYS[5]) end
-return {'ok', seq + 1, redis.call('LLEN', target)}
+if mode == 'standby' then return {'ok', seq + 1, redis.call('LLEN', KEYS[4])} end
+return {'ok', seq + 1, redis.call('LLEN', KEYS[3])}

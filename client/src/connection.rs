@@ -53,6 +53,11 @@ impl RedisHandle {
         Self { client, timeouts, manager: Default::default() }
     }
 
+    /// The client the handle connects with (for pub/sub connections of their own).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
     /// The shared connection, opening it when there is none yet.
     pub async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
         let mut guard = self.manager.lock().await;

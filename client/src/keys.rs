@@ -115,6 +115,11 @@ impl Keys {
         format!("{}:pool:{{{pool}}}:refill", self.prefix)
     }
 
+    /// The pub/sub channel on which draws ask for refills (the message is the pool name).
+    pub fn pool_refill_channel(&self) -> String {
+        format!("{}:pool-refill", self.prefix)
+    }
+
     /// `SCAN MATCH` pattern of every pool's meta hash.
     pub fn pool_meta_pattern(&self) -> String {
         format!("{}:pool:{{*}}:meta", self.prefix)

@@ -40,9 +40,11 @@ pub enum Command {
 pub enum BenchCommand {
     /// Raw EVALSHA of a trivial script vs reserve+settle pairs, plus a 64-worker oversell run.
     Quota(BenchQuotaArgs),
+    /// Raw LPOP vs a `client` draw vs the HTTP draw endpoint (an in-process server).
+    Draw(BenchQuotaArgs),
 }
 
-/// Arguments of `tessera bench quota`.
+/// Arguments of `tessera bench quota` and `tessera bench draw`.
 #[derive(Debug, clap::Args)]
 pub struct BenchQuotaArgs {
     /// Requests in flight at once, for the baseline and the pairs alike.

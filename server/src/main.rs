@@ -53,6 +53,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", server::bench::quota::render(&report));
             }
         }
+        Command::Bench(BenchCommand::Draw(args)) => {
+            let report = server::bench::draw::run(&settings, &args).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", server::bench::draw::render(&report));
+            }
+        }
         Command::Migrate => {
             let created = server::db::create_database_if_missing(&settings).await?;
             let db = server::db::connect(&settings).await?;

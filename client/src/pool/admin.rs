@@ -148,8 +148,11 @@ impl PoolAdmin {
     }
 
     /// Adds one batch where one is due: appended when the list is below low-water, else
-    /// built ahead as the standby batch when there is none. Safe under any number of
-    /// concurrent callers: each batch is added exactly once.
+    /// built ahead as the standby batch when there is none. When the list is below
+    /// low-water and a standby batch exists, the standby batch is the one appended and the
+    /// new batch, built to follow it, becomes the standby: batches reach the list in the
+    /// order they were built, each seam guarded against its real predecessor. Safe under
+    /// any number of concurrent callers: each batch is added exactly once.
     #[tracing::instrument(skip_all, fields(pool = %pool), err)]
     pub async fn refill(&self, pool: &PoolName) -> Result<RefillOutcome, PoolError> {
         self.add_batch(pool, None).await
@@ -166,11 +169,12 @@ impl PoolAdmin {
         let k = &self.keys;
         let p = pool.as_str();
         let mut conn = self.conn().await?;
-        let (snapshot_json, state, length, standby, tail, ejected): (
+        let (snapshot_json, state, length, standby, list_tail, standby_tail, ejected): (
             Option<String>,
             (Option<u64>, Option<String>),
             u64,
             bool,
+            Vec<String>,
             Vec<String>,
             HashSet<String>,
         ) = redis::pipe()
@@ -179,6 +183,7 @@ impl PoolAdmin {
             .cmd("LLEN").arg(k.pool_tickets(p))
             .cmd("EXISTS").arg(k.pool_standby(p))
             .cmd("LRANGE").arg(k.pool_tickets(p)).arg(-64).arg(-1)
+            .cmd("LRANGE").arg(k.pool_standby(p)).arg(-64).arg(-1)
             .cmd("SMEMBERS").arg(k.pool_ejected(p))
             .query_async(&mut conn)
             .await
@@ -211,6 +216,9 @@ impl PoolAdmin {
             None => Apportioner::new(weights.clone()),
         };
         let counts = apportioner.next_counts(batch);
+        // The batch follows the standby batch when there is one: an append moves the
+        // standby batch (built ahead to follow the list) onto the list first.
+        let tail = if mode == "append" && standby { standby_tail } else { list_tail };
         let tail_indices: Vec<usize> = tail.iter().filter_map(|m| weights.index_of(m)).collect();
         let tail_run = if tail_indices.len() == tail.len() { TailRun::of(&tail_indices) } else { None };
         let mut rng = ChaCha8Rng::seed_from_u64(crate::fresh_seed());

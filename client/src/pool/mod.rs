@@ -197,6 +197,7 @@ impl Pools {
     /// given — the draw is then an ordinary one.
     #[tracing::instrument(skip_all, fields(pool = %pool))]
     pub async fn draw_sticky(&self, pool: &PoolName, key: &[u8]) -> Result<Draw, PoolError> {
+        self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
         let ring = match self.ring(pool).await {
             Ok(ring) => ring,
             Err(PoolError::Redis(e)) if is_unreachable(&e) => return self.degrade(pool, Degrade::Unreachable(e)),
@@ -253,7 +254,9 @@ impl Pools {
                 .arg(&day0)
                 .arg(&day1)
                 .arg(self.inner.clock.script_arg())
-                .arg(MAX_SKIPS);
+                .arg(MAX_SKIPS)
+                .arg(k.pool_refill_channel())
+                .arg(p);
             let started = Instant::now();
             let mut result = call.invoke_async::<Vec<Value>>(&mut conn).await;
             if let Err(e) = &result {
@@ -392,7 +395,12 @@ impl Pools {
                 .map_err(PoolError::Redis)?;
             let f = Fields::new("count_draw", &reply);
             match f.str(0)? {
-                "counted" => return Ok(true),
+                "counted" => {
+                    // A new version (or, now and then, a new ejected set) drops the ring:
+                    // the next sticky draw hashes over the current snapshot.
+                    self.note_version(pool, f.uint(1)?, &mut conn).await;
+                    return Ok(true);
+                }
                 "capped" | "ejected" | "no_day" => return Ok(false),
                 "day" => {
                     let days = (f.str(1)?.to_owned(), f.str(2)?.to_owned());

@@ -1,6 +1,7 @@
 //! `tessera bench`: throughput and correctness runs of the data plane, each against a
 //! baseline measured in the same run, under a key prefix of its own that is removed after.
 
+pub mod draw;
 pub mod quota;
 
 use client::{KeyPrefix, Keys, RedisHandle};
@@ -34,4 +35,13 @@ pub(crate) async fn remove_keys(redis: &RedisHandle, keys: &Keys) -> anyhow::Res
         }
         cursor = next;
     }
+}
+
+/// The value at quantile `q` (0..=1) of sorted durations, in microseconds.
+pub(crate) fn quantile_us(sorted: &[std::time::Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
 }

@@ -20,6 +20,8 @@ use crate::state::AppState;
 /// The running scheduler; [`Scheduler::shutdown`] stops it and gives up leadership.
 pub struct Scheduler {
     inner: JobScheduler,
+    stop: tokio::sync::watch::Sender<bool>,
+    refiller: tokio::task::JoinHandle<()>,
 }
 
 impl Scheduler {
@@ -34,20 +36,22 @@ impl Scheduler {
             })
         })
         .await?;
-        add(&inner, &state, "pool_refill", pool_refill::CRON, |state| async move {
-            pool_refill::run_once(&state).await.map(|_| ())
-        })
-        .await?;
         add(&inner, &state, "pool_rotation", pool_rotation::CRON, |state| async move {
             pool_rotation::run_once(&state).await.map(|_| ())
         })
         .await?;
         inner.start().await.context("starting the job scheduler")?;
-        Ok(Self { inner })
+        // The refiller reacts to requests as they come, so it is a task, not a cron job.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let leadership = Arc::new(Leadership::new(state.db.clone(), "pool_refill"));
+        let refiller = tokio::spawn(pool_refill::listen(state, Some(leadership), stopped));
+        Ok(Self { inner, stop, refiller })
     }
 
     /// Stops scheduling; leadership locks go with their connections.
     pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        let _ = self.refiller.await;
         if let Err(e) = self.inner.shutdown().await {
             tracing::warn!(error = %e, "job scheduler did not shut down cleanly");
         }

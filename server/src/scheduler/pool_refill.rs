@@ -1,16 +1,22 @@
-//! The pool refiller: every second, every pool below low-water gets its next batch (and a
-//! pool without a standby batch gets one), built with the engine, added exactly once.
-//! Draws flag a pool as they cross low-water; this job sees the list length itself, so it
-//! reacts within a second of the flag.
+//! The pool refiller: a pool below low-water gets its next batch (and a pool without a
+//! standby batch gets one), built with the engine, added exactly once. Draws publish the
+//! pool's name as they cross low-water; [`listen`] refills on that message at once, and
+//! sweeps every pool each second as well (a missed message costs at most a second).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
-use client::pool::RefillOutcome;
+use client::pool::{PoolName, RefillOutcome};
+use futures::StreamExt;
 use serde::Serialize;
+use tokio::sync::watch;
 
+use super::leader::Leadership;
 use crate::state::AppState;
 
-/// Every second.
-pub const CRON: &str = "* * * * * *";
+/// How often every pool is checked besides the refill requests.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The most batches one pool gets per run (a pool drained faster than this per second
 /// needs a larger batch or low-water).
@@ -29,7 +35,15 @@ pub struct Outcome {
 pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::default();
     for pool in state.pool_admin.pools().await.context("listing pools")? {
-        outcome.pools += 1;
+        refill_pool(state, &pool, &mut outcome).await;
+    }
+    Ok(outcome)
+}
+
+/// Refills one pool until it needs nothing more (at most a few batches).
+async fn refill_pool(state: &AppState, pool: &PoolName, outcome: &mut Outcome) {
+    outcome.pools += 1;
+    {
         for _ in 0..MAX_BATCHES_PER_RUN {
             match state.pool_admin.refill(&pool).await {
                 Ok(RefillOutcome::Added { mode, tickets, length, .. }) => {
@@ -49,5 +63,69 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
             }
         }
     }
-    Ok(outcome)
+}
+
+/// Refills on request and every [`SWEEP_EVERY`], while this instance leads the job (or
+/// always, without a `leadership`, as the benchmark runs it), until `stop` turns true.
+pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut stop: watch::Receiver<bool>) {
+    let channel = state.keys.pool_refill_channel();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let leading = match &leadership {
+            None => true,
+            Some(l) => l.ensure().await.unwrap_or_else(|e| {
+                tracing::warn!(error = format!("{e:#}"), "cannot tell who leads the pool refiller");
+                false
+            }),
+        };
+        if !leading {
+            state.metrics.job_runs.with_label_values(&["pool_refill", "skipped"]).inc();
+            if tokio::time::timeout(SWEEP_EVERY, stop.changed()).await.is_ok() {
+                return;
+            }
+            continue;
+        }
+        let mut pubsub = match state.redis.client().get_async_pubsub().await {
+            Ok(pubsub) => pubsub,
+            Err(e) => {
+                tracing::warn!(error = %e, "pool refiller cannot subscribe; retrying");
+                if tokio::time::timeout(SWEEP_EVERY, stop.changed()).await.is_ok() {
+                    return;
+                }
+                continue;
+            }
+        };
+        if let Err(e) = pubsub.subscribe(&channel).await {
+            tracing::warn!(error = %e, "pool refiller cannot subscribe; retrying");
+            continue;
+        }
+        let mut messages = pubsub.into_on_message();
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tokio::select! {
+                message = messages.next() => {
+                    let Some(message) = message else { break };
+                    let Ok(name) = message.get_payload::<String>() else { continue };
+                    let Ok(pool) = PoolName::parse(&name) else { continue };
+                    let mut outcome = Outcome::default();
+                    refill_pool(&state, &pool, &mut outcome).await;
+                }
+                _ = sweep.tick() => {
+                    let still_leading = match &leadership {
+                        None => true,
+                        Some(l) => l.ensure().await.unwrap_or(false),
+                    };
+                    if !still_leading {
+                        break;
+                    }
+                    let result = run_once(&state).await;
+                    let label = if result.is_ok() { "ok" } else { "error" };
+                    state.metrics.job_runs.with_label_values(&["pool_refill", label]).inc();
+                }
+                _ = stop.changed() => return,
+            }
+        }
+    }
 }

@@ -1,0 +1,871 @@
+//! Ticket pools against a real Redis (`REDIS_URL`, default `redis://127.0.0.1:6379`): the
+//! draw, refill and count scripts as `Pools` and `PoolAdmin` call them, under concurrency,
+//! across batch seams and local midnights, through a script cache flush and Redis going away.
+//!
+//! Every test writes under its own random key prefix and removes its keys afterwards
+//! (`SCAN MATCH <prefix>:*` + `UNLINK`, also when the test panics); tests run in parallel.
+//! Hand-set clocks sit in the future: a day's hit counters expire 48 h after the day by the
+//! script's clock, so a date in the past would expire them at once.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use client::pool::{Draw, DrawSource, PoolError, PoolKind, PoolName, PoolSnapshot, RefillOutcome};
+use client::{Clock, KeyPrefix, Keys, PoolAdmin, Pools, RedisHandle, RedisTimeouts};
+use engine::hashing::HashRing;
+use engine::metrics::Metrics;
+use engine::{Apportioner, BatchSize, Ordering, Weights};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// Removes every key under its prefix when dropped, whether the test passed or panicked.
+/// Uses the blocking Redis API so it also works while a panic unwinds out of a runtime.
+struct KeyGuard {
+    keys: Keys,
+}
+
+impl KeyGuard {
+    fn new() -> Self {
+        let random = RandomState::new().hash_one((SystemTime::now(), std::process::id()));
+        let prefix = KeyPrefix::parse(&format!("pt-{random:016x}")).expect("a valid prefix");
+        Self { keys: Keys::new(prefix) }
+    }
+
+    fn remove_keys(&self) -> redis::RedisResult<usize> {
+        let mut conn = redis::Client::open(redis_url())?.get_connection()?;
+        let mut removed = 0;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(self.keys.scan_pattern())
+                .arg("COUNT")
+                .arg(1000)
+                .query(&mut conn)?;
+            if !batch.is_empty() {
+                removed += redis::cmd("UNLINK").arg(&batch).query::<usize>(&mut conn)?;
+            }
+            if next == 0 {
+                return Ok(removed);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Every key under the prefix (to show that nothing was written).
+    fn all_keys(&self) -> Vec<String> {
+        let mut conn = raw_connection();
+        let mut keys = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(self.keys.scan_pattern())
+                .arg("COUNT")
+                .arg(1000)
+                .query(&mut conn)
+                .unwrap();
+            keys.extend(batch);
+            if next == 0 {
+                return keys;
+            }
+            cursor = next;
+        }
+    }
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove_keys() {
+            eprintln!("could not remove the keys under {}: {e}", self.keys.prefix());
+        }
+    }
+}
+
+/// One test's pool client and control plane, clock and keys. The control plane always
+/// talks to Redis directly; the pool client may go through a proxy.
+struct Harness {
+    pools: Pools,
+    admin: PoolAdmin,
+    clock: Clock,
+    guard: KeyGuard,
+}
+
+impl Harness {
+    fn keys(&self) -> &Keys {
+        &self.guard.keys
+    }
+
+    /// Another pool client (its own connection) on the same keys and clock.
+    fn client_at(&self, url: &str, statics: HashMap<PoolName, Weights>) -> Pools {
+        pools_at(url, self.keys().clone(), self.clock.clone(), statics)
+    }
+
+    /// Another control plane (its own connection) on the same keys and clock.
+    fn admin_instance(&self) -> PoolAdmin {
+        PoolAdmin::new(handle(&redis_url()), self.keys().clone(), self.clock.clone())
+    }
+}
+
+fn handle(url: &str) -> RedisHandle {
+    RedisHandle::new(redis::Client::open(url).expect("a valid redis url"), RedisTimeouts::default())
+}
+
+fn pools_at(url: &str, keys: Keys, clock: Clock, statics: HashMap<PoolName, Weights>) -> Pools {
+    Pools::new(handle(url), keys, clock, statics, None)
+}
+
+fn harness(clock: Clock) -> Harness {
+    harness_at(&redis_url(), clock)
+}
+
+fn harness_at(url: &str, clock: Clock) -> Harness {
+    let guard = KeyGuard::new();
+    let pools = pools_at(url, guard.keys.clone(), clock.clone(), HashMap::new());
+    let admin = PoolAdmin::new(handle(&redis_url()), guard.keys.clone(), clock.clone());
+    Harness { pools, admin, clock, guard }
+}
+
+/// A plain synchronous connection for looking at keys the API does not show.
+fn raw_connection() -> redis::Connection {
+    redis::Client::open(redis_url()).unwrap().get_connection().expect("redis at REDIS_URL")
+}
+
+fn at(rfc3339: &str) -> DateTime<Utc> {
+    rfc3339.parse().expect("an RFC 3339 time")
+}
+
+/// Noon in Singapore (UTC+8, no DST) in the middle of a month, years ahead of any real
+/// clock (see the crate docs): the pool's day is 2030-03-15.
+fn noon() -> DateTime<Utc> {
+    at("2030-03-15T04:00:00Z")
+}
+
+const SINGAPORE: &str = "Asia/Singapore";
+
+fn pool(name: &str) -> PoolName {
+    PoolName::parse(name).unwrap()
+}
+
+fn weights(spec: &str) -> Weights {
+    Weights::parse_spec(spec).unwrap()
+}
+
+/// A version-1 snapshot of `spec` (`"A=5,B=3,C=2"`), in Singapore, no caps or peaks.
+fn snapshot(spec: &str, batch_size: u32, low_water: u32, ordering: Ordering) -> PoolSnapshot {
+    PoolSnapshot {
+        version: 1,
+        kind: PoolKind::Channels,
+        weights: weights(spec),
+        batch_size,
+        low_water,
+        ordering,
+        timezone: SINGAPORE.to_owned(),
+        peak_windows: Vec::new(),
+        caps: BTreeMap::new(),
+        eject_rebuild_percent: 50,
+    }
+}
+
+async fn publish(h: &Harness, p: &PoolName, s: &PoolSnapshot) {
+    let written = h.admin.publish(p, s).await.expect("publish");
+    assert!(written, "snapshot v{} of {p} not written", s.version);
+}
+
+/// Refills until the pool needs nothing more: the list above low-water and a standby
+/// batch built (what the refill job does every second).
+async fn keep_filled(admin: &PoolAdmin, p: &PoolName) {
+    for _ in 0..8 {
+        match admin.refill(p).await.expect("refill") {
+            RefillOutcome::Added { .. } | RefillOutcome::Raced => continue,
+            RefillOutcome::NotNeeded => return,
+        }
+    }
+    panic!("the pool still wanted batches after 8 refills");
+}
+
+/// One draw that must come from Redis.
+#[track_caller]
+fn from_redis(draw: Result<Draw, PoolError>) -> String {
+    let draw = draw.expect("a draw");
+    assert_eq!(draw.source, DrawSource::Redis, "{draw:?}");
+    draw.member
+}
+
+/// `n` draws from Redis without refilling.
+async fn draw_n(h: &Harness, p: &PoolName, n: usize) -> Vec<String> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(from_redis(h.pools.draw(p).await));
+    }
+    out
+}
+
+/// `n` draws from Redis, the pool kept filled before each one.
+async fn draw_filled(h: &Harness, p: &PoolName, n: usize) -> Vec<String> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        keep_filled(&h.admin, p).await;
+        out.push(from_redis(h.pools.draw(p).await));
+    }
+    out
+}
+
+fn tally<S: AsRef<str>>(members: &[S]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for m in members {
+        *counts.entry(m.as_ref().to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn expected(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().filter(|(_, n)| *n > 0).map(|(m, n)| ((*m).to_owned(), *n)).collect()
+}
+
+/// What the engine's apportioner gives `weights` over `batches` batches of `size`.
+fn apportioned(weights: &Weights, size: u32, batches: usize) -> BTreeMap<String, u64> {
+    let mut a = Apportioner::new(weights.clone());
+    let mut total = vec![0u64; weights.len()];
+    for _ in 0..batches {
+        for (t, c) in total.iter_mut().zip(a.next_counts(BatchSize::new(u64::from(size), 1 << 20).unwrap())) {
+            *t += c;
+        }
+    }
+    weights.members().iter().cloned().zip(total).filter(|(_, n)| *n > 0).collect()
+}
+
+fn lrange(key: &str) -> Vec<String> {
+    redis::cmd("LRANGE").arg(key).arg(0).arg(-1).query(&mut raw_connection()).unwrap()
+}
+
+fn llen(key: &str) -> u64 {
+    redis::cmd("LLEN").arg(key).query(&mut raw_connection()).unwrap()
+}
+
+fn hits(h: &Harness, p: &PoolName, day: &str) -> BTreeMap<String, u64> {
+    redis::cmd("HGETALL").arg(h.keys().pool_hits(p.as_str(), day)).query(&mut raw_connection()).unwrap()
+}
+
+fn indices(w: &Weights, members: &[String]) -> Vec<usize> {
+    members.iter().map(|m| w.index_of(m).unwrap_or_else(|| panic!("{m:?} is not a member"))).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Concurrency
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_concurrent_drawers_take_exactly_the_apportioned_counts_of_k_full_batches() {
+    // Arrange: 45:30:25 in batches of 100; each round fills the list and the standby batch
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    let s = snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    let drawers: Vec<Pools> = (0..16).map(|_| h.client_at(&redis_url(), HashMap::new())).collect();
+    let (rounds, per_round) = (2, 200);
+
+    // Act: 16 clients, each on its own connection, draw every ticket of each round at once
+    let mut draws: Vec<Draw> = Vec::new();
+    for _ in 0..rounds {
+        keep_filled(&h.admin, &p).await;
+        assert_eq!(h.admin.length(&p).await.unwrap() + llen(&h.keys().pool_standby(p.as_str())), per_round as u64);
+        let taken = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = drawers
+            .iter()
+            .map(|pools| {
+                let (pools, p, taken) = (pools.clone(), p.clone(), taken.clone());
+                tokio::spawn(async move {
+                    let mut mine = Vec::new();
+                    while taken.fetch_add(1, AtomicOrdering::SeqCst) < per_round {
+                        mine.push(pools.draw(&p).await.expect("a draw"));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for task in tasks {
+            draws.extend(task.await.unwrap());
+        }
+    }
+
+    // Assert: k = 4 batches, 180/120/100 as the engine apportions them; nothing left over
+    assert_eq!(draws.len(), rounds * per_round);
+    assert!(draws.iter().all(|d| d.source == DrawSource::Redis && d.version == 1), "a draw left redis");
+    let members: Vec<&str> = draws.iter().map(|d| d.member.as_str()).collect();
+    assert_eq!(tally(&members), expected(&[("A", 180), ("B", 120), ("C", 100)]));
+    assert_eq!(tally(&members), apportioned(&s.weights, 100, 4));
+    assert_eq!(h.admin.length(&p).await.unwrap(), 0);
+    assert_eq!(llen(&h.keys().pool_standby(p.as_str())), 0);
+    assert_eq!(hits(&h, &p, "2030-03-15"), expected(&[("A", 180), ("B", 120), ("C", 100)]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_refillers_at_low_water_add_exactly_one_batch() {
+    // Arrange: a list of 100 with its standby batch, drawn down to 19 (low-water 20)
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    publish(&h, &p, &snapshot("A=5,B=3,C=2", 100, 20, Ordering::Smooth)).await;
+    keep_filled(&h.admin, &p).await;
+    draw_n(&h, &p, 81).await;
+    let before = h.admin.length(&p).await.unwrap();
+    let seq_before: u64 = redis::cmd("HGET").arg(h.keys().pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
+    assert_eq!(before, 19);
+    assert!(h.admin.refill_flagged(&p).await.unwrap());
+
+    // Act: 50 control-plane instances, each on its own connection, notice at once
+    let admins: Vec<PoolAdmin> = (0..50).map(|_| h.admin_instance()).collect();
+    let tasks: Vec<_> = admins
+        .into_iter()
+        .map(|admin| {
+            let p = p.clone();
+            tokio::spawn(async move { admin.refill(&p).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap().expect("a refill"));
+    }
+
+    // Assert
+    let added: Vec<_> = outcomes.iter().filter(|o| matches!(o, RefillOutcome::Added { .. })).collect();
+    assert_eq!(added.len(), 1, "{outcomes:?}");
+    assert!(matches!(added[0], RefillOutcome::Added { mode: "append", tickets: 100, .. }), "{:?}", added[0]);
+    assert!(outcomes.iter().all(|o| matches!(o, RefillOutcome::Added { .. } | RefillOutcome::Raced | RefillOutcome::NotNeeded)));
+    assert_eq!(h.admin.length(&p).await.unwrap(), before + 100);
+    assert_eq!(llen(&h.keys().pool_standby(p.as_str())), 100, "a standby batch is still ready");
+    let seq_after: u64 = redis::cmd("HGET").arg(h.keys().pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
+    assert_eq!(seq_after, seq_before + 1);
+    assert!(!h.admin.refill_flagged(&p).await.unwrap());
+    assert_eq!(h.admin.refill(&p).await.unwrap(), RefillOutcome::NotNeeded);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Ordering across batch seams
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_smooth_pool_keeps_the_engines_window_bound_and_runs_across_batch_seams() {
+    // Arrange: 5:3:2 in batches of 1024, low-water 128
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    let s = snapshot("A=5,B=3,C=2", 1024, 128, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    let batches = 10;
+
+    // Act: the refill job's rhythm for the first half (the list never runs dry), then a
+    // job that falls behind (the standby batch is promoted when the list runs dry)
+    let mut drawn = Vec::new();
+    while drawn.len() < batches * 1024 {
+        let behind = drawn.len() >= batches * 1024 / 2;
+        let standby = llen(&h.keys().pool_standby(p.as_str())) > 0;
+        if !behind || (!standby && h.admin.length(&p).await.unwrap() < 128) || drawn.len() % 1500 == 0 {
+            keep_filled(&h.admin, &p).await;
+        }
+        drawn.extend(draw_n(&h, &p, 100.min(batches * 1024 - drawn.len())).await);
+    }
+
+    // Assert: exact counts, windows of 100 within the engine's bound, runs of A at most 3,
+    // and no batch starts with the member its predecessor ended with
+    let seq = indices(&s.weights, &drawn);
+    assert_eq!(tally(&drawn), apportioned(&s.weights, 1024, batches));
+    assert_eq!(tally(&drawn), expected(&[("A", 5120), ("B", 3072), ("C", 2048)]));
+    let m = Metrics::compute(&seq, &s.weights.shares(), 100);
+    let allowed = 2.0 + 100.0 / 1024.0;
+    assert!(m.max_window_dev < allowed, "window deviation {} ≥ {allowed}", m.max_window_dev);
+    assert!(m.max_run[0] <= 3, "longest run of A is {}", m.max_run[0]);
+    for seam in (1..batches).map(|k| k * 1024) {
+        assert_ne!(seq[seam], seq[seam - 1], "the batch starting at draw {seam} continues its predecessor's run");
+    }
+}
+
+#[tokio::test]
+async fn every_seam_is_guarded_also_when_a_standby_batch_is_promoted_after_an_append() {
+    // Arrange: 5:3:2 in batches of 20, low-water 5
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    let s = snapshot("A=5,B=3,C=2", 20, 5, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    let standby_key = h.keys().pool_standby(p.as_str());
+    let cycles = 40;
+
+    // Act: each cycle, a standby batch is built; the list is drawn below low-water and
+    // gets one appended batch; then the list runs dry and the standby batch is promoted
+    let mut drawn = Vec::new();
+    for _ in 0..cycles {
+        keep_filled(&h.admin, &p).await;
+        assert!(llen(&standby_key) > 0);
+        while h.admin.length(&p).await.unwrap() >= 5 {
+            drawn.extend(draw_n(&h, &p, 1).await);
+        }
+        assert!(matches!(h.admin.refill(&p).await.unwrap(), RefillOutcome::Added { mode: "append", .. }));
+        while h.admin.length(&p).await.unwrap() > 0 {
+            drawn.extend(draw_n(&h, &p, 1).await);
+        }
+        if llen(&standby_key) > 0 {
+            drawn.extend(draw_n(&h, &p, 1).await);
+        }
+    }
+    let rest = h.admin.length(&p).await.unwrap() as usize + llen(&standby_key) as usize;
+    drawn.extend(draw_n(&h, &p, rest).await);
+
+    // Assert: the drawn sequence is whole batches of 10/6/4 whose seams never continue a run
+    assert_eq!(drawn.len() % 20, 0);
+    let seq = indices(&s.weights, &drawn);
+    for (k, batch) in drawn.chunks(20).enumerate() {
+        assert_eq!(tally(batch), expected(&[("A", 10), ("B", 6), ("C", 4)]), "batch {k}");
+    }
+    let continued: Vec<usize> = (1..seq.len() / 20).map(|k| k * 20).filter(|&i| seq[i] == seq[i - 1]).collect();
+    assert!(continued.is_empty(), "{} of {} seams continue a run, at draws {continued:?}", continued.len(), seq.len() / 20 - 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. The script cache
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_script_flush_between_draws_reaches_no_caller() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    publish(&h, &p, &snapshot("A=5,B=3,C=2", 10, 2, Ordering::Smooth)).await;
+    let first = from_redis(h.pools.draw(&p).await);
+    let flush = || redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut raw_connection()).unwrap();
+
+    // Act
+    flush();
+    let second = h.pools.draw(&p).await;
+    flush();
+    let sticky = h.pools.draw_sticky(&p, b"user-1").await;
+    flush();
+    let refill = h.admin.refill(&p).await;
+
+    // Assert
+    let second = from_redis(second);
+    let sticky = from_redis(sticky);
+    assert!(matches!(refill, Ok(RefillOutcome::Added { mode: "standby", .. })), "{refill:?}");
+    assert_eq!(h.admin.length(&p).await.unwrap(), 8);
+    let day = hits(&h, &p, "2030-03-15");
+    assert_eq!(day.values().sum::<u64>(), 3);
+    assert_eq!(day, tally(&[first, second, sticky]));
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Redis unreachable
+// ---------------------------------------------------------------------------------------
+
+/// A TCP proxy to Redis that the test can take down (dropping every connection through it)
+/// and bring back on the same port.
+struct Proxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = Self { addr: listener.local_addr().unwrap(), upstream, tasks: Default::default() };
+        proxy.serve(listener);
+        proxy
+    }
+
+    fn serve(&self, listener: TcpListener) {
+        let (upstream, tasks) = (self.upstream, self.tasks.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().unwrap().push(conn);
+            }
+        });
+        self.tasks.lock().unwrap().push(accept);
+    }
+
+    fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Stops listening and cuts every connection.
+    async fn stop(&self) {
+        let tasks: Vec<_> = self.tasks.lock().unwrap().drain(..).collect();
+        for task in tasks {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Listens again on the same port.
+    async fn restart(&self) {
+        let listener = TcpListener::bind(self.addr).await.expect("rebinding the proxy's port");
+        self.serve(listener);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+fn redis_socket_addr() -> SocketAddr {
+    use std::net::ToSocketAddrs;
+    match redis::Client::open(redis_url()).unwrap().get_connection_info().addr.clone() {
+        redis::ConnectionAddr::Tcp(host, port) => (host.as_str(), port).to_socket_addrs().unwrap().next().unwrap(),
+        other => panic!("the fallback test needs Redis over plain TCP, not {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn without_redis_draws_fall_to_the_local_pool_then_static_weights_then_unavailable_and_return_to_redis() {
+    // Arrange: a client that drew once through the proxy (so it holds the snapshot)
+    let proxy = Proxy::start(redis_socket_addr()).await;
+    let h = harness_at(&proxy.url(), Clock::manual(noon()));
+    let p = pool("cn-pay");
+    publish(&h, &p, &snapshot("A=5,B=3,C=2", 10, 2, Ordering::Smooth)).await;
+    from_redis(h.pools.draw(&p).await);
+    let statics = HashMap::from([(p.clone(), weights("A=5,B=3,C=2"))]);
+    let with_statics = h.client_at(&proxy.url(), statics);
+    let bare = h.client_at(&proxy.url(), HashMap::new());
+
+    // Act: Redis goes away
+    proxy.stop().await;
+    let mut local = Vec::new();
+    let t0 = std::time::Instant::now();
+    for _ in 0..30 {
+        let t = std::time::Instant::now();
+        local.push(h.pools.draw(&p).await.expect("a local draw"));
+        eprintln!("local draw {:?}", t.elapsed());
+    }
+    eprintln!("local total {:?}", t0.elapsed());
+    let mut fallback = Vec::new();
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        fallback.push(with_statics.draw(&p).await.expect("a static draw"));
+        eprintln!("static draw {:?}", t.elapsed());
+    }
+    let t = std::time::Instant::now();
+    let refused = bare.draw(&p).await;
+    eprintln!("bare draw {:?}", t.elapsed());
+
+    // Assert: the local pool is exact per batch of 10; Redis's list was not touched
+    assert!(local.iter().all(|d| d.source == DrawSource::Local && d.version == 1), "{local:?}");
+    for batch in local.chunks(10) {
+        let members: Vec<&str> = batch.iter().map(|d| d.member.as_str()).collect();
+        assert_eq!(tally(&members), expected(&[("A", 5), ("B", 3), ("C", 2)]));
+    }
+    assert!(fallback.iter().all(|d| d.source == DrawSource::Static && d.version == 0), "{fallback:?}");
+    assert!(fallback.iter().all(|d| ["A", "B", "C"].contains(&d.member.as_str())));
+    match refused {
+        Err(PoolError::Unavailable { pool, .. }) => assert_eq!(pool, p),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert_eq!(h.admin.length(&p).await.unwrap(), 9);
+
+    // Act: Redis is back (after longer than one reconnect attempt)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.restart().await;
+    let mut sources = Vec::new();
+    for _ in 0..5 {
+        let d = h.pools.draw(&p).await.expect("a draw");
+        sources.push(d.source);
+        if d.source == DrawSource::Redis {
+            break;
+        }
+    }
+    let then = from_redis(h.pools.draw(&p).await);
+
+    // Assert: at most one transitional draw, then Redis again
+    assert_eq!(sources.last(), Some(&DrawSource::Redis), "{sources:?}");
+    assert!(sources.len() <= 2, "{sources:?}");
+    assert!(["A", "B", "C"].contains(&then.as_str()));
+    assert_eq!(h.admin.length(&p).await.unwrap(), 9 - 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Days
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn draws_count_in_the_pools_local_day_across_midnight_and_the_days_hits_expire_48_hours_after_it() {
+    // Arrange: Singapore is UTC+8; local midnight of 2030-03-16 is 2030-03-15T16:00Z
+    let h = harness(Clock::manual(at("2030-03-15T15:59:00Z")));
+    let p = pool("sg-pay");
+    publish(&h, &p, &snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth)).await;
+    let state: BTreeMap<String, String> = redis::cmd("HGETALL").arg(h.keys().pool_state(p.as_str())).query(&mut raw_connection()).unwrap();
+
+    // Act: three draws at 23:59:59 and two at 00:00:01, no rotation in between
+    h.clock.set(at("2030-03-15T15:59:59Z"));
+    let before = draw_n(&h, &p, 3).await;
+    h.clock.set(at("2030-03-15T16:00:01Z"));
+    let after = draw_n(&h, &p, 2).await;
+
+    // Assert
+    let ms = |t: &str| at(t).timestamp_millis();
+    assert_eq!(state["day0"], "2030-03-15");
+    assert_eq!(state["day0_end"], ms("2030-03-15T16:00:00Z").to_string());
+    assert_eq!(state["day1"], "2030-03-16");
+    assert_eq!(state["day1_end"], ms("2030-03-16T16:00:00Z").to_string());
+    assert_eq!(hits(&h, &p, "2030-03-15"), tally(&before));
+    assert_eq!(hits(&h, &p, "2030-03-16"), tally(&after));
+    let expire_at = |day: &str| -> i64 {
+        redis::cmd("PEXPIRETIME").arg(h.keys().pool_hits(p.as_str(), day)).query(&mut raw_connection()).unwrap()
+    };
+    assert_eq!(expire_at("2030-03-15"), ms("2030-03-17T16:00:00Z"));
+    assert_eq!(expire_at("2030-03-16"), ms("2030-03-18T16:00:00Z"));
+
+    // Act: past the next day with no rotation, then the rotation job runs
+    h.clock.set(at("2030-03-17T16:30:00Z"));
+    let stale = h.pools.draw(&p).await.expect("a draw without a current day");
+    let days = h.admin.rotate(&p).await.expect("rotate");
+    let rotated = draw_n(&h, &p, 1).await;
+
+    // Assert: without a current day the draw is served locally; the rotation writes the
+    // new days and draws count in the new day
+    assert_eq!(stale.source, DrawSource::Local);
+    assert_eq!(days.today.to_string(), "2030-03-18");
+    assert_eq!(days.today_ends, at("2030-03-18T16:00:00Z"));
+    assert_eq!(days.tomorrow.to_string(), "2030-03-19");
+    assert_eq!(days.tomorrow_ends, at("2030-03-19T16:00:00Z"));
+    assert_eq!(hits(&h, &p, "2030-03-18"), tally(&rotated));
+    assert_eq!(expire_at("2030-03-18"), ms("2030-03-20T16:00:00Z"));
+    assert_eq!(hits(&h, &p, "2030-03-16"), tally(&after), "an old day is not counted in again");
+}
+
+#[tokio::test]
+async fn a_capped_member_stops_at_exactly_its_cap_for_the_day_and_is_drawable_again_the_next_local_day() {
+    // Arrange: C would get 20 of every 100 tickets; its cap is 7 a day
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    let s = PoolSnapshot { caps: BTreeMap::from([("C".to_owned(), 7)]), ..snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth) };
+    publish(&h, &p, &s).await;
+
+    // Act
+    let today = draw_filled(&h, &p, 100).await;
+    h.clock.set(at("2030-03-16T04:00:00Z"));
+    let tomorrow = draw_filled(&h, &p, 100).await;
+
+    // Assert
+    let (t1, t2) = (tally(&today), tally(&tomorrow));
+    assert_eq!(t1["C"], 7, "{t1:?}");
+    assert_eq!(t1["A"] + t1["B"], 93, "{t1:?}");
+    assert!(!today[today.iter().rposition(|m| m == "C").unwrap() + 1..].is_empty(), "others go on after the cap");
+    assert_eq!(hits(&h, &p, "2030-03-15"), t1);
+    assert_eq!(t2["C"], 7, "{t2:?}");
+    assert_eq!(t2["A"] + t2["B"], 93, "{t2:?}");
+    assert_eq!(hits(&h, &p, "2030-03-16"), t2);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Ejection
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn ejecting_a_small_member_skips_its_tickets_and_restoring_it_brings_it_back_in_the_next_batches() {
+    // Arrange: C holds 10% (rebuild above 50%); list and standby filled
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    publish(&h, &p, &snapshot("A=70,B=20,C=10", 100, 10, Ordering::Smooth)).await;
+    keep_filled(&h.admin, &p).await;
+    let tickets_key = h.keys().pool_tickets(p.as_str());
+
+    // Act
+    let outcome = h.admin.eject(&p, "C").await.expect("eject");
+    let list_after_eject = lrange(&tickets_key);
+    let while_ejected = draw_filled(&h, &p, 300).await;
+
+    // Assert: skipped, not rebuilt
+    assert!(!outcome.rebuilt);
+    assert_eq!(outcome.ejected_percent, 10.0);
+    assert_eq!(tally(&list_after_eject)["C"], 10, "the list keeps C's tickets: they are skipped");
+    assert!(!while_ejected.iter().any(|m| m == "C"));
+
+    // Act: restore, draw out everything built while C was ejected, then refill
+    h.admin.restore(&p, "C").await.expect("restore");
+    let rest = h.admin.length(&p).await.unwrap() as usize + llen(&h.keys().pool_standby(p.as_str())) as usize;
+    draw_n(&h, &p, rest).await;
+    keep_filled(&h.admin, &p).await;
+    let next_batch = lrange(&tickets_key);
+    let after_restore = draw_n(&h, &p, 100).await;
+
+    // Assert
+    assert_eq!(tally(&next_batch), expected(&[("A", 70), ("B", 20), ("C", 10)]));
+    assert_eq!(after_restore, next_batch);
+}
+
+#[tokio::test]
+async fn ejecting_the_dominant_member_rebuilds_the_pool_without_it_and_restoring_it_brings_it_back() {
+    // Arrange: A holds 70% (rebuild above 50%); list and standby filled
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    publish(&h, &p, &snapshot("A=70,B=20,C=10", 100, 10, Ordering::Smooth)).await;
+    keep_filled(&h.admin, &p).await;
+    draw_n(&h, &p, 30).await;
+    let tickets_key = h.keys().pool_tickets(p.as_str());
+
+    // Act
+    let outcome = h.admin.eject(&p, "A").await.expect("eject");
+    let rebuilt = lrange(&tickets_key);
+    let standby_after = llen(&h.keys().pool_standby(p.as_str()));
+    let while_ejected = draw_filled(&h, &p, 300).await;
+
+    // Assert: the remaining tickets and the standby batch were replaced by one batch of B and C
+    assert!(outcome.rebuilt);
+    assert_eq!(outcome.ejected_percent, 70.0);
+    assert_eq!(rebuilt.len(), 100);
+    assert_eq!(tally(&rebuilt), apportioned(&weights("A=0,B=20,C=10"), 100, 1));
+    assert_eq!(tally(&rebuilt), expected(&[("B", 67), ("C", 33)]));
+    assert_eq!(standby_after, 0);
+    assert!(!while_ejected.iter().any(|m| m == "A"));
+    assert_eq!(tally(&while_ejected)["B"] + tally(&while_ejected)["C"], 300);
+
+    // Act: restore, draw out everything built while A was ejected, then refill
+    h.admin.restore(&p, "A").await.expect("restore");
+    let rest = h.admin.length(&p).await.unwrap() as usize + llen(&h.keys().pool_standby(p.as_str())) as usize;
+    let drained = draw_n(&h, &p, rest).await;
+    keep_filled(&h.admin, &p).await;
+    let after_restore = draw_n(&h, &p, 100).await;
+
+    // Assert
+    assert!(!drained.iter().any(|m| m == "A"));
+    assert_eq!(tally(&after_restore), expected(&[("A", 70), ("B", 20), ("C", 10)]));
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Sticky draws
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn sticky_draws_keep_their_member_move_few_keys_when_one_weight_changes_and_count_in_the_day() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    let v1 = snapshot("A=50,B=30,C=20", 100, 10, Ordering::Smooth);
+    publish(&h, &p, &v1).await;
+    let keys: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
+
+    // Act: the same key five times, then 1000 keys, then a new version (A 50 → 60)
+    let mut repeated = Vec::new();
+    for _ in 0..5 {
+        repeated.push(from_redis(h.pools.draw_sticky(&p, b"user-7").await));
+    }
+    let mut first = Vec::new();
+    for k in &keys {
+        first.push(from_redis(h.pools.draw_sticky(&p, k.as_bytes()).await));
+    }
+    let v2 = PoolSnapshot { version: 2, weights: weights("A=60,B=30,C=20"), ..v1.clone() };
+    publish(&h, &p, &v2).await;
+    let mut second = Vec::new();
+    for k in &keys {
+        second.push(from_redis(h.pools.draw_sticky(&p, k.as_bytes()).await));
+    }
+
+    // Assert: the rings of each version, as the engine builds them
+    let ring1 = HashRing::new(&v1.weights, 160);
+    let ring2 = HashRing::new(&v2.weights, 160);
+    assert!(repeated.iter().all(|m| m == ring1.lookup_name(b"user-7")), "{repeated:?}");
+    let ring_first: Vec<&str> = keys.iter().map(|k| ring1.lookup_name(k.as_bytes())).collect();
+    let ring_second: Vec<&str> = keys.iter().map(|k| ring2.lookup_name(k.as_bytes())).collect();
+    let off_ring = |drawn: &[String], ring: &[&str]| drawn.iter().zip(ring).filter(|(d, r)| d != r).count();
+    assert_eq!(off_ring(&first, &ring_first), 0);
+    assert_eq!(off_ring(&second[1..], &ring_second[1..]), 0, "after the first draw that sees version 2");
+    let moved = first.iter().zip(&second).filter(|(a, b)| a != b).count();
+    assert!(moved > 0, "no key moved to the new weights");
+    assert!(moved < 350, "{moved} of 1000 keys moved for one weight changed by 20%");
+    let mut all = repeated.clone();
+    all.extend(first.iter().cloned());
+    all.extend(second.iter().cloned());
+    assert_eq!(hits(&h, &p, "2030-03-15"), tally(&all));
+    assert_eq!(h.admin.length(&p).await.unwrap(), 100, "sticky draws take no ticket");
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Publishing
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_older_snapshot_never_replaces_a_newer_one() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let p = pool("cn-pay");
+    let v1 = snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth);
+    let v2 = PoolSnapshot { version: 2, weights: weights("A=1,B=1"), ..v1.clone() };
+    publish(&h, &p, &v2).await;
+
+    // Act
+    let older = h.admin.publish(&p, &v1).await.expect("publish v1");
+    let same = h.admin.publish(&p, &v2).await.expect("publish v2 again");
+
+    // Assert
+    assert!(!older);
+    assert!(!same);
+    assert_eq!(h.admin.snapshot(&p).await.unwrap(), Some(v2));
+    let list = lrange(&h.keys().pool_tickets(p.as_str()));
+    assert_eq!(tally(&list), expected(&[("A", 50), ("B", 50)]));
+}
+
+#[tokio::test]
+async fn an_invalid_snapshot_is_refused_naming_the_field_and_nothing_is_written() {
+    // Arrange: one pool already published, one never published
+    let h = harness(Clock::manual(noon()));
+    let (published, fresh) = (pool("cn-pay"), pool("cn-new"));
+    let good = snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth);
+    publish(&h, &published, &good).await;
+    let keys_before: HashSet<String> = h.guard.all_keys().into_iter().collect();
+    let bad = [
+        ("low_water", PoolSnapshot { version: 2, low_water: 100, ..good.clone() }),
+        ("timezone", PoolSnapshot { version: 2, timezone: "Mars/Olympus_Mons".to_owned(), ..good.clone() }),
+        ("caps", PoolSnapshot { version: 2, caps: BTreeMap::from([("Z".to_owned(), 5)]), ..good.clone() }),
+        ("batch_size", PoolSnapshot { version: 2, batch_size: 0, low_water: 0, ..good.clone() }),
+        ("eject_rebuild_percent", PoolSnapshot { version: 2, eject_rebuild_percent: 0, ..good.clone() }),
+        ("version", PoolSnapshot { version: 0, ..good.clone() }),
+    ];
+
+    // Act
+    let mut refusals = Vec::new();
+    for (field, s) in &bad {
+        for p in [&published, &fresh] {
+            refusals.push((*field, h.admin.publish(p, s).await));
+        }
+    }
+    let all_zero = serde_json::from_value::<PoolSnapshot>(serde_json::json!({
+        "version": 2, "weights": [{"member": "A", "weight": 0}, {"member": "B", "weight": 0}],
+        "batch_size": 100, "low_water": 10, "ordering": "smooth", "timezone": SINGAPORE,
+        "eject_rebuild_percent": 50,
+    }));
+
+    // Assert
+    for (field, outcome) in refusals {
+        match outcome {
+            Err(PoolError::Invalid(e)) => assert_eq!(e.field, field, "{e:?}"),
+            other => panic!("{field}: expected Invalid, got {other:?}"),
+        }
+    }
+    let err = all_zero.expect_err("all-zero weights cannot make a snapshot");
+    assert!(err.to_string().contains("every member has weight 0"), "{err}");
+    assert_eq!(Weights::from_integers([("A", 0u64), ("B", 0)]), Err(engine::WeightError::AllZero));
+    assert_eq!(h.admin.snapshot(&published).await.unwrap(), Some(good));
+    assert_eq!(h.admin.snapshot(&fresh).await.unwrap(), None);
+    let keys_after: HashSet<String> = h.guard.all_keys().into_iter().collect();
+    assert_eq!(keys_after, keys_before);
+}

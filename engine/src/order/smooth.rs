@@ -1,0 +1,673 @@
+//! The `smooth` ordering: randomised SWRR with an exact deadline look-ahead, without
+//! walking the look-ahead at every step.
+//!
+//! Every member earns its count as credit each step; the step's ticket goes, at random in
+//! proportion to credit, to one of the *eligible* members: positive credit (so counts are
+//! exact by construction) and, when the look-ahead binds, a ticket falling due within the
+//! binding horizon. Member k's j-th ticket falls due at step `⌈j·B/c_k⌉` (1-based); the
+//! look-ahead binds at the first step `T` whose slots up to `T` are all needed by tickets
+//! falling due by `T`. That keeps every member's running count within one ticket of its
+//! ideal at every prefix (see the parent module for what the bound gives and how it is
+//! tested).
+//!
+//! How the horizon is found without walking it. Write `T` for an absolute step after the
+//! current one (`s`), `G(T) = T − Σ_k ⌊T·c_k/B⌋` (a static count of the batch: tickets
+//! not yet due by `T`, an integer in `[0, m)`), and `A(T)` for the number of tickets
+//! already handed out that fall due after `T` (tickets given early). The free slots up to
+//! `T` are `slack(T) = (T − s) − (tickets due by T not handed out) = G(T) − A(T)`, since
+//! `s` tickets have been handed out. So the slack of a fixed `T` only ever goes down —
+//! by one for each ticket handed out early past it — and the horizon is the first `T`
+//! with `slack(T) ≤ 0`. [`Deadlines`] keeps the slack of every step, takes the range
+//! decrement when a ticket is handed out early (`O(how early)`, so `O(m·B)` per batch at
+//! worst and far less in practice) and caches the first tight step, rescanning only after
+//! passing it. Steps where no early ticket is outstanding (`A(T) = 0`) are never tight in
+//! this sense even when `G(T) = 0`; binding there admits exactly the members with positive
+//! credit, which is what "no horizon" admits too.
+//!
+//! Choosing among the eligible members is the same draw in both paths — one
+//! `random_range(0..total)` and the first member, in member order, whose running credit
+//! sum exceeds it — so for a given seed both give the same batch as the original
+//! step-by-step walk (kept in the tests as the reference and compared exactly):
+//! - up to [`SCAN_MAX`] members, a branch-free scan over per-member arrays;
+//! - above it, members with positive credit live in a Fenwick tree of `(count, given)`
+//!   (a member's credit at step `s` is `(s+1)·c_k − B·n_k`, so node sums stay valid as `s`
+//!   advances), woken from per-step buckets when their credit turns positive; when the
+//!   horizon binds, the eligible members are read from per-due-step buckets instead.
+
+use rand::Rng;
+
+/// Up to this many members a step scans them all; above it a step costs `O(log m)`.
+const SCAN_MAX: usize = 32;
+
+/// Longest binding horizon the many-member path reads from due buckets; a longer one
+/// (rare: the horizon is usually a few steps) scans every member instead.
+const ENUMERATE_MAX: i64 = 64;
+
+/// Which path handles which batch; tests force each path on the same batches.
+#[derive(Debug, Clone, Copy)]
+struct Tuning {
+    scan_max: usize,
+    enumerate_max: i64,
+}
+
+const TUNING: Tuning = Tuning {
+    scan_max: SCAN_MAX,
+    enumerate_max: ENUMERATE_MAX,
+};
+
+/// See [`super::smooth`].
+pub(super) fn smooth(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng) -> Vec<usize> {
+    smooth_with(counts, avoid_first, rng, TUNING)
+}
+
+fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, tuning: Tuning) -> Vec<usize> {
+    let active: Vec<usize> = (0..counts.len()).filter(|&i| counts[i] > 0).collect();
+    let weight: Vec<i64> = active.iter().map(|&i| counts[i] as i64).collect();
+    // The first step's seam guard, as a position among the active members.
+    let avoid = avoid_first.and_then(|member| active.iter().position(|&a| a == member));
+    let batch = weight.iter().sum::<i64>() as usize;
+    let mut out = Vec::with_capacity(batch);
+    if batch > 0 {
+        if active.len() <= tuning.scan_max {
+            by_scan(&weight, avoid, rng, |k| out.push(active[k]));
+        } else {
+            by_index(&weight, avoid, rng, tuning.enumerate_max, |k| out.push(active[k]));
+        }
+    }
+    out
+}
+
+/// Few members: each step updates and scans every member, without branches on the data.
+#[allow(clippy::needless_range_loop)] // parallel per-member arrays, indexed together
+fn by_scan(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, mut emit: impl FnMut(usize)) {
+    let m = weight.len();
+    let b: i64 = weight.iter().sum();
+    let mut deadlines = Deadlines::new(weight);
+    let mut clocks: Vec<DueClock> = weight.iter().map(|&c| DueClock::new(c, b)).collect();
+    let mut due: Vec<i64> = clocks.iter().map(DueClock::due).collect();
+    // credit[k] = t·c_k − B·n_k before step t+1: positive means behind the ideal.
+    let mut credit = vec![0i64; m];
+    let mut value = vec![0i64; m];
+    for step in 0..b as usize {
+        let horizon = deadlines.horizon(step);
+        let mut total = 0;
+        for k in 0..m {
+            credit[k] += weight[k];
+            let eligible = credit[k] > 0 && due[k] <= horizon;
+            value[k] = if eligible { credit[k] } else { 0 };
+            total += value[k];
+        }
+        if step == 0 {
+            total -= seam_guard(&mut value, total, avoid);
+        }
+        let chosen = if total == 0 {
+            furthest_behind(m, |k| credit[k])
+        } else {
+            let x = rng.random_range(0..total);
+            // The first member whose running sum exceeds x: the count of sums not above it.
+            let mut running = 0;
+            let mut chosen = 0;
+            for &v in &value {
+                running += v;
+                chosen += usize::from(running <= x);
+            }
+            chosen
+        };
+        credit[chosen] -= b;
+        deadlines.hand_out(step, due[chosen]);
+        clocks[chosen].advance();
+        due[chosen] = clocks[chosen].due();
+        emit(chosen);
+    }
+}
+
+/// Many members: positive-credit members in a Fenwick tree, binding horizons read from
+/// due buckets. Falls back to an exact scan of every member for the first step (seam
+/// guard), for long horizons, and for good if a member were ever left past its due step
+/// (the due buckets then no longer hold every member due by the horizon).
+#[allow(clippy::needless_range_loop)] // parallel per-member arrays, indexed together
+fn by_index(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, enumerate_max: i64, mut emit: impl FnMut(usize)) {
+    const NONE: u32 = u32::MAX;
+    let m = weight.len();
+    let b: i64 = weight.iter().sum();
+    let batch = b as usize;
+    let mut deadlines = Deadlines::new(weight);
+    let mut clocks: Vec<DueClock> = weight.iter().map(|&c| DueClock::new(c, b)).collect();
+    let mut due: Vec<i64> = clocks.iter().map(DueClock::due).collect();
+    let mut given = vec![0i64; m];
+    // Every member starts with positive credit (its count) and none handed out.
+    let mut positive = vec![true; m];
+    let mut tree = CreditTree::new(weight);
+    // Members whose credit turns positive at step t (singly linked through `wake_next`).
+    let mut wake_head = vec![NONE; batch + 1];
+    let mut wake_next = vec![NONE; m];
+    // Members by the step their next ticket falls due; entries go stale when the member is
+    // handed a ticket (its due moves on) and are skipped by checking `due`.
+    let mut due_head = vec![NONE; batch + 2];
+    let mut due_entries: Vec<(u32, u32)> = Vec::with_capacity(m + batch);
+    fn file_due(k: usize, at: i64, head: &mut [u32], entries: &mut Vec<(u32, u32)>) {
+        entries.push((k as u32, head[at as usize]));
+        head[at as usize] = (entries.len() - 1) as u32;
+    }
+    for k in 0..m {
+        file_due(k, due[k], &mut due_head, &mut due_entries);
+    }
+    let mut overdue = false;
+    let mut candidates: Vec<usize> = Vec::new();
+    for step in 0..batch {
+        let mut k = std::mem::replace(&mut wake_head[step], NONE);
+        while k != NONE {
+            let member = k as usize;
+            positive[member] = true;
+            tree.add(member, weight[member], given[member]);
+            k = wake_next[member];
+        }
+        let s1 = step as i64 + 1;
+        let horizon = deadlines.horizon(step);
+        let credit = |k: usize| s1 * weight[k] - b * given[k];
+        let chosen = if step == 0 || overdue || (horizon != i64::MAX && horizon - step as i64 > enumerate_max) {
+            let eligible = |k: usize| positive[k] && due[k] <= horizon;
+            choose_by_scan(m, credit, eligible, if step == 0 { avoid } else { None }, rng)
+        } else if horizon == i64::MAX {
+            let x = rng.random_range(0..tree.total(s1, b));
+            tree.find(x, s1, b)
+        } else {
+            candidates.clear();
+            for t in s1..=horizon {
+                let mut e = due_head[t as usize];
+                while e != NONE {
+                    let (member, next) = due_entries[e as usize];
+                    let member = member as usize;
+                    if due[member] == t && positive[member] {
+                        candidates.push(member);
+                    }
+                    e = next;
+                }
+            }
+            candidates.sort_unstable();
+            let total: i64 = candidates.iter().map(|&k| credit(k)).sum();
+            if total == 0 {
+                furthest_behind(m, credit)
+            } else {
+                let mut x = rng.random_range(0..total);
+                let mut chosen = candidates[candidates.len() - 1];
+                for &k in &candidates {
+                    if x < credit(k) {
+                        chosen = k;
+                        break;
+                    }
+                    x -= credit(k);
+                }
+                chosen
+            }
+        };
+        if positive[chosen] {
+            positive[chosen] = false;
+            tree.add(chosen, -weight[chosen], -given[chosen]);
+        }
+        given[chosen] += 1;
+        deadlines.hand_out(step, due[chosen]);
+        // Credit turns positive again at the step ⌊n·B/c⌋ (n = tickets now given).
+        let wake = clocks[chosen].whole_steps().max(s1);
+        clocks[chosen].advance();
+        due[chosen] = clocks[chosen].due();
+        if given[chosen] < weight[chosen] {
+            file_due(chosen, due[chosen], &mut due_head, &mut due_entries);
+        }
+        if (wake as usize) < batch {
+            wake_next[chosen] = std::mem::replace(&mut wake_head[wake as usize], chosen as u32);
+        }
+        // A member still due at this step was left behind (not seen while the prefix
+        // bound holds): the buckets can no longer find it, so scan from now on.
+        let mut e = due_head[step + 1];
+        while e != NONE && !overdue {
+            let (member, next) = due_entries[e as usize];
+            overdue = due[member as usize] == s1;
+            e = next;
+        }
+        emit(chosen);
+    }
+}
+
+/// The first step's seam guard: drops `avoid` from the draw when another member is
+/// eligible. Returns the credit removed from the total.
+fn seam_guard(value: &mut [i64], total: i64, avoid: Option<usize>) -> i64 {
+    match avoid {
+        Some(a) if value[a] > 0 && total > value[a] => std::mem::take(&mut value[a]),
+        _ => 0,
+    }
+}
+
+/// Not reached while the prefix bound holds. The member furthest behind (the last of
+/// equals) has positive credit, since credits sum to B, so counts stay exact.
+fn furthest_behind(m: usize, credit: impl Fn(usize) -> i64) -> usize {
+    (0..m).max_by_key(|&k| credit(k)).expect("a batch has a member")
+}
+
+/// The draw over every member: the first eligible one (in member order, `skip` left out
+/// when another is eligible) whose running credit sum exceeds a uniform `x < total`.
+fn choose_by_scan(
+    m: usize,
+    credit: impl Fn(usize) -> i64,
+    eligible: impl Fn(usize) -> bool,
+    skip: Option<usize>,
+    rng: &mut impl Rng,
+) -> usize {
+    let mut value: Vec<i64> = (0..m).map(|k| if eligible(k) { credit(k) } else { 0 }).collect();
+    let total: i64 = value.iter().sum();
+    let total = total - seam_guard(&mut value, total, skip);
+    if total == 0 {
+        return furthest_behind(m, credit);
+    }
+    let mut x = rng.random_range(0..total);
+    for (k, &v) in value.iter().enumerate() {
+        if x < v {
+            return k;
+        }
+        x -= v;
+    }
+    unreachable!("x is below the total")
+}
+
+/// When a member's next ticket falls due, `⌈j·B/c⌉` for its j-th, stepped without
+/// division: `j·B = whole·c + part` with `0 ≤ part < c`.
+#[derive(Debug, Clone, Copy)]
+struct DueClock {
+    whole: i64,
+    part: i64,
+    step_whole: i64,
+    step_part: i64,
+    count: i64,
+}
+
+impl DueClock {
+    /// The clock of a member's first ticket.
+    fn new(count: i64, b: i64) -> Self {
+        let (step_whole, step_part) = (b / count, b % count);
+        DueClock {
+            whole: step_whole,
+            part: step_part,
+            step_whole,
+            step_part,
+            count,
+        }
+    }
+
+    /// The 1-based step by which the current ticket must have been handed out.
+    fn due(&self) -> i64 {
+        self.whole + i64::from(self.part > 0)
+    }
+
+    /// `⌊j·B/c⌋`: from this step on (0-based) the member's credit is positive while it
+    /// has been handed `j` tickets.
+    fn whole_steps(&self) -> i64 {
+        self.whole
+    }
+
+    /// Moves on to the next ticket.
+    fn advance(&mut self) {
+        self.whole += self.step_whole;
+        self.part += self.step_part;
+        if self.part >= self.count {
+            self.part -= self.count;
+            self.whole += 1;
+        }
+    }
+}
+
+/// Slack per absolute step and the first step where it runs out (see the module docs).
+struct Deadlines {
+    /// `slack[T] = G(T) − A(T)`, valid for every `T` after the current step.
+    slack: Vec<i64>,
+    /// Every step up to here (from the next on) has an early ticket falling due after it.
+    covered: usize,
+    /// The smallest tight step known; stale once passed, `usize::MAX` if none.
+    first_tight: usize,
+}
+
+impl Deadlines {
+    fn new(weight: &[i64]) -> Self {
+        let b: i64 = weight.iter().sum();
+        // Tickets falling due at each step, then G(T) = T − (tickets due by T).
+        let mut slack = vec![0i64; b as usize + 1];
+        for &c in weight {
+            let mut clock = DueClock::new(c, b);
+            for _ in 0..c {
+                slack[clock.due() as usize] += 1;
+                clock.advance();
+            }
+        }
+        let mut due_so_far = 0;
+        for (t, s) in slack.iter_mut().enumerate() {
+            due_so_far += *s;
+            *s = t as i64 - due_so_far;
+        }
+        Deadlines {
+            slack,
+            covered: 0,
+            first_tight: usize::MAX,
+        }
+    }
+
+    /// The binding horizon for the ticket at `step` (0-based): the first absolute step
+    /// `T > step` whose slots are all needed, or `i64::MAX` when none is.
+    fn horizon(&mut self, step: usize) -> i64 {
+        let next = step + 1;
+        if self.first_tight < next {
+            self.first_tight = match self.slack.get(next..=self.covered) {
+                Some(ahead) => ahead.iter().position(|&s| s <= 0).map_or(usize::MAX, |i| next + i),
+                None => usize::MAX,
+            };
+        }
+        if self.first_tight == usize::MAX {
+            i64::MAX
+        } else {
+            self.first_tight as i64
+        }
+    }
+
+    /// Records the ticket handed out at `step` that falls due at step `due`: early
+    /// tickets take a slot from every later step before their due step.
+    fn hand_out(&mut self, step: usize, due: i64) {
+        let (from, to) = (step + 2, due as usize);
+        if from >= to {
+            return;
+        }
+        for s in &mut self.slack[from..to] {
+            *s -= 1;
+        }
+        self.covered = self.covered.max(to - 1);
+        // Only steps before the cached first tight step can lower it (a stale cache is
+        // rescanned on the next query anyway).
+        if self.first_tight > from {
+            let end = to.min(self.first_tight);
+            if let Some(i) = self.slack[from..end].iter().position(|&s| s <= 0) {
+                self.first_tight = from + i;
+            }
+        }
+    }
+}
+
+/// Fenwick tree over members of `(count, given)`, holding only members with positive
+/// credit: any prefix's credit at step `s` is `(s+1)·Σcount − B·Σgiven`, so the sums stay
+/// valid as steps pass and the draw descends the tree in `O(log m)`.
+struct CreditTree {
+    nodes: Vec<(i64, i64)>,
+    top: usize,
+    sum: (i64, i64),
+}
+
+impl CreditTree {
+    /// Every member present, none handed a ticket yet.
+    fn new(weight: &[i64]) -> Self {
+        let len = weight.len();
+        let mut nodes = vec![(0, 0); len + 1];
+        for (k, &c) in weight.iter().enumerate() {
+            let i = k + 1;
+            nodes[i].0 += c;
+            let parent = i + (i & i.wrapping_neg());
+            if parent <= len {
+                nodes[parent].0 += nodes[i].0;
+            }
+        }
+        let top = if len == 0 { 0 } else { 1 << len.ilog2() };
+        CreditTree {
+            nodes,
+            top,
+            sum: (weight.iter().sum(), 0),
+        }
+    }
+
+    fn add(&mut self, member: usize, count: i64, given: i64) {
+        let mut i = member + 1;
+        while i < self.nodes.len() {
+            self.nodes[i].0 += count;
+            self.nodes[i].1 += given;
+            i += i & i.wrapping_neg();
+        }
+        self.sum.0 += count;
+        self.sum.1 += given;
+    }
+
+    /// Total credit of the members present, at the step whose 1-based index is `s1`.
+    fn total(&self, s1: i64, b: i64) -> i64 {
+        s1 * self.sum.0 - b * self.sum.1
+    }
+
+    /// The first member (in member order) whose running credit sum exceeds `x`.
+    fn find(&self, x: i64, s1: i64, b: i64) -> usize {
+        let (mut pos, mut rest, mut bit) = (0, x, self.top);
+        while bit > 0 {
+            let next = pos + bit;
+            if next < self.nodes.len() {
+                let (count, given) = self.nodes[next];
+                let credit = s1 * count - b * given;
+                if credit <= rest {
+                    pos = next;
+                    rest -= credit;
+                }
+            }
+            bit >>= 1;
+        }
+        pos
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Apportioner, BatchSize, Weights};
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// The original step-by-step walk, kept as the specification: at every step it
+    /// computes the horizon by walking L = 1, 2, … over every member.
+    #[allow(clippy::needless_range_loop)]
+    fn reference(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng) -> Vec<usize> {
+        let batch: u64 = counts.iter().sum();
+        let b = batch as i64;
+        let active: Vec<usize> = (0..counts.len()).filter(|&i| counts[i] > 0).collect();
+        let m = active.len();
+        let weight: Vec<i64> = active.iter().map(|&i| counts[i] as i64).collect();
+        let mut credit = vec![0i64; m];
+        let mut out = Vec::with_capacity(batch as usize);
+        let avoid = avoid_first.and_then(|member| active.iter().position(|&a| a == member));
+        for step in 0..batch {
+            let mut binding = i64::MAX;
+            if credit.iter().zip(&weight).any(|(c, w)| c + w < 0) {
+                binding = walk(&credit, &weight, b, b - step as i64);
+            }
+            for (c, w) in credit.iter_mut().zip(&weight) {
+                *c += w;
+            }
+            let needed_within = |k: usize| binding == i64::MAX || credit[k] + (binding - 1) * weight[k] >= b;
+            let mut total: i64 = 0;
+            let mut others = false;
+            for k in 0..m {
+                if credit[k] > 0 && needed_within(k) {
+                    total += credit[k];
+                    others |= Some(k) != avoid;
+                }
+            }
+            let skip = if step == 0 && others { avoid } else { None };
+            if let Some(k) = skip {
+                if credit[k] > 0 && needed_within(k) {
+                    total -= credit[k];
+                }
+            }
+            let chosen = if total == 0 {
+                (0..m).max_by_key(|&k| credit[k]).unwrap()
+            } else {
+                let mut x = rng.random_range(0..total);
+                let mut chosen = m;
+                for k in 0..m {
+                    if credit[k] > 0 && needed_within(k) && Some(k) != skip {
+                        if x < credit[k] {
+                            chosen = k;
+                            break;
+                        }
+                        x -= credit[k];
+                    }
+                }
+                chosen
+            };
+            credit[chosen] -= b;
+            out.push(active[chosen]);
+        }
+        out
+    }
+
+    /// Smallest L at which the tickets members must receive in the next L steps
+    /// (`max(0, ⌊(credit + L·c)/B⌋)` each) fill all L slots, walking while some member
+    /// is ahead of its share (the original `binding_by_walk`).
+    #[allow(clippy::needless_range_loop)]
+    fn walk(credit: &[i64], weight: &[i64], b: i64, remaining: i64) -> i64 {
+        let mut quotient: Vec<i64> = credit.iter().map(|c| c.div_euclid(b)).collect();
+        let mut remainder: Vec<i64> = credit.iter().map(|c| c.rem_euclid(b)).collect();
+        for l in 1..=remaining {
+            let mut needed = 0;
+            let mut behind = false;
+            for k in 0..credit.len() {
+                remainder[k] += weight[k];
+                if remainder[k] >= b {
+                    remainder[k] -= b;
+                    quotient[k] += 1;
+                }
+                needed += quotient[k].max(0);
+                behind |= quotient[k] < 0;
+            }
+            if needed >= l {
+                return l;
+            }
+            if !behind {
+                break;
+            }
+        }
+        i64::MAX
+    }
+
+    fn few_members() -> impl Strategy<Value = Vec<u64>> {
+        prop::collection::vec(0u64..400, 1..9).prop_filter("non-empty batch", |c| c.iter().sum::<u64>() > 0)
+    }
+
+    /// Many members, mostly with a handful of tickets (long due gaps, frequent binding).
+    fn many_members() -> impl Strategy<Value = Vec<u64>> {
+        prop::collection::vec(prop_oneof![3 => 0u64..4, 1 => 0u64..40], 9..70)
+            .prop_filter("non-empty batch", |c| c.iter().sum::<u64>() > 0)
+    }
+
+    fn avoid_strategy() -> impl Strategy<Value = Option<usize>> {
+        prop::option::of(0usize..9)
+    }
+
+    const SCAN: Tuning = Tuning {
+        scan_max: usize::MAX,
+        enumerate_max: ENUMERATE_MAX,
+    };
+    const INDEX_BY_BUCKETS: Tuning = Tuning {
+        scan_max: 0,
+        enumerate_max: i64::MAX,
+    };
+    const INDEX_BY_SCAN: Tuning = Tuning {
+        scan_max: 0,
+        enumerate_max: 0,
+    };
+    const EVERY_PATH: [Tuning; 4] = [SCAN, INDEX_BY_BUCKETS, INDEX_BY_SCAN, TUNING];
+
+    /// Each path gives the reference's batch and leaves the generator where it does (the
+    /// caller goes on drawing the next batch from it).
+    fn same_as_reference(counts: &[u64], avoid: Option<usize>, seed: u64) -> Result<(), TestCaseError> {
+        let mut expected_rng = ChaCha8Rng::seed_from_u64(seed);
+        let expected = reference(counts, avoid, &mut expected_rng);
+        let next_draw = expected_rng.random::<u64>();
+        for tuning in EVERY_PATH {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            prop_assert_eq!(&smooth_with(counts, avoid, &mut rng, tuning), &expected, "{:?}", tuning);
+            prop_assert_eq!(rng.random::<u64>(), next_draw, "{:?}", tuning);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_path_matches_the_reference_on_the_benchmarked_batches() {
+        let bench_weights = |members: usize| {
+            Weights::from_integers((0..members).map(|i| (format!("m{i}"), 1 + (i as u64 * 7) % 13))).unwrap()
+        };
+        let batches = [
+            Weights::parse_spec("A=5,B=3,C=2").unwrap(),
+            bench_weights(30),
+            bench_weights(300),
+        ]
+        .map(|w| Apportioner::new(w).next_counts(BatchSize::DEFAULT));
+        for (counts, seeds) in batches.iter().zip([20, 5, 1]) {
+            for seed in 0..seeds {
+                same_as_reference(counts, Some(0), seed).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_single_member_takes_every_ticket_and_the_same_draws() {
+        same_as_reference(&[0, 9], Some(1), 3).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn every_path_matches_the_reference_walk_with_few_members(
+            counts in few_members(), avoid in avoid_strategy(), seed: u64,
+        ) {
+            same_as_reference(&counts, avoid, seed)?;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn every_path_matches_the_reference_walk_with_many_members(
+            counts in many_members(), avoid in avoid_strategy(), seed: u64,
+        ) {
+            same_as_reference(&counts, avoid, seed)?;
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_slack_of_every_step_is_its_free_slots(
+            counts in prop::collection::vec(0u64..40, 1..6).prop_filter("non-empty", |c| c.iter().sum::<u64>() > 0),
+            seed: u64,
+        ) {
+            // slack(T) = (T − s) − (tickets due by T not yet handed out), at every step s.
+            let weight: Vec<i64> = counts.iter().filter(|&&c| c > 0).map(|&c| c as i64).collect();
+            let b: i64 = weight.iter().sum();
+            let mut deadlines = Deadlines::new(&weight);
+            let mut given = vec![0i64; weight.len()];
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            for step in 0..b as usize {
+                for t in step + 1..=b as usize {
+                    let owed: i64 = weight.iter().zip(&given).map(|(&c, &n)| (t as i64 * c / b - n).max(0)).sum();
+                    prop_assert_eq!(deadlines.slack[t], (t - step) as i64 - owed, "step {} T {}", step, t);
+                }
+                // Hand out to any member with tickets left, however unfair.
+                let open: Vec<usize> = (0..weight.len()).filter(|&k| given[k] < weight[k]).collect();
+                let k = open[rng.random_range(0..open.len())];
+                given[k] += 1;
+                deadlines.hand_out(step, (given[k] * b + weight[k] - 1) / weight[k]);
+            }
+        }
+
+        #[test]
+        fn the_due_clock_gives_the_ceiling_of_j_b_over_c(count in 1i64..5000, extra in 0i64..100_000) {
+            let b = count + extra;
+            let mut clock = DueClock::new(count, b);
+            for j in 1..=count.min(300) {
+                prop_assert_eq!(clock.due(), (j * b + count - 1) / count);
+                prop_assert_eq!(clock.whole_steps(), j * b / count);
+                clock.advance();
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! `tessera bench draw`: what a draw costs through the `client` and through HTTP, against
+//! a raw `LPOP` at the same concurrency, with the refiller running in-process.
+
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use client::pool::{DrawSource, PoolName, PoolSnapshot};
+use serde::Serialize;
+
+use crate::cli::BenchQuotaArgs;
+use crate::configuration::Settings;
+use crate::startup::{Application, Signals};
+
+/// The figures `--json` prints.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub concurrency: u32,
+    pub seconds: u64,
+    /// Raw `LPOP` of a long list, per second.
+    pub baseline_ops: f64,
+    pub baseline_p50_us: f64,
+    pub baseline_p99_us: f64,
+    /// `Pools::draw` per second (one `EVALSHA` each), and latency.
+    pub client_ops: f64,
+    pub client_p50_us: f64,
+    pub client_p99_us: f64,
+    /// `POST /api/v1/pools/{pool}/draw` per second through an in-process server.
+    pub http_ops: f64,
+    pub http_p50_us: f64,
+    pub http_p99_us: f64,
+    pub client_ratio: f64,
+    pub http_ratio: f64,
+    /// Client draws not served from Redis (the list and the standby batch were empty).
+    pub client_not_from_redis: u64,
+    /// Batches the refiller added during the run.
+    pub batches_added: u64,
+}
+
+struct Phase {
+    ops: f64,
+    latencies: Vec<Duration>,
+}
+
+/// Runs the benchmark against the configured Redis and Postgres.
+pub async fn run(settings: &Settings, args: &BenchQuotaArgs) -> anyhow::Result<Report> {
+    let mut settings = settings.clone();
+    settings.redis_prefix = super::run_prefix("draw");
+    settings.bind = "127.0.0.1:0".parse().expect("valid address");
+    crate::db::create_database_if_missing(&settings).await?;
+    let application = Application::build(&settings, Signals::Ignore).await?;
+    let state = application.state().clone();
+    let address = format!("http://127.0.0.1:{}", application.port());
+    let handle = application.handle();
+    let server = tokio::spawn(application.run_until_stopped());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let refiller = tokio::spawn(crate::scheduler::pool_refill::listen(state.clone(), None, stopped));
+
+    let result = measure(&state, &address, args).await;
+
+    let _ = stop.send(true);
+    let _ = refiller.await;
+    handle.stop(true).await;
+    let _ = server.await;
+    let cleanup = super::remove_keys(&state.redis, &state.keys).await;
+    let report = result?;
+    cleanup.context("removing the benchmark's keys")?;
+    Ok(report)
+}
+
+async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuotaArgs) -> anyhow::Result<Report> {
+    let duration = Duration::from_secs(args.seconds);
+    let pool = PoolName::parse("bench").expect("valid");
+    let snapshot = PoolSnapshot {
+        version: 1,
+        kind: Default::default(),
+        weights: engine::Weights::from_integers([("ALIPAY_A", 45u64), ("WECHAT_B", 30), ("UNION_C", 25)])?,
+        batch_size: engine::BatchSize::DEFAULT.get(),
+        low_water: 128,
+        ordering: engine::Ordering::Smooth,
+        timezone: "UTC".into(),
+        peak_windows: Vec::new(),
+        caps: Default::default(),
+        eject_rebuild_percent: 50,
+    };
+    state.pool_admin.publish(&pool, &snapshot).await?;
+    state.pool_admin.refill(&pool).await?;
+    let mut conn = state.redis.connection().await?;
+
+    // Baseline: LPOP of a list long enough for the whole phase.
+    let raw = format!("{}:bench-raw", state.keys.prefix());
+    let mut pipe = redis::pipe();
+    for _ in 0..200 {
+        pipe.cmd("RPUSH").arg(&raw).arg(vec!["ALIPAY_A"; 10_000]).ignore();
+    }
+    pipe.query_async::<()>(&mut conn).await.context("filling the baseline list")?;
+    let baseline = phase(args.concurrency, duration, {
+        let (conn, raw) = (conn.clone(), raw.clone());
+        move || {
+            let (mut conn, raw) = (conn.clone(), raw.clone());
+            async move {
+                let _: Option<String> = redis::cmd("LPOP").arg(&raw).query_async(&mut conn).await?;
+                Ok(())
+            }
+        }
+    })
+    .await?;
+
+    let refills_before = added(state, &pool);
+    let not_from_redis = Arc::new(AtomicU64::new(0));
+    let client = phase(args.concurrency, duration, {
+        let (pools, pool, not_from_redis) = (state.pools.clone(), pool.clone(), not_from_redis.clone());
+        move || {
+            let (pools, pool, not_from_redis) = (pools.clone(), pool.clone(), not_from_redis.clone());
+            async move {
+                let draw = pools.draw(&pool).await?;
+                if draw.source != DrawSource::Redis {
+                    not_from_redis.fetch_add(1, AtomicOrdering::Relaxed);
+                }
+                Ok(())
+            }
+        }
+    })
+    .await?;
+    let batches_added = added(state, &pool) - refills_before;
+
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
+    let url = format!("{address}/api/v1/pools/bench/draw");
+    let over_http = phase(args.concurrency, duration, move || {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let response = http.post(&url).send().await?;
+            anyhow::ensure!(response.status().is_success(), "draw over http answered {}", response.status());
+            response.bytes().await?;
+            Ok(())
+        }
+    })
+    .await?;
+
+    let q = super::quantile_us;
+    Ok(Report {
+        concurrency: args.concurrency,
+        seconds: args.seconds,
+        baseline_ops: baseline.ops,
+        baseline_p50_us: q(&baseline.latencies, 0.5),
+        baseline_p99_us: q(&baseline.latencies, 0.99),
+        client_ops: client.ops,
+        client_p50_us: q(&client.latencies, 0.5),
+        client_p99_us: q(&client.latencies, 0.99),
+        http_ops: over_http.ops,
+        http_p50_us: q(&over_http.latencies, 0.5),
+        http_p99_us: q(&over_http.latencies, 0.99),
+        client_ratio: client.ops / baseline.ops,
+        http_ratio: over_http.ops / baseline.ops,
+        client_not_from_redis: not_from_redis.load(AtomicOrdering::Relaxed),
+        batches_added,
+    })
+}
+
+fn added(state: &crate::state::AppState, pool: &PoolName) -> u64 {
+    ["append", "standby", "replace"]
+        .iter()
+        .map(|mode| state.metrics.pool_refills.with_label_values(&[pool.as_str(), mode]).get())
+        .sum()
+}
+
+/// Runs `op` back to back on `concurrency` workers for `duration`: throughput and every
+/// operation's latency, sorted.
+async fn phase<F, Fut>(concurrency: u32, duration: Duration, op: F) -> anyhow::Result<Phase>
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let op = op.clone();
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while started.elapsed() < duration {
+                let t = Instant::now();
+                op().await?;
+                latencies.push(t.elapsed());
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for worker in workers {
+        latencies.extend(worker.await.context("benchmark worker panicked")??);
+    }
+    let ops = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    Ok(Phase { ops, latencies })
+}
+
+/// The report as a table for people.
+pub fn render(r: &Report) -> String {
+    format!(
+        "draw bench: {} in flight, {} s per phase (refiller in-process)\n\
+         {:<22} {:>10} {:>10} {:>10} {:>8}\n\
+         {:<22} {:>10.0} {:>10.0} {:>10.0} {:>8}\n\
+         {:<22} {:>10.0} {:>10.0} {:>10.0} {:>8.3}\n\
+         {:<22} {:>10.0} {:>10.0} {:>10.0} {:>8.3}\n\
+         client draws not from redis: {}   batches added: {}\n",
+        r.concurrency, r.seconds,
+        "", "ops/s", "p50 µs", "p99 µs", "ratio",
+        "raw LPOP (baseline)", r.baseline_ops, r.baseline_p50_us, r.baseline_p99_us, "1",
+        "client draw", r.client_ops, r.client_p50_us, r.client_p99_us, r.client_ratio,
+        "HTTP draw", r.http_ops, r.http_p50_us, r.http_p99_us, r.http_ratio,
+        r.client_not_from_redis, r.batches_added,
+    )
+}
