@@ -53,6 +53,19 @@ pub struct EjectOutcome {
     pub rebuilt: bool,
 }
 
+/// What a refill reads in one round trip: the snapshot, `seq` and the apportioner, the
+/// list's length, whether a standby batch exists, the last tickets of the list and of the
+/// standby batch, and the ejected members.
+type PoolReadout = (
+    Option<String>,
+    (Option<u64>, Option<String>),
+    u64,
+    bool,
+    Vec<String>,
+    Vec<String>,
+    HashSet<String>,
+);
+
 /// Control-plane operations on pools.
 #[derive(Clone)]
 pub struct PoolAdmin {
@@ -169,15 +182,7 @@ impl PoolAdmin {
         let k = &self.keys;
         let p = pool.as_str();
         let mut conn = self.conn().await?;
-        let (snapshot_json, state, length, standby, list_tail, standby_tail, ejected): (
-            Option<String>,
-            (Option<u64>, Option<String>),
-            u64,
-            bool,
-            Vec<String>,
-            Vec<String>,
-            HashSet<String>,
-        ) = redis::pipe()
+        let (snapshot_json, state, length, standby, list_tail, standby_tail, ejected): PoolReadout = redis::pipe()
             .cmd("HGET").arg(k.pool_meta(p)).arg("snapshot")
             .cmd("HMGET").arg(k.pool_state(p)).arg("seq").arg("apportioner")
             .cmd("LLEN").arg(k.pool_tickets(p))

@@ -39,6 +39,9 @@ use rand::Rng;
 /// Up to this many members a step scans them all; above it a step costs `O(log m)`.
 const SCAN_MAX: usize = 32;
 
+/// The widest scan compiled (lanes of the fixed-size arrays).
+const SCAN_LIMIT: usize = 32;
+
 /// Longest binding horizon the many-member path reads from due buckets; a longer one
 /// (rare: the horizon is usually a few steps) scans every member instead.
 const ENUMERATE_MAX: i64 = 64;
@@ -68,34 +71,46 @@ fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, t
     let batch = weight.iter().sum::<i64>() as usize;
     let mut out = Vec::with_capacity(batch);
     if batch > 0 {
-        if active.len() <= tuning.scan_max {
-            by_scan(&weight, avoid, rng, |k| out.push(active[k]));
+        let emit = |k: usize| out.push(active[k]);
+        if active.len() <= tuning.scan_max.min(SCAN_LIMIT) {
+            match active.len() {
+                0..=4 => by_scan::<4>(&weight, avoid, rng, emit),
+                5..=8 => by_scan::<8>(&weight, avoid, rng, emit),
+                9..=16 => by_scan::<16>(&weight, avoid, rng, emit),
+                _ => by_scan::<SCAN_LIMIT>(&weight, avoid, rng, emit),
+            }
         } else {
-            by_index(&weight, avoid, rng, tuning.enumerate_max, |k| out.push(active[k]));
+            by_index(&weight, avoid, rng, tuning.enumerate_max, emit);
         }
     }
     out
 }
 
-/// Few members: each step updates and scans every member, without branches on the data.
-#[allow(clippy::needless_range_loop)] // parallel per-member arrays, indexed together
-fn by_scan(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, mut emit: impl FnMut(usize)) {
+/// Few members: each step updates and scans every member, in fixed-size arrays (`N`
+/// lanes, the unused ones never eligible) and without branches on the data.
+fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, mut emit: impl FnMut(usize)) {
     let m = weight.len();
     let b: i64 = weight.iter().sum();
     let mut deadlines = Deadlines::new(weight);
     let mut clocks: Vec<DueClock> = weight.iter().map(|&c| DueClock::new(c, b)).collect();
-    let mut due: Vec<i64> = clocks.iter().map(DueClock::due).collect();
+    let mut count = [0i64; N];
+    count[..m].copy_from_slice(weight);
+    let mut due = [i64::MAX; N];
+    for (d, clock) in due.iter_mut().zip(&clocks) {
+        *d = clock.due();
+    }
     // credit[k] = t·c_k − B·n_k before step t+1: positive means behind the ideal.
-    let mut credit = vec![0i64; m];
-    let mut value = vec![0i64; m];
+    let mut credit = [0i64; N];
+    let mut value = [0i64; N];
+    let xh = std::env::var_os("XH").is_some();
     for step in 0..b as usize {
-        let horizon = deadlines.horizon(step);
+        let horizon = if xh { i64::MAX } else { deadlines.horizon(step) };
         let mut total = 0;
-        for k in 0..m {
-            credit[k] += weight[k];
-            let eligible = credit[k] > 0 && due[k] <= horizon;
-            value[k] = if eligible { credit[k] } else { 0 };
-            total += value[k];
+        for (((c, &w), &d), v) in credit.iter_mut().zip(&count).zip(&due).zip(&mut value) {
+            *c += w;
+            let eligible = (*c > 0) & (d <= horizon);
+            *v = *c & -i64::from(eligible);
+            total += *v;
         }
         if step == 0 {
             total -= seam_guard(&mut value, total, avoid);
@@ -114,7 +129,7 @@ fn by_scan(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, mut emit: i
             chosen
         };
         credit[chosen] -= b;
-        deadlines.hand_out(step, due[chosen]);
+        if !xh { deadlines.hand_out(step, due[chosen]); }
         clocks[chosen].advance();
         due[chosen] = clocks[chosen].due();
         emit(chosen);
@@ -306,19 +321,18 @@ impl DueClock {
 
     /// Moves on to the next ticket.
     fn advance(&mut self) {
-        self.whole += self.step_whole;
         self.part += self.step_part;
-        if self.part >= self.count {
-            self.part -= self.count;
-            self.whole += 1;
-        }
+        let carry = self.part >= self.count;
+        self.part -= self.count & -i64::from(carry);
+        self.whole += self.step_whole + i64::from(carry);
     }
 }
 
 /// Slack per absolute step and the first step where it runs out (see the module docs).
 struct Deadlines {
-    /// `slack[T] = G(T) − A(T)`, valid for every `T` after the current step.
-    slack: Vec<i64>,
+    /// `slack[T] = G(T) − A(T)`, valid for every `T` after the current step; `i32`
+    /// halves the memory traffic of the range updates (|slack| ≤ batch < 2³¹).
+    slack: Vec<i32>,
     /// Every step up to here (from the next on) has an early ticket falling due after it.
     covered: usize,
     /// The smallest tight step known; stale once passed, `usize::MAX` if none.
@@ -328,8 +342,9 @@ struct Deadlines {
 impl Deadlines {
     fn new(weight: &[i64]) -> Self {
         let b: i64 = weight.iter().sum();
+        assert!(b <= i64::from(i32::MAX), "a batch of {b} tickets is beyond any batch size");
         // Tickets falling due at each step, then G(T) = T − (tickets due by T).
-        let mut slack = vec![0i64; b as usize + 1];
+        let mut slack = vec![0i32; b as usize + 1];
         for &c in weight {
             let mut clock = DueClock::new(c, b);
             for _ in 0..c {
@@ -340,7 +355,7 @@ impl Deadlines {
         let mut due_so_far = 0;
         for (t, s) in slack.iter_mut().enumerate() {
             due_so_far += *s;
-            *s = t as i64 - due_so_far;
+            *s = t as i32 - due_so_far;
         }
         Deadlines {
             slack,
@@ -351,11 +366,12 @@ impl Deadlines {
 
     /// The binding horizon for the ticket at `step` (0-based): the first absolute step
     /// `T > step` whose slots are all needed, or `i64::MAX` when none is.
+    #[inline]
     fn horizon(&mut self, step: usize) -> i64 {
         let next = step + 1;
         if self.first_tight < next {
             self.first_tight = match self.slack.get(next..=self.covered) {
-                Some(ahead) => ahead.iter().position(|&s| s <= 0).map_or(usize::MAX, |i| next + i),
+                Some(ahead) => first_tight_in(ahead).map_or(usize::MAX, |i| next + i),
                 None => usize::MAX,
             };
         }
@@ -368,24 +384,41 @@ impl Deadlines {
 
     /// Records the ticket handed out at `step` that falls due at step `due`: early
     /// tickets take a slot from every later step before their due step.
+    #[inline]
     fn hand_out(&mut self, step: usize, due: i64) {
         let (from, to) = (step + 2, due as usize);
         if from >= to {
             return;
         }
-        for s in &mut self.slack[from..to] {
-            *s -= 1;
-        }
         self.covered = self.covered.max(to - 1);
         // Only steps before the cached first tight step can lower it (a stale cache is
         // rescanned on the next query anyway).
-        if self.first_tight > from {
-            let end = to.min(self.first_tight);
-            if let Some(i) = self.slack[from..end].iter().position(|&s| s <= 0) {
-                self.first_tight = from + i;
-            }
+        let end = to.min(self.first_tight.max(from));
+        let mut low = i32::MAX;
+        for s in &mut self.slack[from..end] {
+            *s -= 1;
+            low = low.min(*s);
+        }
+        for s in &mut self.slack[end..to] {
+            *s -= 1;
+        }
+        if low <= 0 {
+            self.first_tight = from + first_tight_in(&self.slack[from..end]).expect("a slack is at most zero");
         }
     }
+}
+
+/// Position of the first slack at most zero, checking 16 at a time branch-free.
+fn first_tight_in(slack: &[i32]) -> Option<usize> {
+    let mut chunks = slack.chunks_exact(16);
+    let mut base = 0;
+    for chunk in &mut chunks {
+        if chunk.iter().fold(i32::MAX, |low, &s| low.min(s)) <= 0 {
+            return chunk.iter().position(|&s| s <= 0).map(|i| base + i);
+        }
+        base += 16;
+    }
+    chunks.remainder().iter().position(|&s| s <= 0).map(|i| base + i)
 }
 
 /// Fenwick tree over members of `(count, given)`, holding only members with positive
@@ -649,7 +682,7 @@ mod tests {
             for step in 0..b as usize {
                 for t in step + 1..=b as usize {
                     let owed: i64 = weight.iter().zip(&given).map(|(&c, &n)| (t as i64 * c / b - n).max(0)).sum();
-                    prop_assert_eq!(deadlines.slack[t], (t - step) as i64 - owed, "step {} T {}", step, t);
+                    prop_assert_eq!(i64::from(deadlines.slack[t]), (t - step) as i64 - owed, "step {} T {}", step, t);
                 }
                 // Hand out to any member with tickets left, however unfair.
                 let open: Vec<usize> = (0..weight.len()).filter(|&k| given[k] < weight[k]).collect();
