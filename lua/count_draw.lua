@@ -7,12 +7,13 @@
 -- TIME); ARGV[4] the member
 -- Returns {"counted", version} | {"capped"} | {"ejected"} | {"day", day0, day1} |
 -- {"no_day"} | {"unknown_pool"}
-local version = redis.call('HGET', KEYS[1], 'version')
-if not version then return {'unknown_pool'} end
-local hits, day_end = pool_day(KEYS[2], KEYS[4], KEYS[5], pool_now())
+local st = pool_state(KEYS[2])
+if not st then return {'unknown_pool'} end
+local version = st.version
+local hits, day_end = pool_day(st, KEYS[4], KEYS[5], pool_now())
 if not hits then return day_end end
 local member = ARGV[4]
-if redis.call('SISMEMBER', KEYS[3], member) == 1 then return {'ejected'} end
-if at_cap(KEYS[1], hits, member) then return {'capped'} end
+if st.ejected and redis.call('SISMEMBER', KEYS[3], member) == 1 then return {'ejected'} end
+if st.capped and at_cap(KEYS[1], hits, member) then return {'capped'} end
 count_hit(hits, member, day_end)
 return {'counted', tonumber(version)}

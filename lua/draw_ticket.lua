@@ -1,8 +1,9 @@
 -- draw_ticket.lua: hands out the next ticket of a pool, in one atomic step.
 -- Prepended by pool_lib.lua.
--- KEYS[1] meta     hash  the published snapshot: version, low_water, cap:<member>, …
--- KEYS[2] state    hash  runtime: seq, apportioner, day0, day0_end, day1, day1_end (the
---                        pool-local days and when they end, ms; written by the rotation job)
+-- KEYS[1] meta     hash  the published snapshot (read here: cap:<member>)
+-- KEYS[2] state    hash  runtime: version, low_water, capped, ejected (copies kept by
+--                        publish_pool.lua and set_ejected.lua), seq, apportioner, and the
+--                        pool-local days day0/day0_end, day1/day1_end (the rotation job)
 -- KEYS[3] tickets  list  the tickets, drawn from the left
 -- KEYS[4] standby  list  a whole batch built ahead, promoted when the list runs dry
 -- KEYS[5] ejected  set   members whose tickets are skipped
@@ -24,12 +25,12 @@
 -- cap are skipped (the skipped tickets are consumed); the day is the pool's local day by
 -- Redis TIME; the standby batch is promoted whole, atomically; a refill is asked for
 -- (flag set, pool name published on ARGV[5]) once per crossing of low-water.
-local meta = redis.call('HMGET', KEYS[1], 'version', 'low_water')
-if not meta[1] then return {'unknown_pool'} end
-local version = tonumber(meta[1])
-local low_water = tonumber(meta[2])
+local st = pool_state(KEYS[2])
+if not st then return {'unknown_pool'} end
+local version = st.version
+local low_water = st.low_water
 
-local hits, day_end = pool_day(KEYS[2], KEYS[6], KEYS[7], pool_now())
+local hits, day_end = pool_day(st, KEYS[6], KEYS[7], pool_now())
 if not hits then
   if day_end[1] == 'no_day' then return {'no_day', version} end
   return day_end
@@ -46,7 +47,7 @@ end
 
 local skipped_ejected, skipped_capped = 0, 0
 local from = 'list'
-for _ = 0, tonumber(ARGV[4]) do
+for _ = 1, tonumber(ARGV[4]) do
   local ticket = redis.call('LPOP', KEYS[3])
   if not ticket and redis.call('EXISTS', KEYS[4]) == 1 then
     redis.call('RENAME', KEYS[4], KEYS[3])
@@ -58,10 +59,10 @@ for _ = 0, tonumber(ARGV[4]) do
     ask_refill()
     return {'empty', version}
   end
-  if redis.call('SISMEMBER', KEYS[5], ticket) == 1 then
+  if st.ejected and redis.call('SISMEMBER', KEYS[5], ticket) == 1 then
     skipped_ejected = skipped_ejected + 1
   else
-    if at_cap(KEYS[1], hits, ticket) then
+    if st.capped and at_cap(KEYS[1], hits, ticket) then
       skipped_capped = skipped_capped + 1
     else
       count_hit(hits, ticket, day_end)

@@ -1,6 +1,20 @@
 -- pool_lib.lua: shared by draw_ticket.lua and count_draw.lua; the client prepends it to
 -- their bodies (each stays one self-contained EVALSHA). Touches only keys it is given.
 
+-- Reads what a draw needs from the state hash in one call: the published version, the
+-- low-water mark, whether any cap or ejection applies (publish_pool.lua, set_ejected.lua)
+-- and the pool-local days (the rotation job). nil when the pool was never published.
+local function pool_state(state_key)
+  local s = redis.call('HMGET', state_key, 'version', 'low_water', 'capped', 'ejected',
+    'day0', 'day0_end', 'day1', 'day1_end')
+  if not s[1] then return nil end
+  return {
+    version = tonumber(s[1]), low_water = tonumber(s[2]), capped = s[3] == '1',
+    ejected = s[4] ~= false and s[4] ~= '0',
+    day0 = s[5], day0_end = tonumber(s[6]), day1 = s[7], day1_end = tonumber(s[8]),
+  }
+end
+
 -- Now in ms: ARGV[3] when the caller set the time by hand, else Redis TIME (the one clock).
 local function pool_now()
   if ARGV[3] ~= '' then return tonumber(ARGV[3]) end
@@ -8,24 +22,22 @@ local function pool_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The pool-local day holding `now`, from the state hash the rotation job writes
--- (day0/day0_end, day1/day1_end), as the hits key the caller passed for it (key0 for
+-- The pool-local day holding `now`, as the hits key the caller passed for it (key0 for
 -- ARGV[1]'s day, key1 for ARGV[2]'s). Returns hits_key, day_end — or nil and the reply to
 -- give: {"no_day"} when no current day is written, {"day", day0, day1} when the caller
 -- passed keys for other days.
-local function pool_day(state_key, key0, key1, now)
-  local days = redis.call('HMGET', state_key, 'day0', 'day0_end', 'day1', 'day1_end')
+local function pool_day(st, key0, key1, now)
   local day, day_end
-  if days[1] and now < tonumber(days[2]) then
-    day, day_end = days[1], tonumber(days[2])
-  elseif days[3] and now < tonumber(days[4]) then
-    day, day_end = days[3], tonumber(days[4])
+  if st.day0 and now < st.day0_end then
+    day, day_end = st.day0, st.day0_end
+  elseif st.day1 and now < st.day1_end then
+    day, day_end = st.day1, st.day1_end
   else
     return nil, {'no_day'}
   end
   if day == ARGV[1] then return key0, day_end end
   if day == ARGV[2] then return key1, day_end end
-  return nil, {'day', days[1] or '', days[3] or ''}
+  return nil, {'day', st.day0 or '', st.day1 or ''}
 end
 
 -- Counts one draw of `member` in the day's hits; the day's hash expires 48 h after the day.

@@ -82,3 +82,50 @@ pub fn is_unreachable(error: &redis::RedisError) -> bool {
             redis::ErrorKind::BusyLoadingError | redis::ErrorKind::TryAgain | redis::ErrorKind::ClusterDown
         )
 }
+
+/// How long callers skip Redis after finding it unreachable, before trying it again.
+pub const RETRY_REDIS_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Remembers that Redis was just found unreachable, so that the next calls fall back at
+/// once instead of each waiting for a connection timeout; after [`RETRY_REDIS_AFTER`] one
+/// call tries Redis again (and closes the breaker when it answers).
+#[derive(Debug, Default)]
+pub struct Breaker {
+    /// Milliseconds since `base()` until which Redis is skipped; 0 when closed.
+    open_until: std::sync::atomic::AtomicU64,
+}
+
+fn base() -> std::time::Instant {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(std::time::Instant::now)
+}
+
+impl Breaker {
+    fn now_ms() -> u64 {
+        base().elapsed().as_millis() as u64 + 1
+    }
+
+    /// The error to report while the breaker is open: Redis is being skipped.
+    pub fn skipped_error() -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "redis was unreachable moments ago; skipped until the retry interval passes",
+        ))
+    }
+
+    /// True while Redis should be skipped.
+    pub fn is_open(&self) -> bool {
+        Self::now_ms() < self.open_until.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Redis was found unreachable: skip it for [`RETRY_REDIS_AFTER`].
+    pub fn trip(&self) {
+        let until = Self::now_ms() + RETRY_REDIS_AFTER.as_millis() as u64;
+        self.open_until.store(until, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Redis answered.
+    pub fn reset(&self) {
+        self.open_until.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -13,7 +13,8 @@ pub struct PoolScripts {
     pub draw: Script,
     pub count_draw: Script,
     pub refill: Script,
-    pub publish_meta: Script,
+    pub publish: Script,
+    pub set_ejected: Script,
 }
 
 /// The pool scripts, built on first use.
@@ -23,7 +24,8 @@ pub fn pool() -> &'static PoolScripts {
         draw: Script::new(&format!("{POOL_LIB}\n{}", include_str!("../../lua/draw_ticket.lua"))),
         count_draw: Script::new(&format!("{POOL_LIB}\n{}", include_str!("../../lua/count_draw.lua"))),
         refill: Script::new(include_str!("../../lua/refill_pool.lua")),
-        publish_meta: Script::new(include_str!("../../lua/publish_snapshot.lua")),
+        publish: Script::new(include_str!("../../lua/publish_pool.lua")),
+        set_ejected: Script::new(include_str!("../../lua/set_ejected.lua")),
     })
 }
 

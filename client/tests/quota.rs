@@ -986,7 +986,8 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     // Act: Redis is back; the next operation that reaches it charges the journal first.
     // Staying away longer than the connection manager's reconnect attempt (two tries, at
     // most 2 s apart) leaves it holding a failed reconnection, which the first call after
-    // Redis returns still gets (and which starts a new one): at most one call fails.
+    // Redis returns still gets (and which starts a new one); after a failure the client
+    // skips Redis for `RETRY_REDIS_AFTER` (500 ms), so up to three calls 200 ms apart fail.
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.restart().await;
     let mut failures = Vec::new();
@@ -1002,7 +1003,7 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     };
 
     // Assert
-    assert!(failures.len() <= 1, "{failures:?}");
+    assert!(failures.len() <= 3, "{failures:?}");
     assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "plan").reserved, usage.leases), (27, 0, 0));
     assert_eq!(usage.requests_today, 3);
     assert_eq!(h.quotas.offline_summary().operations, 0);

@@ -122,8 +122,11 @@ impl PoolAdmin {
     pub async fn publish(&self, pool: &PoolName, snapshot: &PoolSnapshot) -> Result<bool, PoolError> {
         snapshot.validate().map_err(PoolError::Invalid)?;
         let mut conn = self.conn().await?;
-        let mut call = scripts::pool().publish_meta.key(self.keys.pool_meta(pool.as_str()));
-        call.arg(snapshot.version);
+        let mut call = scripts::pool().publish.key(self.keys.pool_meta(pool.as_str()));
+        call.key(self.keys.pool_state(pool.as_str()))
+            .arg(snapshot.version)
+            .arg(snapshot.low_water)
+            .arg(if snapshot.caps.is_empty() { "0" } else { "1" });
         for (field, value) in snapshot.meta_fields() {
             call.arg(field).arg(value);
         }
@@ -273,15 +276,7 @@ impl PoolAdmin {
         if snapshot.weights.index_of(member).is_none() {
             return Err(PoolError::Invalid(crate::quota::InvalidInput::new("member", format!("{member:?} is not a member of {pool}"))));
         }
-        let mut conn = self.conn().await?;
-        let key = self.keys.pool_ejected(pool.as_str());
-        let (_, ejected): ((), HashSet<String>) = redis::pipe()
-            .cmd("SADD").arg(&key).arg(member).ignore()
-            .cmd("SMEMBERS").arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map(|e: (HashSet<String>,)| ((), e.0))
-            .map_err(PoolError::Redis)?;
+        let ejected = self.set_ejected(pool, "eject", member).await?;
         let total = snapshot.weights.total() as f64;
         let out: u64 = ejected.iter().filter_map(|m| snapshot.weights.index_of(m)).map(|i| snapshot.weights.weight(i)).sum();
         let ejected_percent = 100.0 * out as f64 / total;
@@ -294,10 +289,17 @@ impl PoolAdmin {
 
     /// Lets an ejected member be drawn again (from its remaining tickets and every new batch).
     pub async fn restore(&self, pool: &PoolName, member: &str) -> Result<(), PoolError> {
-        redis::cmd("SREM")
-            .arg(self.keys.pool_ejected(pool.as_str()))
+        self.set_ejected(pool, "restore", member).await.map(|_| ())
+    }
+
+    async fn set_ejected(&self, pool: &PoolName, op: &str, member: &str) -> Result<HashSet<String>, PoolError> {
+        scripts::pool()
+            .set_ejected
+            .key(self.keys.pool_ejected(pool.as_str()))
+            .key(self.keys.pool_state(pool.as_str()))
+            .arg(op)
             .arg(member)
-            .query_async::<()>(&mut self.conn().await?)
+            .invoke_async(&mut self.conn().await?)
             .await
             .map_err(PoolError::Redis)
     }

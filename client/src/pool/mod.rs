@@ -29,7 +29,7 @@ use serde::Serialize;
 pub use self::admin::{Days, EjectOutcome, PoolAdmin, RefillOutcome};
 pub use self::types::{PoolKind, PoolName, PoolSnapshot, MAX_BATCH};
 use crate::clock::Clock;
-use crate::connection::{is_unreachable, RedisHandle};
+use crate::connection::{is_unreachable, Breaker, RedisHandle};
 use crate::keys::Keys;
 use crate::metrics::PoolMetrics;
 use crate::quota::InvalidInput;
@@ -145,6 +145,7 @@ struct Inner {
     static_weights: HashMap<PoolName, Weights>,
     metrics: Option<PoolMetrics>,
     cache: Mutex<HashMap<PoolName, Cached>>,
+    breaker: Breaker,
     rng: Mutex<ChaCha8Rng>,
     draws: AtomicU64,
 }
@@ -174,6 +175,7 @@ impl Pools {
                 static_weights: statics,
                 metrics,
                 cache: Mutex::new(HashMap::new()),
+                breaker: Breaker::default(),
                 rng: Mutex::new(ChaCha8Rng::seed_from_u64(crate::fresh_seed())),
                 draws: AtomicU64::new(0),
             }),
@@ -184,9 +186,20 @@ impl Pools {
     #[tracing::instrument(skip_all, fields(pool = %pool))]
     pub async fn draw(&self, pool: &PoolName) -> Result<Draw, PoolError> {
         self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
+        if self.inner.breaker.is_open() {
+            return self.degrade(pool, Degrade::Unreachable(Breaker::skipped_error()));
+        }
         match self.draw_redis(pool).await {
-            Ok(Ok(draw)) => Ok(self.served(draw)),
-            Ok(Err(why)) => self.degrade(pool, why),
+            Ok(Ok(draw)) => {
+                self.inner.breaker.reset();
+                Ok(self.served(draw))
+            }
+            Ok(Err(why)) => {
+                if matches!(why, Degrade::Unreachable(_)) {
+                    self.inner.breaker.trip();
+                }
+                self.degrade(pool, why)
+            }
             Err(e) => Err(e),
         }
     }
@@ -198,18 +211,40 @@ impl Pools {
     #[tracing::instrument(skip_all, fields(pool = %pool))]
     pub async fn draw_sticky(&self, pool: &PoolName, key: &[u8]) -> Result<Draw, PoolError> {
         self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
-        let ring = match self.ring(pool).await {
-            Ok(ring) => ring,
-            Err(PoolError::Redis(e)) if is_unreachable(&e) => return self.degrade(pool, Degrade::Unreachable(e)),
-            Err(other) => return Err(other),
+        let cached = self.cached_ring(pool);
+        if self.inner.breaker.is_open() {
+            // The ring needs no Redis: keep the key on its member, uncounted, while Redis is away.
+            return match cached {
+                Some((version, ring)) => {
+                    let member = ring.lookup_name(key).to_owned();
+                    Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local }))
+                }
+                None => self.degrade(pool, Degrade::Unreachable(Breaker::skipped_error())),
+            };
+        }
+        let ring = match cached {
+            Some(ring) => ring,
+            None => match self.ring(pool).await {
+                Ok(ring) => ring,
+                Err(PoolError::Redis(e)) if is_unreachable(&e) => {
+                    self.inner.breaker.trip();
+                    return self.degrade(pool, Degrade::Unreachable(e));
+                }
+                Err(other) => return Err(other),
+            },
         };
         let (version, ring) = ring;
         let member = ring.lookup_name(key).to_owned();
-        let counted = self.count_sticky(pool, &member).await;
-        match counted {
-            Ok(true) => Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Redis })),
+        match self.count_sticky(pool, &member).await {
+            Ok(true) => {
+                self.inner.breaker.reset();
+                Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Redis }))
+            }
             Ok(false) => self.draw(pool).await,
-            Err(PoolError::Redis(e)) if is_unreachable(&e) => self.degrade(pool, Degrade::Unreachable(e)),
+            Err(PoolError::Redis(e)) if is_unreachable(&e) => {
+                self.inner.breaker.trip();
+                Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local }))
+            }
             Err(other) => Err(other),
         }
     }
@@ -353,12 +388,13 @@ impl Pools {
         Ok(())
     }
 
+    fn cached_ring(&self, pool: &PoolName) -> Option<(u64, Arc<HashRing>)> {
+        self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.ring.clone())
+    }
+
     async fn ring(&self, pool: &PoolName) -> Result<(u64, Arc<HashRing>), PoolError> {
-        {
-            let cache = self.inner.cache.lock().expect("pool cache lock");
-            if let Some((version, ring)) = cache.get(pool).and_then(|c| c.ring.clone()) {
-                return Ok((version, ring));
-            }
+        if let Some(ring) = self.cached_ring(pool) {
+            return Ok(ring);
         }
         let mut conn = self.inner.redis.connection().await.map_err(PoolError::Redis)?;
         self.refresh(pool, &mut conn).await?;

@@ -24,7 +24,7 @@ pub use self::types::{
     MAX_RESERVATION_TTL,
 };
 use crate::clock::{Clock, Period};
-use crate::connection::{is_unreachable, RedisHandle};
+use crate::connection::{is_unreachable, Breaker, RedisHandle};
 use crate::keys::Keys;
 use crate::metrics::QuotaMetrics;
 use crate::scripts;
@@ -225,6 +225,7 @@ struct Inner {
     offline: Mutex<Offline>,
     has_offline: AtomicBool,
     redis_down: AtomicBool,
+    breaker: Breaker,
 }
 
 /// The quota client: cheap to clone, shared by every task of a process.
@@ -251,6 +252,7 @@ impl Quotas {
                 offline: Mutex::new(Offline::default()),
                 has_offline: AtomicBool::new(false),
                 redis_down: AtomicBool::new(false),
+                breaker: Breaker::default(),
             }),
         }
     }
@@ -530,6 +532,9 @@ impl Quotas {
     /// Runs a script once (with one retry when the period turned), flushing the offline
     /// journal first when there is one.
     async fn call(&self, name: &'static str, script: &Script, tenant: &TenantId, extra: &[String]) -> Result<Vec<Value>, CallError> {
+        if self.inner.breaker.is_open() {
+            return Err(CallError::Unreachable(Breaker::skipped_error()));
+        }
         if self.inner.has_offline.load(Ordering::Acquire) {
             match self.flush_offline().await {
                 Ok(_) => {}
@@ -549,6 +554,7 @@ impl Quotas {
         }
         match result {
             Ok(reply) => {
+                self.inner.breaker.reset();
                 if self.inner.redis_down.swap(false, Ordering::AcqRel) {
                     tracing::info!("redis answers again: quota decisions are made in redis");
                 }
@@ -560,6 +566,7 @@ impl Quotas {
     }
 
     fn went_down(&self, error: redis::RedisError) -> CallError {
+        self.inner.breaker.trip();
         if !self.inner.redis_down.swap(true, Ordering::AcqRel) {
             tracing::warn!(error = %error, "redis unreachable: quota decisions follow each tenant's fallback policy");
         }

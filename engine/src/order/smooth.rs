@@ -86,31 +86,37 @@ fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, t
     out
 }
 
-/// Few members: each step updates and scans every member, in fixed-size arrays (`N`
-/// lanes, the unused ones never eligible) and without branches on the data.
+/// Few members: each step updates and scans every member in fixed-size arrays (`N`
+/// lanes; unused lanes never become eligible). Nothing is indexed by the chosen member
+/// and nothing branches on the draw: the step's updates are masked over all lanes, so
+/// the per-member state stays in registers and a step is a short dependency chain.
 fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, mut emit: impl FnMut(usize)) {
     let m = weight.len();
     let b: i64 = weight.iter().sum();
     let mut deadlines = Deadlines::new(weight);
-    let mut clocks: Vec<DueClock> = weight.iter().map(|&c| DueClock::new(c, b)).collect();
     let mut count = [0i64; N];
     count[..m].copy_from_slice(weight);
-    let mut due = [i64::MAX; N];
-    for (d, clock) in due.iter_mut().zip(&clocks) {
-        *d = clock.due();
+    // Each member's due clock (see `DueClock`), lane by lane; unused lanes fall due never.
+    let (mut whole, mut part, mut step_whole, mut step_part) = ([i64::MAX - 1; N], [0i64; N], [0i64; N], [0i64; N]);
+    for k in 0..m {
+        let clock = DueClock::new(weight[k], b);
+        (whole[k], part[k], step_whole[k], step_part[k]) = (clock.whole, clock.part, clock.step_whole, clock.step_part);
+    }
+    let mut due = [0i64; N];
+    for k in 0..N {
+        due[k] = whole[k] + i64::from(part[k] > 0);
     }
     // credit[k] = t·c_k − B·n_k before step t+1: positive means behind the ideal.
     let mut credit = [0i64; N];
     let mut value = [0i64; N];
-    let xh = std::env::var_os("XH").is_some();
     for step in 0..b as usize {
-        let horizon = if xh { i64::MAX } else { deadlines.horizon(step) };
+        let horizon = deadlines.horizon_near(step);
         let mut total = 0;
-        for (((c, &w), &d), v) in credit.iter_mut().zip(&count).zip(&due).zip(&mut value) {
-            *c += w;
-            let eligible = (*c > 0) & (d <= horizon);
-            *v = *c & -i64::from(eligible);
-            total += *v;
+        for k in 0..N {
+            credit[k] += count[k];
+            let eligible = (credit[k] > 0) & (due[k] <= horizon);
+            value[k] = credit[k] & -i64::from(eligible);
+            total += value[k];
         }
         if step == 0 {
             total -= seam_guard(&mut value, total, avoid);
@@ -128,10 +134,19 @@ fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl 
             }
             chosen
         };
-        credit[chosen] -= b;
-        if !xh { deadlines.hand_out(step, due[chosen]); }
-        clocks[chosen].advance();
-        due[chosen] = clocks[chosen].due();
+        // Hand the ticket to `chosen`: its credit drops by B and its clock moves on.
+        let mut handed_due = 0;
+        for k in 0..N {
+            let hit = -i64::from(k == chosen);
+            credit[k] -= b & hit;
+            handed_due |= due[k] & hit;
+            part[k] += step_part[k] & hit;
+            let carry = -i64::from(part[k] >= count[k]) & hit;
+            part[k] -= count[k] & carry;
+            whole[k] += (step_whole[k] & hit) - carry;
+            due[k] = whole[k] + i64::from(part[k] > 0);
+        }
+        deadlines.hand_out_near(step, handed_due);
         emit(chosen);
     }
 }
@@ -357,6 +372,8 @@ impl Deadlines {
             due_so_far += *s;
             *s = t as i32 - due_so_far;
         }
+        // Padding, so a window of `NEAR` steps never runs off the end.
+        slack.resize(b as usize + 1 + NEAR, i32::MAX);
         Deadlines {
             slack,
             covered: 0,
@@ -404,6 +421,53 @@ impl Deadlines {
         }
         if low <= 0 {
             self.first_tight = from + first_tight_in(&self.slack[from..end]).expect("a slack is at most zero");
+        }
+    }
+}
+
+/// Width of the branch-free window of [`Deadlines::horizon_near`] and
+/// [`Deadlines::hand_out_near`]: with few members a ticket is rarely handed out more than
+/// a few steps early.
+const NEAR: usize = 8;
+
+impl Deadlines {
+    /// [`Self::horizon`] without the cache: checks the next [`NEAR`] steps branch-free and
+    /// scans further only when early tickets reach beyond them. Pair with
+    /// [`Self::hand_out_near`].
+    #[inline]
+    fn horizon_near(&mut self, step: usize) -> i64 {
+        let next = step + 1;
+        let window: &[i32; NEAR] = self.slack[next..next + NEAR].try_into().expect("padded");
+        let mut tight = 0u32;
+        for (i, &s) in window.iter().enumerate() {
+            tight |= u32::from((s <= 0) & (next + i <= self.covered)) << i;
+        }
+        if tight != 0 {
+            (next + tight.trailing_zeros() as usize) as i64
+        } else if self.covered < next + NEAR {
+            i64::MAX
+        } else {
+            let beyond = &self.slack[next + NEAR..=self.covered];
+            first_tight_in(beyond).map_or(i64::MAX, |i| (next + NEAR + i) as i64)
+        }
+    }
+
+    /// [`Self::hand_out`] without maintaining the cache of the first tight step, masked
+    /// over [`NEAR`] steps when the ticket is at most that early.
+    #[inline]
+    fn hand_out_near(&mut self, step: usize, due: i64) {
+        let (from, to) = (step + 2, due as usize);
+        let early = to.saturating_sub(from);
+        self.covered = self.covered.max(to - 1);
+        if early <= NEAR {
+            let window: &mut [i32; NEAR] = (&mut self.slack[from..from + NEAR]).try_into().expect("padded");
+            for (i, s) in window.iter_mut().enumerate() {
+                *s -= i32::from(i < early);
+            }
+        } else {
+            for s in &mut self.slack[from..to] {
+                *s -= 1;
+            }
         }
     }
 }
