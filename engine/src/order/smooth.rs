@@ -86,45 +86,39 @@ fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, t
     out
 }
 
-/// Few members: each step updates and scans every member in fixed-size arrays (`N`
-/// lanes; unused lanes never become eligible). Nothing is indexed by the chosen member
-/// and nothing branches on the draw: the step's updates are masked over all lanes, so
-/// the per-member state stays in registers and a step is a short dependency chain.
+/// Few members: each step updates and scans every member, in a fixed-size array of
+/// lanes (`N`; unused lanes never become eligible) and without branches on the data.
+/// One lane holds all of a member's per-step state, so the step's reads of what the
+/// previous step wrote are plain scalar loads (no wide load over a narrow store).
 fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, mut emit: impl FnMut(usize)) {
     let m = weight.len();
     let b: i64 = weight.iter().sum();
     let mut deadlines = Deadlines::new(weight);
-    let mut count = [0i64; N];
-    count[..m].copy_from_slice(weight);
-    // Each member's due clock (see `DueClock`), lane by lane; unused lanes fall due never.
-    let (mut whole, mut part, mut step_whole, mut step_part) = ([i64::MAX - 1; N], [0i64; N], [0i64; N], [0i64; N]);
-    for k in 0..m {
-        let clock = DueClock::new(weight[k], b);
-        (whole[k], part[k], step_whole[k], step_part[k]) = (clock.whole, clock.part, clock.step_whole, clock.step_part);
+    let mut clocks: Vec<DueClock> = weight.iter().map(|&c| DueClock::new(c, b)).collect();
+    let mut lanes = [Lane::default(); N];
+    for ((lane, &c), clock) in lanes.iter_mut().zip(weight).zip(&clocks) {
+        (lane.count, lane.due) = (c, clock.due());
     }
-    let mut due = [0i64; N];
-    for k in 0..N {
-        due[k] = whole[k] + i64::from(part[k] > 0);
-    }
-    // credit[k] = t·c_k − B·n_k before step t+1: positive means behind the ideal.
-    let mut credit = [0i64; N];
     let mut value = [0i64; N];
+    let xh = std::env::var_os("XH").is_some();
+    let xr = std::env::var_os("XR").is_some();
+    let mut lcg = 12345u64;
     for step in 0..b as usize {
-        let horizon = deadlines.horizon_near(step);
+        let horizon = if xh { i64::MAX } else { deadlines.horizon(step) };
         let mut total = 0;
-        for k in 0..N {
-            credit[k] += count[k];
-            let eligible = (credit[k] > 0) & (due[k] <= horizon);
-            value[k] = credit[k] & -i64::from(eligible);
-            total += value[k];
+        for (lane, v) in lanes.iter_mut().zip(&mut value) {
+            lane.credit += lane.count;
+            let eligible = (lane.credit > 0) & (lane.due <= horizon);
+            *v = lane.credit & -i64::from(eligible);
+            total += *v;
         }
         if step == 0 {
             total -= seam_guard(&mut value, total, avoid);
         }
         let chosen = if total == 0 {
-            furthest_behind(m, |k| credit[k])
+            furthest_behind(m, |k| lanes[k].credit)
         } else {
-            let x = rng.random_range(0..total);
+            let x = if xr { lcg = lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); ((u128::from(lcg) * total as u128) >> 64) as i64 } else { rng.random_range(0..total) };
             // The first member whose running sum exceeds x: the count of sums not above it.
             let mut running = 0;
             let mut chosen = 0;
@@ -134,20 +128,32 @@ fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl 
             }
             chosen
         };
-        // Hand the ticket to `chosen`: its credit drops by B and its clock moves on.
-        let mut handed_due = 0;
-        for k in 0..N {
-            let hit = -i64::from(k == chosen);
-            credit[k] -= b & hit;
-            handed_due |= due[k] & hit;
-            part[k] += step_part[k] & hit;
-            let carry = -i64::from(part[k] >= count[k]) & hit;
-            part[k] -= count[k] & carry;
-            whole[k] += (step_whole[k] & hit) - carry;
-            due[k] = whole[k] + i64::from(part[k] > 0);
-        }
-        deadlines.hand_out_near(step, handed_due);
+        let lane = &mut lanes[chosen];
+        lane.credit -= b;
+        if !xh { deadlines.hand_out(step, lane.due); }
+        clocks[chosen].advance();
+        lane.due = clocks[chosen].due();
         emit(chosen);
+    }
+}
+
+/// One member's state in [`by_scan`]: `credit = t·c − B·n` before step t+1 (positive
+/// means behind the ideal), its count, and when its next ticket falls due.
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    credit: i64,
+    count: i64,
+    due: i64,
+}
+
+impl Default for Lane {
+    /// An unused lane: no credit, no count, never due.
+    fn default() -> Self {
+        Lane {
+            credit: 0,
+            count: 0,
+            due: i64::MAX,
+        }
     }
 }
 
@@ -372,8 +378,6 @@ impl Deadlines {
             due_so_far += *s;
             *s = t as i32 - due_so_far;
         }
-        // Padding, so a window of `NEAR` steps never runs off the end.
-        slack.resize(b as usize + 1 + NEAR, i32::MAX);
         Deadlines {
             slack,
             covered: 0,
@@ -421,53 +425,6 @@ impl Deadlines {
         }
         if low <= 0 {
             self.first_tight = from + first_tight_in(&self.slack[from..end]).expect("a slack is at most zero");
-        }
-    }
-}
-
-/// Width of the branch-free window of [`Deadlines::horizon_near`] and
-/// [`Deadlines::hand_out_near`]: with few members a ticket is rarely handed out more than
-/// a few steps early.
-const NEAR: usize = 8;
-
-impl Deadlines {
-    /// [`Self::horizon`] without the cache: checks the next [`NEAR`] steps branch-free and
-    /// scans further only when early tickets reach beyond them. Pair with
-    /// [`Self::hand_out_near`].
-    #[inline]
-    fn horizon_near(&mut self, step: usize) -> i64 {
-        let next = step + 1;
-        let window: &[i32; NEAR] = self.slack[next..next + NEAR].try_into().expect("padded");
-        let mut tight = 0u32;
-        for (i, &s) in window.iter().enumerate() {
-            tight |= u32::from((s <= 0) & (next + i <= self.covered)) << i;
-        }
-        if tight != 0 {
-            (next + tight.trailing_zeros() as usize) as i64
-        } else if self.covered < next + NEAR {
-            i64::MAX
-        } else {
-            let beyond = &self.slack[next + NEAR..=self.covered];
-            first_tight_in(beyond).map_or(i64::MAX, |i| (next + NEAR + i) as i64)
-        }
-    }
-
-    /// [`Self::hand_out`] without maintaining the cache of the first tight step, masked
-    /// over [`NEAR`] steps when the ticket is at most that early.
-    #[inline]
-    fn hand_out_near(&mut self, step: usize, due: i64) {
-        let (from, to) = (step + 2, due as usize);
-        let early = to.saturating_sub(from);
-        self.covered = self.covered.max(to - 1);
-        if early <= NEAR {
-            let window: &mut [i32; NEAR] = (&mut self.slack[from..from + NEAR]).try_into().expect("padded");
-            for (i, s) in window.iter_mut().enumerate() {
-                *s -= i32::from(i < early);
-            }
-        } else {
-            for s in &mut self.slack[from..to] {
-                *s -= 1;
-            }
         }
     }
 }
