@@ -7,95 +7,24 @@
 //! Hand-set clocks sit in the future: a day's hit counters expire 48 h after the day by the
 //! script's clock, so a date in the past would expire them at once.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasher, RandomState};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
 use client::pool::{Draw, DrawSource, PoolError, PoolKind, PoolName, PoolSnapshot, RefillOutcome};
-use client::{Clock, KeyPrefix, Keys, PoolAdmin, Pools, RedisHandle, RedisTimeouts};
+use client::{Clock, Keys, PoolAdmin, Pools, RedisHandle, RedisTimeouts};
 use engine::hashing::HashRing;
 use engine::metrics::Metrics;
 use engine::{Apportioner, BatchSize, Ordering, Weights};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-/// Removes every key under its prefix when dropped, whether the test passed or panicked.
-/// Uses the blocking Redis API so it also works while a panic unwinds out of a runtime.
-struct KeyGuard {
-    keys: Keys,
-}
-
-impl KeyGuard {
-    fn new() -> Self {
-        let random = RandomState::new().hash_one((SystemTime::now(), std::process::id()));
-        let prefix = KeyPrefix::parse(&format!("pt-{random:016x}")).expect("a valid prefix");
-        Self { keys: Keys::new(prefix) }
-    }
-
-    fn remove_keys(&self) -> redis::RedisResult<usize> {
-        let mut conn = redis::Client::open(redis_url())?.get_connection()?;
-        let mut removed = 0;
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(self.keys.scan_pattern())
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)?;
-            if !batch.is_empty() {
-                removed += redis::cmd("UNLINK").arg(&batch).query::<usize>(&mut conn)?;
-            }
-            if next == 0 {
-                return Ok(removed);
-            }
-            cursor = next;
-        }
-    }
-
-    /// Every key under the prefix (to show that nothing was written).
-    fn all_keys(&self) -> Vec<String> {
-        let mut conn = raw_connection();
-        let mut keys = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(self.keys.scan_pattern())
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)
-                .unwrap();
-            keys.extend(batch);
-            if next == 0 {
-                return keys;
-            }
-            cursor = next;
-        }
-    }
-}
-
-impl Drop for KeyGuard {
-    fn drop(&mut self) {
-        if let Err(e) = self.remove_keys() {
-            eprintln!("could not remove the keys under {}: {e}", self.keys.prefix());
-        }
-    }
-}
 
 /// One test's pool client and control plane, clock and keys. The control plane always
 /// talks to Redis directly; the pool client may go through a proxy.
@@ -135,19 +64,10 @@ fn harness(clock: Clock) -> Harness {
 }
 
 fn harness_at(url: &str, clock: Clock) -> Harness {
-    let guard = KeyGuard::new();
+    let guard = KeyGuard::new("pt");
     let pools = pools_at(url, guard.keys.clone(), clock.clone(), HashMap::new());
     let admin = PoolAdmin::new(handle(&redis_url()), guard.keys.clone(), clock.clone());
     Harness { pools, admin, clock, guard }
-}
-
-/// A plain synchronous connection for looking at keys the API does not show.
-fn raw_connection() -> redis::Connection {
-    redis::Client::open(redis_url()).unwrap().get_connection().expect("redis at REDIS_URL")
-}
-
-fn at(rfc3339: &str) -> DateTime<Utc> {
-    rfc3339.parse().expect("an RFC 3339 time")
 }
 
 /// Noon in Singapore (UTC+8, no DST) in the middle of a month, years ahead of any real
@@ -468,73 +388,6 @@ async fn a_script_flush_between_draws_reaches_no_caller() {
 // ---------------------------------------------------------------------------------------
 // 4. Redis unreachable
 // ---------------------------------------------------------------------------------------
-
-/// A TCP proxy to Redis that the test can take down (dropping every connection through it)
-/// and bring back on the same port.
-struct Proxy {
-    addr: SocketAddr,
-    upstream: SocketAddr,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = Self { addr: listener.local_addr().unwrap(), upstream, tasks: Default::default() };
-        proxy.serve(listener);
-        proxy
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let (upstream, tasks) = (self.upstream, self.tasks.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let conn = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                tasks.lock().unwrap().push(conn);
-            }
-        });
-        self.tasks.lock().unwrap().push(accept);
-    }
-
-    fn url(&self) -> String {
-        format!("redis://{}", self.addr)
-    }
-
-    /// Stops listening and cuts every connection.
-    async fn stop(&self) {
-        let tasks: Vec<_> = self.tasks.lock().unwrap().drain(..).collect();
-        for task in tasks {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    /// Listens again on the same port.
-    async fn restart(&self) {
-        let listener = TcpListener::bind(self.addr).await.expect("rebinding the proxy's port");
-        self.serve(listener);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        for task in self.tasks.lock().unwrap().drain(..) {
-            task.abort();
-        }
-    }
-}
-
-fn redis_socket_addr() -> SocketAddr {
-    use std::net::ToSocketAddrs;
-    match redis::Client::open(redis_url()).unwrap().get_connection_info().addr.clone() {
-        redis::ConnectionAddr::Tcp(host, port) => (host.as_str(), port).to_socket_addrs().unwrap().next().unwrap(),
-        other => panic!("the fallback test needs Redis over plain TCP, not {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn without_redis_draws_fall_to_the_local_pool_then_static_weights_then_unavailable_and_return_to_redis() {

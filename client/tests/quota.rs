@@ -7,76 +7,26 @@
 //! Hand-set clocks sit in the future: a period's keys expire at the period's end plus its
 //! retention, by the script's clock, so a date in the past would expire them at once.
 
+mod support;
+
 use std::collections::HashSet;
-use std::hash::{BuildHasher, RandomState};
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
+use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
 use client::quota::{
     Dimension, FallbackPolicy, Grant, GrantId, GrantKind, Part, QuotaError, QuotaUsage, Refusal, ReleaseOutcome,
     RequestId, Reservation, ReservationState, ReserveOutcome, SettleOutcome, Source, SweepOutcome, TenantId,
     TenantQuota, TokenCount, Tokens,
 };
-use client::{Clock, KeyPrefix, Keys, Period, Quotas, RedisHandle, RedisTimeouts};
+use client::{Clock, Keys, Period, Quotas, RedisHandle, RedisTimeouts};
 use engine::quota::{Bucket, BucketKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-/// Removes every key under its prefix when dropped, whether the test passed or panicked.
-/// Uses the blocking Redis API so it also works while a panic unwinds out of a runtime.
-struct KeyGuard {
-    keys: Keys,
-}
-
-impl KeyGuard {
-    fn new() -> Self {
-        let random = RandomState::new().hash_one((SystemTime::now(), std::process::id()));
-        let prefix = KeyPrefix::parse(&format!("qt-{random:016x}")).expect("a valid prefix");
-        Self { keys: Keys::new(prefix) }
-    }
-
-    fn remove_keys(&self) -> redis::RedisResult<usize> {
-        let mut conn = redis::Client::open(redis_url())?.get_connection()?;
-        let mut removed = 0;
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(self.keys.scan_pattern())
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)?;
-            if !batch.is_empty() {
-                removed += redis::cmd("UNLINK").arg(&batch).query::<usize>(&mut conn)?;
-            }
-            if next == 0 {
-                return Ok(removed);
-            }
-            cursor = next;
-        }
-    }
-}
-
-impl Drop for KeyGuard {
-    fn drop(&mut self) {
-        if let Err(e) = self.remove_keys() {
-            eprintln!("could not remove the keys under {}: {e}", self.keys.prefix());
-        }
-    }
-}
 
 /// One test's quota client, clock and keys.
 struct Harness {
@@ -96,7 +46,7 @@ fn harness(clock: Clock) -> Harness {
 }
 
 fn harness_at(url: &str, clock: Clock) -> Harness {
-    let guard = KeyGuard::new();
+    let guard = KeyGuard::new("qt");
     let quotas = quotas_at(url, guard.keys.clone(), clock.clone());
     Harness { quotas, clock, guard }
 }
@@ -104,15 +54,6 @@ fn harness_at(url: &str, clock: Clock) -> Harness {
 fn quotas_at(url: &str, keys: Keys, clock: Clock) -> Quotas {
     let handle = RedisHandle::new(redis::Client::open(url).expect("a valid redis url"), RedisTimeouts::default());
     Quotas::with_clock(handle, keys, clock, None)
-}
-
-/// A plain synchronous connection for looking at keys the API does not show.
-fn raw_connection() -> redis::Connection {
-    redis::Client::open(redis_url()).unwrap().get_connection().expect("redis at REDIS_URL")
-}
-
-fn at(rfc3339: &str) -> DateTime<Utc> {
-    rfc3339.parse().expect("an RFC 3339 time")
 }
 
 /// Noon in the middle of a month, years ahead of any real clock (see the crate docs).
@@ -866,73 +807,6 @@ async fn with_no_redis_a_tenant_never_seen_is_refused_as_unavailable() {
             assert_eq!((tenant.as_str(), policy), ("acme", "fail_closed"));
         }
         other => panic!("expected Unavailable, got {other:?}"),
-    }
-}
-
-/// A TCP proxy to Redis that the test can take down (dropping every connection through it)
-/// and bring back on the same port.
-struct Proxy {
-    addr: SocketAddr,
-    upstream: SocketAddr,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = Self { addr: listener.local_addr().unwrap(), upstream, tasks: Default::default() };
-        proxy.serve(listener);
-        proxy
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let (upstream, tasks) = (self.upstream, self.tasks.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let conn = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                tasks.lock().unwrap().push(conn);
-            }
-        });
-        self.tasks.lock().unwrap().push(accept);
-    }
-
-    fn url(&self) -> String {
-        format!("redis://{}", self.addr)
-    }
-
-    /// Stops listening and cuts every connection.
-    async fn stop(&self) {
-        let tasks: Vec<_> = self.tasks.lock().unwrap().drain(..).collect();
-        for task in tasks {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    /// Listens again on the same port.
-    async fn restart(&self) {
-        let listener = TcpListener::bind(self.addr).await.expect("rebinding the proxy's port");
-        self.serve(listener);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        for task in self.tasks.lock().unwrap().drain(..) {
-            task.abort();
-        }
-    }
-}
-
-fn redis_socket_addr() -> SocketAddr {
-    use std::net::ToSocketAddrs;
-    match redis::Client::open(redis_url()).unwrap().get_connection_info().addr.clone() {
-        redis::ConnectionAddr::Tcp(host, port) => (host.as_str(), port).to_socket_addrs().unwrap().next().unwrap(),
-        other => panic!("the fallback test needs Redis over plain TCP, not {other:?}"),
     }
 }
 
