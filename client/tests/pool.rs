@@ -715,3 +715,34 @@ async fn an_invalid_snapshot_is_refused_naming_the_field_and_nothing_is_written(
     let keys_after: HashSet<String> = h.guard.all_keys().into_iter().collect();
     assert_eq!(keys_after, keys_before);
 }
+
+#[tokio::test]
+async fn a_drain_reweight_changes_the_next_batch_and_an_immediate_one_replaces_the_remaining_tickets() {
+    // Arrange: A=1,B=1 in batches of 20, one batch in the list.
+    let h = harness(Clock::manual(noon()));
+    let p = pool("reweighted");
+    publish(&h, &p, &snapshot("A=1,B=1", 20, 5, Ordering::Smooth)).await;
+    let tickets = h.keys().pool_tickets(p.as_str());
+    assert_eq!(tally(&lrange(&tickets)), expected(&[("A", 10), ("B", 10)]));
+
+    // Act: drain to A=3,B=1.
+    let mut v2 = snapshot("A=3,B=1", 20, 5, Ordering::Smooth);
+    v2.version = 2;
+    assert!(h.admin.reweight(&p, &v2, client::pool::ReweightMode::Drain).await.unwrap());
+
+    // Assert: the list is untouched; the batch built next (the standby) has the new weights.
+    assert_eq!(tally(&lrange(&tickets)), expected(&[("A", 10), ("B", 10)]));
+    let standby = h.keys().pool_standby(p.as_str());
+    assert_eq!(tally(&lrange(&standby)), expected(&[("A", 15), ("B", 5)]));
+
+    // Act: immediate to A=1,B=3.
+    let mut v3 = snapshot("A=1,B=3", 20, 5, Ordering::Smooth);
+    v3.version = 3;
+    assert!(h.admin.reweight(&p, &v3, client::pool::ReweightMode::Immediate).await.unwrap());
+
+    // Assert: the remaining tickets and the standby batch were replaced by one new batch.
+    assert_eq!(tally(&lrange(&tickets)), expected(&[("A", 5), ("B", 15)]));
+    assert_eq!(llen(&standby), 0);
+    let drawn = draw_n(&h, &p, 20).await;
+    assert_eq!(tally(&drawn), expected(&[("A", 5), ("B", 15)]));
+}

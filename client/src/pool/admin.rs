@@ -43,6 +43,16 @@ pub struct Days {
     pub tomorrow_ends: DateTime<Utc>,
 }
 
+/// How a reweight reaches the tickets already in the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReweightMode {
+    /// The remaining tickets are drawn as they are; the next batch uses the new weights.
+    Drain,
+    /// The remaining tickets and the standby batch are replaced at once by a fresh batch.
+    Immediate,
+}
+
 /// What ejecting a member did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EjectOutcome {
@@ -134,6 +144,16 @@ impl PoolAdmin {
         self.rotate(pool).await?;
         self.refill(pool).await?;
         Ok(written == 1)
+    }
+
+    /// Publishes a snapshot with new weights and applies it by `mode`. Returns whether the
+    /// snapshot was newer than the one Redis holds (nothing changes otherwise).
+    pub async fn reweight(&self, pool: &PoolName, snapshot: &PoolSnapshot, mode: ReweightMode) -> Result<bool, PoolError> {
+        let written = self.publish(pool, snapshot).await?;
+        if written && mode == ReweightMode::Immediate {
+            self.rebuild(pool).await?;
+        }
+        Ok(written)
     }
 
     /// The snapshot Redis holds, if any.

@@ -26,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use redis::Value;
 use serde::Serialize;
 
-pub use self::admin::{Days, EjectOutcome, PoolAdmin, RefillOutcome};
+pub use self::admin::{Days, EjectOutcome, PoolAdmin, RefillOutcome, ReweightMode};
 pub use self::types::{PoolKind, PoolName, PoolSnapshot, MAX_BATCH};
 use crate::clock::Clock;
 use crate::connection::{is_unreachable, Breaker, RedisHandle};
