@@ -11,8 +11,8 @@
 //! tested).
 //!
 //! How the horizon is found without walking it. Write `T` for an absolute step after the
-//! current one (`s`), `G(T) = T − Σ_k ⌊T·c_k/B⌋` (a static count of the batch: tickets
-//! not yet due by `T`, an integer in `[0, m)`), and `A(T)` for the number of tickets
+//! current one (`s`), `G(T) = T − Σ_k ⌊T·c_k/B⌋` (static for the batch: the slots up to `T`
+//! that no ticket falling due by `T` claims, an integer in `[0, m)`), and `A(T)` for the number of tickets
 //! already handed out that fall due after `T` (tickets given early). The free slots up to
 //! `T` are `slack(T) = (T − s) − (tickets due by T not handed out) = G(T) − A(T)`, since
 //! `s` tickets have been handed out. So the slack of a fixed `T` only ever goes down —
@@ -24,10 +24,11 @@
 //! this sense even when `G(T) = 0`; binding there admits exactly the members with positive
 //! credit, which is what "no horizon" admits too.
 //!
-//! Choosing among the eligible members is the same draw in both paths — one
+//! Choosing among the eligible members is the same draw in every path — one
 //! `random_range(0..total)` and the first member, in member order, whose running credit
-//! sum exceeds it — so for a given seed both give the same batch as the original
-//! step-by-step walk (kept in the tests as the reference and compared exactly):
+//! sum exceeds it — so for a given seed every path gives the same batch as the original
+//! step-by-step walk (kept in the tests as the reference and compared exactly, generator
+//! state included):
 //! - up to [`SCAN_MAX`] members, a branch-free scan over per-member arrays;
 //! - above it, members with positive credit live in a Fenwick tree of `(count, given)`
 //!   (a member's credit at step `s` is `(s+1)·c_k − B·n_k`, so node sums stay valid as `s`
@@ -74,7 +75,10 @@ fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, t
         let emit = |k: usize| out.push(active[k]);
         if active.len() <= tuning.scan_max.min(SCAN_LIMIT) {
             match active.len() {
-                0..=4 => by_scan::<4>(&weight, avoid, rng, emit),
+                0 | 1 => by_scan::<1>(&weight, avoid, rng, emit),
+                2 => by_scan::<2>(&weight, avoid, rng, emit),
+                3 => by_scan::<3>(&weight, avoid, rng, emit),
+                4 => by_scan::<4>(&weight, avoid, rng, emit),
                 5..=8 => by_scan::<8>(&weight, avoid, rng, emit),
                 9..=16 => by_scan::<16>(&weight, avoid, rng, emit),
                 _ => by_scan::<SCAN_LIMIT>(&weight, avoid, rng, emit),
@@ -88,23 +92,25 @@ fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, t
 
 /// Few members: each step updates and scans every member, in a fixed-size array of
 /// lanes (`N`; unused lanes never become eligible) and without branches on the data.
-/// One lane holds all of a member's per-step state, so the step's reads of what the
-/// previous step wrote are plain scalar loads (no wide load over a narrow store).
+/// One lane holds all of a member's state, so a step's reads of what the previous step
+/// wrote are plain scalar loads (no wide load over a narrow store).
 fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, mut emit: impl FnMut(usize)) {
     let m = weight.len();
     let b: i64 = weight.iter().sum();
     let mut deadlines = Deadlines::new(weight);
-    let mut clocks: Vec<DueClock> = weight.iter().map(|&c| DueClock::new(c, b)).collect();
-    let mut lanes = [Lane::default(); N];
-    for ((lane, &c), clock) in lanes.iter_mut().zip(weight).zip(&clocks) {
-        (lane.count, lane.due) = (c, clock.due());
+    let mut lanes = [Lane::UNUSED; N];
+    for (lane, &c) in lanes.iter_mut().zip(weight) {
+        let clock = DueClock::new(c, b);
+        *lane = Lane {
+            credit: 0,
+            count: c,
+            due: clock.due(),
+            clock,
+        };
     }
     let mut value = [0i64; N];
-    let xh = std::env::var_os("XH").is_some();
-    let xr = std::env::var_os("XR").is_some();
-    let mut lcg = 12345u64;
     for step in 0..b as usize {
-        let horizon = if xh { i64::MAX } else { deadlines.horizon(step) };
+        let horizon = deadlines.horizon(step);
         let mut total = 0;
         for (lane, v) in lanes.iter_mut().zip(&mut value) {
             lane.credit += lane.count;
@@ -118,7 +124,7 @@ fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl 
         let chosen = if total == 0 {
             furthest_behind(m, |k| lanes[k].credit)
         } else {
-            let x = if xr { lcg = lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); ((u128::from(lcg) * total as u128) >> 64) as i64 } else { rng.random_range(0..total) };
+            let x = rng.random_range(0..total);
             // The first member whose running sum exceeds x: the count of sums not above it.
             let mut running = 0;
             let mut chosen = 0;
@@ -126,13 +132,13 @@ fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl 
                 running += v;
                 chosen += usize::from(running <= x);
             }
-            chosen
+            chosen.min(N - 1)
         };
         let lane = &mut lanes[chosen];
         lane.credit -= b;
-        if !xh { deadlines.hand_out(step, lane.due); }
-        clocks[chosen].advance();
-        lane.due = clocks[chosen].due();
+        deadlines.hand_out(step, lane.due);
+        lane.clock.advance();
+        lane.due = lane.clock.due();
         emit(chosen);
     }
 }
@@ -144,17 +150,23 @@ struct Lane {
     credit: i64,
     count: i64,
     due: i64,
+    clock: DueClock,
 }
 
-impl Default for Lane {
-    /// An unused lane: no credit, no count, never due.
-    fn default() -> Self {
-        Lane {
-            credit: 0,
-            count: 0,
-            due: i64::MAX,
-        }
-    }
+impl Lane {
+    /// A lane without a member: no credit, no count, never due.
+    const UNUSED: Lane = Lane {
+        credit: 0,
+        count: 0,
+        due: i64::MAX,
+        clock: DueClock {
+            whole: 0,
+            part: 0,
+            step_whole: 0,
+            step_part: 0,
+            count: 1,
+        },
+    };
 }
 
 /// Many members: positive-credit members in a Fenwick tree, binding horizons read from
