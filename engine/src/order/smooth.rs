@@ -25,7 +25,7 @@
 //! credit, which is what "no horizon" admits too.
 //!
 //! Choosing among the eligible members is the same draw in every path — one
-//! `random_range(0..total)` and the first member, in member order, whose running credit
+//! `below(rng, total)` (a uniform draw below the total) and the first member, in member order, whose running credit
 //! sum exceeds it — so for a given seed every path gives the same batch as the original
 //! step-by-step walk (kept in the tests as the reference and compared exactly, generator
 //! state included):
@@ -36,6 +36,26 @@
 //!   horizon binds, the eligible members are read from per-due-step buckets instead.
 
 use rand::Rng;
+
+/// A uniform draw from `0..n` (`n > 0`): Lemire's multiply-and-shift on one 32-bit word,
+/// rejecting the few low values that would bias it, so a batch consumes half the random
+/// output of a 64-bit draw; above `u32::MAX` the generic range draw.
+#[inline]
+pub(super) fn below(rng: &mut impl Rng, n: i64) -> i64 {
+    debug_assert!(n > 0);
+    if n > i64::from(u32::MAX) {
+        return rng.random_range(0..n);
+    }
+    let n32 = n as u32;
+    let mut m = u64::from(rng.next_u32()) * u64::from(n32);
+    if (m as u32) < n32 {
+        let threshold = n32.wrapping_neg() % n32;
+        while (m as u32) < threshold {
+            m = u64::from(rng.next_u32()) * u64::from(n32);
+        }
+    }
+    (m >> 32) as i64
+}
 
 /// Up to this many members a step scans them all; above it a step costs `O(log m)`.
 const SCAN_MAX: usize = 32;
@@ -124,7 +144,7 @@ fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl 
         let chosen = if total == 0 {
             furthest_behind(m, |k| lanes[k].credit)
         } else {
-            let x = rng.random_range(0..total);
+            let x = below(rng, total);
             // The first member whose running sum exceeds x: the count of sums not above it.
             let mut running = 0;
             let mut chosen = 0;
@@ -217,7 +237,7 @@ fn by_index(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, enumerate_
             let eligible = |k: usize| positive[k] && due[k] <= horizon;
             choose_by_scan(m, credit, eligible, if step == 0 { avoid } else { None }, rng)
         } else if horizon == i64::MAX {
-            let x = rng.random_range(0..tree.total(s1, b));
+            let x = below(rng, tree.total(s1, b));
             tree.find(x, s1, b)
         } else {
             candidates.clear();
@@ -237,7 +257,7 @@ fn by_index(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, enumerate_
             if total == 0 {
                 furthest_behind(m, credit)
             } else {
-                let mut x = rng.random_range(0..total);
+                let mut x = below(rng, total);
                 let mut chosen = candidates[candidates.len() - 1];
                 for &k in &candidates {
                     if x < credit(k) {
@@ -307,7 +327,7 @@ fn choose_by_scan(
     if total == 0 {
         return furthest_behind(m, credit);
     }
-    let mut x = rng.random_range(0..total);
+    let mut x = below(rng, total);
     for (k, &v) in value.iter().enumerate() {
         if x < v {
             return k;
@@ -522,6 +542,29 @@ impl CreditTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn below_stays_in_range_and_is_uniform_for_small_and_odd_bounds() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for n in [1i64, 2, 3, 7, 1000, i64::from(u32::MAX), i64::from(u32::MAX) + 5] {
+            for _ in 0..1000 {
+                let x = below(&mut rng, n);
+                assert!((0..n).contains(&x), "{x} not below {n}");
+            }
+        }
+        // 3 and 10 buckets, 300k draws: every count within 4 standard deviations.
+        for n in [3i64, 10] {
+            let mut counts = vec![0u64; n as usize];
+            for _ in 0..300_000 {
+                counts[below(&mut rng, n) as usize] += 1;
+            }
+            let expected = 300_000 / n as u64;
+            for c in counts {
+                let tolerance = 4 * (expected as f64).sqrt() as u64;
+                assert!(c.abs_diff(expected) < tolerance, "{c} vs {expected} ± {tolerance}");
+            }
+        }
+    }
     use crate::{Apportioner, BatchSize, Weights};
     use proptest::prelude::*;
     use rand::{Rng, SeedableRng};
@@ -565,7 +608,7 @@ mod tests {
             let chosen = if total == 0 {
                 (0..m).max_by_key(|&k| credit[k]).unwrap()
             } else {
-                let mut x = rng.random_range(0..total);
+                let mut x = below(rng, total);
                 let mut chosen = m;
                 for k in 0..m {
                     if credit[k] > 0 && needed_within(k) && Some(k) != skip {
