@@ -10,13 +10,15 @@
 -- KEYS[6] hits of ARGV[1]'s day   hash member -> draws that day (expires 48 h after the day)
 -- KEYS[7] hits of ARGV[2]'s day
 -- KEYS[8] refill   string  the refill flag (set when the list is below low-water)
+-- KEYS[9], KEYS[10], KEYS[11]  the lists of tiers G, N, U (a `tiers` pool; unused otherwise)
 -- ARGV[1], ARGV[2] the two days the caller passed hit keys for ("YYYY-MM-DD")
 -- ARGV[3] now in ms, or "" for Redis TIME   ARGV[4] the most tickets skipped per draw
 -- ARGV[5] the channel refill requests are published on   ARGV[6] the pool's name
 -- Returns one of:
 --   {"ticket", member, version, from ("list"|"standby"), skipped_ejected, skipped_capped,
---    length_after, refill_flagged 0|1}
---   {"exhausted", version, skipped_ejected, skipped_capped}  (ARGV[4] skips, nothing drawable)
+--    length_after, refill_flagged 0|1, drawn_tier, serving_tier} (tiers: "" for channels)
+--   {"exhausted", version, skipped_ejected, skipped_capped}  (ARGV[4] skips, or no tier
+--                               with a ticket: nothing drawable)
 --   {"empty", version}          (no tickets and no standby batch; a refill is flagged)
 --   {"day", day0, day1}         (the caller passed keys for other days: retry with these)
 --   {"no_day", version}         (the rotation job has not written a current day)
@@ -47,7 +49,10 @@ end
 
 local skipped_ejected, skipped_capped = 0, 0
 local from = 'list'
-for _ = 1, tonumber(ARGV[4]) do
+local max_skips = tonumber(ARGV[4])
+
+-- The next ticket of the pool's list, promoting the standby batch when the list is empty.
+local function next_ticket()
   local ticket = redis.call('LPOP', KEYS[3])
   if not ticket and redis.call('EXISTS', KEYS[4]) == 1 then
     redis.call('RENAME', KEYS[4], KEYS[3])
@@ -55,22 +60,62 @@ for _ = 1, tonumber(ARGV[4]) do
     from = 'standby'
     ticket = redis.call('LPOP', KEYS[3])
   end
-  if not ticket then
-    ask_refill()
-    return {'empty', version}
-  end
-  if st.ejected and redis.call('SISMEMBER', KEYS[5], ticket) == 1 then
+  return ticket
+end
+
+-- Whether a member may be drawn (not ejected, not at its cap); counts what is skipped.
+local function drawable(member)
+  if st.ejected and redis.call('SISMEMBER', KEYS[5], member) == 1 then
     skipped_ejected = skipped_ejected + 1
-  else
-    if st.capped and at_cap(KEYS[1], hits, ticket) then
-      skipped_capped = skipped_capped + 1
-    else
-      count_hit(hits, ticket, day_end)
-      local length = redis.call('LLEN', KEYS[3])
-      local flagged = 0
-      if length < low_water then flagged = ask_refill() end
-      return {'ticket', ticket, version, from, skipped_ejected, skipped_capped, length, flagged}
+    return false
+  end
+  if st.capped and at_cap(KEYS[1], hits, member) then
+    skipped_capped = skipped_capped + 1
+    return false
+  end
+  return true
+end
+
+local function hand_out(member, drawn_tier, served_tier)
+  count_hit(hits, member, day_end)
+  local length = redis.call('LLEN', KEYS[3])
+  local flagged = 0
+  if length < low_water then flagged = ask_refill() end
+  return {'ticket', member, version, from, skipped_ejected, skipped_capped, length, flagged,
+    drawn_tier or '', served_tier or ''}
+end
+
+if not st.tiers then
+  for _ = 1, max_skips do
+    local ticket = next_ticket()
+    if not ticket then
+      ask_refill()
+      return {'empty', version}
     end
+    if drawable(ticket) then return hand_out(ticket) end
+  end
+  ask_refill()
+  return {'exhausted', version, skipped_ejected, skipped_capped}
+end
+
+-- A tiers pool: the ticket is a tier; the member comes from the serving tier's list.
+local tier_list = {G = KEYS[9], N = KEYS[10], U = KEYS[11]}
+local drawn = next_ticket()
+if not drawn then
+  ask_refill()
+  return {'empty', version}
+end
+local avail = {}
+for t, key in pairs(tier_list) do avail[t] = redis.call('LLEN', key) > 0 end
+for _ = 1, max_skips do
+  local served = tier_fallback(drawn, avail)
+  if not served then break end
+  local member = redis.call('LPOP', tier_list[served])
+  if not member then
+    avail[served] = false
+  else
+    if redis.call('LLEN', tier_list[served]) < low_water then ask_refill() end
+    if drawable(member) then return hand_out(member, drawn, served) end
   end
 end
 ask_refill()

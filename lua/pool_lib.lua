@@ -6,13 +6,34 @@
 -- and the pool-local days (the rotation job). nil when the pool was never published.
 local function pool_state(state_key)
   local s = redis.call('HMGET', state_key, 'version', 'low_water', 'capped', 'ejected',
-    'day0', 'day0_end', 'day1', 'day1_end')
+    'day0', 'day0_end', 'day1', 'day1_end', 'kind')
   if not s[1] then return nil end
   return {
     version = tonumber(s[1]), low_water = tonumber(s[2]), capped = s[3] == '1',
     ejected = s[4] ~= false and s[4] ~= '0',
     day0 = s[5], day0_end = tonumber(s[6]), day1 = s[7], day1_end = tonumber(s[8]),
+    tiers = s[9] == 'tiers',
   }
+end
+
+-- The tier that serves a request that drew `drawn`, given which tiers can serve
+-- (`avail.G`, `avail.N`, `avail.U`); nil when none can. Mirrors engine::tier::fallback:
+-- the drawn tier; else the only available one; else its partner (G→N, N→G, U→G); else
+-- the first available in the order G, N, U.
+local function tier_fallback(drawn, avail)
+  if avail[drawn] then return drawn end
+  local only, n = nil, 0
+  for _, t in ipairs({'G', 'N', 'U'}) do
+    if avail[t] then n = n + 1; only = t end
+  end
+  if n == 0 then return nil end
+  if n == 1 then return only end
+  local partner = ({G = 'N', N = 'G', U = 'G'})[drawn]
+  if partner and avail[partner] then return partner end
+  for _, t in ipairs({'G', 'N', 'U'}) do
+    if avail[t] then return t end
+  end
+  return nil
 end
 
 -- Now in ms: ARGV[3] when the caller set the time by hand, else Redis TIME (the one clock).

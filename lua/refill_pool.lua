@@ -1,15 +1,19 @@
--- refill_pool.lua: adds one batch of tickets to a pool, exactly once.
+-- refill_pool.lua: adds one batch of tickets to a pool's list, exactly once. A pool of
+-- kind `tiers` has one list of tier tickets and one list per tier; each is refilled alike,
+-- with its own sequence and apportioner fields in the state hash.
 -- KEYS[1] meta  KEYS[2] state  KEYS[3] tickets  KEYS[4] standby  KEYS[5] refill flag
 -- KEYS[6] staging list (a batch too large for one call, pushed there first; may not exist)
 -- ARGV[1] the snapshot version the batch was built from
--- ARGV[2] the batch sequence number the builder read (state.seq, 0 when absent)
+-- ARGV[2] the batch sequence number the builder read (state[ARGV[5]], 0 when absent)
 -- ARGV[3] mode: "append" (only while the list is below low-water; when a standby batch
 --         exists it is moved onto the list and this batch, built to follow it, becomes the
 --         standby batch), "standby" (only while there is no standby batch) or "replace"
 --         (drop the remaining tickets and the standby batch: an immediate reweight or a
 --         rebuild)
 -- ARGV[4] the apportioner state after this batch (JSON, stored as is)
--- ARGV[5..] the tickets, in order; none when the batch is in the staging list
+-- ARGV[5] the state field of this list's sequence ("seq", or "seq:G" for tier G's list)
+-- ARGV[6] the state field of its apportioner ("apportioner", "apportioner:G")
+-- ARGV[7..] the tickets, in order; none when the batch is in the staging list
 -- Returns {"ok", seq, length} (seq: the new sequence number; length: the ticket list's
 -- length after, or the standby batch's in "standby" mode), or {"stale", seq} (another
 -- refiller was first: nothing written), {"stale_version", version},
@@ -20,7 +24,7 @@
 local version = redis.call('HGET', KEYS[1], 'version')
 if not version then return {'unknown_pool'} end
 if tonumber(version) ~= tonumber(ARGV[1]) then return {'stale_version', tonumber(version)} end
-local seq = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
+local seq = tonumber(redis.call('HGET', KEYS[2], ARGV[5]) or '0')
 if seq ~= tonumber(ARGV[2]) then
   redis.call('DEL', KEYS[6])
   return {'stale', seq}
@@ -59,8 +63,8 @@ else
 end
 
 local chunk = 1000
-if #ARGV >= 5 then
-  for i = 5, #ARGV, chunk do
+if #ARGV >= 7 then
+  for i = 7, #ARGV, chunk do
     redis.call('RPUSH', target, unpack(ARGV, i, math.min(i + chunk - 1, #ARGV)))
   end
 else
@@ -70,7 +74,7 @@ else
   end
   redis.call('DEL', KEYS[6])
 end
-redis.call('HSET', KEYS[2], 'seq', seq + 1, 'apportioner', ARGV[4])
+redis.call('HSET', KEYS[2], ARGV[5], seq + 1, ARGV[6], ARGV[4])
 if mode ~= 'standby' then redis.call('DEL', KEYS[5]) end
 if mode == 'standby' then return {'ok', seq + 1, redis.call('LLEN', KEYS[4])} end
 return {'ok', seq + 1, redis.call('LLEN', KEYS[3])}

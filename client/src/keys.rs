@@ -100,6 +100,16 @@ impl Keys {
         format!("{}:pool:{{{pool}}}:standby", self.prefix)
     }
 
+    /// A `tiers` pool's list of one tier's channels (`G`, `N` or `U`).
+    pub fn pool_tier_tickets(&self, pool: &str, tier: &str) -> String {
+        format!("{}:pool:{{{pool}}}:tier:{tier}:tickets", self.prefix)
+    }
+
+    /// A `tiers` pool's standby batch of one tier.
+    pub fn pool_tier_standby(&self, pool: &str, tier: &str) -> String {
+        format!("{}:pool:{{{pool}}}:tier:{tier}:standby", self.prefix)
+    }
+
     /// A pool's ejected members.
     pub fn pool_ejected(&self, pool: &str) -> String {
         format!("{}:pool:{{{pool}}}:ejected", self.prefix)

@@ -92,6 +92,7 @@ fn snapshot(spec: &str, batch_size: u32, low_water: u32, ordering: Ordering) -> 
         version: 1,
         kind: PoolKind::Channels,
         weights: weights(spec),
+        tiers: Default::default(),
         batch_size,
         low_water,
         ordering,
@@ -745,4 +746,91 @@ async fn a_drain_reweight_changes_the_next_batch_and_an_immediate_one_replaces_t
     assert_eq!(llen(&standby), 0);
     let drawn = draw_n(&h, &p, 20).await;
     assert_eq!(tally(&drawn), expected(&[("A", 5), ("B", 15)]));
+}
+
+#[tokio::test]
+async fn the_lua_tier_mapping_matches_the_engines_whole_truth_table() {
+    // Arrange: the pool scripts' shared prelude, with a body that only maps.
+    let script = redis::Script::new(&format!(
+        "{}\nlocal avail = {{G = ARGV[2] == '1', N = ARGV[3] == '1', U = ARGV[4] == '1'}}\nreturn tier_fallback(ARGV[1], avail) or ''",
+        include_str!("../../lua/pool_lib.lua")
+    ));
+    let mut conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+
+    for drawn in engine::Tier::ALL {
+        for mask in 0..8u8 {
+            let available = [mask & 1 != 0, mask & 2 != 0, mask & 4 != 0];
+            // Act
+            let lua: String = script
+                .arg(drawn.as_str())
+                .arg(if available[0] { "1" } else { "0" })
+                .arg(if available[1] { "1" } else { "0" })
+                .arg(if available[2] { "1" } else { "0" })
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            // Assert
+            let engine = engine::tier::fallback(drawn, available).map(|t| t.as_str().to_owned()).unwrap_or_default();
+            assert_eq!(lua, engine, "drawn {drawn}, available G/N/U = {available:?}");
+        }
+    }
+}
+
+fn tiers_snapshot() -> PoolSnapshot {
+    let mut s = snapshot("G=6,N=3,U=1", 20, 5, Ordering::Smooth);
+    s.kind = PoolKind::Tiers;
+    s.tiers = [
+        (engine::Tier::G, weights("GA=1,GB=1")),
+        (engine::Tier::N, weights("NA=1")),
+        (engine::Tier::U, weights("UA=1")),
+    ]
+    .into_iter()
+    .collect();
+    s
+}
+
+#[tokio::test]
+async fn a_tiers_pool_draws_a_tier_then_a_channel_of_it_in_one_call_and_maps_a_tier_with_no_channel_left() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let p = pool("tiered");
+    publish(&h, &p, &tiers_snapshot()).await;
+    keep_filled(&h.admin, &p).await;
+
+    // Act: one batch of tier tickets (20: 12 G, 6 N, 2 U).
+    let mut by_tier: BTreeMap<String, u64> = BTreeMap::new();
+    let mut channels = Vec::new();
+    for _ in 0..20 {
+        let draw = h.pools.draw(&p).await.unwrap();
+        assert_eq!(draw.source, DrawSource::Redis);
+        *by_tier.entry(draw.tier.clone().expect("a tier")).or_default() += 1;
+        channels.push(draw.member);
+    }
+
+    // Assert: tiers by the tier weights, channels from their own tier.
+    assert_eq!(by_tier, expected(&[("G", 12), ("N", 6), ("U", 2)]));
+    assert_eq!(tally(&channels), expected(&[("GA", 6), ("GB", 6), ("NA", 6), ("UA", 2)]));
+
+    // Act: eject U's only channel and drain U's list; its tickets now map to G.
+    h.admin.eject(&p, "UA").await.unwrap();
+    redis::cmd("DEL")
+        .arg(h.keys().pool_tier_tickets(p.as_str(), "U"))
+        .arg(h.keys().pool_tier_standby(p.as_str(), "U"))
+        .query::<()>(&mut raw_connection())
+        .unwrap();
+    keep_filled(&h.admin, &p).await;
+    let mut served = Vec::new();
+    for _ in 0..40 {
+        let draw = h.pools.draw(&p).await.unwrap();
+        served.push((draw.tier.clone().unwrap(), draw.member.clone()));
+        keep_filled(&h.admin, &p).await;
+    }
+
+    // Assert: nothing from UA; every channel belongs to the tier said to serve it.
+    assert!(served.iter().all(|(_, m)| m != "UA"), "{served:?}");
+    for (tier, member) in &served {
+        let expected_tier = if member.starts_with('G') { "G" } else { "N" };
+        assert_eq!(tier, expected_tier, "{member} served as tier {tier}");
+    }
+    assert_eq!(llen(&h.keys().pool_tier_tickets(p.as_str(), "U")), 0, "a tier with every channel ejected is not refilled");
 }

@@ -36,6 +36,28 @@ pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
             }),
         ),
         (
+            "pool:sea-pay",
+            json!({
+                "kind": "tiers",
+                "ordering": "smooth",
+                "batch_size": 1024,
+                "low_water": 128,
+                "timezone": "Asia/Singapore",
+                "weights": [
+                    {"member": "G", "weight": 60},
+                    {"member": "N", "weight": 30},
+                    {"member": "U", "weight": 10}
+                ],
+                "tiers": {
+                    "G": [{"member": "GRAB_G1", "weight": 50}, {"member": "DBS_G2", "weight": 50}],
+                    "N": [{"member": "OCBC_N1", "weight": 70}, {"member": "UOB_N2", "weight": 30}],
+                    "U": [{"member": "SHOPEE_U1", "weight": 100}]
+                },
+                "peak_windows": [{"start": "19:00", "end": "23:00", "multiplier": 3}],
+                "eject_rebuild_percent": 50
+            }),
+        ),
+        (
             "tenant:acme",
             json!({
                 "monthly_tokens": 50_000_000,

@@ -130,7 +130,7 @@ async fn demo_seed_twice_changes_nothing_the_second_time() {
     let app = spawn_app().await;
     let first = server::seed::demo_seed(&app.state.db).await.unwrap();
     let second = server::seed::demo_seed(&app.state.db).await.unwrap();
-    assert_eq!(first.created, vec!["pool:cn-pay", "tenant:acme"]);
+    assert_eq!(first.created, vec!["pool:cn-pay", "pool:sea-pay", "tenant:acme"]);
     assert!(second.created.is_empty());
     assert_eq!(server::db::snapshot::count_for(&app.state.db, "pool:cn-pay").await.unwrap(), 1);
 }

@@ -24,6 +24,7 @@ fn small_pool(version: u64) -> PoolSnapshot {
         version,
         kind: Default::default(),
         weights: Weights::from_integers([("A", 3u64), ("B", 1)]).unwrap(),
+        tiers: Default::default(),
         batch_size: 20,
         low_water: 5,
         ordering: Ordering::Smooth,
@@ -39,7 +40,7 @@ async fn the_demo_pool_is_published_and_drawn_over_http_by_its_weights() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
     let published = server::seed::publish_all(&app.state.db, &app.state.pool_admin, &app.state.quotas).await.unwrap();
-    assert_eq!(published, vec!["pool:cn-pay v1", "tenant:acme v1"]);
+    assert_eq!(published, vec!["pool:cn-pay v1", "pool:sea-pay v1", "tenant:acme v1"]);
 
     let mut counts: HashMap<String, u32> = HashMap::new();
     for _ in 0..100 {
@@ -53,6 +54,11 @@ async fn the_demo_pool_is_published_and_drawn_over_http_by_its_weights() {
         let got = counts.get(member).copied().unwrap_or(0) as i64;
         assert!((got - share).abs() <= 2, "{member}: {got} of 100, {counts:?}");
     }
+    // The tiers pool answers with the tier that served each draw.
+    let (status, body) = draw(&app, "sea-pay").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(["G", "N", "U"].contains(&body["tier"].as_str().unwrap()), "{body}");
+
     // The demo tenant is there too.
     let usage = app.get("/api/v1/tenants/acme/quota").await;
     assert_eq!(usage.status(), 200);

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Days as ChronoDays, NaiveDate, NaiveTime, TimeZone, Utc};
 use engine::order::{build_batch, TailRun};
-use engine::{Apportioner, BatchSize, Weights};
+use engine::{Apportioner, BatchSize, Tier, Weights};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use redis::Value;
@@ -136,13 +136,21 @@ impl PoolAdmin {
         call.key(self.keys.pool_state(pool.as_str()))
             .arg(snapshot.version)
             .arg(snapshot.low_water)
-            .arg(if snapshot.caps.is_empty() { "0" } else { "1" });
+            .arg(if snapshot.caps.is_empty() { "0" } else { "1" })
+            .arg(snapshot.kind_name());
         for (field, value) in snapshot.meta_fields() {
             call.arg(field).arg(value);
         }
         let (written, _current): (i64, u64) = call.invoke_async(&mut conn).await.map_err(PoolError::Redis)?;
         self.rotate(pool).await?;
-        self.refill(pool).await?;
+        // Ready to draw: the list gets a batch, and so does each tier's list.
+        self.add_batch(pool, None, None).await?;
+        for tier in self.tier_lanes(pool).await? {
+            match self.add_batch(pool, Some(tier), None).await {
+                Ok(_) | Err(PoolError::NothingDrawable(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(written == 1)
     }
 
@@ -191,27 +199,59 @@ impl PoolAdmin {
     /// any number of concurrent callers: each batch is added exactly once.
     #[tracing::instrument(skip_all, fields(pool = %pool), err)]
     pub async fn refill(&self, pool: &PoolName) -> Result<RefillOutcome, PoolError> {
-        self.add_batch(pool, None).await
+        match self.add_batch(pool, None, None).await? {
+            RefillOutcome::NotNeeded => {}
+            other => return Ok(other),
+        }
+        // A tiers pool: then each tier's list (a tier whose channels are all ejected is
+        // left to run dry; draws then map its tickets to another tier).
+        for tier in self.tier_lanes(pool).await? {
+            match self.add_batch(pool, Some(tier), None).await {
+                Ok(RefillOutcome::NotNeeded) | Err(PoolError::NothingDrawable(_)) => {}
+                other => return other,
+            }
+        }
+        Ok(RefillOutcome::NotNeeded)
+    }
+
+    async fn tier_lanes(&self, pool: &PoolName) -> Result<Vec<Tier>, PoolError> {
+        Ok(self.snapshot(pool).await?.map(|s| s.tiers.keys().copied().collect()).unwrap_or_default())
     }
 
     /// Replaces every remaining ticket (and the standby batch) with a fresh batch: an
     /// `immediate` reweight, or a rebuild after a large ejection.
     #[tracing::instrument(skip_all, fields(pool = %pool), err)]
     pub async fn rebuild(&self, pool: &PoolName) -> Result<RefillOutcome, PoolError> {
-        self.add_batch(pool, Some("replace")).await
+        let outcome = self.add_batch(pool, None, Some("replace")).await?;
+        for tier in self.tier_lanes(pool).await? {
+            match self.add_batch(pool, Some(tier), Some("replace")).await {
+                Ok(_) | Err(PoolError::NothingDrawable(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(outcome)
     }
 
-    async fn add_batch(&self, pool: &PoolName, forced: Option<&'static str>) -> Result<RefillOutcome, PoolError> {
+    async fn add_batch(&self, pool: &PoolName, lane: Option<Tier>, forced: Option<&'static str>) -> Result<RefillOutcome, PoolError> {
         let k = &self.keys;
         let p = pool.as_str();
+        let (tickets_key, standby_key, seq_field, apportioner_field) = match lane {
+            None => (k.pool_tickets(p), k.pool_standby(p), "seq".to_owned(), "apportioner".to_owned()),
+            Some(t) => (
+                k.pool_tier_tickets(p, t.as_str()),
+                k.pool_tier_standby(p, t.as_str()),
+                format!("seq:{t}"),
+                format!("apportioner:{t}"),
+            ),
+        };
         let mut conn = self.conn().await?;
         let (snapshot_json, state, length, standby, list_tail, standby_tail, ejected): PoolReadout = redis::pipe()
             .cmd("HGET").arg(k.pool_meta(p)).arg("snapshot")
-            .cmd("HMGET").arg(k.pool_state(p)).arg("seq").arg("apportioner")
-            .cmd("LLEN").arg(k.pool_tickets(p))
-            .cmd("EXISTS").arg(k.pool_standby(p))
-            .cmd("LRANGE").arg(k.pool_tickets(p)).arg(-64).arg(-1)
-            .cmd("LRANGE").arg(k.pool_standby(p)).arg(-64).arg(-1)
+            .cmd("HMGET").arg(k.pool_state(p)).arg(&seq_field).arg(&apportioner_field)
+            .cmd("LLEN").arg(&tickets_key)
+            .cmd("EXISTS").arg(&standby_key)
+            .cmd("LRANGE").arg(&tickets_key).arg(-64).arg(-1)
+            .cmd("LRANGE").arg(&standby_key).arg(-64).arg(-1)
             .cmd("SMEMBERS").arg(k.pool_ejected(p))
             .query_async(&mut conn)
             .await
@@ -229,7 +269,11 @@ impl PoolAdmin {
         };
         let now = self.now().await?;
         let schedule = snapshot.schedule().map_err(PoolError::Invalid)?;
-        let weights = effective_weights(schedule.weights_at(now, &snapshot.weights), &ejected)?;
+        let base = match lane {
+            None => schedule.weights_at(now, &snapshot.weights),
+            Some(t) => snapshot.tiers.get(&t).ok_or_else(|| PoolError::NothingDrawable(format!("tier {t} has no channels")))?,
+        };
+        let weights = effective_weights(base, &ejected)?;
         let batch = BatchSize::new(u64::from(snapshot.batch_size), MAX_BATCH)
             .and_then(|b| b.scaled(schedule.multiplier_at(now), MAX_BATCH))
             .map_err(|e| PoolError::Invalid(crate::quota::InvalidInput::new("batch_size", e.to_string())))?;
@@ -254,7 +298,7 @@ impl PoolAdmin {
         let tickets: Vec<&str> = order.iter().map(|&i| weights.name(i)).collect();
         let apportioner_json = serde_json::to_string(&apportioner).expect("an apportioner serialises");
 
-        let staging = format!("{}:staging:{:016x}", k.pool_tickets(p), crate::fresh_seed());
+        let staging = format!("{tickets_key}:staging:{:016x}", crate::fresh_seed());
         let staged = tickets.len() > STAGE_ABOVE;
         if staged {
             let mut pipe = redis::pipe();
@@ -266,14 +310,16 @@ impl PoolAdmin {
         }
         let mut call = scripts::pool().refill.key(k.pool_meta(p));
         call.key(k.pool_state(p))
-            .key(k.pool_tickets(p))
-            .key(k.pool_standby(p))
+            .key(&tickets_key)
+            .key(&standby_key)
             .key(k.pool_refill_flag(p))
             .key(&staging)
             .arg(snapshot.version)
             .arg(seq.unwrap_or(0))
             .arg(mode)
-            .arg(apportioner_json);
+            .arg(apportioner_json)
+            .arg(&seq_field)
+            .arg(&apportioner_field);
         if !staged {
             call.arg(&tickets);
         }
@@ -293,12 +339,13 @@ impl PoolAdmin {
     /// without them instead (so draws do not skip most tickets).
     pub async fn eject(&self, pool: &PoolName, member: &str) -> Result<EjectOutcome, PoolError> {
         let snapshot = self.snapshot(pool).await?.ok_or_else(|| PoolError::UnknownPool(pool.clone()))?;
-        if snapshot.weights.index_of(member).is_none() {
+        let channels = snapshot.channels();
+        if channels.index_of(member).is_none() {
             return Err(PoolError::Invalid(crate::quota::InvalidInput::new("member", format!("{member:?} is not a member of {pool}"))));
         }
         let ejected = self.set_ejected(pool, "eject", member).await?;
-        let total = snapshot.weights.total() as f64;
-        let out: u64 = ejected.iter().filter_map(|m| snapshot.weights.index_of(m)).map(|i| snapshot.weights.weight(i)).sum();
+        let total = channels.total() as f64;
+        let out: u64 = ejected.iter().filter_map(|m| channels.index_of(m)).map(|i| channels.weight(i)).sum();
         let ejected_percent = 100.0 * out as f64 / total;
         let rebuilt = ejected_percent > f64::from(snapshot.eject_rebuild_percent);
         if rebuilt {

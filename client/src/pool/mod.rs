@@ -105,6 +105,10 @@ pub struct Draw {
     /// The snapshot version the ticket came from (0 for a static draw).
     pub version: u64,
     pub source: DrawSource,
+    /// For a `tiers` pool drawn in Redis: the tier that served the draw (after the
+    /// fallback mapping when the drawn tier had no channel left).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
 }
 
 struct LocalPool {
@@ -217,7 +221,7 @@ impl Pools {
             return match cached {
                 Some((version, ring)) => {
                     let member = ring.lookup_name(key).to_owned();
-                    Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local }))
+                    Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local, tier: None }))
                 }
                 None => self.degrade(pool, Degrade::Unreachable(Breaker::skipped_error())),
             };
@@ -238,12 +242,12 @@ impl Pools {
         match self.count_sticky(pool, &member).await {
             Ok(true) => {
                 self.inner.breaker.reset();
-                Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Redis }))
+                Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Redis, tier: None }))
             }
             Ok(false) => self.draw(pool).await,
             Err(PoolError::Redis(e)) if is_unreachable(&e) => {
                 self.inner.breaker.trip();
-                Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local }))
+                Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local, tier: None }))
             }
             Err(other) => Err(other),
         }
@@ -286,6 +290,9 @@ impl Pools {
                 .key(k.pool_hits(p, &day0))
                 .key(k.pool_hits(p, &day1))
                 .key(k.pool_refill_flag(p))
+                .key(k.pool_tier_tickets(p, "G"))
+                .key(k.pool_tier_tickets(p, "N"))
+                .key(k.pool_tier_tickets(p, "U"))
                 .arg(&day0)
                 .arg(&day1)
                 .arg(self.inner.clock.script_arg())
@@ -323,7 +330,8 @@ impl Pools {
                         m.list_length.with_label_values(&[p]).set(f.int(6)?);
                     }
                     self.note_version(pool, version, &mut conn).await;
-                    return Ok(Ok(Draw { member: f.str(1)?.to_owned(), pool: pool.clone(), version, source: DrawSource::Redis }));
+                    let tier = f.str(9).ok().filter(|t| !t.is_empty()).map(str::to_owned);
+                    return Ok(Ok(Draw { member: f.str(1)?.to_owned(), pool: pool.clone(), version, source: DrawSource::Redis, tier }));
                 }
                 "day" => {
                     let days = (f.str(1)?.to_owned(), f.str(2)?.to_owned());
@@ -401,7 +409,7 @@ impl Pools {
         let mut cache = self.inner.cache.lock().expect("pool cache lock");
         let entry = cache.entry(pool.clone()).or_default();
         let snapshot = entry.snapshot.as_ref().ok_or_else(|| PoolError::UnknownPool(pool.clone()))?;
-        let weights = admin::effective_weights(&snapshot.weights, &entry.ejected)?;
+        let weights = admin::effective_weights(&snapshot.channels(), &entry.ejected)?;
         let ring = Arc::new(HashRing::new(&weights, 160));
         entry.ring = Some((snapshot.version, ring.clone()));
         Ok((snapshot.version, ring))
@@ -457,7 +465,7 @@ impl Pools {
             let entry = cache.entry(pool.clone()).or_default();
             if entry.local.is_none() {
                 if let Some(snapshot) = &entry.snapshot {
-                    if let Ok(weights) = admin::effective_weights(&snapshot.weights, &entry.ejected) {
+                    if let Ok(weights) = admin::effective_weights(&snapshot.channels(), &entry.ejected) {
                         if let Ok(batch) = BatchSize::new(u64::from(snapshot.batch_size), MAX_BATCH) {
                             entry.local = Some(LocalPool {
                                 version: snapshot.version,
@@ -473,14 +481,14 @@ impl Pools {
             }
             if let Some(local) = entry.local.as_mut() {
                 let i = local.next(&mut rng);
-                let draw = Draw { member: local.weights.name(i).to_owned(), pool: pool.clone(), version: local.version, source: DrawSource::Local };
+                let draw = Draw { member: local.weights.name(i).to_owned(), pool: pool.clone(), version: local.version, source: DrawSource::Local, tier: None };
                 drop(cache);
                 return Ok(self.served(draw));
             }
         }
         if let (Some(table), Some(weights)) = (self.inner.statics.get(pool), self.inner.static_weights.get(pool)) {
             let i = table.pick(&mut *rng);
-            let draw = Draw { member: weights.name(i).to_owned(), pool: pool.clone(), version: 0, source: DrawSource::Static };
+            let draw = Draw { member: weights.name(i).to_owned(), pool: pool.clone(), version: 0, source: DrawSource::Static, tier: None };
             return Ok(self.served(draw));
         }
         match why {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use engine::peak::{PeakSchedule, PeakWindow};
-use engine::{BatchSize, Ordering, Weights};
+use engine::{BatchSize, Ordering, Tier, Weights};
 use serde::{Deserialize, Serialize};
 
 use crate::quota::InvalidInput;
@@ -55,6 +55,9 @@ pub enum PoolKind {
     /// Tickets are channel codes.
     #[default]
     Channels,
+    /// Tickets are tiers G / N / U (the pool's `weights`); each tier has its own channels
+    /// (`tiers`), drawn from the tier's own list in the same script.
+    Tiers,
 }
 
 /// A pool's configuration as published by the control plane, versioned, replaced whole.
@@ -64,8 +67,12 @@ pub struct PoolSnapshot {
     pub version: u64,
     #[serde(default)]
     pub kind: PoolKind,
-    /// Members and their integer weights (zero allowed: never drawn).
+    /// Members and their integer weights (zero allowed: never drawn); for a `tiers` pool,
+    /// the tiers `G`, `N`, `U` and their weights.
     pub weights: Weights,
+    /// A `tiers` pool's channels per tier, with their weights.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tiers: BTreeMap<Tier, Weights>,
     pub batch_size: u32,
     /// Below this many tickets a refill is asked for.
     pub low_water: u32,
@@ -88,7 +95,32 @@ impl PoolSnapshot {
         if self.version == 0 {
             return Err(InvalidInput::new("version", "must be at least 1"));
         }
-        for name in self.weights.members() {
+        match self.kind {
+            PoolKind::Channels if !self.tiers.is_empty() => {
+                return Err(InvalidInput::new("tiers", "only a pool of kind \"tiers\" has tiers"));
+            }
+            PoolKind::Channels => {}
+            PoolKind::Tiers => {
+                for name in self.weights.members() {
+                    let tier: Tier = name.parse().map_err(|e: engine::tier::TierError| InvalidInput::new("weights", e.to_string()))?;
+                    if self.weights.weight(self.weights.index_of(name).expect("a member")) > 0 && !self.tiers.contains_key(&tier) {
+                        return Err(InvalidInput::new("tiers", format!("tier {tier} has weight but no channels")));
+                    }
+                }
+                let mut seen = std::collections::HashSet::new();
+                for (tier, channels) in &self.tiers {
+                    if self.weights.index_of(tier.as_str()).is_none() {
+                        return Err(InvalidInput::new("tiers", format!("tier {tier} is not in weights")));
+                    }
+                    for name in channels.members() {
+                        if !seen.insert(name.as_str()) {
+                            return Err(InvalidInput::new("tiers", format!("channel {name:?} is in more than one tier")));
+                        }
+                    }
+                }
+            }
+        }
+        for name in self.channels().members() {
             if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
                 return Err(InvalidInput::new("weights", format!("member {name:?} must be 1..=64 of [A-Za-z0-9_.-]")));
             }
@@ -99,8 +131,9 @@ impl PoolSnapshot {
             return Err(InvalidInput::new("low_water", "must be below batch_size"));
         }
         self.schedule()?;
+        let channels = self.channels();
         for (member, cap) in &self.caps {
-            if self.weights.index_of(member).is_none() {
+            if channels.index_of(member).is_none() {
                 return Err(InvalidInput::new("caps", format!("{member:?} is not a member of the pool")));
             }
             if *cap == 0 {
@@ -113,16 +146,43 @@ impl PoolSnapshot {
         Ok(())
     }
 
+    /// The channels a draw may return, with weights giving each its overall share: the
+    /// pool's members, or for a `tiers` pool every tier's channels, each weighted by its
+    /// tier's share times its share within the tier (exact integers).
+    pub fn channels(&self) -> Weights {
+        if self.kind == PoolKind::Channels {
+            return self.weights.clone();
+        }
+        let totals: BTreeMap<Tier, u64> = self.tiers.iter().map(|(t, w)| (*t, w.total().max(1))).collect();
+        let mut flat = Vec::new();
+        for (tier, channels) in &self.tiers {
+            let tier_weight = self.weights.index_of(tier.as_str()).map_or(0, |i| self.weights.weight(i));
+            let others: u64 = totals.iter().filter(|(t, _)| *t != tier).map(|(_, n)| *n).product();
+            for (name, w) in channels.iter() {
+                flat.push((name.to_owned(), tier_weight.saturating_mul(w).saturating_mul(others)));
+            }
+        }
+        Weights::from_integers(flat).map(|w| w.reduced()).unwrap_or_else(|_| self.weights.clone())
+    }
+
     /// The peak schedule in the pool's timezone.
     pub fn schedule(&self) -> Result<PeakSchedule, InvalidInput> {
         let tz = PeakSchedule::parse_timezone(&self.timezone).map_err(|e| InvalidInput::new("timezone", e.to_string()))?;
         PeakSchedule::new(tz, self.peak_windows.clone()).map_err(|e| InvalidInput::new("peak_windows", e.to_string()))
     }
 
+    /// `channels` or `tiers`, as stored.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            PoolKind::Channels => "channels",
+            PoolKind::Tiers => "tiers",
+        }
+    }
+
     /// The meta hash's fields (besides `version`).
     pub(crate) fn meta_fields(&self) -> Vec<(String, String)> {
         let mut fields = vec![
-            ("kind".to_owned(), "channels".to_owned()),
+            ("kind".to_owned(), self.kind_name().to_owned()),
             ("low_water".to_owned(), self.low_water.to_string()),
             ("snapshot".to_owned(), serde_json::to_string(self).expect("a snapshot serialises")),
         ];

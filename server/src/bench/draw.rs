@@ -76,6 +76,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         version: 1,
         kind: Default::default(),
         weights: engine::Weights::from_integers([("ALIPAY_A", 45u64), ("WECHAT_B", 30), ("UNION_C", 25)])?,
+        tiers: Default::default(),
         batch_size: engine::BatchSize::DEFAULT.get(),
         low_water: 128,
         ordering: engine::Ordering::Smooth,
