@@ -29,6 +29,8 @@
 //! sum exceeds it — so for a given seed every path gives the same batch as the original
 //! step-by-step walk (kept in the tests as the reference and compared exactly, generator
 //! state included):
+//! - up to [`FEW_MAX`] (three) members, the horizon can only bind at the current step, so
+//!   it is decided there without the free-slot table ([`by_few`] shows why);
 //! - up to [`SCAN_MAX`] members, a branch-free scan over per-member arrays;
 //! - above it, members with positive credit live in a Fenwick tree of `(count, given)`
 //!   (a member's credit at step `s` is `(s+1)·c_k − B·n_k`, so node sums stay valid as `s`
@@ -57,6 +59,10 @@ pub(super) fn below(rng: &mut impl Rng, n: i64) -> i64 {
     (m >> 32) as i64
 }
 
+/// Up to this many members the horizon is read from when each member's last ticket falls
+/// due ([`by_few`]), without the per-batch slack table.
+const FEW_MAX: usize = 3;
+
 /// Up to this many members a step scans them all; above it a step costs `O(log m)`.
 const SCAN_MAX: usize = 32;
 
@@ -70,11 +76,13 @@ const ENUMERATE_MAX: i64 = 64;
 /// Which path handles which batch; tests force each path on the same batches.
 #[derive(Debug, Clone, Copy)]
 struct Tuning {
+    few_max: usize,
     scan_max: usize,
     enumerate_max: i64,
 }
 
 const TUNING: Tuning = Tuning {
+    few_max: FEW_MAX,
     scan_max: SCAN_MAX,
     enumerate_max: ENUMERATE_MAX,
 };
@@ -90,6 +98,14 @@ fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, t
     // The first step's seam guard, as a position among the active members.
     let avoid = avoid_first.and_then(|member| active.iter().position(|&a| a == member));
     let batch = weight.iter().sum::<i64>() as usize;
+    if batch > 0 && active.len() <= tuning.few_max.min(FEW_MAX) {
+        let mut out = vec![0; batch];
+        by_few(&weight, avoid, rng, &mut out);
+        for ticket in &mut out {
+            *ticket = active[*ticket];
+        }
+        return out;
+    }
     let mut out = Vec::with_capacity(batch);
     if batch > 0 {
         let emit = |k: usize| out.push(active[k]);
@@ -108,6 +124,93 @@ fn smooth_with(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng, t
         }
     }
     out
+}
+
+/// Up to [`FEW_MAX`] members: the same steps and draws as [`by_scan`], with the horizon
+/// decided from the current step alone, without the slack table.
+///
+/// Why that is exact. A member is only handed a ticket while behind, so at most one of
+/// its tickets is early at a time: its last, falling due at `p_k`; an early member has
+/// negative credit, so it is never eligible. Hence `A(T) = #{k : p_k > T}`, and (the
+/// counts summing to B) `G(T) = Σ_k (T·c_k mod B)/B ≤ m − 1 ≤ 2`. With two members early
+/// the current step is tight. With none, no step is. With one, say the first tight step
+/// `T*` is later than the current one: slack drops there, which takes an unhanded ticket
+/// due at `T*` from each of two members (`G` and `A` each move by one ticket at a time),
+/// and those can only be the two members not early; their next tickets fall due by `T*`,
+/// so the horizon excludes no one. So the horizon binds only when the current step `s1`
+/// is tight, `G(s1) ≤ A(s1)`, and then it admits the members due at `s1`.
+///
+/// Every member's state stays in registers (updated by mask, not by index), so a step
+/// waits on little more than the draw. Writes member positions (indices into `weight`) to
+/// `out`, one per ticket.
+fn by_few(weight: &[i64], avoid: Option<usize>, rng: &mut impl Rng, out: &mut [usize]) {
+    const L: usize = FEW_MAX;
+    let m = weight.len();
+    debug_assert!((1..=L).contains(&m));
+    let b: i64 = weight.iter().sum();
+    let mut count = [0i64; L];
+    count[..m].copy_from_slice(weight);
+    // Unused lanes: no count, so never positive credit, never due.
+    let mut clock = count.map(|c| DueClock::new(c.max(1), b));
+    let mut due = [i64::MAX; L];
+    let mut due_after = [i64::MAX; L];
+    for k in 0..m {
+        due[k] = clock[k].due();
+        clock[k].advance();
+        due_after[k] = clock[k].due();
+    }
+    let mut credit = [0i64; L];
+    // When each member's last ticket falls due (0 before its first).
+    let mut last_due = [0i64; L];
+    // `s1·c_k mod B` for the first two lanes; the third's is the complement of their sum
+    // mod B, so `G(s1) ≤ 1` exactly when these two sum to at most B.
+    let mut rem = [count[0] % b, count[1] % b];
+    for (step, slot) in out.iter_mut().enumerate() {
+        let s1 = step as i64 + 1;
+        let early: usize = last_due.iter().map(|&p| usize::from(p > s1)).sum();
+        let low = rem[0] + rem[1] <= b;
+        let tight = (early >= 2) | ((early == 1) & low);
+        let horizon = if tight { s1 } else { i64::MAX };
+        let mut value = [0i64; L];
+        let mut total = 0;
+        for k in 0..L {
+            credit[k] += count[k];
+            let eligible = (credit[k] > 0) & (due[k] <= horizon);
+            value[k] = credit[k] & -i64::from(eligible);
+            total += value[k];
+        }
+        if step == 0 {
+            total -= seam_guard(&mut value, total, avoid);
+        }
+        let chosen = if total == 0 {
+            furthest_behind(m, |k| credit[k])
+        } else {
+            let x = below(rng, total);
+            // The first member whose running sum exceeds x: the count of sums not above it
+            // (the last lane's sum is the total, above x).
+            let mut running = 0;
+            let mut chosen = 0;
+            for &v in &value[..L - 1] {
+                running += v;
+                chosen += usize::from(running <= x);
+            }
+            chosen
+        };
+        for k in 0..L {
+            let picked = k == chosen;
+            credit[k] -= b & -i64::from(picked);
+            last_due[k] = if picked { due[k] } else { last_due[k] };
+            due[k] = if picked { due_after[k] } else { due[k] };
+        }
+        let lane = chosen.min(L - 1);
+        clock[lane].advance();
+        due_after[lane] = clock[lane].due();
+        for (r, &c) in rem.iter_mut().zip(&count) {
+            *r += c;
+            *r -= b & -i64::from(*r >= b);
+        }
+        *slot = chosen;
+    }
 }
 
 /// Few members: each step updates and scans every member, in a fixed-size array of
@@ -670,19 +773,27 @@ mod tests {
         prop::option::of(0usize..9)
     }
 
+    const FEW: Tuning = Tuning {
+        few_max: usize::MAX,
+        scan_max: 0,
+        enumerate_max: ENUMERATE_MAX,
+    };
     const SCAN: Tuning = Tuning {
+        few_max: 0,
         scan_max: usize::MAX,
         enumerate_max: ENUMERATE_MAX,
     };
     const INDEX_BY_BUCKETS: Tuning = Tuning {
+        few_max: 0,
         scan_max: 0,
         enumerate_max: i64::MAX,
     };
     const INDEX_BY_SCAN: Tuning = Tuning {
+        few_max: 0,
         scan_max: 0,
         enumerate_max: 0,
     };
-    const EVERY_PATH: [Tuning; 4] = [SCAN, INDEX_BY_BUCKETS, INDEX_BY_SCAN, TUNING];
+    const EVERY_PATH: [Tuning; 5] = [FEW, SCAN, INDEX_BY_BUCKETS, INDEX_BY_SCAN, TUNING];
 
     /// Each path gives the reference's batch and leaves the generator where it does (the
     /// caller goes on drawing the next batch from it).
@@ -719,6 +830,34 @@ mod tests {
     #[test]
     fn a_single_member_takes_every_ticket_and_the_same_draws() {
         same_as_reference(&[0, 9], Some(1), 3).unwrap();
+    }
+
+    #[test]
+    fn the_few_member_path_matches_the_reference_beside_one_and_two_ticket_members() {
+        // Tiny members are early for most of the batch, and with counts 1, 1 and B − 2
+        // the first tight step lies far ahead (G = 2 for every step past B/2).
+        for counts in [[1, 1, 1022], [1, 2, 2045], [0, 1, 1], [3, 1, 396]] {
+            for seed in 0..20 {
+                same_as_reference(&counts, Some(2), seed).unwrap();
+            }
+        }
+    }
+
+    /// Up to three members, from a handful of tickets to a few thousand each.
+    fn up_to_three_members() -> impl Strategy<Value = Vec<u64>> {
+        prop::collection::vec(prop_oneof![1 => 0u64..4, 2 => 0u64..100, 2 => 0u64..3000], 1..4)
+            .prop_filter("non-empty batch", |c| c.iter().sum::<u64>() > 0)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn every_path_matches_the_reference_walk_with_up_to_three_members(
+            counts in up_to_three_members(), avoid in prop::option::of(0usize..3), seed: u64,
+        ) {
+            same_as_reference(&counts, avoid, seed)?;
+        }
     }
 
     proptest! {
