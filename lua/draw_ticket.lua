@@ -11,6 +11,7 @@
 -- KEYS[7] hits of ARGV[2]'s day
 -- KEYS[8] refill   string  the refill flag (set when the list is below low-water)
 -- KEYS[9], KEYS[10], KEYS[11]  the lists of tiers G, N, U (a `tiers` pool; unused otherwise)
+-- KEYS[12], KEYS[13], KEYS[14] their standby batches, promoted like the pool's
 -- ARGV[1], ARGV[2] the two days the caller passed hit keys for ("YYYY-MM-DD")
 -- ARGV[3] now in ms, or "" for Redis TIME   ARGV[4] the most tickets skipped per draw
 -- ARGV[5] the channel refill requests are published on   ARGV[6] the pool's name
@@ -100,19 +101,30 @@ end
 
 -- A tiers pool: the ticket is a tier; the member comes from the serving tier's list.
 local tier_list = {G = KEYS[9], N = KEYS[10], U = KEYS[11]}
+local tier_standby = {G = KEYS[12], N = KEYS[13], U = KEYS[14]}
 local drawn = next_ticket()
 if not drawn then
   ask_refill()
   return {'empty', version}
 end
+-- A tier can serve while its list or its standby batch holds a ticket.
 local avail = {}
-for t, key in pairs(tier_list) do avail[t] = redis.call('LLEN', key) > 0 end
+for t, key in pairs(tier_list) do
+  avail[t] = redis.call('LLEN', key) > 0 or redis.call('EXISTS', tier_standby[t]) == 1
+  if not avail[t] then ask_refill() end
+end
 for _ = 1, max_skips do
   local served = tier_fallback(drawn, avail)
   if not served then break end
   local member = redis.call('LPOP', tier_list[served])
+  if not member and redis.call('EXISTS', tier_standby[served]) == 1 then
+    redis.call('RENAME', tier_standby[served], tier_list[served])
+    ask_refill()
+    member = redis.call('LPOP', tier_list[served])
+  end
   if not member then
     avail[served] = false
+    ask_refill()
   else
     if redis.call('LLEN', tier_list[served]) < low_water then ask_refill() end
     if drawable(member) then return hand_out(member, drawn, served) end

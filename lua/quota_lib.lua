@@ -94,6 +94,14 @@ local function touch_period(meta)
   redis.call('PEXPIREAT', KEYS[5], fmt(PERIOD_END + meta.retention_days * 86400000))
 end
 
+-- The same for the previous period's hash (it ended when the current period began); a
+-- tenant no longer published keeps the default retention of 62 days.
+local PERIOD_START = days_from_civil(Y, M, 1) * 86400000
+local function touch_previous(meta)
+  local days = (meta and meta.retention_days) or 62
+  redis.call('PEXPIREAT', KEYS[6], fmt(PERIOD_START + days * 86400000))
+end
+
 -- The state field holding a bucket's reserved amount.
 local function reserved_field(bucket, period)
   if bucket == 'plan' then return 'r:plan:' .. period end
@@ -282,7 +290,9 @@ local function finish(meta, rid, entry, actual, state)
   if key then
     redis.call('HSET', key, 'done:' .. rid, table.concat({state, fmt(entry.amount),
       fmt(entry.deadline), entry.parts, actual and fmt(actual) or '', encoded}, '|'))
-    if key == KEYS[5] and meta then touch_period(meta) end
+    if key == KEYS[6] then touch_previous(meta) end
   end
+  -- An overdraft may have written the current period's hash first: give it its expiry.
+  if meta then touch_period(meta) end
   return encoded, excess
 end

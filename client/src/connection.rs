@@ -45,12 +45,14 @@ pub struct RedisHandle {
     client: redis::Client,
     timeouts: RedisTimeouts,
     manager: std::sync::Arc<tokio::sync::Mutex<Option<ConnectionManager>>>,
+    /// Open for a moment after the first connect failed.
+    failed: std::sync::Arc<Breaker>,
 }
 
 impl RedisHandle {
     /// A handle that has not connected yet.
     pub fn new(client: redis::Client, timeouts: RedisTimeouts) -> Self {
-        Self { client, timeouts, manager: Default::default() }
+        Self { client, timeouts, manager: Default::default(), failed: Default::default() }
     }
 
     /// The client the handle connects with (for pub/sub connections of their own).
@@ -60,13 +62,28 @@ impl RedisHandle {
 
     /// The shared connection, opening it when there is none yet.
     pub async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        if self.failed.is_open() {
+            return Err(Breaker::skipped_error());
+        }
         let mut guard = self.manager.lock().await;
         if let Some(manager) = guard.as_ref() {
             return Ok(manager.clone());
         }
-        let manager = connect(&self.client, self.timeouts).await?;
-        *guard = Some(manager.clone());
-        Ok(manager)
+        // Callers that queued behind a connect that just failed fail at once too, instead
+        // of each trying (and waiting) in turn.
+        if self.failed.is_open() {
+            return Err(Breaker::skipped_error());
+        }
+        match connect(&self.client, self.timeouts).await {
+            Ok(manager) => {
+                *guard = Some(manager.clone());
+                Ok(manager)
+            }
+            Err(e) => {
+                self.failed.trip();
+                Err(e)
+            }
+        }
     }
 }
 

@@ -834,3 +834,35 @@ async fn a_tiers_pool_draws_a_tier_then_a_channel_of_it_in_one_call_and_maps_a_t
     }
     assert_eq!(llen(&h.keys().pool_tier_tickets(p.as_str(), "U")), 0, "a tier with every channel ejected is not refilled");
 }
+
+#[tokio::test]
+async fn a_tier_whose_list_ran_dry_is_served_from_its_standby_batch_not_mapped_away() {
+    // Arrange: tier G's list empty, its standby batch built.
+    let h = harness(Clock::manual(noon()));
+    let p = pool("tier-standby");
+    publish(&h, &p, &tiers_snapshot()).await;
+    let g_list = h.keys().pool_tier_tickets(p.as_str(), "G");
+    let g_standby = h.keys().pool_tier_standby(p.as_str(), "G");
+    let mut conn = raw_connection();
+    redis::cmd("RENAME").arg(&g_list).arg(&g_standby).query::<()>(&mut conn).unwrap();
+    assert_eq!(llen(&g_list), 0);
+    let standby_len = llen(&g_standby);
+
+    // Act: draw until a G ticket comes up.
+    let mut served = None;
+    for _ in 0..20 {
+        let draw = h.pools.draw(&p).await.unwrap();
+        if draw.member.starts_with('G') || draw.tier.as_deref() == Some("G") {
+            served = Some(draw);
+            break;
+        }
+    }
+
+    // Assert: G was served by G, from the promoted standby batch, and a refill was asked.
+    let draw = served.expect("a G ticket among the first 20");
+    assert_eq!(draw.tier.as_deref(), Some("G"));
+    assert!(draw.member.starts_with('G'), "{draw:?}");
+    assert_eq!(llen(&g_standby), 0);
+    assert_eq!(llen(&g_list), standby_len - 1);
+    assert!(h.admin.refill_flagged(&p).await.unwrap());
+}

@@ -884,3 +884,26 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     let replayed = h.quotas.settle(&open, &rid("r1"), count(20), false).await.unwrap();
     assert!(matches!(replayed, SettleOutcome::AlreadySettled { reserved: 60, actual: 20, .. }), "{replayed:?}");
 }
+
+#[tokio::test]
+async fn an_overdraft_settled_in_a_new_month_gives_that_months_counters_their_expiry() {
+    // Arrange: a reservation in the last second of December.
+    let clock = Clock::manual(at("2030-12-31T23:59:59Z"));
+    let h = harness(clock.clone());
+    let t = tenant("turn");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(100)).await.unwrap());
+
+    // Act: settled in January, beyond what was reserved.
+    clock.set(at("2031-01-01T00:00:05Z"));
+    let settled = h.quotas.settle(&t, &rid("r1"), count(150), false).await.unwrap();
+
+    // Assert: January's hash (written first by the overdraft) expires at January's end
+    // plus the retention; December's keeps its own.
+    assert!(matches!(settled, SettleOutcome::Settled { overdraft: 50, .. }), "{settled:?}");
+    let mut conn = raw_connection();
+    let january: i64 = redis::cmd("PEXPIRETIME").arg(h.keys().quota_period("turn", "2031-01")).query(&mut conn).unwrap();
+    let december: i64 = redis::cmd("PEXPIRETIME").arg(h.keys().quota_period("turn", "2030-12")).query(&mut conn).unwrap();
+    assert_eq!(january, at("2031-03-03T00:00:00Z").timestamp_millis()); // Feb 1 + 30 days
+    assert_eq!(december, at("2031-01-31T00:00:00Z").timestamp_millis()); // Jan 1 + 30 days
+}

@@ -98,3 +98,29 @@ async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keep
 
     assert_eq!(server::scheduler::pool_rotation::run_once(&app.state).await.unwrap(), 1);
 }
+
+#[tokio::test]
+async fn a_malformed_draw_body_is_400_not_an_ordinary_draw() {
+    let app = spawn_app().await;
+    let pool = PoolName::parse("small").unwrap();
+    app.state.pool_admin.publish(&pool, &small_pool(1)).await.unwrap();
+    for body in [r#"{"sticky_key": 123}"#, r#"{"stikcy_key": "u1"}"#, "not json"] {
+        let response = app
+            .http
+            .post(format!("{}/api/v1/pools/small/draw", app.address))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{body}");
+    }
+    let sticky = app
+        .http
+        .post(format!("{}/api/v1/pools/small/draw", app.address))
+        .json(&serde_json::json!({"sticky_key": "user-42"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sticky.status(), 200);
+}

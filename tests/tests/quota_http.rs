@@ -126,6 +126,10 @@ async fn bad_amounts_ids_and_unknown_names_are_refused_before_redis_is_touched()
     assert_eq!(status, 400);
     let (status, _) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "never", "actual_tokens": 5})).await;
     assert_eq!(status, 404);
+    for actual in [json!(-1), json!(9007199254740992u64), json!(1.5)] {
+        let (status, body) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "a", "actual_tokens": actual})).await;
+        assert_eq!((status, body["field"].as_str()), (400, Some("actual_tokens")), "{actual} -> {body}");
+    }
     assert_eq!(app.get("/api/v1/tenants/nobody/quota").await.status(), 404);
 }
 

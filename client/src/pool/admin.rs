@@ -222,14 +222,26 @@ impl PoolAdmin {
     /// `immediate` reweight, or a rebuild after a large ejection.
     #[tracing::instrument(skip_all, fields(pool = %pool), err)]
     pub async fn rebuild(&self, pool: &PoolName) -> Result<RefillOutcome, PoolError> {
-        let outcome = self.add_batch(pool, None, Some("replace")).await?;
+        let outcome = self.replace(pool, None).await?;
         for tier in self.tier_lanes(pool).await? {
-            match self.add_batch(pool, Some(tier), Some("replace")).await {
+            match self.replace(pool, Some(tier)).await {
                 Ok(_) | Err(PoolError::NothingDrawable(_)) => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(outcome)
+    }
+
+    /// A replacement must happen: when a refill commits between reading the sequence and
+    /// the script, read again and retry (a few times, then fail loudly).
+    async fn replace(&self, pool: &PoolName, lane: Option<Tier>) -> Result<RefillOutcome, PoolError> {
+        for _ in 0..5 {
+            match self.add_batch(pool, lane, Some("replace")).await? {
+                RefillOutcome::Raced => continue,
+                done => return Ok(done),
+            }
+        }
+        Err(PoolError::Protocol { script: "refill_pool", detail: format!("rebuild of {pool} kept racing with refills") })
     }
 
     async fn add_batch(&self, pool: &PoolName, lane: Option<Tier>, forced: Option<&'static str>) -> Result<RefillOutcome, PoolError> {

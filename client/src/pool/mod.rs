@@ -293,6 +293,9 @@ impl Pools {
                 .key(k.pool_tier_tickets(p, "G"))
                 .key(k.pool_tier_tickets(p, "N"))
                 .key(k.pool_tier_tickets(p, "U"))
+                .key(k.pool_tier_standby(p, "G"))
+                .key(k.pool_tier_standby(p, "N"))
+                .key(k.pool_tier_standby(p, "U"))
                 .arg(&day0)
                 .arg(&day1)
                 .arg(self.inner.clock.script_arg())
@@ -302,8 +305,10 @@ impl Pools {
             let started = Instant::now();
             let mut result = call.invoke_async::<Vec<Value>>(&mut conn).await;
             if let Err(e) = &result {
-                // After an outage the connection reports the failed reconnect once.
-                if is_unreachable(e) && !e.is_timeout() {
+                // After an outage the connection reports the failed reconnect once. Retry
+                // only when nothing reached Redis (a refused connection): a draw sent on a
+                // connection that then dropped may have run, and a retry would pop twice.
+                if e.is_connection_refusal() {
                     result = call.invoke_async::<Vec<Value>>(&mut conn).await;
                 }
             }

@@ -224,6 +224,7 @@ struct Inner {
     policies: Mutex<HashMap<TenantId, KnownPolicy>>,
     offline: Mutex<Offline>,
     has_offline: AtomicBool,
+    flushing: AtomicBool,
     redis_down: AtomicBool,
     breaker: Breaker,
 }
@@ -251,6 +252,7 @@ impl Quotas {
                 policies: Mutex::new(HashMap::new()),
                 offline: Mutex::new(Offline::default()),
                 has_offline: AtomicBool::new(false),
+                flushing: AtomicBool::new(false),
                 redis_down: AtomicBool::new(false),
                 breaker: Breaker::default(),
             }),
@@ -340,6 +342,11 @@ impl Quotas {
     /// `actual` is what was consumed before it did). A repeated settle changes nothing.
     #[tracing::instrument(skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get(), partial), err)]
     pub async fn settle(&self, tenant: &TenantId, request: &RequestId, actual: TokenCount, partial: bool) -> Result<SettleOutcome, QuotaError> {
+        if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
+            // Admitted without Redis and not replayed yet: the journal closes it.
+            let mut journal = self.inner.offline.lock().expect("offline journal lock");
+            return Ok(journal.settle(tenant, request, actual, partial));
+        }
         let extra = [request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()];
         let reply = match self.call("settle_quota", &scripts::quota().settle, tenant, &extra).await {
             Ok(reply) => reply,
@@ -371,6 +378,10 @@ impl Quotas {
     /// Cancels a reservation, refunding all of it. A repeated release changes nothing.
     #[tracing::instrument(skip_all, fields(tenant = %tenant, request_id = %request), err)]
     pub async fn release(&self, tenant: &TenantId, request: &RequestId) -> Result<ReleaseOutcome, QuotaError> {
+        if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
+            let mut journal = self.inner.offline.lock().expect("offline journal lock");
+            return Ok(journal.release(tenant, request));
+        }
         let extra = [request.as_str().to_owned()];
         let reply = match self.call("release_quota", &scripts::quota().release, tenant, &extra).await {
             Ok(reply) => reply,
@@ -481,6 +492,16 @@ impl Quotas {
         if !self.inner.has_offline.load(Ordering::Acquire) {
             return Ok(0);
         }
+        // One flush at a time; other callers go on with their own operation meanwhile.
+        if self.inner.flushing.swap(true, Ordering::AcqRel) {
+            return Ok(0);
+        }
+        let result = self.flush_journal().await;
+        self.inner.flushing.store(false, Ordering::Release);
+        result
+    }
+
+    async fn flush_journal(&self) -> Result<usize, QuotaError> {
         let work = self.inner.offline.lock().expect("offline journal lock").snapshot();
         let mut done = 0;
         for (tenant, op) in work {
@@ -540,7 +561,8 @@ impl Quotas {
                 Ok(_) => {}
                 Err(QuotaError::Redis(e)) if is_unreachable(&e) => return Err(self.went_down(e)),
                 Err(QuotaError::Unavailable { source, .. }) => return Err(self.went_down(source)),
-                Err(other) => return Err(CallError::Failed(other)),
+                // Kept for the next attempt; this caller's own operation is not held up.
+                Err(other) => tracing::error!(error = %other, "replaying the offline journal failed; kept for the next attempt"),
             }
         }
         let mut result = self.call_direct(name, script, tenant, extra).await;

@@ -105,6 +105,14 @@ impl Offline {
         ReserveOutcome::Reserved(fallback_reservation(tokens, false, ReservationState::Open))
     }
 
+    /// Whether this request id was admitted here and is not yet charged to Redis (its
+    /// settle or release must then go to the journal, not to Redis).
+    pub(super) fn holds_admission(&self, tenant: &TenantId, request: &RequestId) -> bool {
+        self.ops
+            .iter()
+            .any(|(t, op)| t == tenant && matches!(op, Op::Admit { request: r, .. } if r == request))
+    }
+
     pub(super) fn settle(&mut self, tenant: &TenantId, request: &RequestId, actual: TokenCount, partial: bool) -> SettleOutcome {
         match self.find(tenant, request) {
             Some(Op::Admit { tokens, close, .. }) => match close {

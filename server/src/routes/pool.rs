@@ -22,10 +22,16 @@ pub struct DrawBody {
 pub async fn draw_ticket(
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: Option<web::Json<DrawBody>>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
-    let body = body.map(web::Json::into_inner).unwrap_or_default();
+    // No body: an ordinary draw. A body that is not a valid `DrawBody` is a 400, never
+    // silently an ordinary draw.
+    let body: DrawBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DrawBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("body", e.to_string()))?
+    };
     let drawn = match &body.sticky_key {
         Some(key) if key.is_empty() || key.len() > 256 => {
             return Err(ApiError::bad_request("sticky_key", "must be 1..=256 bytes"))

@@ -91,11 +91,23 @@ pub async fn reserve_quota(
     }
 }
 
+/// Reads `actual_tokens` naming that field in its refusal.
+fn actual_tokens<'de, D: serde::Deserializer<'de>>(d: D) -> Result<TokenCount, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    let integer = value
+        .as_i64()
+        .map(i128::from)
+        .or_else(|| value.as_u64().map(i128::from))
+        .ok_or_else(|| serde::de::Error::custom(format!("actual_tokens: must be an integer, got {value}")))?;
+    TokenCount::parse("actual_tokens", integer).map_err(serde::de::Error::custom)
+}
+
 /// A settle body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SettleBody {
     request_id: RequestId,
+    #[serde(deserialize_with = "actual_tokens")]
     actual_tokens: TokenCount,
     #[serde(default)]
     partial: bool,

@@ -8,6 +8,9 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 use tokio::sync::Mutex;
 
+/// How long a leadership check may take before it counts as failed.
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The advisory lock key of a job: a stable hash of its name (FNV-1a, 64 bits).
 pub fn lock_key(job: &str) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -37,21 +40,24 @@ impl Leadership {
     pub async fn ensure(&self) -> anyhow::Result<bool> {
         let mut held = self.held.lock().await;
         if let Some(conn) = held.as_mut() {
-            if conn.ping().await.is_ok() {
+            if matches!(tokio::time::timeout(TIMEOUT, conn.ping()).await, Ok(Ok(()))) {
                 return Ok(true);
             }
             tracing::warn!(job = self.job, "lost the leadership connection; trying to lead again");
             *held = None;
         }
         let options = self.db.connect_options();
-        let mut conn = PgConnection::connect_with(&options)
+        let mut conn = tokio::time::timeout(TIMEOUT, PgConnection::connect_with(&options))
             .await
+            .context("opening the leadership connection: timed out")?
             .context("opening the leadership connection")?;
-        let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(self.key)
-            .fetch_one(&mut conn)
-            .await
-            .context("pg_try_advisory_lock")?;
+        let taken: bool = tokio::time::timeout(
+            TIMEOUT,
+            sqlx::query_scalar("SELECT pg_try_advisory_lock($1)").bind(self.key).fetch_one(&mut conn),
+        )
+        .await
+        .context("pg_try_advisory_lock: timed out")?
+        .context("pg_try_advisory_lock")?;
         if taken {
             tracing::info!(job = self.job, "this instance now leads the job");
             *held = Some(conn);

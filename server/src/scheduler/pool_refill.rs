@@ -73,11 +73,13 @@ pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut st
         if *stop.borrow() {
             return;
         }
+        // When Postgres cannot say who leads, refill anyway: a refill is exactly-once by
+        // itself, and pools must not run dry because the configuration store is away.
         let leading = match &leadership {
             None => true,
             Some(l) => l.ensure().await.unwrap_or_else(|e| {
-                tracing::warn!(error = format!("{e:#}"), "cannot tell who leads the pool refiller");
-                false
+                tracing::warn!(error = format!("{e:#}"), "cannot tell who leads the pool refiller; refilling anyway");
+                true
             }),
         };
         if !leading {
@@ -98,7 +100,12 @@ pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut st
             }
         };
         if let Err(e) = pubsub.subscribe(&channel).await {
-            tracing::warn!(error = %e, "pool refiller cannot subscribe; retrying");
+            // Without the channel, still refill every second (and try again after that).
+            tracing::warn!(error = %e, "pool refiller cannot subscribe; sweeping every second instead");
+            let _ = run_once(&state).await;
+            if tokio::time::timeout(SWEEP_EVERY, stop.changed()).await.is_ok() {
+                return;
+            }
             continue;
         }
         let mut messages = pubsub.into_on_message();
@@ -115,7 +122,7 @@ pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut st
                 _ = sweep.tick() => {
                     let still_leading = match &leadership {
                         None => true,
-                        Some(l) => l.ensure().await.unwrap_or(false),
+                        Some(l) => l.ensure().await.unwrap_or(true),
                     };
                     if !still_leading {
                         break;

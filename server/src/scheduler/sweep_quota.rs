@@ -33,11 +33,14 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
     for tenant in tenants {
         outcome.tenants += 1;
         loop {
-            let swept = state
-                .quotas
-                .sweep(&tenant, BATCH)
-                .await
-                .with_context(|| format!("sweeping tenant {tenant}"))?;
+            // One tenant's failure must not stop the others' sweep.
+            let swept = match state.quotas.sweep(&tenant, BATCH).await {
+                Ok(swept) => swept,
+                Err(e) => {
+                    tracing::error!(tenant = %tenant, error = %e, "sweep failed");
+                    break;
+                }
+            };
             outcome.released += swept.released;
             outcome.tokens += swept.tokens;
             if swept.released > 0 {
