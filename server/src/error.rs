@@ -89,3 +89,17 @@ pub fn json_error(err: actix_web::error::JsonPayloadError, _req: &actix_web::Htt
     };
     ApiError::BadRequest { field, rule }.into()
 }
+
+/// Turns a query-string error into a 400 naming the parameter when serde says which.
+pub fn query_error(err: actix_web::error::QueryPayloadError, _req: &actix_web::HttpRequest) -> actix_web::Error {
+    let message = err.to_string();
+    let detail = message.strip_prefix("Query deserialize error: ").unwrap_or(&message).to_owned();
+    // serde_urlencoded names unknown fields as "unknown field `x`, expected ..."
+    let field = detail
+        .split('`')
+        .nth(1)
+        .filter(|_| detail.starts_with("unknown field"))
+        .unwrap_or("query")
+        .to_owned();
+    ApiError::BadRequest { field, rule: detail }.into()
+}

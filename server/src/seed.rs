@@ -74,20 +74,23 @@ pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
         ),
     ];
     for (entity, body) in demo {
-        let mut tx = db.begin().await?;
-        // Serialise concurrent seeds on the entity so that two never both see "none yet".
-        sqlx::query("select pg_advisory_xact_lock(hashtext($1))").bind(entity).execute(&mut *tx).await?;
-        let existing: i64 = sqlx::query_scalar("select count(*) from snapshot where entity = $1")
-            .bind(entity)
-            .fetch_one(&mut *tx)
-            .await?;
-        if existing == 0 {
-            crate::db::snapshot::insert_next(&mut tx, entity, &body).await?;
-            report.created.push(entity.to_owned());
-        } else {
-            report.kept.push(entity.to_owned());
+        // Audited like any change (a snapshot version, an audit row, an outbox row), and
+        // only when the entity has no snapshot yet: a second seed changes nothing.
+        let change = crate::db::change::Change {
+            entity,
+            action: "seed",
+            actor: "demo-seed",
+            source: crate::db::audit::Source::System,
+            reason: Some("demo data"),
+            request_id: None,
+            body: &body,
+            expected_version: Some(0),
+        };
+        match crate::db::change::apply_change(db, &change).await {
+            Ok(_) => report.created.push(entity.to_owned()),
+            Err(crate::db::change::ChangeError::Conflict { .. }) => report.kept.push(entity.to_owned()),
+            Err(e) => return Err(e.into()),
         }
-        tx.commit().await?;
     }
     Ok(report)
 }

@@ -127,6 +127,10 @@ fn http_server(
             .service(routes::quota::release_quota)
             .service(routes::quota::get_quota)
             .service(routes::pool::draw_ticket)
+            .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
+            .service(routes::audit::verify)
+            .service(routes::audit::export)
+            .service(routes::audit::list)
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),

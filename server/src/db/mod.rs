@@ -10,6 +10,8 @@ use sqlx::{PgPool, Postgres};
 
 use crate::configuration::Settings;
 
+pub mod audit;
+pub mod change;
 pub mod snapshot;
 
 /// Every migration in `migrations/`, embedded in the binary.
