@@ -14,6 +14,7 @@ pub mod configuration;
 pub mod db;
 pub mod error;
 pub mod metrics;
+pub mod publish;
 pub mod scheduler;
 pub mod routes;
 pub mod seed;

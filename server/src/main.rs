@@ -1,6 +1,5 @@
 //! The `tessera` binary: parse the command line, set up telemetry, run the subcommand.
 
-use anyhow::Context;
 use clap::Parser;
 use server::cli::{BenchCommand, Cli, Command};
 use server::configuration::Settings;
@@ -34,8 +33,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let application = Application::build(&settings, Signals::Handle).await?;
             tracing::info!(port = application.port(), "serving http://{}", settings.bind);
             let state = application.state().clone();
-            match server::seed::publish_all(&state.db, &state.pool_admin, &state.quotas).await {
-                Ok(published) => tracing::info!(count = published.len(), "published the newest snapshots to redis"),
+            match server::publish::reconcile(&state).await {
+                Ok(done) => tracing::info!(count = done.published.len(), "published what redis was missing"),
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "could not publish snapshots to redis yet"),
             }
             let scheduler = server::scheduler::Scheduler::start(state).await?;
@@ -83,14 +82,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             for entity in &report.kept {
                 println!("kept {entity} (already present)");
             }
-            let redis = redis::Client::open(secrecy::ExposeSecret::expose_secret(&settings.redis_url))
-                .context("redis.url (REDIS_URL): not a valid Redis URL")?;
-            let redis = client::RedisHandle::new(redis, client::RedisTimeouts::default());
-            let keys = client::Keys::new(settings.redis_prefix.clone());
-            let pools = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
-            let quotas = client::Quotas::new(redis, keys);
-            for published in server::seed::publish_all(&db, &pools, &quotas).await? {
+            // Deliver the seed's outbox rows now, as a running server's publisher would.
+            let state = server::startup::build_state(&settings).await?;
+            let done = server::publish::drain_outbox(&state).await?;
+            for published in done.published {
                 println!("published {published} to redis");
+            }
+            for entity in done.failed {
+                println!("not yet published to redis: {entity} (the server's publisher retries)");
             }
         }
     }

@@ -94,36 +94,3 @@ pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
     }
     Ok(report)
 }
-
-/// Publishes the newest snapshot of every pool and tenant from Postgres to Redis (each
-/// write is version-guarded, so this never replaces anything newer). Until the outbox
-/// publisher exists (control-plane issue), `demo-seed` and `serve` call this.
-#[tracing::instrument(skip_all, err)]
-pub async fn publish_all(db: &PgPool, pools: &client::PoolAdmin, quotas: &client::Quotas) -> anyhow::Result<Vec<String>> {
-    use anyhow::Context;
-    let rows: Vec<(String, i64, serde_json::Value)> = sqlx::query_as(
-        "select distinct on (entity) entity, version, body from snapshot order by entity, version desc",
-    )
-    .fetch_all(db)
-    .await
-    .context("reading the newest snapshots")?;
-    let mut published = Vec::new();
-    for (entity, version, mut body) in rows {
-        body["version"] = json!(version);
-        if let Some(name) = entity.strip_prefix("pool:") {
-            let pool = client::pool::PoolName::parse(name)?;
-            let snapshot: client::pool::PoolSnapshot =
-                serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
-            pools.publish(&pool, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
-        } else if let Some(name) = entity.strip_prefix("tenant:") {
-            let tenant = client::quota::TenantId::parse(name)?;
-            let snapshot: client::quota::TenantQuota =
-                serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
-            quotas.publish(&tenant, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
-        } else {
-            continue;
-        }
-        published.push(format!("{entity} v{version}"));
-    }
-    Ok(published)
-}

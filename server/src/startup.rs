@@ -40,23 +40,7 @@ impl Application {
     /// Connects to Postgres (required: migrations run now), prepares Redis (connected on
     /// first use, so the server starts while Redis is down), and binds the listener.
     pub async fn build(settings: &Settings, signals: Signals) -> anyhow::Result<Self> {
-        let db = crate::db::connect(settings).await?;
-        crate::db::migrate(&db).await?;
-        let redis_client = redis::Client::open(settings.redis_url.expose_secret())
-            .context("redis.url (REDIS_URL): not a valid Redis URL")?;
-        let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
-        let keys = client::Keys::new(settings.redis_prefix.clone());
-        let metrics = Metrics::new();
-        let quotas = client::Quotas::with_clock(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.quota.clone()));
-        let pools = client::Pools::new(
-            redis.clone(),
-            keys.clone(),
-            client::Clock::Redis,
-            Default::default(),
-            Some(metrics.pool.clone()),
-        );
-        let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
-        let state = AppState { db, redis, keys, metrics, quotas, pools, pool_admin };
+        let state = build_state(settings).await?;
         let listener = TcpListener::bind(settings.bind)
             .with_context(|| format!("binding http.bind (TESSERA_BIND) {}", settings.bind))?;
         let port = listener.local_addr()?.port();
@@ -83,6 +67,28 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
     }
+}
+
+/// Connects to Postgres (required: migrations run now) and prepares Redis (connected on
+/// first use) and every shared service: the state the server, its jobs and the CLI share.
+pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
+    let db = crate::db::connect(settings).await?;
+    crate::db::migrate(&db).await?;
+    let redis_client = redis::Client::open(settings.redis_url.expose_secret())
+        .context("redis.url (REDIS_URL): not a valid Redis URL")?;
+    let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
+    let keys = client::Keys::new(settings.redis_prefix.clone());
+    let metrics = Metrics::new();
+    let quotas = client::Quotas::with_clock(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.quota.clone()));
+    let pools = client::Pools::new(
+        redis.clone(),
+        keys.clone(),
+        client::Clock::Redis,
+        Default::default(),
+        Some(metrics.pool.clone()),
+    );
+    let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
+    Ok(AppState { db, redis, keys, metrics, quotas, pools, pool_admin })
 }
 
 fn http_server(

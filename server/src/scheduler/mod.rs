@@ -36,6 +36,16 @@ impl Scheduler {
             })
         })
         .await?;
+        // Every second: changes reach Redis within a second even when the inline publish
+        // after a change failed; a Redis wiped clean is whole again within two.
+        add(&inner, &state, "outbox", "* * * * * *", |state| async move {
+            crate::publish::drain_outbox(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, "reconcile", "*/2 * * * * *", |state| async move {
+            crate::publish::reconcile(&state).await.map(|_| ())
+        })
+        .await?;
         add(&inner, &state, "pool_rotation", pool_rotation::CRON, |state| async move {
             pool_rotation::run_once(&state).await.map(|_| ())
         })

@@ -1,0 +1,88 @@
+//! Publishing Postgres snapshots to Redis: the outbox survives a Redis outage, reconcile
+//! restores a wiped Redis, and an older snapshot never replaces a newer one.
+
+use integration::{spawn_app, spawn_app_with, TestApp};
+use serde_json::json;
+use server::db::audit::Source;
+use server::db::change::{apply_change, Change};
+
+async fn pending(app: &TestApp) -> i64 {
+    sqlx::query_scalar("select count(*) from outbox where delivered_at is null").fetch_one(&app.state.db).await.unwrap()
+}
+
+/// Removes every key under the app's prefix, as a FLUSHALL would for this deployment.
+async fn wipe_prefix(app: &TestApp) {
+    let mut conn = app.state.redis.connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(app.state.keys.scan_pattern()).query_async(&mut conn).await.unwrap();
+    if !keys.is_empty() {
+        redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_outbox_delivers_each_change_once_and_a_change_moves_the_published_version() {
+    let app = spawn_app().await;
+    server::seed::demo_seed(&app.state.db).await.unwrap();
+    assert_eq!(pending(&app).await, 3);
+
+    let first = server::publish::drain_outbox(&app.state).await.unwrap();
+    assert_eq!(first.published.len(), 3);
+    assert_eq!(pending(&app).await, 0);
+    assert!(server::publish::drain_outbox(&app.state).await.unwrap().published.is_empty());
+
+    // A tenant change: v2 reaches Redis through the outbox.
+    let mut body: serde_json::Value =
+        sqlx::query_scalar("select body from snapshot where entity = 'tenant:acme'").fetch_one(&app.state.db).await.unwrap();
+    body["monthly_tokens"] = json!(60_000_000);
+    let change = Change {
+        entity: "tenant:acme",
+        action: "tenant.plan",
+        actor: "alice",
+        source: Source::Api,
+        reason: Some("upgrade"),
+        request_id: None,
+        body: &body,
+        expected_version: Some(1),
+    };
+    apply_change(&app.state.db, &change).await.unwrap();
+    let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
+    assert_eq!(delivered.published, vec!["tenant:acme v2"]);
+    let usage = app.state.quotas.usage(&client::quota::TenantId::parse("acme").unwrap()).await.unwrap();
+    assert_eq!(usage.version, 2);
+    assert_eq!(usage.buckets.last().unwrap().amount, 60_000_000);
+}
+
+#[tokio::test]
+async fn a_change_made_while_redis_is_down_stays_in_the_outbox_and_is_counted_as_an_attempt() {
+    let app = spawn_app_with(|s| s.redis_url = "redis://127.0.0.1:1".to_owned().into()).await;
+    server::seed::demo_seed(&app.state.db).await.unwrap();
+
+    let outcome = server::publish::drain_outbox(&app.state).await.unwrap();
+
+    assert!(outcome.published.is_empty());
+    assert_eq!(outcome.failed.len(), 3);
+    assert_eq!(pending(&app).await, 3);
+    let (attempts, error): (i32, Option<String>) =
+        sqlx::query_as("select attempts, last_error from outbox order by id limit 1").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(attempts, 1);
+    assert!(error.unwrap().contains("publishing"));
+}
+
+#[tokio::test]
+async fn reconcile_makes_a_wiped_redis_whole_again_and_does_nothing_when_nothing_is_stale() {
+    let app = spawn_app().await;
+    server::seed::demo_seed(&app.state.db).await.unwrap();
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    assert!(server::publish::reconcile(&app.state).await.unwrap().published.is_empty(), "nothing is stale");
+
+    wipe_prefix(&app).await;
+    let pool = client::pool::PoolName::parse("cn-pay").unwrap();
+    assert!(matches!(app.state.pools.draw(&pool).await, Err(client::pool::PoolError::UnknownPool(_))));
+
+    let restored = server::publish::reconcile(&app.state).await.unwrap();
+
+    assert_eq!(restored.published, vec!["pool:cn-pay v1", "pool:sea-pay v1", "tenant:acme v1"]);
+    let draw = app.state.pools.draw(&pool).await.unwrap();
+    assert_eq!(draw.source, client::pool::DrawSource::Redis);
+    assert!(app.state.pool_admin.length(&pool).await.unwrap() > 0);
+}
