@@ -38,13 +38,13 @@ create index audit_at_idx on audit (at, id);
 -- The hash of a row's content and its predecessor's hash: one definition, used when
 -- writing and when verifying.
 create function audit_row_hash(a audit) returns bytea language sql stable as $$
-    select sha256(convert_to(concat_ws(E'\x1f',
-        a.id::text,
+    -- A JSON array keeps every field apart and NULL distinct from '' and from JSON null.
+    select sha256(convert_to(jsonb_build_array(
+        a.id,
         to_char(a.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         a.actor, a.source, a.action, a.entity,
-        coalesce(a.before::text, 'null'), coalesce(a.after::text, 'null'),
-        coalesce(a.reason, ''), coalesce(a.request_id, ''),
-        coalesce(encode(a.prev_hash, 'hex'), '')), 'UTF8'))
+        a.before, a.after, a.reason, a.request_id,
+        encode(a.prev_hash, 'hex'))::text, 'UTF8'))
 $$;
 
 create function audit_chain() returns trigger language plpgsql as $$
@@ -53,6 +53,8 @@ begin
     perform pg_advisory_xact_lock(hashtext('tessera.audit.chain'));
     select id + 1, hash into new.id, new.prev_hash from audit order by id desc limit 1;
     new.id := coalesce(new.id, 1);
+    -- The time of writing (not of the transaction's start), so times follow ids.
+    new.at := clock_timestamp();
     new.hash := audit_row_hash(new);
     return new;
 end

@@ -77,6 +77,11 @@ impl ResponseError for ApiError {
 
 /// Turns a JSON body error into a 400 that names the field and the rule when serde can.
 pub fn json_error(err: actix_web::error::JsonPayloadError, _req: &actix_web::HttpRequest) -> actix_web::Error {
+    use actix_web::error::JsonPayloadError;
+    // Size and content-type errors keep actix's own status (413, 415, …).
+    if !matches!(err, JsonPayloadError::Deserialize(_)) {
+        return err.into();
+    }
     let message = err.to_string();
     // serde_json messages look like "invalid value: ..., expected ... at line 1 column 9";
     // our validated types fail with "<field>: <rule>".

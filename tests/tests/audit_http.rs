@@ -16,6 +16,21 @@ async fn count(app: &TestApp, table: &str) -> i64 {
     sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&app.state.db).await.unwrap()
 }
 
+/// The demo pool's current body with new weights: a valid next snapshot.
+async fn reweighted(app: &TestApp) -> Value {
+    let mut body: Value =
+        sqlx::query_scalar("select body from snapshot where entity = 'pool:cn-pay' order by version desc limit 1")
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap();
+    body["weights"] = json!([
+        {"member": "ALIPAY_A", "weight": 40},
+        {"member": "WECHAT_B", "weight": 35},
+        {"member": "UNION_C", "weight": 25}
+    ]);
+    body
+}
+
 fn change<'a>(entity: &'a str, body: &'a Value, reason: Option<&'a str>, expected: Option<i64>) -> Change<'a> {
     Change {
         entity,
@@ -33,7 +48,7 @@ fn change<'a>(entity: &'a str, body: &'a Value, reason: Option<&'a str>, expecte
 async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_verifies() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
-    let body = json!({"weights": [{"member": "A", "weight": 1}]});
+    let body = reweighted(&app).await;
     let applied = apply_change(&app.state.db, &change("pool:cn-pay", &body, Some("gray 5%"), Some(1))).await.unwrap();
 
     assert_eq!(applied.version, 2);
@@ -43,7 +58,8 @@ async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_
 
     let (status, report) = get_json(&app, "/api/v1/audit/verify").await;
     assert_eq!(status, 200);
-    assert_eq!(report, json!({"intact": true, "rows": 4, "first_broken": null, "problem": null}));
+    assert_eq!((&report["intact"], &report["rows"], &report["first_broken"]), (&json!(true), &json!(4), &Value::Null));
+    assert_eq!((report["head_id"].as_i64(), report["head_hash"].as_str()), (Some(4), Some(applied.audit.hash.as_str())));
 
     // Filters and the cursor: newest first, one per page.
     let (_, page) = get_json(&app, "/api/v1/audit?entity=pool:cn-pay&limit=1").await;
@@ -65,8 +81,16 @@ async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_
 async fn a_stale_expected_version_is_a_conflict_and_a_failed_change_leaves_nothing() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
-    let body = json!({"x": 1});
+    let body = reweighted(&app).await;
     let before = (count(&app, "snapshot").await, count(&app, "audit").await, count(&app, "outbox").await);
+
+    // A body that is not a valid snapshot of its kind never reaches the outbox.
+    let invalid = json!({"x": 1});
+    let refused = apply_change(&app.state.db, &change("pool:cn-pay", &invalid, None, Some(1))).await;
+    assert!(matches!(refused, Err(ChangeError::Invalid { .. })), "{refused:?}");
+    let not_an_object = json!([1, 2]);
+    let refused = apply_change(&app.state.db, &change("pool:cn-pay", &not_an_object, None, Some(1))).await;
+    assert!(matches!(refused, Err(ChangeError::Invalid { ref field, .. }) if field == "body"), "{refused:?}");
 
     let stale = apply_change(&app.state.db, &change("pool:cn-pay", &body, None, Some(7))).await;
     assert!(matches!(stale, Err(ChangeError::Conflict { current: 1, expected: 7, .. })), "{stale:?}");
@@ -86,7 +110,7 @@ async fn audit_rows_cannot_be_changed_and_a_tampered_row_is_reported_by_verify()
     let refused = sqlx::query("update audit set reason = 'nothing happened' where id = 2").execute(&app.state.db).await;
     assert!(refused.unwrap_err().to_string().contains("append-only"));
     let refused = sqlx::query("delete from audit where id = 3").execute(&app.state.db).await;
-    assert!(refused.is_err());
+    assert!(refused.unwrap_err().to_string().contains("append-only"));
 
     // Someone with the owner's rights disables the guard and edits a row.
     let url = secrecy::ExposeSecret::expose_secret(&app.settings.database_url).to_owned();
@@ -96,7 +120,10 @@ async fn audit_rows_cannot_be_changed_and_a_tampered_row_is_reported_by_verify()
     sqlx::query("alter table audit enable trigger audit_append_only").execute(&mut owner).await.unwrap();
 
     let (_, report) = get_json(&app, "/api/v1/audit/verify").await;
-    assert_eq!(report, json!({"intact": false, "rows": 3, "first_broken": 2, "problem": "content"}));
+    assert_eq!(
+        (&report["intact"], &report["rows"], &report["first_broken"], &report["problem"]),
+        (&json!(false), &json!(3), &json!(2), &json!("content"))
+    );
 }
 
 #[tokio::test]
@@ -106,8 +133,10 @@ async fn bad_audit_queries_are_400_naming_the_parameter() {
     assert_eq!((status, body["field"].as_str()), (400, Some("limit")));
     let (status, body) = get_json(&app, "/api/v1/audit?colour=red").await;
     assert_eq!((status, body["field"].as_str()), (400, Some("colour")), "{body}");
-    let (status, _) = get_json(&app, "/api/v1/audit?from=yesterday").await;
-    assert_eq!(status, 400);
+    for (query, field) in [("from=yesterday", "from"), ("limit=abc", "limit"), ("before_id=x", "before_id")] {
+        let (status, body) = get_json(&app, &format!("/api/v1/audit?{query}")).await;
+        assert_eq!((status, body["field"].as_str()), (400, Some(field)), "{query}: {body}");
+    }
     let (status, body) = get_json(&app, "/api/v1/audit?from=2026-11-02T00:00:00Z&to=2026-11-01T00:00:00Z").await;
     assert_eq!((status, body["field"].as_str()), (400, Some("to")));
 }

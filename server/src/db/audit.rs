@@ -166,6 +166,10 @@ pub struct ChainReport {
     /// Why it does not match: `content` (the row differs from its hash), `link` (its
     /// `prev_hash` is not the previous row's hash) or `gap` (a row before it is missing).
     pub problem: Option<String>,
+    /// The newest row and its hash: kept outside the database (a log, a ticket), they let
+    /// anyone detect a removed newest row or a chain rebuilt from an edited row on.
+    pub head_id: Option<i64>,
+    pub head_hash: Option<String>,
 }
 
 /// Recomputes every hash in order and reports the first row that breaks the chain.
@@ -181,7 +185,9 @@ pub async fn verify_audit(db: &PgPool) -> Result<ChainReport, sqlx::Error> {
          select (select count(*) from audit) as rows,
                 (select id from checked where not (content_ok and link_ok and no_gap) order by id limit 1) as broken,
                 (select case when not no_gap then 'gap' when not content_ok then 'content' else 'link' end
-                   from checked where not (content_ok and link_ok and no_gap) order by id limit 1) as problem",
+                   from checked where not (content_ok and link_ok and no_gap) order by id limit 1) as problem,
+                (select id from audit order by id desc limit 1) as head_id,
+                (select encode(hash, 'hex') from audit order by id desc limit 1) as head_hash",
     )
     .fetch_one(db)
     .await?;
@@ -191,6 +197,8 @@ pub async fn verify_audit(db: &PgPool) -> Result<ChainReport, sqlx::Error> {
         rows: r.try_get("rows")?,
         first_broken,
         problem: r.try_get("problem")?,
+        head_id: r.try_get("head_id")?,
+        head_hash: r.try_get("head_hash")?,
     })
 }
 
@@ -198,7 +206,7 @@ pub async fn verify_audit(db: &PgPool) -> Result<ChainReport, sqlx::Error> {
 #[tracing::instrument(skip_all, err)]
 pub async fn export_audit_csv(db: &PgPool, filter: &AuditFilter) -> Result<String, sqlx::Error> {
     let sql = format!(
-        "select {COLUMNS} from audit
+        "select {COLUMNS}, before::text as before_text, after::text as after_text from audit
          where ($1::text is null or entity = $1) and ($2::text is null or actor = $2)
            and ($3::text is null or action = $3) and ($4::timestamptz is null or at >= $4)
            and ($5::timestamptz is null or at < $5)
@@ -215,7 +223,9 @@ pub async fn export_audit_csv(db: &PgPool, filter: &AuditFilter) -> Result<Strin
     let mut out = String::from("id,at,actor,source,action,entity,before,after,reason,request_id,prev_hash,hash\n");
     for r in &rows {
         let a = row(r)?;
-        let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string()).unwrap_or_default();
+        // The JSON exactly as stored (and hashed), not as re-serialised here.
+        let before_text: Option<String> = r.try_get("before_text")?;
+        let after_text: Option<String> = r.try_get("after_text")?;
         let fields = [
             a.id.to_string(),
             a.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
@@ -223,8 +233,8 @@ pub async fn export_audit_csv(db: &PgPool, filter: &AuditFilter) -> Result<Strin
             a.source,
             a.action,
             a.entity,
-            json(&a.before),
-            json(&a.after),
+            before_text.unwrap_or_default(),
+            after_text.unwrap_or_default(),
             a.reason.unwrap_or_default(),
             a.request_id.unwrap_or_default(),
             a.prev_hash.unwrap_or_default(),
@@ -240,7 +250,7 @@ pub async fn export_audit_csv(db: &PgPool, filter: &AuditFilter) -> Result<Strin
 /// RFC 4180 quoting; a leading `=`, `+`, `-` or `@` is prefixed with `'` so that a
 /// spreadsheet never runs an actor's or reason's text as a formula.
 fn csv_field(value: &str) -> String {
-    let safe = if value.starts_with(['=', '+', '-', '@']) { format!("'{value}") } else { value.to_owned() };
+    let safe = if value.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{value}") } else { value.to_owned() };
     if safe.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", safe.replace('"', "\"\""))
     } else {

@@ -30,8 +30,35 @@ pub enum ChangeError {
     /// The entity is at another version than the change expected (someone else changed it).
     #[error("{entity} is at version {current}, not {expected}")]
     Conflict { entity: String, expected: i64, current: i64 },
+    /// The body is not a valid snapshot of the entity's kind (or the kind is unknown).
+    #[error("{field}: {rule}")]
+    Invalid { field: String, rule: String },
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+/// Checks that `body` is a publishable snapshot of the entity's kind, so that nothing the
+/// publisher cannot deliver ever reaches the outbox.
+pub fn validate_body(entity: &str, body: &serde_json::Value) -> Result<(), ChangeError> {
+    let invalid = |field: &str, rule: String| ChangeError::Invalid { field: field.to_owned(), rule };
+    let mut versioned = body.clone();
+    versioned
+        .as_object_mut()
+        .ok_or_else(|| invalid("body", "must be a JSON object".to_owned()))?
+        .insert("version".to_owned(), serde_json::json!(1));
+    if let Some(name) = entity.strip_prefix("pool:") {
+        client::pool::PoolName::parse(name).map_err(|e| invalid("pool", e.rule))?;
+        let snapshot: client::pool::PoolSnapshot =
+            serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
+        snapshot.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
+    } else if let Some(name) = entity.strip_prefix("tenant:") {
+        client::quota::TenantId::parse(name).map_err(|e| invalid("tenant", e.rule))?;
+        let quota: client::quota::TenantQuota =
+            serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
+        quota.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
+    } else {
+        Err(invalid("entity", format!("{entity:?} is not a pool:<name> or tenant:<name>")))
+    }
 }
 
 /// What a change wrote.
@@ -46,6 +73,7 @@ pub struct Applied {
 /// previous body as `before`, and an outbox row for the publisher; all or nothing.
 #[tracing::instrument(skip_all, fields(entity = change.entity, action = change.action), err)]
 pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, ChangeError> {
+    validate_body(change.entity, change.body)?;
     let mut tx = db.begin().await?;
     // Versions of one entity are written one at a time.
     sqlx::query("select pg_advisory_xact_lock(hashtext($1))").bind(change.entity).execute(&mut *tx).await?;

@@ -35,7 +35,9 @@ async fn newest(db: &PgPool, entity: &str) -> Result<Option<(i64, serde_json::Va
 /// Writes one snapshot to Redis under its entity's kind; entities of other kinds are
 /// acknowledged without a write (nothing in Redis reads them).
 async fn publish_snapshot(state: &AppState, entity: &str, version: i64, mut body: serde_json::Value) -> anyhow::Result<()> {
-    body["version"] = serde_json::json!(version);
+    body.as_object_mut()
+        .with_context(|| format!("snapshot of {entity} v{version} is not a JSON object"))?
+        .insert("version".to_owned(), serde_json::json!(version));
     if let Some(name) = entity.strip_prefix("pool:") {
         let pool = client::pool::PoolName::parse(name)?;
         let snapshot: client::pool::PoolSnapshot =
@@ -94,16 +96,16 @@ pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
 /// Republishes every entity whose meta hash in Redis is missing or older than Postgres.
 #[tracing::instrument(name = "job.reconcile", skip_all, err)]
 pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
-    let newest: Vec<(String, i64, serde_json::Value)> = sqlx::query_as(
-        "select distinct on (entity) entity, version, body from snapshot order by entity, version desc",
-    )
-    .fetch_all(&state.db)
-    .await
-    .context("reading the newest snapshots")?;
+    // Versions only (bodies are loaded for the stale entities alone).
+    let newest: Vec<(String, i64)> =
+        sqlx::query_as("select entity, max(version) from snapshot group by entity order by entity")
+            .fetch_all(&state.db)
+            .await
+            .context("reading the newest versions")?;
     let mut conn = state.redis.connection().await.context("connecting to redis")?;
     let mut pipe = redis::pipe();
     let mut published_kinds = Vec::new();
-    for (entity, _, _) in &newest {
+    for (entity, _) in &newest {
         let meta = if let Some(name) = entity.strip_prefix("pool:") {
             Some(state.keys.pool_meta(name))
         } else {
@@ -119,7 +121,7 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
     let held: Vec<Option<i64>> = pipe.query_async(&mut conn).await.context("reading published versions")?;
     let mut held = held.into_iter();
     let mut outcome = Published::default();
-    for ((entity, version, body), kind) in newest.into_iter().zip(published_kinds) {
+    for ((entity, version), kind) in newest.into_iter().zip(published_kinds) {
         if !kind {
             continue;
         }
@@ -127,6 +129,13 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
         if current.is_some_and(|v| v >= version) {
             continue;
         }
+        let body: serde_json::Value =
+            sqlx::query_scalar("select body from snapshot where entity = $1 and version = $2")
+                .bind(&entity)
+                .bind(version)
+                .fetch_one(&state.db)
+                .await
+                .with_context(|| format!("reading {entity} v{version}"))?;
         match publish_snapshot(state, &entity, version, body).await {
             Ok(()) => outcome.published.push(format!("{entity} v{version}")),
             Err(e) => {

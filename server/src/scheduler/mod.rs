@@ -76,9 +76,16 @@ where
     let leadership = Arc::new(Leadership::new(state.db.clone(), name));
     let state = state.clone();
     let run = Arc::new(run);
+    // A tick that finds the previous run still going is skipped, so slow runs (Redis
+    // hanging) never pile up.
+    let running = Arc::new(tokio::sync::Mutex::new(()));
     let job = Job::new_async(cron, move |_id, _scheduler| {
-        let (leadership, state, run) = (leadership.clone(), state.clone(), run.clone());
+        let (leadership, state, run, running) = (leadership.clone(), state.clone(), run.clone(), running.clone());
         Box::pin(async move {
+            let Ok(_running) = running.try_lock() else {
+                state.metrics.job_runs.with_label_values(&[name, "overlap"]).inc();
+                return;
+            };
             let outcome = match leadership.ensure().await {
                 Ok(true) => match run(state.clone()).await {
                     Ok(()) => "ok",
@@ -88,9 +95,10 @@ where
                     }
                 },
                 Ok(false) => "skipped",
-                // Postgres cannot say who leads: every job here works on Redis alone and is
-                // safe to run on several instances at once, so run it rather than let the
-                // data plane starve (DESIGN §2: Redis keeps serving while Postgres is down).
+                // Postgres cannot say who leads: every job here is safe on several instances
+                // at once (version-guarded publishes, idempotent sweeps), so run it rather
+                // than let the data plane starve (DESIGN §2: Redis keeps serving while
+                // Postgres is down; the Postgres-reading jobs then fail and retry).
                 Err(e) => {
                     tracing::warn!(job = name, error = format!("{e:#}"), "cannot tell who leads the job; running it anyway");
                     match run(state.clone()).await {
