@@ -33,29 +33,19 @@ impl KeyGuard {
 
     pub fn remove_keys(&self) -> redis::RedisResult<usize> {
         let mut conn = redis::Client::open(redis_url())?.get_connection()?;
-        let mut removed = 0;
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(self.keys.scan_pattern())
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)?;
-            if !batch.is_empty() {
-                removed += redis::cmd("UNLINK").arg(&batch).query::<usize>(&mut conn)?;
-            }
-            if next == 0 {
-                return Ok(removed);
-            }
-            cursor = next;
+        let keys = self.scan(&mut conn)?;
+        if keys.is_empty() {
+            return Ok(0);
         }
+        redis::cmd("UNLINK").arg(&keys).query::<usize>(&mut conn)
     }
 
     /// Every key under the prefix (to show that nothing was written).
     pub fn all_keys(&self) -> Vec<String> {
-        let mut conn = raw_connection();
+        self.scan(&mut raw_connection()).unwrap()
+    }
+
+    fn scan(&self, conn: &mut redis::Connection) -> redis::RedisResult<Vec<String>> {
         let mut keys = Vec::new();
         let mut cursor: u64 = 0;
         loop {
@@ -65,11 +55,10 @@ impl KeyGuard {
                 .arg(self.keys.scan_pattern())
                 .arg("COUNT")
                 .arg(1000)
-                .query(&mut conn)
-                .unwrap();
+                .query(conn)?;
             keys.extend(batch);
             if next == 0 {
-                return keys;
+                return Ok(keys);
             }
             cursor = next;
         }

@@ -61,6 +61,11 @@ pub struct AuditRow {
     pub hash: String,
 }
 
+/// The filters every listing shares; `$1`..`$5` are entity, actor, action, from, to.
+const FILTERS: &str = "($1::text is null or entity = $1) and ($2::text is null or actor = $2)
+    and ($3::text is null or action = $3) and ($4::timestamptz is null or at >= $4)
+    and ($5::timestamptz is null or at < $5)";
+
 const COLUMNS: &str = "id, at, actor, source, action, entity, before, after, reason, request_id, \
                        encode(prev_hash, 'hex') as prev_hash, encode(hash, 'hex') as hash";
 
@@ -129,10 +134,7 @@ pub struct AuditPage {
 pub async fn list_audit(db: &PgPool, filter: &AuditFilter) -> Result<AuditPage, sqlx::Error> {
     let limit = filter.limit.unwrap_or(100).clamp(1, 500);
     let sql = format!(
-        "select {COLUMNS} from audit
-         where ($1::text is null or entity = $1) and ($2::text is null or actor = $2)
-           and ($3::text is null or action = $3) and ($4::timestamptz is null or at >= $4)
-           and ($5::timestamptz is null or at < $5) and ($6::bigint is null or id < $6)
+        "select {COLUMNS} from audit where {FILTERS} and ($6::bigint is null or id < $6)
          order by id desc limit $7"
     );
     let rows = sqlx::query(&sql)
@@ -207,10 +209,7 @@ pub async fn verify_audit(db: &PgPool) -> Result<ChainReport, sqlx::Error> {
 pub async fn export_audit_csv(db: &PgPool, filter: &AuditFilter) -> Result<String, sqlx::Error> {
     let sql = format!(
         "select {COLUMNS}, before::text as before_text, after::text as after_text from audit
-         where ($1::text is null or entity = $1) and ($2::text is null or actor = $2)
-           and ($3::text is null or action = $3) and ($4::timestamptz is null or at >= $4)
-           and ($5::timestamptz is null or at < $5)
-         order by id"
+         where {FILTERS} order by id"
     );
     let rows = sqlx::query(&sql)
         .bind(&filter.entity)
