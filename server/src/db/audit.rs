@@ -66,6 +66,13 @@ const FILTERS: &str = "($1::text is null or entity = $1) and ($2::text is null o
     and ($3::text is null or action = $3) and ($4::timestamptz is null or at >= $4)
     and ($5::timestamptz is null or at < $5)";
 
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Binds `$1`..`$5` of [`FILTERS`].
+fn bind_filters<'q>(query: PgQuery<'q>, filter: &'q AuditFilter) -> PgQuery<'q> {
+    query.bind(&filter.entity).bind(&filter.actor).bind(&filter.action).bind(filter.from).bind(filter.to)
+}
+
 const COLUMNS: &str = "id, at, actor, source, action, entity, before, after, reason, request_id, \
                        encode(prev_hash, 'hex') as prev_hash, encode(hash, 'hex') as hash";
 
@@ -137,12 +144,7 @@ pub async fn list_audit(db: &PgPool, filter: &AuditFilter) -> Result<AuditPage, 
         "select {COLUMNS} from audit where {FILTERS} and ($6::bigint is null or id < $6)
          order by id desc limit $7"
     );
-    let rows = sqlx::query(&sql)
-        .bind(&filter.entity)
-        .bind(&filter.actor)
-        .bind(&filter.action)
-        .bind(filter.from)
-        .bind(filter.to)
+    let rows = bind_filters(sqlx::query(&sql), filter)
         .bind(filter.before_id)
         .bind(limit + 1)
         .fetch_all(db)
@@ -211,13 +213,7 @@ pub async fn export_audit_csv(db: &PgPool, filter: &AuditFilter) -> Result<Strin
         "select {COLUMNS}, before::text as before_text, after::text as after_text from audit
          where {FILTERS} order by id"
     );
-    let rows = sqlx::query(&sql)
-        .bind(&filter.entity)
-        .bind(&filter.actor)
-        .bind(&filter.action)
-        .bind(filter.from)
-        .bind(filter.to)
-        .fetch_all(db)
+    let rows = bind_filters(sqlx::query(&sql), filter).fetch_all(db)
         .await?;
     let mut out = String::from("id,at,actor,source,action,entity,before,after,reason,request_id,prev_hash,hash\n");
     for r in &rows {
