@@ -375,7 +375,7 @@ impl Pools {
             .get(pool)
             .and_then(|c| c.snapshot.as_ref().map(|s| s.version));
         // Re-read the ejected set every 1024 draws too: ejection does not change the version.
-        let periodic = self.inner.draws.load(AtomicOrdering::Relaxed) % 1024 == 0;
+        let periodic = self.inner.draws.load(AtomicOrdering::Relaxed).is_multiple_of(1024);
         if known == Some(version) && !periodic {
             return;
         }

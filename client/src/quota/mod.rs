@@ -749,7 +749,7 @@ fn state(f: &Fields<'_>, i: usize) -> Result<ReservationState, ReplyError> {
         "settled" => ReservationState::Settled,
         "released" => ReservationState::Released,
         "expired" => ReservationState::Expired,
-        other => return Err(f.unexpected(other).into()),
+        other => return Err(f.unexpected(other)),
     })
 }
 

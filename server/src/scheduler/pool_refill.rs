@@ -45,7 +45,7 @@ async fn refill_pool(state: &AppState, pool: &PoolName, outcome: &mut Outcome) {
     outcome.pools += 1;
     {
         for _ in 0..MAX_BATCHES_PER_RUN {
-            match state.pool_admin.refill(&pool).await {
+            match state.pool_admin.refill(pool).await {
                 Ok(RefillOutcome::Added { mode, tickets, length, .. }) => {
                     outcome.batches += 1;
                     outcome.tickets += tickets;
