@@ -51,6 +51,18 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Which log lines are written, in `RUST_LOG` syntax (`TESSERA_LOG`).
     pub log_filter: String,
+    /// The admin API's bearer token and the actor it stands for; `None` leaves the admin
+    /// API's writes disabled (401).
+    pub admin: Option<AdminAccess>,
+}
+
+/// Access to the admin API until users and API tokens exist: one bearer token
+/// (`TESSERA_ADMIN_TOKEN`, at least 16 characters) and the actor audit rows name
+/// (`TESSERA_ADMIN_ACTOR`, default `admin`).
+#[derive(Debug, Clone)]
+pub struct AdminAccess {
+    pub token: SecretString,
+    pub actor: String,
 }
 
 /// The file's shape: every field optional, unknown fields refused (a typo must not be
@@ -66,6 +78,15 @@ struct FileSettings {
     http: FileHttp,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    admin: FileAdmin,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAdmin {
+    token: Option<String>,
+    actor: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -176,6 +197,21 @@ impl Settings {
             &pick("TESSERA_LOG_FORMAT", file.log.format, "text"),
         )?;
         let log_filter = pick("TESSERA_LOG", file.log.filter, defaults::LOG_FILTER);
+        let admin = match env("TESSERA_ADMIN_TOKEN").filter(|v| !v.is_empty()).or(file.admin.token) {
+            None => None,
+            Some(token) => {
+                anyhow::ensure!(
+                    token.chars().count() >= 16,
+                    "admin.token (TESSERA_ADMIN_TOKEN): must be at least 16 characters"
+                );
+                let actor = pick("TESSERA_ADMIN_ACTOR", file.admin.actor, "admin");
+                anyhow::ensure!(
+                    (1..=200).contains(&actor.len()),
+                    "admin.actor (TESSERA_ADMIN_ACTOR): must be 1..=200 characters"
+                );
+                Some(AdminAccess { token: SecretString::from(token), actor })
+            }
+        };
         Ok(Self {
             database_url: SecretString::from(database_url),
             redis_url: SecretString::from(redis_url),
@@ -185,6 +221,7 @@ impl Settings {
             site_root,
             log_format,
             log_filter,
+            admin,
         })
     }
 

@@ -20,6 +20,12 @@ pub enum ApiError {
     /// A quota refusal (429) with what ran out.
     #[error("quota exhausted: {dimension}")]
     QuotaRefused { dimension: &'static str, available: u64, limit: u64 },
+    /// No valid credentials (401).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The entity changed since the version the request was made against (409).
+    #[error("{entity} is at version {current}, not {expected}")]
+    Conflict { entity: String, expected: i64, current: i64 },
     /// A dependency cannot be reached (503).
     #[error("{0}")]
     Unavailable(String),
@@ -48,6 +54,8 @@ impl ResponseError for ApiError {
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::QuotaRefused { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -64,6 +72,12 @@ impl ResponseError for ApiError {
                 "dimension": dimension,
                 "available": available,
                 "limit": limit,
+            }),
+            Self::Conflict { entity, expected, current } => json!({
+                "error": self.to_string(),
+                "entity": entity,
+                "expected_version": expected,
+                "current_version": current,
             }),
             Self::Unexpected(e) => {
                 tracing::error!(error = format!("{e:#}"), "unexpected error");

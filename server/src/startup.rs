@@ -88,7 +88,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         Some(metrics.pool.clone()),
     );
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
-    Ok(AppState { db, redis, keys, metrics, quotas, pools, pool_admin })
+    Ok(AppState { db, redis, keys, metrics, quotas, pools, pool_admin, admin: settings.admin.clone() })
 }
 
 fn http_server(
@@ -133,6 +133,11 @@ fn http_server(
             .service(routes::quota::release_quota)
             .service(routes::quota::get_quota)
             .service(routes::pool::draw_ticket)
+            .service(routes::admin::get_pool)
+            .service(routes::admin::put_pool)
+            .service(routes::admin::update_pool_weights)
+            .service(routes::admin::get_tenant)
+            .service(routes::admin::put_tenant)
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
             .service(routes::audit::verify)
             .service(routes::audit::export)

@@ -23,4 +23,6 @@ pub struct AppState {
     pub pools: Pools,
     /// The control plane's pool operations (publish, rotate, refill, eject), for jobs.
     pub pool_admin: PoolAdmin,
+    /// Who may use the admin API (`None`: its writes are disabled).
+    pub admin: Option<crate::configuration::AdminAccess>,
 }

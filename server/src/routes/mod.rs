@@ -1,5 +1,6 @@
 //! HTTP handlers, one module per resource.
 
+pub mod admin;
 pub mod audit;
 pub mod health;
 pub mod metrics;

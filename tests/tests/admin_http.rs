@@ -1,0 +1,128 @@
+//! The admin API for pools and tenants: bearer token, audited changes published at once,
+//! optimistic concurrency, validation, drain and immediate reweights.
+
+use integration::{spawn_app_with, TestApp};
+use serde_json::{json, Value};
+use server::configuration::AdminAccess;
+
+const TOKEN: &str = "test-admin-token-0123456789";
+
+async fn admin_app() -> TestApp {
+    spawn_app_with(|s| s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() })).await
+}
+
+async fn send(app: &TestApp, method: reqwest::Method, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+    let mut request = app.http.request(method, format!("{}{path}", app.address)).json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn pool_body(a: u64, b: u64) -> Value {
+    json!({
+        "kind": "channels", "ordering": "smooth", "batch_size": 20, "low_water": 5,
+        "timezone": "Europe/Berlin", "eject_rebuild_percent": 50,
+        "weights": [{"member": "A", "weight": a}, {"member": "B", "weight": b}]
+    })
+}
+
+async fn tickets(app: &TestApp, pool: &str) -> Vec<String> {
+    let mut conn = app.state.redis.connection().await.unwrap();
+    redis::cmd("LRANGE").arg(app.state.keys.pool_tickets(pool)).arg(0).arg(-1).query_async(&mut conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn writes_need_the_configured_bearer_token() {
+    let app = admin_app().await;
+    let body = json!({"snapshot": pool_body(1, 1), "expected_version": 0});
+    let (status, _) = send(&app, reqwest::Method::PUT, "/api/v1/pools/p1", None, body.clone()).await;
+    assert_eq!(status, 401);
+    let (status, _) = send(&app, reqwest::Method::PUT, "/api/v1/pools/p1", Some("wrong-token-wrong-token"), body).await;
+    assert_eq!(status, 401);
+    let audit: i64 = sqlx::query_scalar("select count(*) from audit").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(audit, 0);
+
+    let disabled = integration::spawn_app().await;
+    let (status, reply) = send(&disabled, reqwest::Method::PUT, "/api/v1/pools/p1", Some(TOKEN), json!({"snapshot": {}, "expected_version": 0})).await;
+    assert_eq!(status, 401);
+    assert!(reply["error"].as_str().unwrap().contains("TESSERA_ADMIN_TOKEN"));
+}
+
+#[tokio::test]
+async fn a_pool_is_created_published_reweighted_and_every_change_is_audited() {
+    let app = admin_app().await;
+
+    // Create.
+    let (status, created) = send(&app, reqwest::Method::PUT, "/api/v1/pools/gray", Some(TOKEN),
+        json!({"snapshot": pool_body(99, 1), "expected_version": 0, "reason": "new pool"})).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!((created["version"].as_i64(), created["published"].as_bool()), (Some(1), Some(true)));
+    let (status, read) = send(&app, reqwest::Method::GET, "/api/v1/pools/gray", None, Value::Null).await;
+    assert_eq!((status, read["version"].as_i64()), (200, Some(1)));
+    assert_eq!(tickets(&app, "gray").await.iter().filter(|t| *t == "B").count(), 0, "1% of 20 rounds to none in the first batch");
+
+    // A stale edit is a conflict naming the current version; nothing changes.
+    let (status, conflict) = send(&app, reqwest::Method::POST, "/api/v1/pools/gray/weights", Some(TOKEN),
+        json!({"weights": [{"member": "A", "weight": 50}, {"member": "B", "weight": 50}], "mode": "drain", "reason": "x", "expected_version": 0})).await;
+    assert_eq!((status, conflict["current_version"].as_i64()), (409, Some(1)), "{conflict}");
+
+    // Immediate: the remaining tickets are replaced by a 50/50 batch.
+    let (status, changed) = send(&app, reqwest::Method::POST, "/api/v1/pools/gray/weights", Some(TOKEN),
+        json!({"weights": [{"member": "A", "weight": 50}, {"member": "B", "weight": 50}], "mode": "immediate", "reason": "gray 50%", "expected_version": 1})).await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["version"].as_i64(), Some(2));
+    let now = tickets(&app, "gray").await;
+    assert_eq!((now.iter().filter(|t| *t == "A").count(), now.iter().filter(|t| *t == "B").count()), (10, 10));
+
+    // The trail: who, from where, why, before and after.
+    let (_, trail) = send(&app, reqwest::Method::GET, "/api/v1/audit?entity=pool:gray", None, Value::Null).await;
+    let newest = &trail["rows"][0];
+    assert_eq!((newest["actor"].as_str(), newest["source"].as_str(), newest["action"].as_str(), newest["reason"].as_str()),
+        (Some("ops-bot"), Some("api"), Some("pool.weights"), Some("gray 50%")));
+    assert_eq!(newest["before"]["weights"][1]["weight"], 1);
+    assert_eq!(newest["after"]["weights"][1]["weight"], 50);
+    assert_eq!(trail["rows"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn invalid_changes_are_refused_naming_the_field_and_change_nothing() {
+    let app = admin_app().await;
+    send(&app, reqwest::Method::PUT, "/api/v1/pools/v", Some(TOKEN), json!({"snapshot": pool_body(1, 1), "expected_version": 0})).await;
+
+    let mut bad_tz = pool_body(1, 1);
+    bad_tz["timezone"] = json!("Mars/Olympus");
+    let (status, body) = send(&app, reqwest::Method::PUT, "/api/v1/pools/v", Some(TOKEN), json!({"snapshot": bad_tz, "expected_version": 1})).await;
+    assert_eq!((status, body["field"].as_str()), (422, Some("timezone")), "{body}");
+
+    let (status, body) = send(&app, reqwest::Method::POST, "/api/v1/pools/v/weights", Some(TOKEN),
+        json!({"weights": [{"member": "A", "weight": 0}, {"member": "B", "weight": 0}], "mode": "drain", "reason": "r", "expected_version": 1})).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = send(&app, reqwest::Method::POST, "/api/v1/pools/v/weights", Some(TOKEN),
+        json!({"weights": [{"member": "A", "weight": -3}, {"member": "B", "weight": 1}], "mode": "drain", "reason": "r", "expected_version": 1})).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = send(&app, reqwest::Method::POST, "/api/v1/pools/v/weights", Some(TOKEN),
+        json!({"weights": [{"member": "A", "weight": 1}, {"member": "B", "weight": 1}], "mode": "drain", "expected_version": 1})).await;
+    assert_eq!((status, body["field"].as_str()), (400, Some("reason")), "{body}");
+    let (status, _) = send(&app, reqwest::Method::POST, "/api/v1/pools/nowhere/weights", Some(TOKEN),
+        json!({"weights": [{"member": "A", "weight": 1}], "mode": "drain", "reason": "r", "expected_version": 1})).await;
+    assert_eq!(status, 404);
+
+    let versions: i64 = sqlx::query_scalar("select count(*) from snapshot").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(versions, 1);
+}
+
+#[tokio::test]
+async fn a_tenant_is_created_and_its_quota_served_at_once() {
+    let app = admin_app().await;
+    let quota = json!({
+        "monthly_tokens": 1000, "daily_requests": 100, "concurrency": 4, "grants": [],
+        "reservation_ttl": 60000, "retention_days": 40, "fallback": {"policy": "fail_closed"}
+    });
+    let (status, created) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/newco", Some(TOKEN), json!({"snapshot": quota, "expected_version": 0})).await;
+    assert_eq!(status, 200, "{created}");
+    let (status, reserved) = send(&app, reqwest::Method::POST, "/api/v1/tenants/newco/quota/reserve", None, json!({"request_id": "r1", "tokens": 10})).await;
+    assert_eq!((status, reserved["result"].as_str()), (200, Some("reserved")));
+}
