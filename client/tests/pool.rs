@@ -100,6 +100,7 @@ fn snapshot(spec: &str, batch_size: u32, low_water: u32, ordering: Ordering) -> 
         peak_windows: Vec::new(),
         caps: BTreeMap::new(),
         eject_rebuild_percent: 50,
+        ejected: Default::default(),
     }
 }
 

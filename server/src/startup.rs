@@ -136,6 +136,8 @@ fn http_server(
             .service(routes::admin::get_pool)
             .service(routes::admin::put_pool)
             .service(routes::admin::update_pool_weights)
+            .service(routes::admin::eject_member)
+            .service(routes::admin::restore_member)
             .service(routes::admin::get_tenant)
             .service(routes::admin::put_tenant)
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))

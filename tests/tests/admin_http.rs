@@ -126,3 +126,39 @@ async fn a_tenant_is_created_and_its_quota_served_at_once() {
     let (status, reserved) = send(&app, reqwest::Method::POST, "/api/v1/tenants/newco/quota/reserve", None, json!({"request_id": "r1", "tokens": 10})).await;
     assert_eq!((status, reserved["result"].as_str()), (200, Some("reserved")));
 }
+
+#[tokio::test]
+async fn an_ejection_is_audited_skips_the_member_and_survives_a_wiped_redis() {
+    let app = admin_app().await;
+    send(&app, reqwest::Method::PUT, "/api/v1/pools/ej", Some(TOKEN), json!({"snapshot": pool_body(3, 1), "expected_version": 0})).await;
+
+    // Eject B (25% of the weight, under the 50% rebuild limit): its tickets are skipped.
+    let (status, ejected) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/members/B/eject", Some(TOKEN),
+        json!({"reason": "B failing", "expected_version": 1})).await;
+    assert_eq!(status, 200, "{ejected}");
+    assert_eq!((ejected["ejected"].clone(), ejected["rebuilt"].as_bool()), (json!(["B"]), Some(false)));
+    for _ in 0..15 {
+        let (_, draw) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/draw", None, Value::Null).await;
+        assert_eq!(draw["member"], "A", "{draw}");
+    }
+    let (status, again) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/members/B/eject", Some(TOKEN),
+        json!({"reason": "again", "expected_version": 2})).await;
+    assert_eq!((status, again["field"].as_str()), (422, Some("member")));
+
+    // Redis loses everything: reconcile brings the pool back with B still ejected.
+    let mut conn = app.state.redis.connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(app.state.keys.scan_pattern()).query_async(&mut conn).await.unwrap();
+    redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
+    server::publish::reconcile(&app.state).await.unwrap();
+    let members: Vec<String> = redis::cmd("SMEMBERS").arg(app.state.keys.pool_ejected("ej")).query_async(&mut conn).await.unwrap();
+    assert_eq!(members, vec!["B"]);
+    assert!(tickets(&app, "ej").await.iter().all(|t| t == "A"), "a batch built with B ejected has no B");
+
+    // Restore: B is in the next batch again.
+    let (status, _) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/members/B/restore", Some(TOKEN),
+        json!({"reason": "recovered", "expected_version": 2})).await;
+    assert_eq!(status, 200);
+    let (_, trail) = send(&app, reqwest::Method::GET, "/api/v1/audit?entity=pool:ej", None, Value::Null).await;
+    let actions: Vec<&str> = trail["rows"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, vec!["pool.restore", "pool.eject", "pool.put"]);
+}

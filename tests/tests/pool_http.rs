@@ -32,6 +32,7 @@ fn small_pool(version: u64) -> PoolSnapshot {
         peak_windows: vec![],
         caps: Default::default(),
         eject_rebuild_percent: 50,
+        ejected: Default::default(),
     }
 }
 

@@ -134,10 +134,15 @@ impl PoolAdmin {
         let mut conn = self.conn().await?;
         let mut call = scripts::pool().publish.key(self.keys.pool_meta(pool.as_str()));
         call.key(self.keys.pool_state(pool.as_str()))
+            .key(self.keys.pool_ejected(pool.as_str()))
             .arg(snapshot.version)
             .arg(snapshot.low_water)
             .arg(if snapshot.caps.is_empty() { "0" } else { "1" })
-            .arg(snapshot.kind_name());
+            .arg(snapshot.kind_name())
+            .arg(snapshot.ejected.len());
+        for member in &snapshot.ejected {
+            call.arg(member);
+        }
         for (field, value) in snapshot.meta_fields() {
             call.arg(field).arg(value);
         }

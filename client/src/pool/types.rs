@@ -1,7 +1,7 @@
 //! A pool's published configuration, validated: a [`PoolSnapshot`] always describes a pool
 //! the engine can build batches for.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use engine::peak::{PeakSchedule, PeakWindow};
@@ -87,6 +87,11 @@ pub struct PoolSnapshot {
     /// Ejecting members that together hold more than this share of the weight (percent)
     /// rebuilds the pool instead of skipping their tickets.
     pub eject_rebuild_percent: u8,
+    /// Members ejected by the control plane (an operator, or health checks): their tickets
+    /// are skipped and new batches leave them out. Published with the snapshot, so an
+    /// ejection survives a Redis restart.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub ejected: BTreeSet<String>,
 }
 
 impl PoolSnapshot {
@@ -140,6 +145,11 @@ impl PoolSnapshot {
                 return Err(InvalidInput::new("caps", format!("cap of {member:?} must be at least 1")));
             }
         }
+        for member in &self.ejected {
+            if channels.index_of(member).is_none() {
+                return Err(InvalidInput::new("ejected", format!("{member:?} is not a member of the pool")));
+            }
+        }
         if self.eject_rebuild_percent == 0 || self.eject_rebuild_percent > 100 {
             return Err(InvalidInput::new("eject_rebuild_percent", "must be in 1..=100"));
         }
@@ -163,6 +173,13 @@ impl PoolSnapshot {
             }
         }
         Weights::from_integers(flat).map(|w| w.reduced()).unwrap_or_else(|_| self.weights.clone())
+    }
+
+    /// Share of the pool's weight its ejected members hold, in percent.
+    pub fn ejected_percent(&self) -> f64 {
+        let channels = self.channels();
+        let out: u64 = self.ejected.iter().filter_map(|m| channels.index_of(m)).map(|i| channels.weight(i)).sum();
+        100.0 * out as f64 / channels.total().max(1) as f64
     }
 
     /// The peak schedule in the pool's timezone.

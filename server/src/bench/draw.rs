@@ -84,6 +84,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         peak_windows: Vec::new(),
         caps: Default::default(),
         eject_rebuild_percent: 50,
+        ejected: Default::default(),
     };
     state.pool_admin.publish(&pool, &snapshot).await?;
     state.pool_admin.refill(&pool).await?;

@@ -211,3 +211,99 @@ pub async fn put_tenant(req: HttpRequest, state: web::Data<AppState>, path: web:
     let tenant = TenantId::parse(&path)?;
     put_entity(req, &state, format!("tenant:{tenant}"), "tenant.put", body.into_inner()).await
 }
+
+/// An ejection or a restore.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberBody {
+    reason: Option<String>,
+    expected_version: i64,
+}
+
+async fn set_member_ejected(
+    req: HttpRequest,
+    state: &AppState,
+    pool: String,
+    member: String,
+    body: MemberBody,
+    eject: bool,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&pool)?;
+    let actor = authorize(&req, state)?;
+    let reason = reason(&body.reason, true)?;
+    let entity = format!("pool:{pool}");
+    let Some((_, mut snapshot)) = current(state, &entity).await? else {
+        return Err(ApiError::NotFound(format!("unknown pool {:?}", pool.as_str())));
+    };
+    let mut ejected: std::collections::BTreeSet<String> =
+        serde_json::from_value(snapshot.get("ejected").cloned().unwrap_or(json!([]))).unwrap_or_default();
+    let changed = if eject { ejected.insert(member.clone()) } else { ejected.remove(&member) };
+    if !changed {
+        let state_word = if eject { "already ejected" } else { "not ejected" };
+        return Err(ApiError::Unprocessable { field: "member".into(), rule: format!("{member:?} is {state_word}") });
+    }
+    snapshot["ejected"] = json!(ejected);
+    let request_id = request_id(&req);
+    let applied = apply_change(
+        &state.db,
+        &Change {
+            entity: &entity,
+            action: if eject { "pool.eject" } else { "pool.restore" },
+            actor,
+            source: Source::Api,
+            reason: reason.as_deref(),
+            request_id: request_id.as_deref(),
+            body: &snapshot,
+            expected_version: Some(body.expected_version),
+        },
+    )
+    .await
+    .map_err(change_error)?;
+    let published = publish_now(state).await;
+    // Ejecting members that hold more than the pool's limit rebuilds it without them, so
+    // draws do not skip most tickets.
+    let mut rebuilt = false;
+    if eject && published {
+        let parsed: Option<client::pool::PoolSnapshot> = {
+            let mut versioned = snapshot.clone();
+            versioned["version"] = json!(applied.version);
+            serde_json::from_value(versioned).ok()
+        };
+        if let Some(s) = parsed {
+            if s.ejected_percent() > f64::from(s.eject_rebuild_percent) {
+                rebuilt = state.pool_admin.rebuild(&pool).await.is_ok();
+            }
+        }
+    }
+    Ok(HttpResponse::Ok().json(json!({
+        "entity": entity, "version": applied.version, "audit_id": applied.audit.id,
+        "ejected": ejected, "published": published, "rebuilt": rebuilt,
+    })))
+}
+
+/// `POST /api/v1/pools/{pool}/members/{member}/eject` with `{"reason","expected_version"}`:
+/// the member's tickets are skipped from now on (the pool is rebuilt without it when the
+/// ejected members hold more than the pool's `eject_rebuild_percent`); kept in the
+/// snapshot, so it survives a Redis restart.
+#[post("/api/v1/pools/{pool}/members/{member}/eject")]
+pub async fn eject_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<MemberBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (pool, member) = path.into_inner();
+    set_member_ejected(req, &state, pool, member, body.into_inner(), true).await
+}
+
+/// `POST /api/v1/pools/{pool}/members/{member}/restore`: the member is drawn again.
+#[post("/api/v1/pools/{pool}/members/{member}/restore")]
+pub async fn restore_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<MemberBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (pool, member) = path.into_inner();
+    set_member_ejected(req, &state, pool, member, body.into_inner(), false).await
+}

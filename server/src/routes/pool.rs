@@ -25,9 +25,9 @@ pub async fn draw_ticket(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
-    // No body: an ordinary draw. A body that is not a valid `DrawBody` is a 400, never
+    // No body (or JSON null): an ordinary draw. A body that is not a valid `DrawBody` is a 400, never
     // silently an ordinary draw.
-    let body: DrawBody = if body.iter().all(u8::is_ascii_whitespace) {
+    let body: DrawBody = if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {
         DrawBody::default()
     } else {
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("body", e.to_string()))?
