@@ -47,12 +47,21 @@ pub struct RedisHandle {
     manager: std::sync::Arc<tokio::sync::Mutex<Option<ConnectionManager>>>,
     /// Open for a moment after the first connect failed.
     failed: std::sync::Arc<Breaker>,
+    /// The runtime the handle was made on: the connection's background tasks run there,
+    /// not on whichever runtime first asked (an HTTP worker's runtime may stop first).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl RedisHandle {
     /// A handle that has not connected yet.
     pub fn new(client: redis::Client, timeouts: RedisTimeouts) -> Self {
-        Self { client, timeouts, manager: Default::default(), failed: Default::default() }
+        Self {
+            client,
+            timeouts,
+            manager: Default::default(),
+            failed: Default::default(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
     }
 
     /// The client the handle connects with (for pub/sub connections of their own).
@@ -74,7 +83,17 @@ impl RedisHandle {
         if self.failed.is_open() {
             return Err(Breaker::skipped_error());
         }
-        match connect(&self.client, self.timeouts).await {
+        let connecting = {
+            let (client, timeouts) = (self.client.clone(), self.timeouts);
+            async move { connect(&client, timeouts).await }
+        };
+        let connected = match &self.runtime {
+            Some(runtime) => runtime.spawn(connecting).await.unwrap_or_else(|e| {
+                Err(redis::RedisError::from((redis::ErrorKind::IoError, "connect task failed", e.to_string())))
+            }),
+            None => connecting.await,
+        };
+        match connected {
             Ok(manager) => {
                 *guard = Some(manager.clone());
                 Ok(manager)

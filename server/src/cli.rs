@@ -42,6 +42,20 @@ pub enum BenchCommand {
     Quota(BenchQuotaArgs),
     /// Raw LPOP vs a `client` draw vs the HTTP draw endpoint (an in-process server).
     Draw(BenchQuotaArgs),
+    /// Admin weight change over HTTP → the pool's meta hash in Redis holds the new version
+    /// (an in-process server on a database of its own, dropped afterwards).
+    Publish(BenchPublishArgs),
+}
+
+/// Arguments of `tessera bench publish`.
+#[derive(Debug, clap::Args)]
+pub struct BenchPublishArgs {
+    /// How many weight changes to time.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub changes: u32,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `tessera bench quota` and `tessera bench draw`.

@@ -52,6 +52,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", server::bench::quota::render(&report));
             }
         }
+        Command::Bench(BenchCommand::Publish(args)) => {
+            let report = server::bench::publish::run(&settings, &args).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", server::bench::publish::render(&report));
+            }
+        }
         Command::Bench(BenchCommand::Draw(args)) => {
             let report = server::bench::draw::run(&settings, &args).await?;
             if args.json {

@@ -2,6 +2,7 @@
 //! baseline measured in the same run, under a key prefix of its own that is removed after.
 
 pub mod draw;
+pub mod publish;
 pub mod quota;
 
 use client::{KeyPrefix, Keys, RedisHandle};
