@@ -181,18 +181,21 @@ mod tests {
             let ring = HashRing::new(&before, 100);
             let next = ring.reweighted(&after);
             let keys = keys(2_000);
-            let mut moved = 0;
+            let (mut moved, mut owned_before, mut owned_after) = (0i64, 0i64, 0i64);
             for k in &keys {
                 let (a, b) = (ring.lookup(k), next.lookup(k));
+                owned_before += i64::from(a == changed);
+                owned_after += i64::from(b == changed);
                 if a != b {
                     moved += 1;
                     prop_assert!(a == changed || b == changed, "key moved from {} to {}", a, b);
                 }
             }
-            // Minimum share to move is the change of the changed member's share; allow the
-            // ring's sampling noise on top.
-            let ideal = (before.shares()[changed] - after.shares()[changed]).abs();
-            prop_assert!((moved as f64 / keys.len() as f64) <= ideal * 1.5 + 0.05);
+            // The fewest keys that can move is the change in what the changed member owns;
+            // exactly that many move (only its points were added or removed). The ring's
+            // own shares are samples of the weights, so this is measured on the ring, not
+            // against the weights (a member with few points has a noisy share).
+            prop_assert_eq!(moved, (owned_before - owned_after).abs());
         }
     }
 }
