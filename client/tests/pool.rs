@@ -433,21 +433,24 @@ async fn without_redis_draws_fall_to_the_local_pool_then_static_weights_then_una
     // Act: Redis is back (after longer than one reconnect attempt)
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.restart().await;
+    // After a failed attempt the client skips Redis for 500 ms, so it is retried at a
+    // pace: back within 4 s, however slow this machine is.
     let mut sources = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..20 {
         let d = h.pools.draw(&p).await.expect("a draw");
         sources.push(d.source);
         if d.source == DrawSource::Redis {
             break;
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let then = from_redis(h.pools.draw(&p).await);
 
-    // Assert: at most one transitional draw, then Redis again
+    // Assert: served locally meanwhile, then Redis again
     assert_eq!(sources.last(), Some(&DrawSource::Redis), "{sources:?}");
-    assert!(sources.len() <= 2, "{sources:?}");
+    assert!(sources.iter().all(|s| *s != DrawSource::Static), "{sources:?}");
     assert!(["A", "B"].contains(&then.as_str()));
-    assert_eq!(h.admin.length(&p).await.unwrap(), 4 - 2);
+    assert_eq!(h.admin.length(&p).await.unwrap(), 4 - 2, "exactly the two Redis draws took tickets");
 }
 
 // ---------------------------------------------------------------------------------------
