@@ -17,6 +17,16 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// Prints a benchmark's report: one JSON object, or the table for people.
+fn print_report<R: serde::Serialize>(json: bool, report: &R, render: fn(&R) -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        print!("{}", render(report));
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(Command::Verify(args)) = &cli.command {
         // Pure computation: needs no configuration, database or Redis.
@@ -46,27 +56,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Quota(args)) => {
             let report = server::bench::quota::run(&settings, &args).await?;
-            if args.json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", server::bench::quota::render(&report));
-            }
+            print_report(args.json, &report, server::bench::quota::render)?;
         }
         Command::Bench(BenchCommand::Publish(args)) => {
             let report = server::bench::publish::run(&settings, &args).await?;
-            if args.json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", server::bench::publish::render(&report));
-            }
+            print_report(args.json, &report, server::bench::publish::render)?;
         }
         Command::Bench(BenchCommand::Draw(args)) => {
             let report = server::bench::draw::run(&settings, &args).await?;
-            if args.json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", server::bench::draw::render(&report));
-            }
+            print_report(args.json, &report, server::bench::draw::render)?;
         }
         Command::Migrate => {
             let created = server::db::create_database_if_missing(&settings).await?;

@@ -78,6 +78,39 @@ async fn publish_now(state: &AppState) -> bool {
     }
 }
 
+/// Records one API change (an audited change of `entity` to `body`, made against
+/// `expected_version`) and publishes it at once; returns what was written and whether
+/// Redis has it already.
+#[allow(clippy::too_many_arguments)] // each is one fact of the change; a struct would only rename them
+async fn record_change(
+    req: &HttpRequest,
+    state: &AppState,
+    actor: &str,
+    entity: &str,
+    action: &str,
+    reason: Option<&str>,
+    body: &Value,
+    expected_version: i64,
+) -> Result<(crate::db::change::Applied, bool), ApiError> {
+    let request_id = request_id(req);
+    let applied = apply_change(
+        &state.db,
+        &Change {
+            entity,
+            action,
+            actor,
+            source: Source::Api,
+            reason,
+            request_id: request_id.as_deref(),
+            body,
+            expected_version: Some(expected_version),
+        },
+    )
+    .await
+    .map_err(change_error)?;
+    Ok((applied, publish_now(state).await))
+}
+
 /// A whole snapshot to install.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,26 +125,11 @@ pub struct PutBody {
 async fn put_entity(req: HttpRequest, state: &AppState, entity: String, action: &str, body: PutBody) -> Result<HttpResponse, ApiError> {
     let actor = authorize(&req, state)?;
     let reason = reason(&body.reason, false)?;
-    let request_id = request_id(&req);
     if body.expected_version < 0 {
         return Err(ApiError::bad_request("expected_version", "must be 0 (create) or the current version"));
     }
-    let applied = apply_change(
-        &state.db,
-        &Change {
-            entity: &entity,
-            action,
-            actor,
-            source: Source::Api,
-            reason: reason.as_deref(),
-            request_id: request_id.as_deref(),
-            body: &body.snapshot,
-            expected_version: Some(body.expected_version),
-        },
-    )
-    .await
-    .map_err(change_error)?;
-    let published = publish_now(state).await;
+    let (applied, published) =
+        record_change(&req, state, actor, &entity, action, reason.as_deref(), &body.snapshot, body.expected_version).await?;
     Ok(HttpResponse::Ok().json(json!({
         "entity": entity, "version": applied.version, "audit_id": applied.audit.id, "published": published,
     })))
@@ -165,23 +183,8 @@ pub async fn update_pool_weights(
         return Err(ApiError::NotFound(format!("unknown pool {:?}", pool.as_str())));
     };
     snapshot["weights"] = serde_json::to_value(&body.weights).map_err(anyhow::Error::from)?;
-    let request_id = request_id(&req);
-    let applied = apply_change(
-        &state.db,
-        &Change {
-            entity: &entity,
-            action: "pool.weights",
-            actor,
-            source: Source::Api,
-            reason: reason.as_deref(),
-            request_id: request_id.as_deref(),
-            body: &snapshot,
-            expected_version: Some(body.expected_version),
-        },
-    )
-    .await
-    .map_err(change_error)?;
-    let mut published = publish_now(&state).await;
+    let (applied, mut published) =
+        record_change(&req, &state, actor, &entity, "pool.weights", reason.as_deref(), &snapshot, body.expected_version).await?;
     if published && body.mode == ReweightMode::Immediate {
         if let Err(e) = state.pool_admin.rebuild(&pool).await {
             tracing::warn!(pool = %pool, error = %e, "immediate reweight: rebuild failed; the next batch uses the new weights");
@@ -243,23 +246,8 @@ async fn set_member_ejected(
         return Err(ApiError::Unprocessable { field: "member".into(), rule: format!("{member:?} is {state_word}") });
     }
     snapshot["ejected"] = json!(ejected);
-    let request_id = request_id(&req);
-    let applied = apply_change(
-        &state.db,
-        &Change {
-            entity: &entity,
-            action: if eject { "pool.eject" } else { "pool.restore" },
-            actor,
-            source: Source::Api,
-            reason: reason.as_deref(),
-            request_id: request_id.as_deref(),
-            body: &snapshot,
-            expected_version: Some(body.expected_version),
-        },
-    )
-    .await
-    .map_err(change_error)?;
-    let published = publish_now(state).await;
+    let (applied, published) =
+        record_change(&req, state, actor, &entity, if eject { "pool.eject" } else { "pool.restore" }, reason.as_deref(), &snapshot, body.expected_version).await?;
     // Ejecting members that hold more than the pool's limit rebuilds it without them, so
     // draws do not skip most tickets.
     let mut rebuilt = false;
