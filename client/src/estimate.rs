@@ -10,6 +10,7 @@ pub const DEFAULT_MARGIN: f64 = 1.05;
 
 /// An estimate and how it was made.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Estimate {
     /// Tokens to reserve: `ceil((prompt_tokens + max_tokens) × margin)`.
     pub tokens: Tokens,

@@ -177,6 +177,23 @@ impl Keys {
         let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(":quota:{")?;
         rest.split_once('}').map(|(tenant, _)| tenant)
     }
+
+    /// A channel's outcome counters per minute (`<minute>:ok`, `:fail`, `:lat_ms`, `:lat_n`),
+    /// reported by applications and read by the health evaluation.
+    pub fn health(&self, channel: &str) -> String {
+        format!("{}:health:{{{channel}}}", self.prefix)
+    }
+
+    /// `SCAN MATCH` pattern of every channel's outcome hash.
+    pub fn health_pattern(&self) -> String {
+        format!("{}:health:{{*}}", self.prefix)
+    }
+
+    /// The channel named by its outcome hash under this prefix.
+    pub fn channel_of_health_key<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(":health:{")?;
+        rest.strip_suffix('}')
+    }
 }
 
 #[cfg(test)]
@@ -203,5 +220,8 @@ mod tests {
         assert_eq!(keys.quota_period("acme", "2026-11"), "tessera:quota:{acme}:period:2026-11");
         assert_eq!(keys.tenant_of_quota_key(&keys.quota_leases("acme")), Some("acme"));
         assert_eq!(keys.tenant_of_quota_key("other:quota:{acme}:leases"), None);
+        assert_eq!(keys.health("ALIPAY_A"), "tessera:health:{ALIPAY_A}");
+        assert_eq!(keys.channel_of_health_key(&keys.health("pay.v2")), Some("pay.v2"));
+        assert_eq!(keys.channel_of_health_key("tessera:pool:{pay}:meta"), None);
     }
 }

@@ -10,6 +10,7 @@
 //!   fallback; [`estimate`] counts a prompt's tokens for a reservation.
 //! - [`pool`]: draws from ticket pools with the local / static fallback chain, and the
 //!   control plane's pool operations (publish, rotate, refill, eject).
+//! - [`health`]: outcome reports per channel and minute, read by the health evaluation.
 //! - [`clock`]: the one clock of quota decisions (Redis `TIME`) and quota periods.
 //! - [`metrics`]: Prometheus metrics the embedding application registers.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@
 pub mod clock;
 pub mod connection;
 pub mod estimate;
+pub mod health;
 pub mod keys;
 pub mod metrics;
 pub mod pool;
@@ -26,7 +28,8 @@ pub mod scripts;
 
 pub use clock::{Clock, Period};
 pub use connection::{connect, is_unreachable, RedisHandle, RedisTimeouts};
-pub use metrics::{PoolMetrics, QuotaMetrics};
+pub use health::Outcomes;
+pub use metrics::{OutcomeMetrics, PoolMetrics, QuotaMetrics};
 pub use pool::{PoolAdmin, Pools};
 pub use quota::Quotas;
 pub use keys::{KeyPrefix, KeyPrefixError, Keys};

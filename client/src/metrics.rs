@@ -100,3 +100,32 @@ impl PoolMetrics {
         Ok(Self { draws, skips, empty, list_length, script_seconds })
     }
 }
+
+/// What the outcome reporter records. The script latency histogram is shared with the
+/// quota metrics (one metric name per registry).
+#[derive(Clone)]
+pub struct OutcomeMetrics {
+    /// Outcomes recorded in Redis, by result (`ok`|`fail`).
+    pub recorded: IntCounterVec,
+    /// Reports that did not reach Redis (and are lost), by reason (`unreachable`|`error`).
+    pub dropped: IntCounterVec,
+    /// Script round-trip latency by script (the quota metrics' histogram).
+    pub script_seconds: HistogramVec,
+}
+
+impl OutcomeMetrics {
+    /// Creates the outcome metrics and registers them, sharing `script_seconds`.
+    pub fn register(registry: &Registry, script_seconds: HistogramVec) -> prometheus::Result<Self> {
+        let recorded = IntCounterVec::new(
+            Opts::new("tessera_health_outcomes_total", "Channel outcomes recorded in Redis, by result"),
+            &["result"],
+        )?;
+        let dropped = IntCounterVec::new(
+            Opts::new("tessera_health_reports_dropped_total", "Outcome reports lost because Redis did not take them, by reason"),
+            &["reason"],
+        )?;
+        registry.register(Box::new(recorded.clone()))?;
+        registry.register(Box::new(dropped.clone()))?;
+        Ok(Self { recorded, dropped, script_seconds })
+    }
+}

@@ -55,3 +55,14 @@ pub fn quota() -> &'static QuotaScripts {
         publish_meta: Script::new(include_str!("../../lua/publish_snapshot.lua")),
     })
 }
+
+/// The channel health scripts.
+pub struct HealthScripts {
+    pub record_outcome: Script,
+}
+
+/// The channel health scripts, built on first use.
+pub fn health() -> &'static HealthScripts {
+    static SCRIPTS: OnceLock<HealthScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| HealthScripts { record_outcome: Script::new(include_str!("../../lua/record_outcome.lua")) })
+}

@@ -23,6 +23,7 @@
 pub mod apportion;
 pub mod batch;
 pub mod hashing;
+pub mod health;
 pub mod metrics;
 pub mod order;
 pub mod peak;

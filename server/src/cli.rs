@@ -33,6 +33,9 @@ pub enum Command {
     /// Redis under its own key prefix, removed afterwards).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Drive draws and quota traffic (reserve, then settle or release; a few left to
+    /// expire) against the configured Redis through the client, so the dashboard is alive.
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// What `tessera bench` measures.
@@ -45,6 +48,34 @@ pub enum BenchCommand {
     /// Admin weight change over HTTP → the pool's meta hash in Redis holds the new version
     /// (an in-process server on a database of its own, dropped afterwards).
     Publish(BenchPublishArgs),
+    /// Redis loses every key of the deployment under load → every pool and tenant served
+    /// again, and no configuration lost. Measured by removing every key of the bench's own
+    /// prefix (SCAN + UNLINK), never a real FLUSHALL: the Redis may be shared. An in-process
+    /// server with its scheduler, on a database of its own (dropped afterwards).
+    Recover(BenchRecoverArgs),
+}
+
+/// Arguments of `tessera bench recover`.
+#[derive(Debug, clap::Args)]
+pub struct BenchRecoverArgs {
+    /// Pools to configure: the demo pools plus copies of them.
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(2..=1_000))]
+    pub pools: u32,
+    /// Tenants to configure: the demo tenants plus copies of `acme`'s plan.
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub tenants: u32,
+    /// Workers drawing and reserving throughout.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub concurrency: u32,
+    /// Seconds of load before the wipe.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub seconds: u64,
+    /// Seconds to wait for recovery before giving up (an error naming what never came back).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub timeout: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `tessera bench publish`.
@@ -160,5 +191,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["tessera", "verify", "--draws", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_command_line_parses_bench_recover_flags() {
+        let cli = Cli::try_parse_from(["tessera", "bench", "recover", "--pools", "4", "--json"]).unwrap();
+        match cli.command {
+            Some(Command::Bench(BenchCommand::Recover(a))) => assert_eq!((a.pools, a.tenants, a.seconds, a.json), (4, 12, 2, true)),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["tessera", "bench", "recover", "--pools", "1"]).is_err(), "two demo pools at least");
     }
 }

@@ -54,6 +54,32 @@ pub struct Settings {
     /// The admin API's bearer token and the actor it stands for; `None` leaves the admin
     /// API's writes disabled (401).
     pub admin: Option<AdminAccess>,
+    /// How long pool samples are kept (`TESSERA_SAMPLE_RETENTION_DAYS`, default 7 days).
+    pub sample_retention: SampleRetention,
+}
+
+/// How long the sampler's rows are kept before the daily prune deletes them: 1..=365 days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleRetention(u32);
+
+impl SampleRetention {
+    /// A week: enough for the dashboard's charts and a weekly review.
+    pub const DEFAULT: Self = Self(7);
+
+    /// Parses a number of days, naming `field` and the rule when refused.
+    pub fn parse(field: &str, raw: &str) -> anyhow::Result<Self> {
+        raw.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|days| (1..=365).contains(days))
+            .map(Self)
+            .ok_or_else(|| anyhow::anyhow!("{field}: must be a whole number of days in 1..=365, got {raw:?}"))
+    }
+
+    /// The retention in days.
+    pub fn days(self) -> u32 {
+        self.0
+    }
 }
 
 /// Access to the admin API until users and API tokens exist: one bearer token
@@ -80,6 +106,14 @@ struct FileSettings {
     log: FileLog,
     #[serde(default)]
     admin: FileAdmin,
+    #[serde(default)]
+    samples: FileSamples,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSamples {
+    retention_days: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -205,12 +239,19 @@ impl Settings {
                     "admin.token (TESSERA_ADMIN_TOKEN): must be at least 16 characters"
                 );
                 let actor = pick("TESSERA_ADMIN_ACTOR", file.admin.actor, "admin");
+                // The actor is recorded as a user (table app_user), so it follows the user-name rule.
                 anyhow::ensure!(
-                    (1..=200).contains(&actor.len()),
-                    "admin.actor (TESSERA_ADMIN_ACTOR): must be 1..=200 characters"
+                    (1..=64).contains(&actor.len())
+                        && actor.chars().all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c)),
+                    "admin.actor (TESSERA_ADMIN_ACTOR): must be 1..=64 of ASCII letters, digits, '_', '.', '@', '-'"
                 );
                 Some(AdminAccess { token: SecretString::from(token), actor })
             }
+        };
+        let sample_retention = match (env("TESSERA_SAMPLE_RETENTION_DAYS").filter(|v| !v.is_empty()), file.samples.retention_days) {
+            (Some(raw), _) => SampleRetention::parse("samples.retention_days (TESSERA_SAMPLE_RETENTION_DAYS)", &raw)?,
+            (None, Some(days)) => SampleRetention::parse("samples.retention_days", &days.to_string())?,
+            (None, None) => SampleRetention::DEFAULT,
         };
         Ok(Self {
             database_url: SecretString::from(database_url),
@@ -222,6 +263,7 @@ impl Settings {
             log_format,
             log_filter,
             admin,
+            sample_retention,
         })
     }
 
@@ -334,6 +376,16 @@ mod tests {
         assert!(err.contains("redis.prefix") && err.contains("'{'"), "{err}");
         let err = Settings::from_toml_and_env("[http]\nbindd = \"x\"\n", no_env).unwrap_err();
         assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
+    }
+
+    #[test]
+    fn sample_retention_defaults_to_a_week_and_refuses_zero_naming_the_variable() {
+        assert_eq!(Settings::from_toml_and_env("", no_env).unwrap().sample_retention.days(), 7);
+        let s = Settings::from_toml_and_env("[samples]\nretention_days = 30\n", no_env).unwrap();
+        assert_eq!(s.sample_retention.days(), 30);
+        let env = |name: &str| (name == "TESSERA_SAMPLE_RETENTION_DAYS").then(|| "0".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("TESSERA_SAMPLE_RETENTION_DAYS") && err.contains("1..=365"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
+use serde::Serialize;
 
 /// What went wrong, mapped to a status. Unexpected errors are logged with their chain and
 /// answered 500 without internals.
@@ -26,6 +26,9 @@ pub enum ApiError {
     /// The entity changed since the version the request was made against (409).
     #[error("{entity} is at version {current}, not {expected}")]
     Conflict { entity: String, expected: i64, current: i64 },
+    /// Something with that identity exists already (409), naming the field and the rule.
+    #[error("{field}: {rule}")]
+    Duplicate { field: String, rule: String },
     /// A dependency cannot be reached (503).
     #[error("{0}")]
     Unavailable(String),
@@ -55,38 +58,85 @@ impl ResponseError for ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::QuotaRefused { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::Conflict { .. } | Self::Duplicate { .. } => StatusCode::CONFLICT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
-        let body = match self {
-            Self::BadRequest { field, rule } | Self::Unprocessable { field, rule } => {
-                json!({ "error": self.to_string(), "field": field, "rule": rule })
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            Self::BadRequest { field, rule } | Self::Unprocessable { field, rule } | Self::Duplicate { field, rule } => {
+                response.json(ErrorBody { error: self.to_string(), field: Some(field.clone()), rule: Some(rule.clone()) })
             }
-            Self::QuotaRefused { dimension, available, limit } => json!({
-                "error": self.to_string(),
-                "result": "refused",
-                "dimension": dimension,
-                "available": available,
-                "limit": limit,
+            Self::QuotaRefused { dimension, available, limit } => response.json(QuotaRefusedBody {
+                error: self.to_string(),
+                result: "refused",
+                dimension: *dimension,
+                available: *available,
+                limit: *limit,
             }),
-            Self::Conflict { entity, expected, current } => json!({
-                "error": self.to_string(),
-                "entity": entity,
-                "expected_version": expected,
-                "current_version": current,
+            Self::Conflict { entity, expected, current } => response.json(ConflictBody {
+                error: self.to_string(),
+                entity: entity.clone(),
+                expected_version: *expected,
+                current_version: *current,
             }),
             Self::Unexpected(e) => {
                 tracing::error!(error = format!("{e:#}"), "unexpected error");
-                json!({ "error": "internal error; see the server log" })
+                response.json(ErrorBody::message("internal error; see the server log"))
             }
-            other => json!({ "error": other.to_string() }),
-        };
-        HttpResponse::build(self.status_code()).json(body)
+            other => response.json(ErrorBody::message(other.to_string())),
+        }
     }
+}
+
+/// The body of every error answer but a version conflict (409) and a quota refusal (429):
+/// what went wrong and, for a 400, a 422 or a duplicate (409), the field and the rule it
+/// broke. The OpenAPI schema of those answers, too.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"error": "request_id: must not be empty", "field": "request_id", "rule": "must not be empty"}))]
+pub struct ErrorBody {
+    /// A sentence a person can act on.
+    pub error: String,
+    /// The field or parameter that was refused (400, 422 and a duplicate's 409 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The rule the field broke (400, 422 and a duplicate's 409 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+impl ErrorBody {
+    fn message(error: impl Into<String>) -> Self {
+        Self { error: error.into(), field: None, rule: None }
+    }
+}
+
+/// The body of a 429: the quota dimension that ran out, what is left of it and its limit.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct QuotaRefusedBody {
+    pub error: String,
+    /// Always `refused`.
+    #[schema(example = "refused")]
+    pub result: &'static str,
+    #[schema(value_type = client::quota::Dimension)]
+    pub dimension: &'static str,
+    pub available: u64,
+    pub limit: u64,
+}
+
+/// The body of a version conflict (409): the entity changed since the version the request
+/// was made against.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ConflictBody {
+    pub error: String,
+    pub entity: String,
+    /// The version the request was made against.
+    pub expected_version: i64,
+    /// The version it is at now: read it again and retry against this one.
+    pub current_version: i64,
 }
 
 /// Turns a JSON body error into a 400 that names the field and the rule when serde can.

@@ -5,7 +5,8 @@
 //! application from [`state`]; [`routes`] hold the HTTP handlers; [`db`] the repository
 //! functions; [`status`] the readiness check; [`cli`] and [`seed`] the subcommands;
 //! [`error`] the one HTTP error type; [`scheduler`] the leader-elected jobs; [`bench`] the
-//! `tessera bench` measurements.
+//! `tessera bench` measurements; [`simulate`] the `tessera simulate` traffic; [`openapi`]
+//! the OpenAPI document of the HTTP API.
 #![forbid(unsafe_code)]
 
 pub mod bench;
@@ -13,11 +14,14 @@ pub mod cli;
 pub mod configuration;
 pub mod db;
 pub mod error;
+pub mod health;
 pub mod metrics;
+pub mod openapi;
 pub mod publish;
 pub mod scheduler;
 pub mod routes;
 pub mod seed;
+pub mod simulate;
 pub mod startup;
 pub mod state;
 pub mod status;

@@ -66,6 +66,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = server::bench::draw::run(&settings, &args).await?;
             print_report(args.json, &report, server::bench::draw::render)?;
         }
+        Command::Bench(BenchCommand::Recover(args)) => {
+            let report = server::bench::recover::run(&settings, &args).await?;
+            print_report(args.json, &report, server::bench::recover::render)?;
+        }
+        Command::Simulate(args) => {
+            server::db::create_database_if_missing(&settings).await?;
+            let state = server::startup::build_state(&settings).await?;
+            let stop = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            let totals = server::simulate::run(&state, &args, stop, |t| println!("{}", server::simulate::render(t))).await?;
+            println!("{}  (done)", server::simulate::render(&totals));
+        }
         Command::Migrate => {
             let created = server::db::create_database_if_missing(&settings).await?;
             let db = server::db::connect(&settings).await?;

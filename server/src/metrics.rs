@@ -22,6 +22,8 @@ pub struct Metrics {
     pub quota_swept: IntCounter,
     /// The pool client's metrics (draws by source, skips, empty pops, list length).
     pub pool: client::PoolMetrics,
+    /// The outcome reporter's metrics (outcomes recorded by result, reports dropped).
+    pub outcomes: client::OutcomeMetrics,
     /// Batches added by the refiller, by pool and mode (`append`|`standby`|`replace`).
     pub pool_refills: IntCounterVec,
     /// Tickets added by the refiller, by pool.
@@ -72,6 +74,8 @@ impl Metrics {
         }
         let quota = client::QuotaMetrics::register(&registry).expect("quota metrics registered once");
         let pool = client::PoolMetrics::register(&registry, quota.script_seconds.clone()).expect("pool metrics registered once");
+        let outcomes = client::OutcomeMetrics::register(&registry, quota.script_seconds.clone())
+            .expect("outcome metrics registered once");
         let pool_refills = IntCounterVec::new(
             Opts::new("tessera_pool_refills_total", "Batches added to pools by the refiller"),
             &["pool", "mode"],
@@ -91,6 +95,7 @@ impl Metrics {
             dependency_up,
             quota,
             pool,
+            outcomes,
             pool_refills,
             pool_tickets_added,
             quota_open_reservations,

@@ -1,26 +1,55 @@
-//! `tessera demo-seed`: demo data so a fresh deployment has something to show.
+//! `tessera demo-seed`: demo data so a fresh deployment has something to show: channels,
+//! the pools `cn-pay` (channels) and `sea-pay` (tiers, with an evening peak), plans, and
+//! tenants with a bonus grant. Every row is written through the audited change path.
 
-use serde_json::json;
+use chrono::{Duration, Utc};
+use client::pool::PoolName;
+use client::quota::TenantId;
+use serde_json::{json, Value};
 use sqlx::PgPool;
+
+use crate::db::audit::Source;
+use crate::db::change::ChangeError;
+use crate::db::config::{self, ChannelCode, ChannelSpec, Ctx, NewGrant, PlanName, PlanSpec, TenantSpec};
 
 /// What the seed did.
 #[derive(Debug, Default)]
 pub struct SeedReport {
-    /// Entities whose first snapshot was written now.
+    /// Entities written now (`channel:…`, `plan:…`, `pool:…`, `tenant:…`, `grant:…`).
     pub created: Vec<String>,
-    /// Entities that already had snapshots and were left alone.
+    /// Entities that existed already and were left alone.
     pub kept: Vec<String>,
 }
 
-/// Writes the demo pool's first snapshot unless it already has one; running it twice
-/// changes nothing the second time.
-#[tracing::instrument(skip_all, err)]
-pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
-    let mut report = SeedReport::default();
-    // Bodies are the published snapshots without their version (the row's version is).
-    let demo = [
+impl SeedReport {
+    fn record(&mut self, entity: String, outcome: Result<(), ChangeError>) -> anyhow::Result<()> {
+        match outcome {
+            Ok(()) => self.created.push(entity),
+            Err(ChangeError::Conflict { .. } | ChangeError::Duplicate { .. }) => self.kept.push(entity),
+            Err(e) => return Err(anyhow::Error::from(e).context(format!("seeding {entity}"))),
+        }
+        Ok(())
+    }
+}
+
+const CTX: Ctx<'static> = Ctx { actor: "demo-seed", source: Source::System, reason: Some("demo data"), request_id: None };
+
+/// The demo channels: (code, name, tier, base weight).
+const CHANNELS: [(&str, &str, Option<&str>, u64); 8] = [
+    ("ALIPAY_A", "Alipay acquirer A", None, 45),
+    ("WECHAT_B", "WeChat Pay acquirer B", None, 30),
+    ("UNION_C", "UnionPay acquirer C", None, 25),
+    ("GRAB_G1", "GrabPay", Some("G"), 50),
+    ("DBS_G2", "DBS PayLah!", Some("G"), 50),
+    ("OCBC_N1", "OCBC", Some("N"), 70),
+    ("UOB_N2", "UOB", Some("N"), 30),
+    ("SHOPEE_U1", "ShopeePay", Some("U"), 100),
+];
+
+fn pools() -> [(&'static str, Value); 2] {
+    [
         (
-            "pool:cn-pay",
+            "cn-pay",
             json!({
                 "kind": "channels",
                 "ordering": "smooth",
@@ -36,7 +65,7 @@ pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
             }),
         ),
         (
-            "pool:sea-pay",
+            "sea-pay",
             json!({
                 "kind": "tiers",
                 "ordering": "smooth",
@@ -57,40 +86,60 @@ pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
                 "eject_rebuild_percent": 50
             }),
         ),
-        (
-            "tenant:acme",
-            json!({
-                "monthly_tokens": 50_000_000,
-                "daily_requests": 100_000,
-                "concurrency": 64,
-                "grants": [
-                    {"id": "launch-bonus", "kind": "bonus", "priority": 1, "amount": 2_000_000,
-                     "starts_at": null, "expires_at": "2027-03-31T16:00:00Z"}
-                ],
-                "reservation_ttl": 600_000,
-                "retention_days": 62,
-                "fallback": {"policy": "fail_open_limited", "allowance": 100_000}
-            }),
-        ),
-    ];
-    for (entity, body) in demo {
-        // Audited like any change (a snapshot version, an audit row, an outbox row), and
-        // only when the entity has no snapshot yet: a second seed changes nothing.
-        let change = crate::db::change::Change {
-            entity,
-            action: "seed",
-            actor: "demo-seed",
-            source: crate::db::audit::Source::System,
-            reason: Some("demo data"),
-            request_id: None,
-            body: &body,
-            expected_version: Some(0),
-        };
-        match crate::db::change::apply_change(db, &change).await {
-            Ok(_) => report.created.push(entity.to_owned()),
-            Err(crate::db::change::ChangeError::Conflict { .. }) => report.kept.push(entity.to_owned()),
-            Err(e) => return Err(e.into()),
-        }
+    ]
+}
+
+/// Writes whatever part of the demo data is missing; running it twice changes nothing the
+/// second time.
+#[tracing::instrument(skip_all, err)]
+pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
+    let mut report = SeedReport::default();
+    // One seed at a time, so two concurrent seeds do not both find a thing missing.
+    let mut lock = db.acquire().await?;
+    sqlx::query("select pg_advisory_lock(hashtext('tessera.demo_seed'))").execute(&mut *lock).await?;
+    let outcome = seed(db, &mut report).await;
+    sqlx::query("select pg_advisory_unlock(hashtext('tessera.demo_seed'))").execute(&mut *lock).await?;
+    outcome.map(|()| report)
+}
+
+async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
+    for (code, name, tier, weight) in CHANNELS {
+        let code = ChannelCode::parse(code)?;
+        let spec: ChannelSpec = serde_json::from_value(json!({"name": name, "tier": tier, "base_weight": weight}))?;
+        let outcome = config::create_channel(db, &CTX, &code, &spec, true).await.map(|_| ());
+        report.record(format!("channel:{code}"), outcome)?;
     }
-    Ok(report)
+    for (name, body) in pools() {
+        let pool = PoolName::parse(name)?;
+        let outcome = config::put_pool(db, &CTX, &pool, &body, 0).await.map(|_| ());
+        report.record(format!("pool:{pool}"), outcome)?;
+    }
+    let plans = [("starter", 5_000_000_u64, 10_000_u64, 8_u32), ("pro", 50_000_000, 100_000, 64), ("enterprise", 500_000_000, 1_000_000, 256)];
+    for (name, tokens, requests, concurrency) in plans {
+        let plan = PlanName::parse(name)?;
+        let spec: PlanSpec = serde_json::from_value(json!({
+            "monthly_tokens": tokens, "daily_requests": requests, "concurrency": concurrency,
+        }))?;
+        let outcome = config::create_plan(db, &CTX, &plan, &spec).await.map(|_| ());
+        report.record(format!("plan:{plan}"), outcome)?;
+    }
+    let tenants = [
+        ("acme", json!({"plan": "pro", "fallback": {"policy": "fail_open_limited", "allowance": 100_000}})),
+        ("globex", json!({"plan": "starter"})),
+    ];
+    for (name, spec) in tenants {
+        let tenant = TenantId::parse(name)?;
+        let spec: TenantSpec = serde_json::from_value(spec)?;
+        let outcome = config::put_tenant(db, &CTX, &tenant, &spec, 0).await.map(|_| ());
+        report.record(format!("tenant:{tenant}"), outcome)?;
+    }
+    let now = Utc::now();
+    let grant: NewGrant = serde_json::from_value(json!({
+        "id": "launch-bonus", "kind": "bonus", "priority": 1, "amount": 2_000_000,
+        "expires_at": now + Duration::days(120),
+    }))?;
+    let acme = TenantId::parse("acme")?;
+    let outcome = config::add_grant(db, &CTX, &acme, &grant, None, now).await.map(|_| ());
+    report.record("grant:acme/launch-bonus".to_owned(), outcome)?;
+    Ok(())
 }

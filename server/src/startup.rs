@@ -77,6 +77,14 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let redis_client = redis::Client::open(settings.redis_url.expose_secret())
         .context("redis.url (REDIS_URL): not a valid Redis URL")?;
     let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
+    let adopted = crate::db::config::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
+    if !adopted.is_empty() {
+        tracing::info!(?adopted, "configuration written before the configuration tables now has rows");
+    }
+    if let Some(admin) = &settings.admin {
+        // The admin token's actor is a user: audit rows name it.
+        crate::db::config::ensure_user(&db, &admin.actor, "admin").await.context("recording the admin actor as a user")?;
+    }
     let keys = client::Keys::new(settings.redis_prefix.clone());
     let metrics = Metrics::new();
     let quotas = client::Quotas::with_clock(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.quota.clone()));
@@ -88,7 +96,19 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         Some(metrics.pool.clone()),
     );
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
-    Ok(AppState { db, redis, keys, metrics, quotas, pools, pool_admin, admin: settings.admin.clone() })
+    let outcomes = client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));
+    Ok(AppState {
+        db,
+        redis,
+        keys,
+        metrics,
+        quotas,
+        pools,
+        pool_admin,
+        outcomes,
+        admin: settings.admin.clone(),
+        sample_retention: settings.sample_retention,
+    })
 }
 
 fn http_server(
@@ -127,23 +147,20 @@ fn http_server(
             .service(routes::health::healthz)
             .service(routes::health::readyz)
             .service(routes::metrics::metrics)
+            .service(routes::openapi::get_openapi)
             .app_data(web::JsonConfig::default().limit(8 * 1024 * 1024).error_handler(crate::error::json_error))
             .service(routes::quota::reserve_quota)
             .service(routes::quota::settle_quota)
             .service(routes::quota::release_quota)
             .service(routes::quota::get_quota)
             .service(routes::pool::draw_ticket)
-            .service(routes::admin::get_pool)
-            .service(routes::admin::put_pool)
-            .service(routes::admin::update_pool_weights)
-            .service(routes::admin::eject_member)
-            .service(routes::admin::restore_member)
-            .service(routes::admin::get_tenant)
-            .service(routes::admin::put_tenant)
+            .service(routes::outcomes::record_outcomes)
+            .configure(routes::admin::configure)
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
             .service(routes::audit::verify)
             .service(routes::audit::export)
             .service(routes::audit::list)
+            .service(routes::samples::list_pool_samples)
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),

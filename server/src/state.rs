@@ -23,6 +23,10 @@ pub struct AppState {
     pub pools: Pools,
     /// The control plane's pool operations (publish, rotate, refill, eject), for jobs.
     pub pool_admin: PoolAdmin,
+    /// Outcome reports per channel and minute (written by apps, read by the health job).
+    pub outcomes: client::Outcomes,
     /// Who may use the admin API (`None`: its writes are disabled).
     pub admin: Option<crate::configuration::AdminAccess>,
+    /// How long pool samples are kept (the daily prune deletes older ones).
+    pub sample_retention: crate::configuration::SampleRetention,
 }

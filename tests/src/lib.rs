@@ -1,13 +1,17 @@
 //! The shared test harness: [`spawn_app`] starts the real server on a random port with its
 //! own database and its own Redis key prefix, both removed when the [`TestApp`] is dropped;
-//! [`browser`] drives headless Debian Chromium.
+//! [`spawn_app_sharing`] starts a second server on the same database and prefix (two
+//! instances behind one load balancer); [`proxy`] puts a cuttable TCP proxy between an app
+//! and a dependency; [`browser`] drives headless Debian Chromium.
 //!
 //! Tests talk to the real Postgres and Redis named by `DATABASE_URL` and `REDIS_URL`
 //! (defaults: the local ones), never to mocks.
 
 pub mod browser;
+pub mod proxy;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use secrecy::{ExposeSecret, SecretString};
 use server::configuration::Settings;
@@ -21,9 +25,10 @@ pub struct TestApp {
     pub address: String,
     /// The port the server listens on.
     pub port: u16,
-    /// The database created for this app alone.
+    /// The database created for this app (shared with the apps spawned by
+    /// [`spawn_app_sharing`] from it).
     pub db_name: String,
-    /// The Redis key prefix used by this app alone.
+    /// The Redis key prefix of this app (shared likewise).
     pub prefix: String,
     /// The server's shared state (database pool, Redis, metrics).
     pub state: AppState,
@@ -31,30 +36,41 @@ pub struct TestApp {
     pub settings: Settings,
     /// An HTTP client for requests to the app.
     pub http: reqwest::Client,
-    /// Stops the server and removes its database and keys when the test ends.
-    _cleanup: Cleanup,
+    /// Stops this app's server when the test ends (declared before `_cleanup`: the server
+    /// stops first).
+    _server: StopServer,
+    /// Removes the database and keys once the last app using them is dropped.
+    _cleanup: Arc<Cleanup>,
 }
 
-/// Removes what a test app created — its database, its Redis keys — and stops its server,
-/// on drop: also after a failed assertion, and also when the app failed to build.
+/// Stops a server on drop.
+struct StopServer(actix_web::dev::ServerHandle);
+
+impl Drop for StopServer {
+    fn drop(&mut self) {
+        // Sends the stop command now; the returned future only waits for it.
+        drop(self.0.stop(false));
+    }
+}
+
+/// Removes what a test app created — its database, its Redis keys — on drop: also after a
+/// failed assertion, and also when the app failed to build.
 struct Cleanup {
     settings: Settings,
+    /// The Postgres server's own database, reached directly (never through a test's proxy).
+    admin_url: String,
     db_name: String,
-    server: Option<actix_web::dev::ServerHandle>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some(server) = self.server.take() {
-            // Sends the stop command now; the returned future only waits for it.
-            drop(server.stop(false));
-        }
         // Drop runs inside the test's runtime: do the async cleanup on a thread of its own.
         let settings = self.settings.clone();
+        let admin_url = self.admin_url.clone();
         let db_name = self.db_name.clone();
         let joined = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(cleanup(settings, db_name));
+            rt.block_on(cleanup(settings, admin_url, db_name));
         })
         .join();
         if joined.is_err() {
@@ -102,14 +118,24 @@ pub async fn spawn_app_with(customise: impl FnOnce(&mut Settings)) -> TestApp {
     settings.bind = "127.0.0.1:0".parse().expect("loopback address");
     settings.workers = Some(1);
     customise(&mut settings);
-    let mut cleanup = Cleanup { settings: settings.clone(), db_name: db_name.clone(), server: None };
+    let cleanup = Arc::new(Cleanup { settings: settings.clone(), admin_url, db_name: db_name.clone() });
+    start(settings, db_name, prefix, cleanup).await
+}
 
+/// Spawns a second server on `first`'s database and Redis prefix, as a second instance of
+/// one deployment: both run migrations (a no-op the second time) and may run schedulers
+/// side by side. The database and keys are removed only when both apps are dropped.
+pub async fn spawn_app_sharing(first: &TestApp) -> TestApp {
+    start(first.settings.clone(), first.db_name.clone(), first.prefix.clone(), first._cleanup.clone()).await
+}
+
+async fn start(settings: Settings, db_name: String, prefix: String, cleanup: Arc<Cleanup>) -> TestApp {
     let application = Application::build(&settings, Signals::Ignore)
         .await
         .expect("building the application");
     let port = application.port();
     let state = application.state().clone();
-    cleanup.server = Some(application.handle());
+    let server = StopServer(application.handle());
     tokio::spawn(application.run_until_stopped());
 
     TestApp {
@@ -120,6 +146,7 @@ pub async fn spawn_app_with(customise: impl FnOnce(&mut Settings)) -> TestApp {
         state,
         settings,
         http: reqwest::Client::new(),
+        _server: server,
         _cleanup: cleanup,
     }
 }
@@ -129,10 +156,16 @@ impl TestApp {
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.http.get(format!("{}{path}", self.address)).send().await.expect("request sent")
     }
+
+    /// Stops this app's HTTP server (graceful: requests in flight finish) and waits until
+    /// it has; its database, keys and state stay.
+    pub async fn stop_server(&self) {
+        self._server.0.stop(true).await;
+    }
 }
 
-async fn cleanup(settings: Settings, db_name: String) {
-    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url(&settings)).await {
+async fn cleanup(settings: Settings, admin_url: String, db_name: String) {
+    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
         let _ = sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#))
             .execute(&mut admin)
             .await;

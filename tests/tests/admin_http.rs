@@ -29,6 +29,15 @@ fn pool_body(a: u64, b: u64) -> Value {
     })
 }
 
+/// Registers channels (pool members must be registered channels).
+async fn channels(app: &TestApp, codes: &[&str]) {
+    for code in codes {
+        let (status, reply) = send(app, reqwest::Method::POST, "/api/v1/channels", Some(TOKEN),
+            json!({"code": code, "name": format!("channel {code}"), "base_weight": 10})).await;
+        assert_eq!(status, 201, "{reply}");
+    }
+}
+
 async fn tickets(app: &TestApp, pool: &str) -> Vec<String> {
     let mut conn = app.state.redis.connection().await.unwrap();
     redis::cmd("LRANGE").arg(app.state.keys.pool_tickets(pool)).arg(0).arg(-1).query_async(&mut conn).await.unwrap()
@@ -54,6 +63,7 @@ async fn writes_need_the_configured_bearer_token() {
 #[tokio::test]
 async fn a_pool_is_created_published_reweighted_and_every_change_is_audited() {
     let app = admin_app().await;
+    channels(&app, &["A", "B"]).await;
 
     // Create.
     let (status, created) = send(&app, reqwest::Method::PUT, "/api/v1/pools/gray", Some(TOKEN),
@@ -90,6 +100,7 @@ async fn a_pool_is_created_published_reweighted_and_every_change_is_audited() {
 #[tokio::test]
 async fn invalid_changes_are_refused_naming_the_field_and_change_nothing() {
     let app = admin_app().await;
+    channels(&app, &["A", "B"]).await;
     send(&app, reqwest::Method::PUT, "/api/v1/pools/v", Some(TOKEN), json!({"snapshot": pool_body(1, 1), "expected_version": 0})).await;
 
     let mut bad_tz = pool_body(1, 1);
@@ -117,12 +128,13 @@ async fn invalid_changes_are_refused_naming_the_field_and_change_nothing() {
 #[tokio::test]
 async fn a_tenant_is_created_and_its_quota_served_at_once() {
     let app = admin_app().await;
-    let quota = json!({
-        "monthly_tokens": 1000, "daily_requests": 100, "concurrency": 4, "grants": [],
-        "reservation_ttl": 60000, "retention_days": 40, "fallback": {"policy": "fail_closed"}
-    });
-    let (status, created) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/newco", Some(TOKEN), json!({"snapshot": quota, "expected_version": 0})).await;
+    let (status, plan) = send(&app, reqwest::Method::POST, "/api/v1/plans", Some(TOKEN),
+        json!({"name": "tiny", "monthly_tokens": 1000, "daily_requests": 100, "concurrency": 4})).await;
+    assert_eq!(status, 201, "{plan}");
+    let (status, created) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/newco", Some(TOKEN),
+        json!({"plan": "tiny", "reservation_ttl_ms": 60000, "retention_days": 40, "expected_version": 0})).await;
     assert_eq!(status, 200, "{created}");
+    assert_eq!((created["version"].as_i64(), created["published"].as_bool()), (Some(1), Some(true)));
     let (status, reserved) = send(&app, reqwest::Method::POST, "/api/v1/tenants/newco/quota/reserve", None, json!({"request_id": "r1", "tokens": 10})).await;
     assert_eq!((status, reserved["result"].as_str()), (200, Some("reserved")));
 }
@@ -130,6 +142,7 @@ async fn a_tenant_is_created_and_its_quota_served_at_once() {
 #[tokio::test]
 async fn an_ejection_is_audited_skips_the_member_and_survives_a_wiped_redis() {
     let app = admin_app().await;
+    channels(&app, &["A", "B"]).await;
     send(&app, reqwest::Method::PUT, "/api/v1/pools/ej", Some(TOKEN), json!({"snapshot": pool_body(3, 1), "expected_version": 0})).await;
 
     // Eject B (25% of the weight, under the 50% rebuild limit): its tickets are skipped.

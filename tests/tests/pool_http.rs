@@ -41,7 +41,7 @@ async fn the_demo_pool_is_published_and_drawn_over_http_by_its_weights() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
     let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
-    assert_eq!(delivered.published, vec!["pool:cn-pay v1", "pool:sea-pay v1", "tenant:acme v1"]);
+    assert_eq!(delivered.published, vec!["pool:cn-pay v1", "pool:sea-pay v1", "tenant:acme v2", "tenant:globex v1"]);
 
     let mut counts: HashMap<String, u32> = HashMap::new();
     for _ in 0..100 {

@@ -4,7 +4,7 @@
 use integration::{spawn_app, spawn_app_with, TestApp};
 use serde_json::json;
 use server::db::audit::Source;
-use server::db::change::{apply_change, Change};
+use server::db::config::{self, Ctx, PlanName, PlanSpec};
 
 async fn pending(app: &TestApp) -> i64 {
     sqlx::query_scalar("select count(*) from outbox where delivered_at is null").fetch_one(&app.state.db).await.unwrap()
@@ -23,32 +23,24 @@ async fn wipe_prefix(app: &TestApp) {
 async fn the_outbox_delivers_each_change_once_and_a_change_moves_the_published_version() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
-    assert_eq!(pending(&app).await, 3);
+    // Two pools, two tenants, and acme again for its grant: five rows, four entities.
+    assert_eq!(pending(&app).await, 5);
 
     let first = server::publish::drain_outbox(&app.state).await.unwrap();
-    assert_eq!(first.published.len(), 3);
+    assert_eq!(first.published.len(), 4);
     assert_eq!(pending(&app).await, 0);
     assert!(server::publish::drain_outbox(&app.state).await.unwrap().published.is_empty());
 
-    // A tenant change: v2 reaches Redis through the outbox.
-    let mut body: serde_json::Value =
-        sqlx::query_scalar("select body from snapshot where entity = 'tenant:acme'").fetch_one(&app.state.db).await.unwrap();
-    body["monthly_tokens"] = json!(60_000_000);
-    let change = Change {
-        entity: "tenant:acme",
-        action: "tenant.plan",
-        actor: "alice",
-        source: Source::Api,
-        reason: Some("upgrade"),
-        request_id: None,
-        body: &body,
-        expected_version: Some(1),
-    };
-    apply_change(&app.state.db, &change).await.unwrap();
+    // A plan change republishes its tenants: acme's v3 reaches Redis through the outbox.
+    let ctx = Ctx { actor: "alice", source: Source::Api, reason: Some("upgrade"), request_id: None };
+    let spec: PlanSpec =
+        serde_json::from_value(json!({"monthly_tokens": 60_000_000, "daily_requests": 100_000, "concurrency": 64})).unwrap();
+    let (written, _) = config::update_plan(&app.state.db, &ctx, &PlanName::parse("pro").unwrap(), &spec, 1).await.unwrap();
+    assert_eq!(written.iter().map(|w| w.entity.as_str()).collect::<Vec<_>>(), vec!["plan:pro", "tenant:acme"]);
     let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
-    assert_eq!(delivered.published, vec!["tenant:acme v2"]);
+    assert_eq!(delivered.published, vec!["tenant:acme v3"]);
     let usage = app.state.quotas.usage(&client::quota::TenantId::parse("acme").unwrap()).await.unwrap();
-    assert_eq!(usage.version, 2);
+    assert_eq!(usage.version, 3);
     assert_eq!(usage.buckets.last().unwrap().amount, 60_000_000);
 }
 
@@ -60,12 +52,17 @@ async fn a_change_made_while_redis_is_down_stays_in_the_outbox_and_is_counted_as
     let outcome = server::publish::drain_outbox(&app.state).await.unwrap();
 
     assert!(outcome.published.is_empty());
-    assert_eq!(outcome.failed.len(), 3);
-    assert_eq!(pending(&app).await, 3);
+    assert_eq!(outcome.failed.len(), 4);
+    assert_eq!(pending(&app).await, 5);
     let (attempts, error): (i32, Option<String>) =
         sqlx::query_as("select attempts, last_error from outbox order by id limit 1").fetch_one(&app.state.db).await.unwrap();
     assert_eq!(attempts, 1);
     assert!(error.unwrap().contains("publishing"));
+    // Backoff: the next run leaves the rows alone until they are due again.
+    let again = server::publish::drain_outbox(&app.state).await.unwrap();
+    assert!(again.failed.is_empty() && again.published.is_empty(), "{again:?}");
+    let waiting: i64 = sqlx::query_scalar("select count(*) from outbox where next_attempt_at > now()").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(waiting, 5);
 }
 
 #[tokio::test]
@@ -81,7 +78,7 @@ async fn reconcile_makes_a_wiped_redis_whole_again_and_does_nothing_when_nothing
 
     let restored = server::publish::reconcile(&app.state).await.unwrap();
 
-    assert_eq!(restored.published, vec!["pool:cn-pay v1", "pool:sea-pay v1", "tenant:acme v1"]);
+    assert_eq!(restored.published, vec!["pool:cn-pay v1", "pool:sea-pay v1", "tenant:acme v2", "tenant:globex v1"]);
     let draw = app.state.pools.draw(&pool).await.unwrap();
     assert_eq!(draw.source, client::pool::DrawSource::Redis);
     assert!(app.state.pool_admin.length(&pool).await.unwrap() > 0);

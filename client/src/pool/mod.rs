@@ -76,6 +76,7 @@ impl From<ReplyError> for PoolError {
 
 /// Which level of the degradation chain served a draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DrawSource {
     /// The shared pool in Redis: the exact, global sequence.
@@ -99,6 +100,7 @@ impl DrawSource {
 
 /// One drawn ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Draw {
     pub member: String,
     pub pool: PoolName,

@@ -12,6 +12,7 @@ use crate::quota::InvalidInput;
 
 /// A pool's name: 1..=64 of `[A-Za-z0-9_-]` (it becomes a Redis hash tag, so no braces).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema), schema(pattern = "^[A-Za-z0-9_-]{1,64}$"))]
 #[serde(transparent)]
 pub struct PoolName(String);
 
@@ -44,6 +45,9 @@ impl<'de> Deserialize<'de> for PoolName {
         Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
+
+/// The largest peak multiplier a window may apply.
+pub const MAX_PEAK_MULTIPLIER: u32 = 1000;
 
 /// The largest batch a pool may use (tickets), and the most tickets a draw skips.
 pub const MAX_BATCH: u32 = 100_000;
@@ -141,13 +145,27 @@ impl PoolSnapshot {
             if channels.index_of(member).is_none() {
                 return Err(InvalidInput::new("caps", format!("{member:?} is not a member of the pool")));
             }
-            if *cap == 0 {
-                return Err(InvalidInput::new("caps", format!("cap of {member:?} must be at least 1")));
+            if *cap == 0 || *cap > engine::quota::MAX_AMOUNT {
+                return Err(InvalidInput::new("caps", format!("cap of {member:?} must be in 1..={}", engine::quota::MAX_AMOUNT)));
             }
         }
         for member in &self.ejected {
             if channels.index_of(member).is_none() {
                 return Err(InvalidInput::new("ejected", format!("{member:?} is not a member of the pool")));
+            }
+        }
+        for (i, window) in self.peak_windows.iter().enumerate() {
+            if window.multiplier() > MAX_PEAK_MULTIPLIER {
+                return Err(InvalidInput::new(format!("peak_windows[{i}].multiplier"), format!("must be in 1..={MAX_PEAK_MULTIPLIER}")));
+            }
+            // Overrides name the pool's own members (a tiers pool's tiers), nothing else.
+            if let Some(weights) = window.weights() {
+                if let Some(stranger) = weights.members().iter().find(|m| self.weights.index_of(m).is_none()) {
+                    return Err(InvalidInput::new(
+                        format!("peak_windows[{i}].weights"),
+                        format!("{stranger:?} is not a member of the pool's weights"),
+                    ));
+                }
             }
         }
         if self.eject_rebuild_percent == 0 || self.eject_rebuild_percent > 100 {

@@ -49,6 +49,7 @@ pub enum QuotaError {
 
 /// Where a decision was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema), schema(as = QuotaSource))]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     /// By the script in Redis: exact, shared by every client.
@@ -68,6 +69,7 @@ impl Source {
 
 /// One bucket's share of a reservation or a charge.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Part {
     /// `plan` or a grant id.
     pub bucket: String,
@@ -76,6 +78,7 @@ pub struct Part {
 
 /// Where a reservation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ReservationState {
     Open,
@@ -87,6 +90,7 @@ pub enum ReservationState {
 
 /// An admitted reservation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Reservation {
     pub tokens: u64,
     /// When the sweeper may return it (ms since the epoch, by the Redis clock); 0 for a
@@ -102,6 +106,7 @@ pub struct Reservation {
 
 /// The limit a refused reservation ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Dimension {
     Tokens,
@@ -141,6 +146,7 @@ pub enum ReserveOutcome {
 
 /// What `settle` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum SettleOutcome {
     /// The actual use was charged and the rest of the reservation refunded. `overdraft`:
@@ -158,6 +164,7 @@ pub enum SettleOutcome {
 
 /// What `release` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum ReleaseOutcome {
     Released { reserved: u64, source: Source },
@@ -181,6 +188,7 @@ pub struct SweepOutcome {
 
 /// One bucket of a tenant's quota as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct BucketUsage {
     pub id: String,
     /// `plan`, `temporary` or `bonus`.
@@ -196,6 +204,7 @@ pub struct BucketUsage {
 
 /// A tenant's quota as it stands now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct QuotaUsage {
     pub version: u64,
     pub period: String,

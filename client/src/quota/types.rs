@@ -45,9 +45,10 @@ fn identifier(field: &str, raw: &str, max: usize, extra: &[char]) -> Result<Stri
 }
 
 macro_rules! string_id {
-    ($(#[$doc:meta])* $name:ident, $field:literal, $max:literal, [$($extra:literal),*]) => {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $max:literal, [$($extra:literal),*], $pattern:tt) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema), schema(pattern = $pattern))]
         #[serde(transparent)]
         pub struct $name(String);
 
@@ -80,12 +81,12 @@ macro_rules! string_id {
 
 string_id!(
     /// A tenant's name: 1..=64 of `[A-Za-z0-9_-]` (it becomes a Redis hash tag, so no braces).
-    TenantId, "tenant", 64, []
+    TenantId, "tenant", 64, [], "^[A-Za-z0-9_-]{1,64}$"
 );
 string_id!(
     /// The caller's id for one request: 1..=128 of `[A-Za-z0-9_.:-]` (a UUID fits). The same
     /// id makes a retried reserve, settle or release change nothing more.
-    RequestId, "request_id", 128, ['.', ':']
+    RequestId, "request_id", 128, ['.', ':'], "^[A-Za-z0-9_.:-]{1,128}$"
 );
 
 /// A grant's id: 1..=64 of `[A-Za-z0-9_-]`, never `plan` (the plan bucket's name).
@@ -127,6 +128,7 @@ fn amount(field: &str, value: i128, min: u64) -> Result<u64, InvalidInput> {
 
 /// A positive token amount, `1..=2^53-1` (Lua holds amounts as doubles, exact to 2^53).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema), schema(example = 1200))]
 #[serde(transparent)]
 pub struct Tokens(u64);
 
@@ -181,6 +183,7 @@ impl<'de> Deserialize<'de> for Tokens {
 
 /// A token count that may be zero, `0..=2^53-1` (actual use of a request that produced nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema), schema(example = 950))]
 #[serde(transparent)]
 pub struct TokenCount(u64);
 

@@ -4,6 +4,7 @@
 pub mod draw;
 pub mod publish;
 pub mod quota;
+pub mod recover;
 
 use client::{KeyPrefix, Keys, RedisHandle};
 

@@ -43,7 +43,7 @@ pub struct NewAudit<'a> {
 }
 
 /// One audit row as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AuditRow {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -114,6 +114,12 @@ pub async fn insert_audit(tx: &mut PgConnection, entry: &NewAudit<'_>) -> Result
     row(&r)
 }
 
+/// One row by id, inside a transaction (so a change can return the row it wrote).
+pub async fn get_audit(tx: &mut PgConnection, id: i64) -> Result<AuditRow, sqlx::Error> {
+    let r = sqlx::query(&format!("select {COLUMNS} from audit where id = $1")).bind(id).fetch_one(tx).await?;
+    row(&r)
+}
+
 /// Which rows to list. Every filter is optional; rows come newest first, after `before_id`.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,7 +136,7 @@ pub struct AuditFilter {
 }
 
 /// A page of rows and the cursor of the next one (`None` on the last page).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AuditPage {
     pub rows: Vec<AuditRow>,
     pub next: Option<i64>,
@@ -160,7 +166,7 @@ pub async fn list_audit(db: &PgPool, filter: &AuditFilter) -> Result<AuditPage, 
 }
 
 /// The result of checking the whole chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ChainReport {
     /// Every row's hash matches its content and its predecessor's hash, with no gap.
     pub intact: bool,

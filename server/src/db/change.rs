@@ -4,7 +4,7 @@
 use serde::Serialize;
 use sqlx::PgPool;
 
-use super::audit::{insert_audit, AuditRow, NewAudit, Source};
+use super::audit::{AuditRow, Source};
 
 /// A change to a published entity: its whole new body, who made it, from where, and why.
 #[derive(Debug, Clone)]
@@ -33,6 +33,15 @@ pub enum ChangeError {
     /// The body is not a valid snapshot of the entity's kind (or the kind is unknown).
     #[error("{field}: {rule}")]
     Invalid { field: String, rule: String },
+    /// The input does not parse (400), naming the field.
+    #[error("{field}: {rule}")]
+    Malformed { field: String, rule: String },
+    /// Something with that identity exists already (and identities are never reused).
+    #[error("{field}: {rule}")]
+    Duplicate { field: String, rule: String },
+    /// The entity the change is about does not exist.
+    #[error("{0}")]
+    NotFound(String),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -69,46 +78,27 @@ pub struct Applied {
     pub outbox_id: i64,
 }
 
-/// Writes the change: the next snapshot version of the entity, an audit row with the
-/// previous body as `before`, and an outbox row for the publisher; all or nothing.
+/// Writes the change to a pool: its rows, the next snapshot version, an audit row with
+/// the previous body as `before`, and an outbox row for the publisher; all or nothing.
+/// Tenants, plans and channels change through [`super::config`].
 #[tracing::instrument(skip_all, fields(entity = change.entity, action = change.action), err)]
 pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, ChangeError> {
+    let Some(pool) = change.entity.strip_prefix("pool:") else {
+        return Err(ChangeError::Invalid {
+            field: "entity".into(),
+            rule: format!("{:?}: only pools are changed by body; tenants change through their plan, settings and grants", change.entity),
+        });
+    };
     validate_body(change.entity, change.body)?;
+    let ctx = super::config::Ctx {
+        actor: change.actor,
+        source: change.source,
+        reason: change.reason,
+        request_id: change.request_id,
+    };
     let mut tx = db.begin().await?;
-    // Versions of one entity are written one at a time.
-    sqlx::query("select pg_advisory_xact_lock(hashtext($1))").bind(change.entity).execute(&mut *tx).await?;
-    let current: Option<(i64, serde_json::Value)> =
-        sqlx::query_as("select version, body from snapshot where entity = $1 order by version desc limit 1")
-            .bind(change.entity)
-            .fetch_optional(&mut *tx)
-            .await?;
-    if let Some(expected) = change.expected_version {
-        let at = current.as_ref().map_or(0, |(v, _)| *v);
-        if at != expected {
-            return Err(ChangeError::Conflict { entity: change.entity.to_owned(), expected, current: at });
-        }
-    }
-    let before = current.map(|(_, body)| body);
-    let version = super::snapshot::insert_next(&mut tx, change.entity, change.body).await?;
-    let audit = insert_audit(
-        &mut tx,
-        &NewAudit {
-            actor: change.actor,
-            source: change.source,
-            action: change.action,
-            entity: change.entity,
-            before: before.as_ref(),
-            after: Some(change.body),
-            reason: change.reason,
-            request_id: change.request_id,
-        },
-    )
-    .await?;
-    let outbox_id: i64 = sqlx::query_scalar("insert into outbox (entity, version) values ($1, $2) returning id")
-        .bind(change.entity)
-        .bind(version)
-        .fetch_one(&mut *tx)
-        .await?;
+    let written = super::config::put_pool_tx(&mut tx, &ctx, pool, change.action, change.body, change.expected_version).await?.written;
+    let audit = super::audit::get_audit(&mut tx, written.audit_id).await?;
     tx.commit().await?;
-    Ok(Applied { version, audit, outbox_id })
+    Ok(Applied { version: written.version, audit, outbox_id: written.outbox_id.unwrap_or_default() })
 }

@@ -12,6 +12,7 @@ use crate::configuration::Settings;
 
 pub mod audit;
 pub mod change;
+pub mod config;
 pub mod snapshot;
 
 /// Every migration in `migrations/`, embedded in the binary.

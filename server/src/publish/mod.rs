@@ -52,11 +52,15 @@ async fn publish_snapshot(state: &AppState, entity: &str, version: i64, mut body
     Ok(())
 }
 
-/// Delivers pending outbox rows, oldest first, one entity at a time.
+/// Delivers pending outbox rows that are due, oldest first, one entity at a time. A failed
+/// delivery waits 2, 4, 8, 16, then at most 30 s before the next attempt (the row keeps
+/// its attempts and last error); a newer change of the entity is tried at once.
 #[tracing::instrument(name = "job.outbox", skip_all, err)]
 pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
     let pending: Vec<String> = sqlx::query_scalar(
-        "select entity from outbox where delivered_at is null group by entity order by min(id) limit 200",
+        "select entity from outbox
+         where delivered_at is null and (next_attempt_at is null or next_attempt_at <= now())
+         group by entity order by min(id) limit 200",
     )
     .fetch_all(&state.db)
     .await
@@ -77,9 +81,10 @@ pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
                 outcome.published.push(format!("{entity} v{version}"));
             }
             Err(e) => {
-                tracing::warn!(entity, error = format!("{e:#}"), "publishing failed; retried on the next run");
+                tracing::warn!(entity, error = format!("{e:#}"), "publishing failed; retried with backoff (at most 30 s)");
                 sqlx::query(
-                    "update outbox set attempts = attempts + 1, last_error = $2
+                    "update outbox set attempts = attempts + 1, last_error = $2,
+                         next_attempt_at = now() + least(power(2, least(attempts + 1, 5)), 30) * interval '1 second'
                      where entity = $1 and delivered_at is null",
                 )
                 .bind(&entity)

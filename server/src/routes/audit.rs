@@ -2,16 +2,25 @@
 
 use actix_web::{get, web, HttpResponse};
 
-use crate::db::audit::{export_audit_csv, list_audit, verify_audit, AuditFilter};
-use crate::error::ApiError;
+use crate::db::audit::{export_audit_csv, list_audit, verify_audit, AuditFilter, AuditPage, ChainReport};
+use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
 /// Postgres errors: unreachable → 503; anything else → 500.
 pub fn db_error(e: sqlx::Error) -> ApiError {
     let unavailable = match &e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
+        // No connection to be had (refused, cut, timed out, TLS failed), or the pool or its
+        // connection gone away.
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
         // Shutting down (57P0x) or connection failures (08xxx) while a query ran.
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        // … and a deadlock or serialisation failure: the same request may succeed when retried.
+        sqlx::Error::Database(db) => {
+            db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08") || c == "40P01" || c == "40001")
+        }
         _ => false,
     };
     if unavailable {
@@ -23,15 +32,27 @@ pub fn db_error(e: sqlx::Error) -> ApiError {
 
 /// The audit query as sent: every parameter a string, parsed one by one so that an error
 /// names the parameter.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
+    /// Only rows about this entity (`pool:eu`, `tenant:acme`, …).
     entity: Option<String>,
+    /// Only rows by this actor.
     actor: Option<String>,
+    /// Only rows of this action (`pool.weights`, `pool.eject`, …).
     action: Option<String>,
+    /// Only rows at or after this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
     from: Option<String>,
+    /// Only rows before this time (RFC 3339); must be after `from`.
+    #[param(value_type = Option<String>, format = DateTime)]
     to: Option<String>,
+    /// Cursor: only rows with a smaller id (the `next` of the previous page).
+    #[param(value_type = Option<i64>)]
     before_id: Option<String>,
+    /// Page size, 1..=500 (default 100).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     limit: Option<String>,
 }
 
@@ -74,22 +95,53 @@ fn parse(query: &AuditQuery) -> Result<AuditFilter, ApiError> {
     Ok(filter)
 }
 
-/// `GET /api/v1/audit?entity=&actor=&action=&from=&to=&before_id=&limit=` → newest first,
+/// Lists audit rows, newest first, with filters and a cursor.
+///
 /// `{"rows": [...], "next": <before_id of the next page> | null}`.
+#[utoipa::path(
+    tag = "audit",
+    operation_id = "list_audit",
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "A page of rows, newest first", body = AuditPage),
+        (status = 400, description = "A malformed or unknown parameter, naming it", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    )
+)]
 #[get("/api/v1/audit")]
 pub async fn list(state: web::Data<AppState>, query: web::Query<AuditQuery>) -> Result<HttpResponse, ApiError> {
     let filter = parse(&query)?;
     Ok(HttpResponse::Ok().json(list_audit(&state.db, &filter).await.map_err(db_error)?))
 }
 
-/// `GET /api/v1/audit/verify` → `{"intact": bool, "rows": n, "first_broken": id | null,
-/// "problem": "content" | "link" | "gap" | null}`.
+/// Verifies the audit log's hash chain: proves no row was edited or removed.
+///
+/// `{"intact": bool, "rows": n, "first_broken": id | null, "problem": "content" | "link" |
+/// "gap" | null, "head_id", "head_hash"}`.
+#[utoipa::path(
+    tag = "audit",
+    operation_id = "verify_audit",
+    responses(
+        (status = 200, description = "The chain's state (a broken chain is still a 200, with `intact: false`)", body = ChainReport),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    )
+)]
 #[get("/api/v1/audit/verify")]
 pub async fn verify(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(verify_audit(&state.db).await.map_err(db_error)?))
 }
 
-/// `GET /api/v1/audit.csv` with the same filters as the list: every matching row, oldest first.
+/// Exports every audit row matching the list's filters as CSV, oldest first.
+#[utoipa::path(
+    tag = "audit",
+    operation_id = "export_audit_csv",
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "Every matching row, oldest first (an attachment, `audit.csv`)", body = String, content_type = "text/csv"),
+        (status = 400, description = "A malformed or unknown parameter, naming it", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    )
+)]
 #[get("/api/v1/audit.csv")]
 pub async fn export(state: web::Data<AppState>, query: web::Query<AuditQuery>) -> Result<HttpResponse, ApiError> {
     let filter = parse(&query)?;

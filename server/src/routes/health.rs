@@ -6,12 +6,31 @@ use serde_json::json;
 use crate::state::AppState;
 
 /// The process is alive and serving HTTP; says nothing about dependencies.
+#[utoipa::path(
+    tag = "probes",
+    responses((status = 200, description = "Alive", body = Object, example = json!({"status": "alive"}))),
+)]
 #[get("/healthz")]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "status": "alive" }))
 }
 
 /// Ready when Postgres and Redis both answer; otherwise 503, naming what is down and why.
+#[utoipa::path(
+    tag = "probes",
+    responses(
+        (status = 200, description = "Postgres and Redis both answer", body = Object, example = json!({
+            "status": "ready", "down": [],
+            "postgres": {"status": "up", "version": "17.2"},
+            "redis": {"status": "up", "version": "7.4.1"},
+        })),
+        (status = 503, description = "A dependency is down; `down` names it and its `error` says why", body = Object, example = json!({
+            "status": "unavailable", "down": ["redis"],
+            "postgres": {"status": "up", "version": "17.2"},
+            "redis": {"status": "down", "error": "redis: connection refused"},
+        })),
+    ),
+)]
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let (postgres, redis) = crate::status::check_dependencies(&state).await;

@@ -11,6 +11,10 @@ use crate::metrics::Metrics;
 use crate::state::AppState;
 
 /// Every metric in the Prometheus text format.
+#[utoipa::path(
+    tag = "probes",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4", body = String, content_type = "text/plain; version=0.0.4")),
+)]
 #[get("/metrics")]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()

@@ -2,11 +2,14 @@
 
 use actix_web::{get, post, web, HttpResponse};
 use client::estimate::{estimate, DEFAULT_MARGIN};
-use client::quota::{QuotaError, ReleaseOutcome, RequestId, ReserveOutcome, SettleOutcome, TenantId, TokenCount, Tokens};
-use serde::Deserialize;
-use serde_json::json;
+use client::estimate::Estimate;
+use client::quota::{
+    QuotaError, QuotaUsage, ReleaseOutcome, RequestId, Reservation, ReserveOutcome, SettleOutcome, TenantId, TokenCount,
+    Tokens,
+};
+use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody, QuotaRefusedBody};
 use crate::state::AppState;
 
 /// The largest `max_tokens` a request may declare (far above any model's output limit).
@@ -30,18 +33,52 @@ fn quota_error(e: QuotaError) -> ApiError {
 }
 
 /// A reserve body: an amount of tokens, or a prompt to estimate from.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveBody {
+    /// The caller's id for this request: a retried reserve with the same id reserves nothing more.
     request_id: RequestId,
+    /// Tokens to reserve. Give either this, or `prompt` with `max_tokens` and `model`.
     tokens: Option<Tokens>,
+    /// A prompt (at most 4 MiB) whose tokens are counted by the model's tokenizer; the
+    /// reservation is `ceil((prompt tokens + max_tokens) × 1.05)`.
     prompt: Option<String>,
+    /// The most tokens the model may write; required with `prompt`.
+    #[schema(maximum = 10000000)]
     max_tokens: Option<u64>,
+    /// The model whose tokenizer counts the prompt (1..=128 characters); required with `prompt`.
     model: Option<String>,
 }
 
-/// `POST /api/v1/tenants/{tenant}/quota/reserve`: 200 with the reservation, 429 with the
-/// dimension that ran out, 404 for an unknown tenant, 400 for a bad body.
+/// A reservation as answered: what was reserved, under which request id, and the estimate
+/// when the amount was estimated from a prompt.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReserveReply {
+    /// Always `reserved` (a refusal is a 429).
+    #[schema(example = "reserved")]
+    result: &'static str,
+    request_id: RequestId,
+    #[serde(flatten)]
+    reservation: Reservation,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimate: Option<Estimate>,
+}
+
+/// Reserves tokens for one request, before calling the model.
+///
+/// Idempotent by `request_id`. 200 with the reservation, 429 with the dimension that ran
+/// out, 404 for an unknown tenant, 400 for a bad body.
+#[utoipa::path(
+    tag = "quota",
+    params(("tenant" = TenantId, Path, description = "The tenant whose quota pays")),
+    responses(
+        (status = 200, description = "Reserved (`replayed` when this request id had reserved before)", body = ReserveReply),
+        (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
+        (status = 404, description = "Unknown tenant", body = ErrorBody),
+        (status = 429, description = "Refused: a quota dimension ran out; nothing was reserved", body = QuotaRefusedBody),
+        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
+    )
+)]
 #[post("/api/v1/tenants/{tenant}/quota/reserve")]
 pub async fn reserve_quota(
     state: web::Data<AppState>,
@@ -76,15 +113,12 @@ pub async fn reserve_quota(
     };
     let request_id = body.request_id;
     match state.quotas.reserve(&tenant, &request_id, tokens).await.map_err(quota_error)? {
-        ReserveOutcome::Reserved(r) => {
-            let mut body = serde_json::to_value(&r).map_err(anyhow::Error::from)?;
-            body["result"] = json!("reserved");
-            body["request_id"] = json!(request_id.as_str());
-            if let Some(e) = estimated {
-                body["estimate"] = serde_json::to_value(&e).map_err(anyhow::Error::from)?;
-            }
-            Ok(HttpResponse::Ok().json(body))
-        }
+        ReserveOutcome::Reserved(reservation) => Ok(HttpResponse::Ok().json(ReserveReply {
+            result: "reserved",
+            request_id,
+            reservation,
+            estimate: estimated,
+        })),
         ReserveOutcome::Refused(r) => {
             Err(ApiError::QuotaRefused { dimension: r.dimension.name(), available: r.available, limit: r.limit })
         }
@@ -103,18 +137,34 @@ fn actual_tokens<'de, D: serde::Deserializer<'de>>(d: D) -> Result<TokenCount, D
 }
 
 /// A settle body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettleBody {
+    /// The request id the tokens were reserved under.
     request_id: RequestId,
+    /// The tokens the request really used (may exceed the reservation: an overdraft).
     #[serde(deserialize_with = "actual_tokens")]
     actual_tokens: TokenCount,
+    /// The request was cut short (e.g. a stream aborted): charged as given, counted apart.
     #[serde(default)]
     partial: bool,
 }
 
-/// `POST /api/v1/tenants/{tenant}/quota/settle`: 200 with what was charged (or that it
-/// was already settled / released), 404 for an unknown request id or tenant.
+/// Settles a reservation with the tokens really used, refunding the rest.
+///
+/// 200 with what was charged (or that it was already settled / released), 202 when Redis
+/// is unreachable and the settle is queued, 404 for an unknown request id or tenant.
+#[utoipa::path(
+    tag = "quota",
+    params(("tenant" = TenantId, Path, description = "The tenant whose quota pays")),
+    responses(
+        (status = 200, description = "Settled, or already settled / released (nothing changed)", body = SettleOutcome),
+        (status = 202, description = "Redis is unreachable: the settle is kept and applied when it answers (`result: queued`)", body = SettleOutcome),
+        (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
+        (status = 404, description = "Unknown tenant, or no reservation with this request id", body = ErrorBody),
+        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
+    )
+)]
 #[post("/api/v1/tenants/{tenant}/quota/settle")]
 pub async fn settle_quota(
     state: web::Data<AppState>,
@@ -135,13 +185,27 @@ pub async fn settle_quota(
 }
 
 /// A release body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
+    /// The request id the tokens were reserved under.
     request_id: RequestId,
 }
 
-/// `POST /api/v1/tenants/{tenant}/quota/release`: 200 (released, or already), 404 unknown.
+/// Releases a reservation whose request failed: every reserved token is refunded.
+///
+/// 200 (released, or already), 202 when queued while Redis is unreachable, 404 unknown.
+#[utoipa::path(
+    tag = "quota",
+    params(("tenant" = TenantId, Path, description = "The tenant whose quota pays")),
+    responses(
+        (status = 200, description = "Released, or already released / settled (nothing changed)", body = ReleaseOutcome),
+        (status = 202, description = "Redis is unreachable: the release is kept and applied when it answers (`result: queued`)", body = ReleaseOutcome),
+        (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
+        (status = 404, description = "Unknown tenant, or no reservation with this request id", body = ErrorBody),
+        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
+    )
+)]
 #[post("/api/v1/tenants/{tenant}/quota/release")]
 pub async fn release_quota(
     state: web::Data<AppState>,
@@ -157,7 +221,17 @@ pub async fn release_quota(
     Ok(HttpResponse::build(actix_web::http::StatusCode::from_u16(status).expect("valid")).json(outcome))
 }
 
-/// `GET /api/v1/tenants/{tenant}/quota`: buckets, used, reserved, requests today, leases.
+/// Reads a tenant's quota as it stands: buckets, used, reserved, requests today, leases.
+#[utoipa::path(
+    tag = "quota",
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "The tenant's quota now", body = QuotaUsage),
+        (status = 400, description = "A malformed tenant name", body = ErrorBody),
+        (status = 404, description = "Unknown tenant", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable", body = ErrorBody),
+    )
+)]
 #[get("/api/v1/tenants/{tenant}/quota")]
 pub async fn get_quota(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;

@@ -3,6 +3,8 @@
 //! connection breaks), Postgres frees the lock and another instance takes it on its next
 //! tick: failover within one job interval.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use anyhow::Context;
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
@@ -27,18 +29,25 @@ pub struct Leadership {
     key: i64,
     job: &'static str,
     held: Mutex<Option<PgConnection>>,
+    /// Set by [`Leadership::resign`]: this instance stopped and never leads again, even if
+    /// a tick already under way asks.
+    resigned: AtomicBool,
 }
 
 impl Leadership {
     /// Not leading yet; [`Leadership::ensure`] tries.
     pub fn new(db: PgPool, job: &'static str) -> Self {
-        Self { db, key: lock_key(job), job, held: Mutex::new(None) }
+        Self { db, key: lock_key(job), job, held: Mutex::new(None), resigned: AtomicBool::new(false) }
     }
 
     /// True when this instance leads the job: it still holds the lock (its connection
-    /// answers), or it just took it. False when another instance holds it.
+    /// answers), or it just took it. False when another instance holds it, or after
+    /// [`Leadership::resign`].
     pub async fn ensure(&self) -> anyhow::Result<bool> {
         let mut held = self.held.lock().await;
+        if self.resigned.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
         if let Some(conn) = held.as_mut() {
             if matches!(tokio::time::timeout(TIMEOUT, conn.ping()).await, Ok(Ok(()))) {
                 return Ok(true);
@@ -65,8 +74,11 @@ impl Leadership {
         Ok(taken)
     }
 
-    /// Gives the job up (the lock goes with the connection).
+    /// Gives the job up for good (the lock goes with the connection, closed now rather than
+    /// whenever the last reference to this leadership is dropped), so another instance
+    /// takes the job on its next tick.
     pub async fn resign(&self) {
+        self.resigned.store(true, Ordering::SeqCst);
         if let Some(conn) = self.held.lock().await.take() {
             let _ = conn.close().await;
         }

@@ -6,6 +6,8 @@
 pub mod leader;
 pub mod pool_refill;
 pub mod pool_rotation;
+pub mod sample_prune;
+pub mod sampler;
 pub mod sweep_quota;
 
 use std::future::Future;
@@ -22,13 +24,19 @@ pub struct Scheduler {
     inner: JobScheduler,
     stop: tokio::sync::watch::Sender<bool>,
     refiller: tokio::task::JoinHandle<()>,
+    /// Every job's leadership, resigned on shutdown: the cron library keeps its job closures
+    /// (and so their lock connections) alive after it stops, which would keep the jobs from
+    /// another instance of the same process (tests, embedded use) until it exits.
+    leaderships: Vec<Arc<Leadership>>,
 }
 
 impl Scheduler {
     /// Schedules every job and starts ticking.
     pub async fn start(state: AppState) -> anyhow::Result<Self> {
         let inner = JobScheduler::new().await.context("creating the job scheduler")?;
-        add(&inner, &state, "quota_sweep", sweep_quota::CRON, |state| async move {
+        let mut leaderships = Vec::new();
+        let led = &mut leaderships;
+        add(&inner, &state, led, "quota_sweep", sweep_quota::CRON, |state| async move {
             sweep_quota::run_once(&state).await.map(|o| {
                 if o.released > 0 {
                     tracing::info!(released = o.released, tokens = o.tokens, open = o.open, "quota sweep");
@@ -38,42 +46,73 @@ impl Scheduler {
         .await?;
         // Every second: changes reach Redis within a second even when the inline publish
         // after a change failed; a Redis wiped clean is whole again within two.
-        add(&inner, &state, "outbox", "* * * * * *", |state| async move {
+        add(&inner, &state, led, "outbox", "* * * * * *", |state| async move {
             crate::publish::drain_outbox(&state).await.map(|_| ())
         })
         .await?;
-        add(&inner, &state, "reconcile", "*/2 * * * * *", |state| async move {
+        add(&inner, &state, led, "reconcile", "*/2 * * * * *", |state| async move {
             crate::publish::reconcile(&state).await.map(|_| ())
         })
         .await?;
-        add(&inner, &state, "pool_rotation", pool_rotation::CRON, |state| async move {
+        add(&inner, &state, led, "pool_rotation", pool_rotation::CRON, |state| async move {
             pool_rotation::run_once(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, led, "pool_sampler", sampler::CRON, |state| async move {
+            sampler::run_once(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, led, "sample_prune", sample_prune::CRON, |state| async move {
+            sample_prune::run_once(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, led, "health", crate::health::CRON, |state| async move {
+            crate::health::run_once(&state, chrono::Utc::now()).await.map(|r| {
+                for change in &r.changes {
+                    tracing::info!(change = change.as_str(), "channel health");
+                }
+            })
         })
         .await?;
         inner.start().await.context("starting the job scheduler")?;
         // The refiller reacts to requests as they come, so it is a task, not a cron job.
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let leadership = Arc::new(Leadership::new(state.db.clone(), "pool_refill"));
+        leaderships.push(leadership.clone());
         let refiller = tokio::spawn(pool_refill::listen(state, Some(leadership), stopped));
-        Ok(Self { inner, stop, refiller })
+        Ok(Self { inner, stop, refiller, leaderships })
     }
 
-    /// Stops scheduling; leadership locks go with their connections.
+    /// Stops scheduling and resigns every job, so another instance takes each on its next
+    /// tick (a run already under way finishes first).
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         let _ = self.refiller.await;
         if let Err(e) = self.inner.shutdown().await {
             tracing::warn!(error = %e, "job scheduler did not shut down cleanly");
         }
+        for leadership in &self.leaderships {
+            leadership.resign().await;
+        }
     }
 }
 
-async fn add<F, Fut>(scheduler: &JobScheduler, state: &AppState, name: &'static str, cron: &'static str, run: F) -> anyhow::Result<()>
+/// Schedules one job at `cron`, led through a leadership of its own (added to `led`, for
+/// [`Scheduler::shutdown`] to resign).
+async fn add<F, Fut>(
+    scheduler: &JobScheduler,
+    state: &AppState,
+    led: &mut Vec<Arc<Leadership>>,
+    name: &'static str,
+    cron: &'static str,
+    run: F,
+) -> anyhow::Result<()>
 where
     F: Fn(AppState) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let leadership = Arc::new(Leadership::new(state.db.clone(), name));
+    led.push(leadership.clone());
     let state = state.clone();
     let run = Arc::new(run);
     // A tick that finds the previous run still going is skipped, so slow runs (Redis

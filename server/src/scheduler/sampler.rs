@@ -1,0 +1,588 @@
+//! The pool sampler: every 10 s, per pool, how long its lists are, each member's draws
+//! today, and each member's share of the last minute's draws against the share its
+//! published weights give it, stored in Postgres for the dashboard
+//! (`GET /api/v1/pools/{pool}/samples`); [`super::sample_prune`] deletes old rows.
+//!
+//! Shares come from the pools' day counters (`hits:<day>`, counted by the draw script):
+//! the draws in a window are the difference between this sample's counters and those of
+//! the sample about a minute earlier. When a pool-local midnight falls in between, the
+//! counters restarted: the window's draws are what the earlier day counted after the
+//! earlier sample (its hash lives 48 h after its day) plus what the new day counted.
+//!
+//! The repository functions of the `pool_sample` tables live here too ([`list_samples`]
+//! is what the endpoint calls), beside the only job that writes them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use anyhow::Context;
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use client::pool::{PoolKind, PoolName, PoolSnapshot};
+use engine::Tier;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use crate::state::AppState;
+
+/// Every 10 s, at seconds 5, 15, …, 55 (clear of the jobs that run at seconds 0 and 30).
+pub const CRON: &str = "5,15,25,35,45,55 * * * * *";
+
+/// The span actual shares are measured over.
+pub const WINDOW: TimeDelta = TimeDelta::seconds(60);
+
+/// How much younger than [`WINDOW`] the earlier sample may be (ticks are not exact).
+const WINDOW_SLACK: TimeDelta = TimeDelta::seconds(5);
+
+/// The oldest earlier sample a window may start at: after a longer pause in sampling, a
+/// sample has no window rather than a share averaged over minutes.
+const MAX_WINDOW: TimeDelta = TimeDelta::seconds(180);
+
+/// What one run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// Pools with a snapshot in Postgres.
+    pub pools: u64,
+    /// Samples stored.
+    pub sampled: u64,
+    /// Pools Redis holds no snapshot of (not published yet): nothing to sample.
+    pub unpublished: u64,
+    /// Pools whose sample failed (logged; the others are still sampled).
+    pub failed: u64,
+}
+
+/// One list's length: the tickets in it and in its standby batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListLength {
+    pub tickets: u64,
+    pub standby: u64,
+}
+
+/// One member in one sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemberSample {
+    /// Draws on the sample's day so far (the pool's day counter).
+    pub hits: u64,
+    /// Draws in the sample's window (`None` when the sample has no window).
+    pub window_hits: Option<u64>,
+    /// The share its published weight gives it, 0..=1.
+    pub expected_share: f64,
+    /// Its share of the window's draws, 0..=1 (`None` without a window or draws in it).
+    pub actual_share: Option<f64>,
+}
+
+/// One sample of one pool, as stored and as the endpoint returns it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolSample {
+    pub taken_at: DateTime<Utc>,
+    /// The snapshot version Redis held (the one draws used).
+    pub version: u64,
+    /// The pool-local day the members' `hits` belong to.
+    pub day: NaiveDate,
+    /// Tickets in the pool's list.
+    pub tickets: u64,
+    /// Tickets in its standby batch.
+    pub standby: u64,
+    /// `tickets + standby`: what the pool can hand out before a refill.
+    pub length: u64,
+    /// A `tiers` pool's tier lists by tier (`G`, `N`, `U`); `None` for a `channels` pool.
+    pub tiers: Option<BTreeMap<String, ListLength>>,
+    /// How far back the window reaches (about [`WINDOW`]); `None` without an earlier sample.
+    pub window_seconds: Option<f64>,
+    /// Draws in the window, all members together.
+    pub draws: Option<u64>,
+    pub members: BTreeMap<String, MemberSample>,
+}
+
+/// Samples every pool that has a snapshot in Postgres, at Redis `TIME`.
+#[tracing::instrument(name = "job.pool_sampler", skip_all, err)]
+pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
+    let now = state.pool_admin.now().await.context("reading the clock (redis TIME)")?;
+    run_at(state, now).await
+}
+
+/// Samples every pool as of `now`: the seam tests use to take samples a minute apart
+/// without waiting a minute. Redis is read as it is; `now` names the day and the window.
+pub async fn run_at(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Outcome> {
+    let mut outcome = Outcome::default();
+    for pool in list_pools(&state.db).await.context("listing pools")? {
+        outcome.pools += 1;
+        match sample_pool(state, &pool, now).await {
+            Ok(true) => outcome.sampled += 1,
+            Ok(false) => outcome.unpublished += 1,
+            Err(e) => {
+                // One broken pool must not stop the others' samples.
+                tracing::error!(pool = %pool, error = format!("{e:#}"), "sampling failed");
+                outcome.failed += 1;
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// The pools with at least one snapshot in Postgres (entities `pool:<name>`).
+#[tracing::instrument(skip_all, err)]
+pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolName>, sqlx::Error> {
+    let names: Vec<String> =
+        sqlx::query_scalar("select distinct substr(entity, 6) from snapshot where entity like 'pool:%' order by 1")
+            .fetch_all(db)
+            .await?;
+    Ok(names
+        .into_iter()
+        .filter_map(|name| match PoolName::parse(&name) {
+            Ok(pool) => Some(pool),
+            Err(e) => {
+                tracing::warn!(entity = %format!("pool:{name}"), error = %e, "snapshot entity is not a valid pool name");
+                None
+            }
+        })
+        .collect())
+}
+
+/// Whether `pool` has a snapshot in Postgres (the endpoint's 404).
+#[tracing::instrument(skip_all, fields(pool = %pool), err)]
+pub async fn pool_exists(db: &PgPool, pool: &PoolName) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select exists (select 1 from snapshot where entity = $1)")
+        .bind(format!("pool:{pool}"))
+        .fetch_one(db)
+        .await
+}
+
+/// What Redis holds of one pool at one moment.
+struct Readout {
+    main: ListLength,
+    tiers: Option<BTreeMap<String, ListLength>>,
+    ejected: HashSet<String>,
+    hits: HashMap<String, u64>,
+}
+
+fn value<T: redis::FromRedisValue>(values: &[redis::Value], i: usize) -> anyhow::Result<T> {
+    let v = values.get(i).with_context(|| format!("pipeline reply {i} missing"))?;
+    Ok(redis::from_redis_value(v)?)
+}
+
+async fn read_pool(state: &AppState, pool: &PoolName, snapshot: &PoolSnapshot, day: NaiveDate) -> anyhow::Result<Readout> {
+    let (k, p) = (&state.keys, pool.as_str());
+    let tiers: Vec<Tier> = match snapshot.kind {
+        PoolKind::Tiers => snapshot.tiers.keys().copied().collect(),
+        PoolKind::Channels => Vec::new(),
+    };
+    let mut pipe = redis::pipe();
+    pipe.cmd("LLEN").arg(k.pool_tickets(p));
+    pipe.cmd("LLEN").arg(k.pool_standby(p));
+    pipe.cmd("SMEMBERS").arg(k.pool_ejected(p));
+    pipe.cmd("HGETALL").arg(k.pool_hits(p, &day.to_string()));
+    for tier in &tiers {
+        pipe.cmd("LLEN").arg(k.pool_tier_tickets(p, tier.as_str()));
+        pipe.cmd("LLEN").arg(k.pool_tier_standby(p, tier.as_str()));
+    }
+    let mut conn = state.redis.connection().await.context("connecting to redis")?;
+    let values: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the pool's lists and counters")?;
+    let mut lanes = BTreeMap::new();
+    for (i, tier) in tiers.iter().enumerate() {
+        lanes.insert(tier.as_str().to_owned(), ListLength { tickets: value(&values, 4 + 2 * i)?, standby: value(&values, 5 + 2 * i)? });
+    }
+    Ok(Readout {
+        main: ListLength { tickets: value(&values, 0)?, standby: value(&values, 1)? },
+        tiers: (snapshot.kind == PoolKind::Tiers).then_some(lanes),
+        ejected: value(&values, 2)?,
+        hits: value(&values, 3)?,
+    })
+}
+
+async fn read_hits(state: &AppState, pool: &PoolName, day: NaiveDate) -> anyhow::Result<HashMap<String, u64>> {
+    let mut conn = state.redis.connection().await.context("connecting to redis")?;
+    redis::cmd("HGETALL")
+        .arg(state.keys.pool_hits(pool.as_str(), &day.to_string()))
+        .query_async(&mut conn)
+        .await
+        .with_context(|| format!("reading the hits of {day}"))
+}
+
+/// Samples one pool; false when Redis holds no snapshot of it.
+async fn sample_pool(state: &AppState, pool: &PoolName, now: DateTime<Utc>) -> anyhow::Result<bool> {
+    let Some(snapshot) = state.pool_admin.snapshot(pool).await.context("reading the published snapshot")? else {
+        return Ok(false);
+    };
+    let day = client::pool::admin::days_at(&snapshot, now)?.today;
+    let readout = read_pool(state, pool, &snapshot, day).await?;
+    let expected = expected_shares(&snapshot, now, &readout.ejected)?;
+    let window = match get_earlier_sample(&state.db, pool, now).await.context("reading the earlier sample")? {
+        None => None,
+        Some(earlier) => {
+            // After a pool-local midnight the earlier day's hash still holds its final
+            // counts (it expires 48 h after its day).
+            let earlier_day_now = if earlier.day == day { None } else { Some(read_hits(state, pool, earlier.day).await?) };
+            let hits = window_hits(&earlier.hits, earlier_day_now.as_ref(), &readout.hits);
+            Some(((now - earlier.taken_at).as_seconds_f64(), hits))
+        }
+    };
+    let sample = assemble(&snapshot, now, day, &readout, &expected, window);
+    insert_sample(&state.db, pool, &sample).await.context("storing the sample")?;
+    Ok(true)
+}
+
+fn assemble(
+    snapshot: &PoolSnapshot,
+    now: DateTime<Utc>,
+    day: NaiveDate,
+    readout: &Readout,
+    expected: &BTreeMap<String, f64>,
+    window: Option<(f64, BTreeMap<String, u64>)>,
+) -> PoolSample {
+    let mut names: BTreeSet<&str> = expected.keys().map(String::as_str).collect();
+    names.extend(readout.hits.keys().map(String::as_str));
+    if let Some((_, hits)) = &window {
+        names.extend(hits.keys().map(String::as_str));
+    }
+    // Only names the table accepts (snapshots validate theirs; counters could hold anything).
+    names.retain(|n| (1..=64).contains(&n.len()));
+    let draws = window.as_ref().map(|(_, hits)| names.iter().map(|n| hits.get(*n).copied().unwrap_or(0)).sum::<u64>());
+    let members = names
+        .into_iter()
+        .map(|name| {
+            let window_hits = window.as_ref().map(|(_, hits)| hits.get(name).copied().unwrap_or(0));
+            let actual_share = match (window_hits, draws) {
+                (Some(h), Some(d)) if d > 0 => Some(h as f64 / d as f64),
+                _ => None,
+            };
+            let member = MemberSample {
+                hits: readout.hits.get(name).copied().unwrap_or(0),
+                window_hits,
+                expected_share: expected.get(name).copied().unwrap_or(0.0),
+                actual_share,
+            };
+            (name.to_owned(), member)
+        })
+        .collect();
+    PoolSample {
+        taken_at: now,
+        version: snapshot.version,
+        day,
+        tickets: readout.main.tickets,
+        standby: readout.main.standby,
+        length: readout.main.tickets + readout.main.standby,
+        tiers: readout.tiers.clone(),
+        window_seconds: window.as_ref().map(|(seconds, _)| *seconds),
+        draws,
+        members,
+    }
+}
+
+/// Each member's draws between an earlier sample's counters (`earlier`) and the counters
+/// now (`today`). `earlier_day_now`: when the day changed in between, the earlier day's
+/// counters as they are now (its draws after the earlier sample count too). A counter that
+/// went down on the same day restarted (Redis lost it): all of its count is new.
+pub fn window_hits(
+    earlier: &HashMap<String, u64>,
+    earlier_day_now: Option<&HashMap<String, u64>>,
+    today: &HashMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    let mut names: BTreeSet<&String> = earlier.keys().chain(today.keys()).collect();
+    if let Some(old) = earlier_day_now {
+        names.extend(old.keys());
+    }
+    let get = |map: &HashMap<String, u64>, name: &String| map.get(name).copied().unwrap_or(0);
+    names
+        .into_iter()
+        .map(|name| {
+            let (before, now) = (get(earlier, name), get(today, name));
+            let drawn = match earlier_day_now {
+                Some(old) => get(old, name).saturating_sub(before) + now,
+                None if now >= before => now - before,
+                None => now,
+            };
+            (name.clone(), drawn)
+        })
+        .collect()
+}
+
+/// The share of draws each channel should get at `at`: the weights in force (a peak
+/// window's override, else the pool's), ejected channels at zero. In a `tiers` pool each
+/// tier's share is split among its drawable channels by their weights; a tier with no
+/// drawable channel is left out (its draws fall back to other tiers).
+pub fn expected_shares(
+    snapshot: &PoolSnapshot,
+    at: DateTime<Utc>,
+    ejected: &HashSet<String>,
+) -> anyhow::Result<BTreeMap<String, f64>> {
+    let schedule = snapshot.schedule().map_err(|e| anyhow::anyhow!("published snapshot: {e}"))?;
+    let top = schedule.weights_at(at, &snapshot.weights);
+    let drawable = |name: &str, weight: u64| if ejected.contains(name) { 0 } else { weight };
+    let mut shares = BTreeMap::new();
+    match snapshot.kind {
+        PoolKind::Channels => {
+            let total: u64 = top.iter().map(|(m, w)| drawable(m, w)).sum();
+            for (member, weight) in top.iter() {
+                let share = if total == 0 { 0.0 } else { drawable(member, weight) as f64 / total as f64 };
+                shares.insert(member.to_owned(), share);
+            }
+        }
+        PoolKind::Tiers => {
+            let mut lanes = Vec::new();
+            for (tier, channels) in &snapshot.tiers {
+                let tier_weight = top.index_of(tier.as_str()).map_or(0, |i| top.weight(i));
+                let within: u64 = channels.iter().map(|(m, w)| drawable(m, w)).sum();
+                for (member, _) in channels.iter() {
+                    shares.insert(member.to_owned(), 0.0);
+                }
+                if tier_weight > 0 && within > 0 {
+                    lanes.push((tier_weight, within, channels));
+                }
+            }
+            let tiers_total: u64 = lanes.iter().map(|(w, _, _)| *w).sum();
+            for (tier_weight, within, channels) in lanes {
+                for (member, weight) in channels.iter() {
+                    let share = (tier_weight as f64 * drawable(member, weight) as f64) / (tiers_total as f64 * within as f64);
+                    shares.insert(member.to_owned(), share.clamp(0.0, 1.0));
+                }
+            }
+        }
+    }
+    Ok(shares)
+}
+
+/// The earlier end of a window: the newest sample taken at least about [`WINDOW`] before
+/// `now`, and not more than [`MAX_WINDOW`] before it.
+struct Earlier {
+    taken_at: DateTime<Utc>,
+    day: NaiveDate,
+    hits: HashMap<String, u64>,
+}
+
+#[tracing::instrument(skip_all, fields(pool = %pool), err)]
+async fn get_earlier_sample(db: &PgPool, pool: &PoolName, now: DateTime<Utc>) -> Result<Option<Earlier>, sqlx::Error> {
+    let row: Option<(i64, DateTime<Utc>, NaiveDate)> = sqlx::query_as(
+        "select id, taken_at, day from pool_sample
+         where pool = $1 and taken_at <= $2 and taken_at >= $3
+         order by taken_at desc, id desc limit 1",
+    )
+    .bind(pool.as_str())
+    .bind(now - (WINDOW - WINDOW_SLACK))
+    .bind(now - MAX_WINDOW)
+    .fetch_optional(db)
+    .await?;
+    let Some((id, taken_at, day)) = row else { return Ok(None) };
+    let members: Vec<(String, i64)> = sqlx::query_as("select member, hits from pool_sample_member where sample_id = $1")
+        .bind(id)
+        .fetch_all(db)
+        .await?;
+    let hits = members.into_iter().map(|(m, h)| (m, h.max(0) as u64)).collect();
+    Ok(Some(Earlier { taken_at, day, hits }))
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Stores one sample and its members in one transaction.
+#[tracing::instrument(skip_all, fields(pool = %pool), err)]
+pub async fn insert_sample(db: &PgPool, pool: &PoolName, sample: &PoolSample) -> Result<i64, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let tiers = sample.tiers.as_ref().map(|t| serde_json::to_value(t).expect("list lengths serialise"));
+    let id: i64 = sqlx::query_scalar(
+        "insert into pool_sample (pool, taken_at, version, day, tickets, standby, tiers, window_seconds, draws)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9) returning id",
+    )
+    .bind(pool.as_str())
+    .bind(sample.taken_at)
+    .bind(to_i64(sample.version))
+    .bind(sample.day)
+    .bind(to_i64(sample.tickets))
+    .bind(to_i64(sample.standby))
+    .bind(tiers)
+    .bind(sample.window_seconds)
+    .bind(sample.draws.map(to_i64))
+    .fetch_one(&mut *tx)
+    .await?;
+    let mut names = Vec::new();
+    let mut hits = Vec::new();
+    let mut window_hits = Vec::new();
+    let mut expected = Vec::new();
+    let mut actual = Vec::new();
+    for (name, m) in &sample.members {
+        names.push(name.clone());
+        hits.push(to_i64(m.hits));
+        window_hits.push(m.window_hits.map(to_i64));
+        expected.push(m.expected_share);
+        actual.push(m.actual_share);
+    }
+    sqlx::query(
+        "insert into pool_sample_member (sample_id, member, hits, window_hits, expected_share, actual_share)
+         select $1, * from unnest($2::text[], $3::bigint[], $4::bigint[], $5::float8[], $6::float8[])",
+    )
+    .bind(id)
+    .bind(names)
+    .bind(hits)
+    .bind(window_hits)
+    .bind(expected)
+    .bind(actual)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// A page of one pool's samples, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SamplePage {
+    pub samples: Vec<PoolSample>,
+    /// More samples were taken since `since` than the page holds: the oldest were left out.
+    pub truncated: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct SampleRow {
+    id: i64,
+    taken_at: DateTime<Utc>,
+    version: i64,
+    day: NaiveDate,
+    tickets: i64,
+    standby: i64,
+    tiers: Option<sqlx::types::Json<BTreeMap<String, ListLength>>>,
+    window_seconds: Option<f64>,
+    draws: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct MemberRow {
+    sample_id: i64,
+    member: String,
+    hits: i64,
+    window_hits: Option<i64>,
+    expected_share: f64,
+    actual_share: Option<f64>,
+}
+
+/// The newest `limit` samples of `pool` taken at or after `since`, oldest first.
+#[tracing::instrument(skip_all, fields(pool = %pool, limit), err)]
+pub async fn list_samples(db: &PgPool, pool: &PoolName, since: DateTime<Utc>, limit: u32) -> Result<SamplePage, sqlx::Error> {
+    let mut rows: Vec<SampleRow> = sqlx::query_as(
+        "select id, taken_at, version, day, tickets, standby, tiers, window_seconds, draws
+         from pool_sample where pool = $1 and taken_at >= $2
+         order by taken_at desc, id desc limit $3",
+    )
+    .bind(pool.as_str())
+    .bind(since)
+    .bind(i64::from(limit) + 1)
+    .fetch_all(db)
+    .await?;
+    let truncated = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    rows.reverse();
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let member_rows: Vec<MemberRow> = sqlx::query_as(
+        "select sample_id, member, hits, window_hits, expected_share, actual_share
+         from pool_sample_member where sample_id = any($1)",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    let mut members: HashMap<i64, BTreeMap<String, MemberSample>> = HashMap::new();
+    for m in member_rows {
+        members.entry(m.sample_id).or_default().insert(
+            m.member,
+            MemberSample {
+                hits: m.hits.max(0) as u64,
+                window_hits: m.window_hits.map(|h| h.max(0) as u64),
+                expected_share: m.expected_share,
+                actual_share: m.actual_share,
+            },
+        );
+    }
+    let samples = rows
+        .into_iter()
+        .map(|r| {
+            let (tickets, standby) = (r.tickets.max(0) as u64, r.standby.max(0) as u64);
+            PoolSample {
+                taken_at: r.taken_at,
+                version: r.version.max(0) as u64,
+                day: r.day,
+                tickets,
+                standby,
+                length: tickets + standby,
+                tiers: r.tiers.map(|t| t.0),
+                window_seconds: r.window_seconds,
+                draws: r.draws.map(|d| d.max(0) as u64),
+                members: members.remove(&r.id).unwrap_or_default(),
+            }
+        })
+        .collect();
+    Ok(SamplePage { samples, truncated })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::{Ordering, Weights};
+
+    fn counts(pairs: &[(&str, u64)]) -> HashMap<String, u64> {
+        pairs.iter().map(|(m, n)| ((*m).to_owned(), *n)).collect()
+    }
+
+    fn snapshot(kind: PoolKind, weights: &[(&str, u64)], tiers: &[(Tier, &[(&str, u64)])]) -> PoolSnapshot {
+        PoolSnapshot {
+            version: 1,
+            kind,
+            weights: Weights::from_integers(weights.iter().map(|(m, w)| (*m, *w))).unwrap(),
+            tiers: tiers
+                .iter()
+                .map(|(t, ch)| (*t, Weights::from_integers(ch.iter().map(|(m, w)| (*m, *w))).unwrap()))
+                .collect(),
+            batch_size: 100,
+            low_water: 10,
+            ordering: Ordering::Smooth,
+            timezone: "UTC".into(),
+            peak_windows: vec![],
+            caps: Default::default(),
+            eject_rebuild_percent: 50,
+            ejected: Default::default(),
+        }
+    }
+
+    #[test]
+    fn window_hits_on_one_day_are_the_counter_differences() {
+        let got = window_hits(&counts(&[("A", 10), ("B", 4)]), None, &counts(&[("A", 15), ("B", 4), ("C", 2)]));
+        assert_eq!(got, BTreeMap::from([("A".into(), 5), ("B".into(), 0), ("C".into(), 2)]));
+    }
+
+    #[test]
+    fn window_hits_across_midnight_add_the_old_days_tail_to_the_new_days_counts() {
+        let earlier = counts(&[("A", 10), ("B", 4)]);
+        let old_day_now = counts(&[("A", 12), ("B", 4)]);
+        let today = counts(&[("A", 3), ("C", 5)]);
+        let got = window_hits(&earlier, Some(&old_day_now), &today);
+        assert_eq!(got, BTreeMap::from([("A".into(), 5), ("B".into(), 0), ("C".into(), 5)]));
+    }
+
+    #[test]
+    fn a_counter_that_went_down_on_the_same_day_restarted() {
+        let got = window_hits(&counts(&[("A", 10)]), None, &counts(&[("A", 3)]));
+        assert_eq!(got, BTreeMap::from([("A".into(), 3)]));
+    }
+
+    #[test]
+    fn expected_shares_of_a_channels_pool_leave_ejected_members_out() {
+        let s = snapshot(PoolKind::Channels, &[("A", 5), ("B", 3), ("C", 2)], &[]);
+        let none = expected_shares(&s, Utc::now(), &HashSet::new()).unwrap();
+        assert_eq!(none, BTreeMap::from([("A".into(), 0.5), ("B".into(), 0.3), ("C".into(), 0.2)]));
+        let ejected = expected_shares(&s, Utc::now(), &HashSet::from(["A".to_owned()])).unwrap();
+        assert_eq!(ejected, BTreeMap::from([("A".into(), 0.0), ("B".into(), 0.6), ("C".into(), 0.4)]));
+    }
+
+    #[test]
+    fn expected_shares_of_a_tiers_pool_split_each_tier_among_its_drawable_channels() {
+        let s = snapshot(
+            PoolKind::Tiers,
+            &[("G", 60), ("N", 30), ("U", 10)],
+            &[(Tier::G, &[("G1", 50), ("G2", 50)]), (Tier::N, &[("N1", 70), ("N2", 30)]), (Tier::U, &[("U1", 1)])],
+        );
+        let got = expected_shares(&s, Utc::now(), &HashSet::new()).unwrap();
+        for (member, share) in [("G1", 0.3), ("G2", 0.3), ("N1", 0.21), ("N2", 0.09), ("U1", 0.1)] {
+            assert!((got[member] - share).abs() < 1e-12, "{member}: {got:?}");
+        }
+        // U's only channel ejected: U's share goes to the other tiers; G2 ejected: G1 takes G's.
+        let got = expected_shares(&s, Utc::now(), &HashSet::from(["U1".to_owned(), "G2".to_owned()])).unwrap();
+        for (member, share) in [("G1", 60.0 / 90.0), ("G2", 0.0), ("N1", 0.7 * 30.0 / 90.0), ("U1", 0.0)] {
+            assert!((got[member] - share).abs() < 1e-12, "{member}: {got:?}");
+        }
+    }
+}

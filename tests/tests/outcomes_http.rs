@@ -1,0 +1,143 @@
+//! Outcome reports over HTTP (`POST /api/v1/channels/{code}/outcomes`) against a running
+//! server with its own database and Redis key prefix: counted in Redis where the health
+//! evaluation reads them, refused by field, 404 for an unknown channel, 503 without Redis,
+//! and recorded without looking the channel up while Postgres is away.
+
+use integration::proxy::{postgres_address, through, Proxy};
+use integration::{base_settings, spawn_app, spawn_app_with, TestApp};
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+
+use client::health::{ChannelCode, MinuteCounts, Totals};
+
+async fn report(app: &TestApp, code: &str, body: Value) -> (u16, Value) {
+    let response = app
+        .http
+        .post(format!("{}/api/v1/channels/{code}/outcomes", app.address))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn register_channel(app: &TestApp, code: &str) {
+    sqlx::query("insert into channel (code, name, base_weight) values ($1, $2, 10)")
+        .bind(code)
+        .bind(format!("channel {code}"))
+        .execute(&app.state.db)
+        .await
+        .unwrap();
+}
+
+fn channel(code: &str) -> ChannelCode {
+    ChannelCode::parse(code).unwrap()
+}
+
+#[tokio::test]
+async fn a_report_is_accepted_and_counted_in_the_minute_it_names() {
+    // Arrange
+    let app = spawn_app().await;
+    register_channel(&app, "ALIPAY_A").await;
+    let a = channel("ALIPAY_A");
+
+    // Act
+    let (first_status, first) = report(&app, "ALIPAY_A", json!({"ok": 7, "fail": 2, "latency_ms_sum": 900, "latency_count": 9})).await;
+    let (second_status, second) = report(&app, "ALIPAY_A", json!({"ok": 0, "fail": 1})).await;
+
+    // Assert
+    assert_eq!((first_status, second_status), (202, 202), "{first} {second}");
+    assert_eq!(first["channel"], "ALIPAY_A");
+    let (m1, m2) = (first["minute"].as_i64().unwrap(), second["minute"].as_i64().unwrap());
+    let window = app.state.outcomes.window(&a, m1, m2).await.unwrap();
+    assert_eq!(Totals::of(&window), Totals { ok: 7, fail: 3, latency_ms_sum: 900, latency_count: 9 });
+    if m1 == m2 {
+        assert_eq!(window, vec![MinuteCounts { minute: m1, ok: 7, fail: 3, latency_ms_sum: 900, latency_count: 9 }]);
+    }
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains(r#"tessera_health_outcomes_total{result="fail"} 3"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_report_for_a_channel_with_no_row_is_404_and_writes_nothing() {
+    // Arrange
+    let app = spawn_app().await;
+    register_channel(&app, "ALIPAY_A").await;
+
+    // Act
+    let (status, body) = report(&app, "NOT_A_CHANNEL", json!({"ok": 1, "fail": 0})).await;
+
+    // Assert
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("NOT_A_CHANNEL"), "{body}");
+    let window = app.state.outcomes.window(&channel("NOT_A_CHANNEL"), i64::MIN, i64::MAX).await.unwrap();
+    assert!(window.is_empty(), "{window:?}");
+}
+
+#[tokio::test]
+async fn bad_reports_are_400_naming_the_field_and_write_nothing() {
+    // Arrange
+    let app = spawn_app().await;
+    register_channel(&app, "ALIPAY_A").await;
+    let cases = [
+        ("ALIPAY_A", json!({"ok": 0, "fail": 0}), "ok"),
+        ("ALIPAY_A", json!({"fail": 1}), "ok"),
+        ("ALIPAY_A", json!({"ok": 1}), "fail"),
+        ("ALIPAY_A", json!({"ok": -1, "fail": 1}), "ok"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": 1.5}), "fail"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": "2"}), "fail"),
+        ("ALIPAY_A", json!({"ok": 1_000_000_001u64, "fail": 0}), "ok"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": 1, "latency_ms_sum": 50, "latency_count": 3}), "latency_count"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": 1, "latency_ms_sum": 50}), "latency_count"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": 0, "latency_ms_sum": 2_000_000_000u64, "latency_count": 1}), "latency_ms_sum"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": 0, "latncy_count": 1}), "latncy_count"),
+        ("ALIPAY_A", json!([1, 0]), "body"),
+        ("ALIPAY:A", json!({"ok": 1, "fail": 0}), "channel"),
+    ];
+
+    for (code, body, field) in cases {
+        // Act
+        let (status, answer) = report(&app, code, body.clone()).await;
+
+        // Assert
+        assert_eq!((status, answer["field"].as_str()), (400, Some(field)), "{code} {body}: {answer}");
+        assert!(!answer["rule"].as_str().unwrap_or_default().is_empty(), "{answer}");
+    }
+    let window = app.state.outcomes.window(&channel("ALIPAY_A"), i64::MIN, i64::MAX).await.unwrap();
+    assert!(window.is_empty(), "{window:?}");
+}
+
+#[tokio::test]
+async fn without_redis_a_report_is_503() {
+    // Arrange
+    let app = spawn_app_with(|s| s.redis_url = "redis://127.0.0.1:1".to_owned().into()).await;
+    register_channel(&app, "ALIPAY_A").await;
+
+    // Act
+    let (status, body) = report(&app, "ALIPAY_A", json!({"ok": 1, "fail": 0})).await;
+
+    // Assert
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("redis unreachable"), "{body}");
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains(r#"tessera_health_reports_dropped_total{reason="unreachable"} 1"#), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_postgres_is_away_a_report_is_recorded_without_looking_the_channel_up() {
+    // Arrange: an app whose Postgres connections go through a proxy the test cuts
+    let proxy = Proxy::start(postgres_address(base_settings().database_url.expose_secret())).await;
+    let app = spawn_app_with(|s| s.database_url = through(s.database_url.expose_secret(), proxy.addr()).into()).await;
+    register_channel(&app, "ALIPAY_A").await;
+
+    // Act
+    proxy.cut();
+    let (status, body) = report(&app, "ALIPAY_A", json!({"ok": 2, "fail": 1})).await;
+
+    // Assert
+    assert_eq!(status, 202, "{body}");
+    let minute = body["minute"].as_i64().unwrap();
+    let window = app.state.outcomes.window(&channel("ALIPAY_A"), minute, minute).await.unwrap();
+    assert_eq!((Totals::of(&window).ok, Totals::of(&window).fail), (2, 1));
+}
