@@ -109,7 +109,7 @@ impl Modify for AdminToken {
 }
 
 /// Adds the 500 that every handler answering `ApiError` may give (an unexpected error, with
-/// no internals in its body) to each operation that documents an error status.
+/// no internals in its body) to each operation that documents an [`ErrorBody`] answer.
 struct ServerErrors;
 
 impl Modify for ServerErrors {
@@ -127,8 +127,9 @@ impl Modify for ServerErrors {
             ];
             for operation in operations.into_iter().flatten() {
                 let responses = &mut operation.responses.responses;
-                let answers_errors = responses.keys().any(|status| status.starts_with('4') || status.starts_with('5'));
-                if answers_errors && !responses.contains_key("500") {
+                let answers_api_errors = serde_json::to_string(&*responses)
+                    .is_ok_and(|json| json.contains("\"#/components/schemas/ErrorBody\""));
+                if answers_api_errors && !responses.contains_key("500") {
                     let response = ResponseBuilder::new()
                         .description("An unexpected error; the server log has the details")
                         .content(

@@ -145,7 +145,8 @@ pub struct SettleBody {
     /// The tokens the request really used (may exceed the reservation: an overdraft).
     #[serde(deserialize_with = "actual_tokens")]
     actual_tokens: TokenCount,
-    /// The request was cut short (e.g. a stream aborted): charged as given, counted apart.
+    /// The stream broke part-way: `actual_tokens` is what was consumed before it did
+    /// (charged as for any settle).
     #[serde(default)]
     partial: bool,
 }
