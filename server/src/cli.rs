@@ -21,11 +21,15 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Migrate the database, then serve the HTTP API and the admin UI.
-    Serve,
+    Serve(ServeArgs),
     /// Create the database when missing and apply every migration.
     Migrate,
-    /// Create the database when missing, migrate, and load demo data (idempotent).
+    /// Create the database when missing, migrate, and load demo data (idempotent); prints
+    /// the passwords of the demo users it creates (one per role), once.
     DemoSeed,
+    /// Manage users.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Compare allocation strategies on the same weights: per-request random, weighted
     /// round robin, smooth weighted round robin, and ticket pools (shuffle, smooth).
     Verify(VerifyArgs),
@@ -36,6 +40,35 @@ pub enum Command {
     /// Drive draws and quota traffic (reserve, then settle or release; a few left to
     /// expire) against the configured Redis through the client, so the dashboard is alive.
     Simulate(crate::simulate::SimulateArgs),
+}
+
+/// Arguments of `tessera serve`.
+#[derive(Debug, Default, clap::Args)]
+pub struct ServeArgs {
+    /// Development only: serve every /api/v1 request as an admin without credentials.
+    #[arg(long)]
+    pub open: bool,
+}
+
+/// Arguments of `tessera user`.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Create a user. The password is read from stdin (one line) with --password-stdin,
+    /// otherwise generated and printed once.
+    Add(UserAddArgs),
+}
+
+/// Arguments of `tessera user add`.
+#[derive(Debug, clap::Args)]
+pub struct UserAddArgs {
+    /// The user's name: 1..=64 of ASCII letters, digits, '_', '.', '@', '-'.
+    pub name: String,
+    /// viewer, operator, pm, auditor or admin.
+    #[arg(long)]
+    pub role: String,
+    /// Read the password (12..=256 characters) from stdin instead of generating one.
+    #[arg(long)]
+    pub password_stdin: bool,
 }
 
 /// What `tessera bench` measures.

@@ -56,6 +56,8 @@ pub struct Settings {
     pub admin: Option<AdminAccess>,
     /// How long pool samples are kept (`TESSERA_SAMPLE_RETENTION_DAYS`, default 7 days).
     pub sample_retention: SampleRetention,
+    /// Logins, sessions and the development switch that opens the API.
+    pub auth: AuthSettings,
 }
 
 /// How long the sampler's rows are kept before the daily prune deletes them: 1..=365 days.
@@ -82,9 +84,26 @@ impl SampleRetention {
     }
 }
 
-/// Access to the admin API until users and API tokens exist: one bearer token
+/// Logins and sessions.
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// Every `/api/v1` request is served as an admin without credentials: for development
+    /// only, never on by default (`auth.open`, `TESSERA_OPEN=1`, `tessera serve --open`).
+    pub open: bool,
+    /// How long a login session lasts (`auth.session_hours`, 1..=720, default 12).
+    pub session_ttl: std::time::Duration,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self { open: false, session_ttl: std::time::Duration::from_secs(12 * 3600) }
+    }
+}
+
+/// A configured bearer token with admin scope, for automation and bootstrapping
 /// (`TESSERA_ADMIN_TOKEN`, at least 16 characters) and the actor audit rows name
-/// (`TESSERA_ADMIN_ACTOR`, default `admin`).
+/// (`TESSERA_ADMIN_ACTOR`, default `admin`). Users and API tokens are managed through the
+/// API once one admin exists.
 #[derive(Debug, Clone)]
 pub struct AdminAccess {
     pub token: SecretString,
@@ -108,6 +127,15 @@ struct FileSettings {
     admin: FileAdmin,
     #[serde(default)]
     samples: FileSamples,
+    #[serde(default)]
+    auth: FileAuth,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAuth {
+    open: Option<bool>,
+    session_hours: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -253,7 +281,19 @@ impl Settings {
             (None, Some(days)) => SampleRetention::parse("samples.retention_days", &days.to_string())?,
             (None, None) => SampleRetention::DEFAULT,
         };
+        let open = match env("TESSERA_OPEN").filter(|v| !v.is_empty()) {
+            Some(raw) => match raw.as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => anyhow::bail!("auth.open (TESSERA_OPEN): must be 1, true, 0 or false, got {raw:?}"),
+            },
+            None => file.auth.open.unwrap_or(false),
+        };
+        let session_hours = file.auth.session_hours.unwrap_or(12);
+        anyhow::ensure!((1..=720).contains(&session_hours), "auth.session_hours: must be in 1..=720");
+        let auth = AuthSettings { open, session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600) };
         Ok(Self {
+            auth,
             database_url: SecretString::from(database_url),
             redis_url: SecretString::from(redis_url),
             redis_prefix,

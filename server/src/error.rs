@@ -23,6 +23,9 @@ pub enum ApiError {
     /// No valid credentials (401).
     #[error("{0}")]
     Unauthorized(String),
+    /// Valid credentials that do not allow this (403).
+    #[error("{0}")]
+    Forbidden(String),
     /// The entity changed since the version the request was made against (409).
     #[error("{entity} is at version {current}, not {expected}")]
     Conflict { entity: String, expected: i64, current: i64 },
@@ -58,6 +61,7 @@ impl ResponseError for ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::QuotaRefused { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Conflict { .. } | Self::Duplicate { .. } => StatusCode::CONFLICT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,

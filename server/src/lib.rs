@@ -9,6 +9,7 @@
 //! the OpenAPI document of the HTTP API.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod configuration;

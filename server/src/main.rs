@@ -1,7 +1,7 @@
 //! The `tessera` binary: parse the command line, set up telemetry, run the subcommand.
 
 use clap::Parser;
-use server::cli::{BenchCommand, Cli, Command};
+use server::cli::{BenchCommand, Cli, Command, UserCommand};
 use server::configuration::Settings;
 use server::startup::{Application, Signals};
 
@@ -35,9 +35,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let settings = Settings::load(cli.config.as_deref())?;
     server::telemetry::init(settings.log_format, &settings.log_filter);
-    match cli.command.unwrap_or(Command::Serve) {
+    let mut settings = settings;
+    match cli.command.unwrap_or(Command::Serve(Default::default())) {
         Command::Verify(_) => unreachable!("handled above"),
-        Command::Serve => {
+        Command::Serve(args) => {
+            settings.auth.open |= args.open;
+            if settings.auth.open {
+                tracing::warn!("OPEN MODE: every /api/v1 request is served as an admin without credentials; development only");
+            }
             tracing::info!(config = %settings.redacted_summary(), "starting");
             server::db::create_database_if_missing(&settings).await?;
             let application = Application::build(&settings, Signals::Handle).await?;
@@ -90,6 +95,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("database {name} is migrated");
             }
         }
+        Command::User(UserCommand::Add(args)) => {
+            let role = server::auth::Role::parse(&args.role).map_err(|e| anyhow::anyhow!("--role: {e}"))?;
+            let password = if args.password_stdin {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                line.trim_end_matches(['\r', '\n']).to_owned()
+            } else {
+                server::auth::random_secret(18)
+            };
+            server::db::create_database_if_missing(&settings).await?;
+            let db = server::db::connect(&settings).await?;
+            server::db::migrate(&db).await?;
+            server::auth::create_user(&db, &args.name, role, &password).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("created user {} with role {role}", args.name);
+            if !args.password_stdin {
+                println!("password (shown once): {password}");
+            }
+        }
         Command::DemoSeed => {
             server::db::create_database_if_missing(&settings).await?;
             let db = server::db::connect(&settings).await?;
@@ -100,6 +123,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             for entity in &report.kept {
                 println!("kept {entity} (already present)");
+            }
+            for (name, role, password) in &report.users {
+                println!("demo user {name} (role {role}), password (shown once): {password}");
             }
             // Deliver the seed's outbox rows now, as a running server's publisher would.
             let state = server::startup::build_state(&settings).await?;

@@ -19,6 +19,8 @@ pub struct SeedReport {
     pub created: Vec<String>,
     /// Entities that existed already and were left alone.
     pub kept: Vec<String>,
+    /// Demo users created now, one per role: (name, role, password shown once).
+    pub users: Vec<(String, String, String)>,
 }
 
 impl SeedReport {
@@ -141,5 +143,18 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
     let acme = TenantId::parse("acme")?;
     let outcome = config::add_grant(db, &CTX, &acme, &grant, None, now).await.map(|_| ());
     report.record("grant:acme/launch-bonus".to_owned(), outcome)?;
+    // One user per role, with a generated password printed once.
+    for role in crate::auth::Role::ALL {
+        let name = format!("demo-{role}");
+        let password = crate::auth::random_secret(18);
+        match crate::auth::create_user(db, &name, role, &password).await {
+            Ok(()) => {
+                report.created.push(format!("user:{name}"));
+                report.users.push((name, role.to_string(), password));
+            }
+            Err(crate::error::ApiError::Duplicate { .. }) => report.kept.push(format!("user:{name}")),
+            Err(e) => return Err(anyhow::anyhow!("seeding user {name}: {e}")),
+        }
+    }
     Ok(())
 }

@@ -107,6 +107,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         pool_admin,
         outcomes,
         admin: settings.admin.clone(),
+        auth: settings.auth.clone(),
         sample_retention: settings.sample_retention,
     })
 }
@@ -142,6 +143,8 @@ fn http_server(
         };
         actix_web::App::new()
             .app_data(data.clone())
+            // Who may call which /api/v1 route (inner: runs after the request is logged and counted).
+            .wrap(from_fn(crate::auth::guard))
             .wrap(from_fn(routes::metrics::record))
             .wrap(tracing_actix_web::TracingLogger::default())
             .service(routes::health::healthz)

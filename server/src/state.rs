@@ -25,8 +25,10 @@ pub struct AppState {
     pub pool_admin: PoolAdmin,
     /// Outcome reports per channel and minute (written by apps, read by the health job).
     pub outcomes: client::Outcomes,
-    /// Who may use the admin API (`None`: its writes are disabled).
+    /// The configured admin token, if any.
     pub admin: Option<crate::configuration::AdminAccess>,
+    /// Sessions, and whether the API is open (development only).
+    pub auth: crate::configuration::AuthSettings,
     /// How long pool samples are kept (the daily prune deletes older ones).
     pub sample_retention: crate::configuration::SampleRetention,
 }

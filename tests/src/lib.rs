@@ -80,10 +80,13 @@ impl Drop for Cleanup {
 }
 
 /// The base settings every test app starts from: the environment's (so CI can point tests
-/// elsewhere), with the site root of this workspace.
+/// elsewhere), with the site root of this workspace. Test apps serve the API open (the
+/// development mode, `auth.open`), so tests of other things need no credentials; tests
+/// of access control, and tests acting as a named actor, turn it off.
 pub fn base_settings() -> Settings {
     let mut settings = Settings::from_toml_and_env("", |name| std::env::var(name).ok())
         .expect("test settings from the environment");
+    settings.auth.open = true;
     if std::env::var_os("TESSERA_SITE_ROOT").is_none() {
         settings.site_root = workspace_root().join("target/site");
     }

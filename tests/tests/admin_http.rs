@@ -8,7 +8,11 @@ use server::configuration::AdminAccess;
 const TOKEN: &str = "test-admin-token-0123456789";
 
 async fn admin_app() -> TestApp {
-    spawn_app_with(|s| s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() })).await
+    spawn_app_with(|s| {
+        s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
+        s.auth.open = false;
+    })
+    .await
 }
 
 async fn send(app: &TestApp, method: reqwest::Method, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
@@ -27,6 +31,13 @@ fn pool_body(a: u64, b: u64) -> Value {
         "timezone": "Europe/Berlin", "eject_rebuild_percent": 50,
         "weights": [{"member": "A", "weight": a}, {"member": "B", "weight": b}]
     })
+}
+
+/// A data-plane API token, minted with the configured admin token.
+async fn dataplane_token(app: &TestApp) -> String {
+    let (status, reply) = send(app, reqwest::Method::POST, "/api/v1/tokens", Some(TOKEN), json!({"name": "gateway", "scope": "dataplane"})).await;
+    assert_eq!(status, 201, "{reply}");
+    reply["token"].as_str().unwrap().to_owned()
 }
 
 /// Registers channels (pool members must be registered channels).
@@ -54,10 +65,10 @@ async fn writes_need_the_configured_bearer_token() {
     let audit: i64 = sqlx::query_scalar("select count(*) from audit").fetch_one(&app.state.db).await.unwrap();
     assert_eq!(audit, 0);
 
-    let disabled = integration::spawn_app().await;
+    let disabled = spawn_app_with(|s| s.auth.open = false).await;
     let (status, reply) = send(&disabled, reqwest::Method::PUT, "/api/v1/pools/p1", Some(TOKEN), json!({"snapshot": {}, "expected_version": 0})).await;
     assert_eq!(status, 401);
-    assert!(reply["error"].as_str().unwrap().contains("TESSERA_ADMIN_TOKEN"));
+    assert!(reply["error"].as_str().unwrap().contains("unknown or revoked"), "{reply}");
 }
 
 #[tokio::test]
@@ -70,7 +81,7 @@ async fn a_pool_is_created_published_reweighted_and_every_change_is_audited() {
         json!({"snapshot": pool_body(99, 1), "expected_version": 0, "reason": "new pool"})).await;
     assert_eq!(status, 200, "{created}");
     assert_eq!((created["version"].as_i64(), created["published"].as_bool()), (Some(1), Some(true)));
-    let (status, read) = send(&app, reqwest::Method::GET, "/api/v1/pools/gray", None, Value::Null).await;
+    let (status, read) = send(&app, reqwest::Method::GET, "/api/v1/pools/gray", Some(TOKEN), Value::Null).await;
     assert_eq!((status, read["version"].as_i64()), (200, Some(1)));
     assert_eq!(tickets(&app, "gray").await.iter().filter(|t| *t == "B").count(), 0, "1% of 20 rounds to none in the first batch");
 
@@ -88,7 +99,7 @@ async fn a_pool_is_created_published_reweighted_and_every_change_is_audited() {
     assert_eq!((now.iter().filter(|t| *t == "A").count(), now.iter().filter(|t| *t == "B").count()), (10, 10));
 
     // The trail: who, from where, why, before and after.
-    let (_, trail) = send(&app, reqwest::Method::GET, "/api/v1/audit?entity=pool:gray", None, Value::Null).await;
+    let (_, trail) = send(&app, reqwest::Method::GET, "/api/v1/audit?entity=pool:gray", Some(TOKEN), Value::Null).await;
     let newest = &trail["rows"][0];
     assert_eq!((newest["actor"].as_str(), newest["source"].as_str(), newest["action"].as_str(), newest["reason"].as_str()),
         (Some("ops-bot"), Some("api"), Some("pool.weights"), Some("gray 50%")));
@@ -135,7 +146,8 @@ async fn a_tenant_is_created_and_its_quota_served_at_once() {
         json!({"plan": "tiny", "reservation_ttl_ms": 60000, "retention_days": 40, "expected_version": 0})).await;
     assert_eq!(status, 200, "{created}");
     assert_eq!((created["version"].as_i64(), created["published"].as_bool()), (Some(1), Some(true)));
-    let (status, reserved) = send(&app, reqwest::Method::POST, "/api/v1/tenants/newco/quota/reserve", None, json!({"request_id": "r1", "tokens": 10})).await;
+    let dataplane = dataplane_token(&app).await;
+    let (status, reserved) = send(&app, reqwest::Method::POST, "/api/v1/tenants/newco/quota/reserve", Some(&dataplane), json!({"request_id": "r1", "tokens": 10})).await;
     assert_eq!((status, reserved["result"].as_str()), (200, Some("reserved")));
 }
 
@@ -150,8 +162,9 @@ async fn an_ejection_is_audited_skips_the_member_and_survives_a_wiped_redis() {
         json!({"reason": "B failing", "expected_version": 1})).await;
     assert_eq!(status, 200, "{ejected}");
     assert_eq!((ejected["ejected"].clone(), ejected["rebuilt"].as_bool()), (json!(["B"]), Some(false)));
+    let dataplane = dataplane_token(&app).await;
     for _ in 0..15 {
-        let (_, draw) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/draw", None, Value::Null).await;
+        let (_, draw) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/draw", Some(&dataplane), Value::Null).await;
         assert_eq!(draw["member"], "A", "{draw}");
     }
     let (status, again) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/members/B/eject", Some(TOKEN),
@@ -171,7 +184,7 @@ async fn an_ejection_is_audited_skips_the_member_and_survives_a_wiped_redis() {
     let (status, _) = send(&app, reqwest::Method::POST, "/api/v1/pools/ej/members/B/restore", Some(TOKEN),
         json!({"reason": "recovered", "expected_version": 2})).await;
     assert_eq!(status, 200);
-    let (_, trail) = send(&app, reqwest::Method::GET, "/api/v1/audit?entity=pool:ej", None, Value::Null).await;
+    let (_, trail) = send(&app, reqwest::Method::GET, "/api/v1/audit?entity=pool:ej", Some(TOKEN), Value::Null).await;
     let actions: Vec<&str> = trail["rows"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
     assert_eq!(actions, vec!["pool.restore", "pool.eject", "pool.put"]);
 }

@@ -131,8 +131,8 @@ async fn demo_seed_twice_changes_nothing_the_second_time() {
     let first = server::seed::demo_seed(&app.state.db).await.unwrap();
     let second = server::seed::demo_seed(&app.state.db).await.unwrap();
     assert!(first.created.iter().any(|e| e == "pool:cn-pay"), "{:?}", first.created);
-    assert_eq!(first.created.len(), 16, "8 channels, 2 pools, 3 plans, 2 tenants, 1 grant: {:?}", first.created);
-    assert_eq!(second.kept.len(), 16);
+    assert_eq!(first.created.len(), 21, "8 channels, 2 pools, 3 plans, 2 tenants, 1 grant, 5 users: {:?}", first.created);
+    assert_eq!(second.kept.len(), 21);
     assert!(second.created.is_empty());
     assert_eq!(server::db::snapshot::count_for(&app.state.db, "pool:cn-pay").await.unwrap(), 1);
 }

@@ -20,7 +20,11 @@ fn t0() -> DateTime<Utc> {
 }
 
 async fn bench() -> Bench {
-    let app = spawn_app_with(|s| s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() })).await;
+    let app = spawn_app_with(|s| {
+        s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
+        s.auth.open = false;
+    })
+    .await;
     let clock = client::Clock::manual(t0());
     let outcomes = client::Outcomes::new(app.state.redis.clone(), app.state.keys.clone(), clock.clone(), None);
     Bench { app, clock, outcomes }

@@ -236,7 +236,7 @@ pub struct ChannelSpec {
 }
 
 /// A channel as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Channel {
     pub code: String,
     pub name: String,
@@ -294,7 +294,7 @@ impl TryFrom<PlanSpecRaw> for PlanSpec {
 }
 
 /// A plan as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Plan {
     pub name: String,
     pub monthly_tokens: i64,
@@ -360,7 +360,7 @@ pub struct NewGrant {
 }
 
 /// A tenant as stored: settings, plan limits, grants, and its published snapshot.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Tenant {
     pub name: String,
     pub plan: String,
@@ -384,7 +384,10 @@ pub struct Tenant {
 pub struct PoolSummary {
     pub name: String,
     pub kind: String,
+    /// The configuration version (what `expected_version` is checked against).
     pub version: i64,
+    /// The newest published snapshot's version.
+    pub published_version: i64,
     pub members: i64,
     pub ejected: i64,
     pub timezone: String,
@@ -394,7 +397,7 @@ pub struct PoolSummary {
 /// Every pool, by name.
 pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolSummary>, sqlx::Error> {
     let rows = sqlx::query(
-        "select p.name, p.kind, p.version, p.timezone, p.updated_at,
+        "select p.name, p.kind, p.config_version, p.version as published_version, p.timezone, p.updated_at,
                 count(m.channel) as members,
                 count(m.channel) filter (where m.ejected or not c.enabled) as ejected
          from pool p
@@ -409,7 +412,8 @@ pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolSummary>, sqlx::Error> {
             Ok(PoolSummary {
                 name: r.try_get("name")?,
                 kind: r.try_get("kind")?,
-                version: r.try_get("version")?,
+                version: r.try_get("config_version")?,
+                published_version: r.try_get("published_version")?,
                 members: r.try_get("members")?,
                 ejected: r.try_get("ejected")?,
                 timezone: r.try_get("timezone")?,
@@ -846,21 +850,6 @@ pub async fn modify_pool(
     Ok(PoolWritten { written, config_version: config_version + 1, published })
 }
 
-/// Records an operation on a pool that changes no configuration (a rebuild) in the audit
-/// trail.
-pub async fn audit_pool_operation(db: &PgPool, ctx: &Ctx<'_>, pool: &PoolName, action: &str, detail: &Value) -> Result<i64, ChangeError> {
-    let mut tx = db.begin().await?;
-    let version: Option<i64> = sqlx::query_scalar("select version from pool where name = $1")
-        .bind(pool.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-    if version.is_none() {
-        return Err(ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())));
-    }
-    let id = audit(&mut tx, ctx, &format!("pool:{pool}"), action, None, Some(detail)).await?;
-    tx.commit().await?;
-    Ok(id)
-}
 
 // ---------------------------------------------------------------------------------------
 // Channels
@@ -912,8 +901,8 @@ pub async fn create_channel(db: &PgPool, ctx: &Ctx<'_>, code: &ChannelCode, spec
     let entity = format!("channel:{code}");
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
-    if let Some(existing) = channel_in(&mut tx, code.as_str()).await? {
-        return Err(ChangeError::Conflict { entity, expected: 0, current: existing.version });
+    if channel_in(&mut tx, code.as_str()).await?.is_some() {
+        return Err(ChangeError::Duplicate { field: "code".into(), rule: format!("channel {:?} exists", code.as_str()) });
     }
     sqlx::query("insert into channel (code, name, tier, enabled, base_weight) values ($1, $2, $3, $4, $5)")
         .bind(code.as_str())
@@ -1053,8 +1042,8 @@ pub async fn create_plan(db: &PgPool, ctx: &Ctx<'_>, name: &PlanName, spec: &Pla
     let entity = format!("plan:{name}");
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
-    if let Some(existing) = plan_in(&mut tx, name.as_str()).await? {
-        return Err(ChangeError::Conflict { entity, expected: 0, current: existing.version });
+    if plan_in(&mut tx, name.as_str()).await?.is_some() {
+        return Err(ChangeError::Duplicate { field: "name".into(), rule: format!("plan {:?} exists", name.as_str()) });
     }
     sqlx::query("insert into plan (name, monthly_tokens, daily_requests, concurrency) values ($1, $2, $3, $4)")
         .bind(name.as_str())

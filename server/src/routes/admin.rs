@@ -6,14 +6,13 @@
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use client::pool::{PoolName, PoolSnapshot, ReweightMode};
 use engine::{Tier, Weights};
-use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::db::audit::Source;
 use crate::db::change::ChangeError;
 use crate::db::config::{self, ChannelCode, Ctx, Written};
-use crate::error::ApiError;
+use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::routes::audit::db_error;
 use crate::state::AppState;
 
@@ -31,28 +30,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(rebuild_pool);
     super::config::configure(cfg);
     super::channel_health::configure(cfg);
-}
-
-/// The actor of a request bearing the configured admin token.
-pub(crate) fn authorize<'s>(req: &HttpRequest, state: &'s AppState) -> Result<&'s str, ApiError> {
-    let Some(admin) = &state.admin else {
-        return Err(ApiError::Unauthorized("the admin API is disabled: set admin.token (TESSERA_ADMIN_TOKEN)".into()));
-    };
-    let given = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    let expected = admin.token.expose_secret().as_bytes();
-    // Compared in constant time (for equal lengths) so the token cannot be guessed byte by byte.
-    let matches = given.len() == expected.len()
-        && given.as_bytes().iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-    if matches {
-        Ok(admin.actor.as_str())
-    } else {
-        Err(ApiError::Unauthorized("missing or wrong bearer token".into()))
-    }
+    super::auth::configure(cfg);
 }
 
 pub(crate) fn request_id(req: &HttpRequest) -> Option<String> {
@@ -79,6 +57,14 @@ pub(crate) fn expected(field_value: i64) -> Result<i64, ApiError> {
     Ok(field_value)
 }
 
+/// A path or body value that does not parse: 400, naming the field.
+pub(crate) fn malformed(e: ChangeError) -> ApiError {
+    match e {
+        ChangeError::Invalid { field, rule } | ChangeError::Malformed { field, rule } => ApiError::BadRequest { field, rule },
+        other => change_error(other),
+    }
+}
+
 pub(crate) fn change_error(e: ChangeError) -> ApiError {
     match e {
         ChangeError::Conflict { entity, expected, current } => ApiError::Conflict { entity, expected, current },
@@ -91,22 +77,25 @@ pub(crate) fn change_error(e: ChangeError) -> ApiError {
 }
 
 /// Who made the change and why, for every row it writes.
-pub(crate) struct Actor<'s> {
-    pub actor: &'s str,
+pub(crate) struct Actor {
+    pub actor: String,
+    pub source: Source,
     pub reason: Option<String>,
     pub request_id: Option<String>,
 }
 
-impl Actor<'_> {
+impl Actor {
     pub fn ctx(&self) -> Ctx<'_> {
-        Ctx { actor: self.actor, source: Source::Api, reason: self.reason.as_deref(), request_id: self.request_id.as_deref() }
+        Ctx { actor: &self.actor, source: self.source, reason: self.reason.as_deref(), request_id: self.request_id.as_deref() }
     }
 }
 
-/// Authorizes a write and takes its reason.
-pub(crate) fn actor<'s>(req: &HttpRequest, state: &'s AppState, raw_reason: &Option<String>, required: bool) -> Result<Actor<'s>, ApiError> {
-    let actor = authorize(req, state)?;
-    Ok(Actor { actor, reason: reason(raw_reason, required)?, request_id: request_id(req) })
+/// The caller of a write (the guard already checked what they may do) and its reason.
+/// Writes made with a login session are audited as made through the UI.
+pub(crate) fn actor(req: &HttpRequest, _state: &AppState, raw_reason: &Option<String>, required: bool) -> Result<Actor, ApiError> {
+    let principal = crate::auth::principal(req)?;
+    let source = if principal.is_session() { Source::Ui } else { Source::Api };
+    Ok(Actor { actor: principal.name, source, reason: reason(raw_reason, required)?, request_id: request_id(req) })
 }
 
 /// Publishes right away (best effort: the outbox delivers it otherwise); says whether it did.
@@ -143,6 +132,16 @@ fn unknown_pool(pool: &PoolName) -> ApiError {
 }
 
 /// `GET /api/v1/pools` → every pool: name, kind, version, members, ejected, timezone.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"pools\": [{\"name\", \"kind\", \"version\" (the published snapshot version), \"members\", \"ejected\", \"timezone\", \"updated_at\"}]}`, by name", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/pools")]
 pub async fn list_pools(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let pools = config::list_pools(&state.db).await.map_err(db_error)?;
@@ -152,7 +151,21 @@ pub async fn list_pools(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
 /// `GET /api/v1/pools/{pool}` → `{"version", "snapshot", "published_version",
 /// "published"}` or 404: `snapshot` is the pool as configured (what `PUT` takes) at
 /// configuration version `version` (what `expected_version` is checked against);
-/// `published` is what Redis got (disabled channels, pins and health applied).
+/// `published` is the newest snapshot (disabled channels, pins and health applied): what
+/// Redis has, or will have once the outbox delivers it.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "`{\"version\", \"snapshot\", \"published_version\", \"published\"}`: `snapshot` is the pool as configured (what `PUT` takes) at configuration version `version`; `published` the newest snapshot published (disabled channels, pins and health applied; null before the first)", body = Object),
+        (status = 400, description = "A malformed pool name", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/pools/{pool}")]
 pub async fn get_pool(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
@@ -172,19 +185,39 @@ pub async fn get_pool(state: web::Data<AppState>, path: web::Path<String>) -> Re
 }
 
 /// A whole pool to install.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
-    /// The pool (a snapshot without `version`).
+    /// The pool (a snapshot without `version`): `kind` (`channels` | `tiers`), `weights`,
+    /// `tiers`, `batch_size`, `low_water`, `ordering`, `timezone`, `peak_windows`, `caps`,
+    /// `eject_rebuild_percent`, `ejected`.
+    #[schema(value_type = Object)]
     snapshot: Value,
     /// The version this change was made against: 0 to create.
+    #[schema(minimum = 0)]
     expected_version: i64,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    #[schema(max_length = 500)]
     reason: Option<String>,
 }
 
 /// `PUT /api/v1/pools/{pool}` with `{"snapshot", "expected_version", "reason"?}`: creates
 /// (expected 0) or replaces the pool. Members must be registered channels. 401 without the
 /// admin token, 409 on a stale version, 422 naming the field of an invalid snapshot.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Created or replaced, and published: `{\"entity\", \"version\" (the configuration version), \"published_version\", \"audit_id\", \"published\", \"changes\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, a reason over 500 characters, or a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version` (0: it exists already)", body = ConflictBody),
+        (status = 422, description = "An invalid snapshot (naming the field), or a member that is not a registered channel or serves another tier", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[put("/api/v1/pools/{pool}")]
 pub async fn put_pool(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PutBody>) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
@@ -197,14 +230,21 @@ pub async fn put_pool(req: HttpRequest, state: web::Data<AppState>, path: web::P
 }
 
 /// A change of weights for a gray release.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WeightsBody {
     /// `[{"member": "A", "weight": 45}, …]`, integers ≥ 0, not all zero: a channels pool's
     /// channels (the member set), or a tiers pool's tiers.
+    #[schema(value_type = Vec<crate::openapi::WeightEntry>)]
     weights: Weights,
+    #[schema(value_type = crate::openapi::ReweightMode)]
     mode: ReweightMode,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
     expected_version: i64,
 }
 
@@ -215,7 +255,7 @@ async fn change_pool(
     state: &AppState,
     pool: &PoolName,
     action: &str,
-    who: &Actor<'_>,
+    who: &Actor,
     expected_version: Option<i64>,
     mode: ReweightMode,
     edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
@@ -253,6 +293,21 @@ pub(crate) async fn rebuild_if_needed(state: &AppState, pool: &PoolName, snapsho
 /// `POST /api/v1/pools/{pool}/weights` with `{"weights", "mode": "drain"|"immediate",
 /// "reason", "expected_version"}`: `drain` lets the remaining tickets be drawn and uses the
 /// new weights from the next batch; `immediate` replaces the remaining tickets at once.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body (weights not unique, negative or all zero; an unknown mode), or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "The pool would break a rule: an unregistered channel, a tier without channels, a peak window naming a member that left, …", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/pools/{pool}/weights")]
 pub async fn update_pool_weights(
     req: HttpRequest,
@@ -278,23 +333,47 @@ pub async fn update_pool_weights(
 }
 
 /// A channel joining a pool.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemberAddBody {
+    /// A registered channel's code.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     channel: ChannelCode,
     /// Default: the channel's base weight.
     weight: Option<u64>,
     /// A tiers pool's tier for it; default: the channel's own tier.
+    #[schema(value_type = Option<crate::openapi::Tier>)]
     tier: Option<Tier>,
     /// Most draws per local day.
+    #[schema(minimum = 1)]
     daily_cap: Option<u64>,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
     expected_version: i64,
 }
 
 /// `POST /api/v1/pools/{pool}/members` with `{"channel", "weight"?, "tier"?, "daily_cap"?,
 /// "reason", "expected_version"}`: a registered channel joins the pool (drawn from the next
 /// batch); its weight defaults to the channel's base weight.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "An unregistered channel, a channel already a member, a tier given for a channels pool or missing for a tiers pool, or weights or a cap that break a rule", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/pools/{pool}/members")]
 pub async fn add_member(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<MemberAddBody>) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
@@ -348,10 +427,15 @@ pub async fn add_member(req: HttpRequest, state: web::Data<AppState>, path: web:
 }
 
 /// An ejection or a restore.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemberBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
     expected_version: i64,
 }
 
@@ -378,6 +462,21 @@ async fn set_member_ejected(req: HttpRequest, state: &AppState, pool: String, me
 /// the member's tickets are skipped from now on (the pool is rebuilt without it when the
 /// ejected members hold more than the pool's `eject_rebuild_percent`); kept in the
 /// snapshot, so it survives a Redis restart.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`"), ("member" = String, Path, description = "The member (a channel code) to eject or restore")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "The member is already ejected", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/pools/{pool}/members/{member}/eject")]
 pub async fn eject_member(req: HttpRequest, state: web::Data<AppState>, path: web::Path<(String, String)>, body: web::Json<MemberBody>) -> Result<HttpResponse, ApiError> {
     let (pool, member) = path.into_inner();
@@ -385,6 +484,21 @@ pub async fn eject_member(req: HttpRequest, state: web::Data<AppState>, path: we
 }
 
 /// `POST /api/v1/pools/{pool}/members/{member}/restore`: the member is drawn again.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`"), ("member" = String, Path, description = "The member (a channel code) to eject or restore")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "The member is not ejected", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/pools/{pool}/members/{member}/restore")]
 pub async fn restore_member(req: HttpRequest, state: web::Data<AppState>, path: web::Path<(String, String)>, body: web::Json<MemberBody>) -> Result<HttpResponse, ApiError> {
     let (pool, member) = path.into_inner();
@@ -392,18 +506,39 @@ pub async fn restore_member(req: HttpRequest, state: web::Data<AppState>, path: 
 }
 
 /// New peak windows for a pool.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeakWindowsBody {
     /// `[{"start": "19:00", "end": "23:00", "multiplier": 3, "weights"?: [...]}]`
+    #[schema(value_type = Vec<crate::openapi::PeakWindowEntry>)]
     peak_windows: Vec<engine::peak::PeakWindow>,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
     expected_version: i64,
 }
 
 /// `PUT /api/v1/pools/{pool}/peak_windows` with `{"peak_windows", "reason",
 /// "expected_version"}`: replaces the pool's peak windows (validated: times `HH:MM`, end ≠
 /// start, multiplier ≥ 1, no overlap); the next batch uses them.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body (a time not `HH:MM`, `end` equal to `start`, a multiplier below 1), or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "Windows that break a rule (overlapping, a multiplier over 1000, weights naming a stranger), naming the field", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[put("/api/v1/pools/{pool}/peak_windows")]
 pub async fn put_peak_windows(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PeakWindowsBody>) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
@@ -419,18 +554,38 @@ pub async fn put_peak_windows(req: HttpRequest, state: web::Data<AppState>, path
 }
 
 /// New daily caps for a pool.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapsBody {
     /// `{"ALIPAY_A": 100000, …}`: most draws per member per local day, ≥ 1; a member
     /// missing here has no cap.
     caps: std::collections::BTreeMap<String, u64>,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
     expected_version: i64,
 }
 
 /// `PUT /api/v1/pools/{pool}/caps` with `{"caps", "reason", "expected_version"}`: replaces
 /// the pool's per-member daily caps.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "A cap outside 1..=2^53−1, or for a channel that is not a member", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[put("/api/v1/pools/{pool}/caps")]
 pub async fn put_caps(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<CapsBody>) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
@@ -446,14 +601,29 @@ pub async fn put_caps(req: HttpRequest, state: web::Data<AppState>, path: web::P
 }
 
 /// A rebuild request.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RebuildBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
 }
 
 /// `POST /api/v1/pools/{pool}/rebuild` with `{"reason"}`: replaces the remaining tickets
 /// with a fresh batch from the published snapshot (audited). 503 when Redis cannot do it.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Rebuilt and audited: `{\"entity\", \"version\" (the configuration version), \"audit_id\", \"rebuilt\": true}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 503, description = "Redis could not rebuild the pool (any failure), or Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/pools/{pool}/rebuild")]
 pub async fn rebuild_pool(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<RebuildBody>) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
@@ -461,13 +631,17 @@ pub async fn rebuild_pool(req: HttpRequest, state: web::Data<AppState>, path: we
     let Some((version, _)) = config::get_pool(&state.db, &pool).await.map_err(db_error)? else {
         return Err(unknown_pool(&pool));
     };
-    let outcome = state
+    // The audit row is written first and committed only once the rebuild is done: a
+    // failed rebuild leaves no row, and a rebuild never happens without one being ready.
+    let mut tx = state.db.begin().await.map_err(db_error)?;
+    let audit_id = config::audit(&mut tx, &who.ctx(), &format!("pool:{pool}"), "pool.rebuild", None, Some(&json!({"version": version})))
+        .await
+        .map_err(db_error)?;
+    state
         .pool_admin
         .rebuild(&pool)
         .await
         .map_err(|e| ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())))?;
-    let audit_id = config::audit_pool_operation(&state.db, &who.ctx(), &pool, "pool.rebuild", &json!({"version": version, "outcome": format!("{outcome:?}")}))
-        .await
-        .map_err(change_error)?;
+    tx.commit().await.map_err(db_error)?;
     Ok(HttpResponse::Ok().json(json!({"entity": format!("pool:{pool}"), "version": version, "audit_id": audit_id, "rebuilt": true})))
 }

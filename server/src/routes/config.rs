@@ -1,6 +1,7 @@
-//! The admin API for channels, plans, tenants and grants. Reads need no token; writes need
-//! the admin token, are audited, and publish what they change (pools holding a channel,
-//! tenants on a plan) at once, or through the outbox when Redis is away.
+//! The admin API for channels, plans, tenants and grants. Reads need permission `read`,
+//! writes `edit` or `operate` (see `crate::auth::requirement`). Writes are audited and
+//! publish what they change (pools holding a channel, tenants on a plan) at once, or
+//! through the outbox when Redis is away.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use client::pool::{PoolName, ReweightMode};
@@ -9,9 +10,9 @@ use engine::Tier;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::admin::{actor, change_error, expected, publish_now, rebuild_if_needed, written_json};
+use super::admin::{actor, change_error, malformed, expected, publish_now, rebuild_if_needed, written_json};
 use crate::db::config::{self, ChannelCode, ChannelSpec, DisplayName, NewGrant, PlanName, PlanSpec, TenantSpec, Weight};
-use crate::error::ApiError;
+use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::routes::audit::db_error;
 use crate::state::AppState;
 
@@ -36,6 +37,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 // --- channels ----------------------------------------------------------------------------
 
 /// `GET /api/v1/channels` → every channel with the pools that hold it.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"channels\": [Channel]}`, by code: each with the pools that hold it", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/channels")]
 pub async fn list_channels(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let channels = config::list_channels(&state.db).await.map_err(db_error)?;
@@ -43,9 +54,22 @@ pub async fn list_channels(state: web::Data<AppState>) -> Result<HttpResponse, A
 }
 
 /// `GET /api/v1/channels/{code}` → the channel, or 404.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    responses(
+        (status = 200, description = "The channel, with the pools that hold it", body = crate::db::config::Channel),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 404, description = "Unknown channel", body = ErrorBody),
+        (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/channels/{code}")]
 pub async fn get_channel(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let code = ChannelCode::parse(&path).map_err(change_error)?;
+    let code = ChannelCode::parse(&path).map_err(malformed)?;
     match config::get_channel(&state.db, &code).await.map_err(db_error)? {
         Some(channel) => Ok(HttpResponse::Ok().json(channel)),
         None => Err(ApiError::NotFound(format!("unknown channel {:?}", code.as_str()))),
@@ -53,16 +77,28 @@ pub async fn get_channel(state: web::Data<AppState>, path: web::Path<String>) ->
 }
 
 /// A channel to register.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewChannelBody {
+    /// The code tickets carry: 1..=64 of `[A-Za-z0-9_.-]`.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     code: ChannelCode,
+    /// A human-readable name: 1..=200 characters, not blank, no control characters.
+    #[schema(value_type = String, max_length = 200)]
     name: DisplayName,
+    /// The tier it serves in `tiers` pools, if any.
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::Tier>)]
     tier: Option<Tier>,
+    /// The weight it gets when it joins a pool without one, 0..=2^53−1.
+    #[schema(value_type = u64, maximum = 9007199254740991_u64)]
     base_weight: Weight,
+    /// Whether pools draw it (default true).
     #[serde(default = "yes")]
+    #[schema(default = true)]
     enabled: bool,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    #[schema(max_length = 500)]
     reason: Option<String>,
 }
 
@@ -72,6 +108,18 @@ fn yes() -> bool {
 
 /// `POST /api/v1/channels` with `{"code", "name", "tier"?, "base_weight", "enabled"?,
 /// "reason"?}` → 201 and the channel; 409 when the code is taken.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 201, description = "Registered: `{\"channel\": Channel, \"audit_id\", \"version\"}`", body = Object),
+        (status = 400, description = "A malformed body, naming the field (code, name, tier, base_weight in 0..=2^53−1, reason)", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 409, description = "The code is taken: a version conflict with `expected_version` 0 and the channel's `current_version`", body = ConflictBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/channels")]
 pub async fn create_channel(req: HttpRequest, state: web::Data<AppState>, body: web::Json<NewChannelBody>) -> Result<HttpResponse, ApiError> {
     let who = actor(&req, &state, &body.reason, false)?;
@@ -82,22 +130,47 @@ pub async fn create_channel(req: HttpRequest, state: web::Data<AppState>, body: 
 }
 
 /// A channel's new name, tier and base weight.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelBody {
+    /// A human-readable name: 1..=200 characters, not blank, no control characters.
+    #[schema(value_type = String, max_length = 200)]
     name: DisplayName,
+    /// The tier it serves in `tiers` pools; left out: none.
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::Tier>)]
     tier: Option<Tier>,
+    /// The weight it gets when it joins a pool without one, 0..=2^53−1.
+    #[schema(value_type = u64, maximum = 9007199254740991_u64)]
     base_weight: Weight,
+    /// The channel's version this change was made against.
+    #[schema(minimum = 0)]
     expected_version: i64,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    #[schema(max_length = 500)]
     reason: Option<String>,
 }
 
 /// `PUT /api/v1/channels/{code}` with `{"name", "tier"?, "base_weight",
 /// "expected_version", "reason"?}`.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    responses(
+        (status = 200, description = "Changed: `{\"channel\": Channel, \"audit_id\", \"version\"}`", body = Object),
+        (status = 400, description = "A malformed body, naming the field, or a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown channel", body = ErrorBody),
+        (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "A malformed channel code in the path, or a tier the channel does not serve in a tiers pool that holds it", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[put("/api/v1/channels/{code}")]
 pub async fn update_channel(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ChannelBody>) -> Result<HttpResponse, ApiError> {
-    let code = ChannelCode::parse(&path).map_err(change_error)?;
+    let code = ChannelCode::parse(&path).map_err(malformed)?;
     let who = actor(&req, &state, &body.reason, false)?;
     let body = body.into_inner();
     let spec = ChannelSpec { name: body.name, tier: body.tier, base_weight: body.base_weight };
@@ -108,15 +181,19 @@ pub async fn update_channel(req: HttpRequest, state: web::Data<AppState>, path: 
 }
 
 /// An enable or disable.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SwitchBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
+    /// The channel's version this change was made against; left out: not checked.
+    #[schema(minimum = 0)]
     expected_version: Option<i64>,
 }
 
 async fn switch_channel(req: HttpRequest, state: &AppState, code: &str, body: SwitchBody, enabled: bool) -> Result<HttpResponse, ApiError> {
-    let code = ChannelCode::parse(code).map_err(change_error)?;
+    let code = ChannelCode::parse(code).map_err(malformed)?;
     let who = actor(&req, state, &body.reason, true)?;
     let expected_version = body.expected_version.map(expected).transpose()?;
     let (written, channel) = config::set_channel_enabled(&state.db, &who.ctx(), &code, enabled, expected_version)
@@ -143,6 +220,21 @@ async fn switch_channel(req: HttpRequest, state: &AppState, code: &str, body: Sw
 
 /// `POST /api/v1/channels/{code}/disable` with `{"reason", "expected_version"?}`: the
 /// channel is ejected from every pool that holds it (each pool republished, audited).
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    responses(
+        (status = 200, description = "Changed, and every pool holding the channel republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"channel\": Channel, \"rebuilt\": [pools rebuilt at once]}`", body = Object),
+        (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown channel", body = ErrorBody),
+        (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "A malformed channel code in the path, or the channel is already disabled", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/channels/{code}/disable")]
 pub async fn disable_channel(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<SwitchBody>) -> Result<HttpResponse, ApiError> {
     switch_channel(req, &state, &path, body.into_inner(), false).await
@@ -150,6 +242,21 @@ pub async fn disable_channel(req: HttpRequest, state: web::Data<AppState>, path:
 
 /// `POST /api/v1/channels/{code}/enable` with `{"reason", "expected_version"?}`: drawn
 /// again in every pool that holds it (unless a pool ejected it on its own).
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    responses(
+        (status = 200, description = "Changed, and every pool holding the channel republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"channel\": Channel, \"rebuilt\": [pools rebuilt at once]}`", body = Object),
+        (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown channel", body = ErrorBody),
+        (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "A malformed channel code in the path, or the channel is already enabled", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/channels/{code}/enable")]
 pub async fn enable_channel(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<SwitchBody>) -> Result<HttpResponse, ApiError> {
     switch_channel(req, &state, &path, body.into_inner(), true).await
@@ -158,6 +265,16 @@ pub async fn enable_channel(req: HttpRequest, state: web::Data<AppState>, path: 
 // --- plans -------------------------------------------------------------------------------
 
 /// `GET /api/v1/plans` → every plan with how many tenants it has.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"plans\": [Plan]}`, by name: each with how many tenants it has", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/plans")]
 pub async fn list_plans(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let plans = config::list_plans(&state.db).await.map_err(db_error)?;
@@ -165,9 +282,22 @@ pub async fn list_plans(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
 }
 
 /// `GET /api/v1/plans/{plan}` → the plan, or 404.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "The plan", body = crate::db::config::Plan),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 404, description = "Unknown plan", body = ErrorBody),
+        (status = 422, description = "A malformed plan name (naming `plan`)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/plans/{plan}")]
 pub async fn get_plan(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let name = PlanName::parse(&path).map_err(change_error)?;
+    let name = PlanName::parse(&path).map_err(malformed)?;
     match config::get_plan(&state.db, &name).await.map_err(db_error)? {
         Some(plan) => Ok(HttpResponse::Ok().json(plan)),
         None => Err(ApiError::NotFound(format!("unknown plan {:?}", name.as_str()))),
@@ -175,15 +305,29 @@ pub async fn get_plan(state: web::Data<AppState>, path: web::Path<String>) -> Re
 }
 
 /// A plan to create or change: the limits, and the bookkeeping of the change.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanBody {
+    /// The plan's name, 1..=64 of `[A-Za-z0-9_-]`: required to create; when changing, the
+    /// path's name or left out (a plan cannot be renamed).
+    #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{1,64}$")]
     name: Option<PlanName>,
+    /// Tokens per UTC calendar month, 0..=2^53−1.
     /// Each limit is parsed on its own, so an error names its field.
+    #[schema(value_type = u64, maximum = 9007199254740991_u64)]
     monthly_tokens: serde_json::Value,
+    /// Requests per UTC day, 0..=2^53−1.
+    #[schema(value_type = u64, maximum = 9007199254740991_u64)]
     daily_requests: serde_json::Value,
+    /// Reservations open at once, 0..=2^31−1.
+    #[schema(value_type = u32, maximum = 2147483647)]
     concurrency: serde_json::Value,
+    /// Creating: must be left out. Changing: required, the plan's version this change was
+    /// made against.
+    #[schema(minimum = 0)]
     expected_version: Option<i64>,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    #[schema(max_length = 500)]
     reason: Option<String>,
 }
 
@@ -204,6 +348,18 @@ impl PlanBody {
 
 /// `POST /api/v1/plans` with `{"name", "monthly_tokens", "daily_requests", "concurrency",
 /// "reason"?}` → 201; 409 when the name is taken.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 201, description = "Created: `{\"plan\": Plan, \"audit_id\", \"version\"}`", body = Object),
+        (status = 400, description = "A malformed body, naming the field: a missing `name`, an `expected_version` given, a limit out of range", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 409, description = "The name is taken: a version conflict with `expected_version` 0 and the plan's `current_version`", body = ConflictBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/plans")]
 pub async fn create_plan(req: HttpRequest, state: web::Data<AppState>, body: web::Json<PlanBody>) -> Result<HttpResponse, ApiError> {
     let who = actor(&req, &state, &body.reason, false)?;
@@ -218,9 +374,24 @@ pub async fn create_plan(req: HttpRequest, state: web::Data<AppState>, body: web
 
 /// `PUT /api/v1/plans/{plan}` with `{"monthly_tokens", "daily_requests", "concurrency",
 /// "expected_version", "reason"?}`: every tenant on the plan is republished.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed, and every tenant on the plan republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"plan\": Plan}`", body = Object),
+        (status = 400, description = "A malformed body, naming the field: a `name` other than the path's, a missing or negative `expected_version`, a limit out of range", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown plan", body = ErrorBody),
+        (status = 409, description = "The plan is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "A malformed plan name in the path (naming `plan`)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[put("/api/v1/plans/{plan}")]
 pub async fn update_plan(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PlanBody>) -> Result<HttpResponse, ApiError> {
-    let name = PlanName::parse(&path).map_err(change_error)?;
+    let name = PlanName::parse(&path).map_err(malformed)?;
     let who = actor(&req, &state, &body.reason, false)?;
     if body.name.as_ref().is_some_and(|n| n != &name) {
         return Err(ApiError::bad_request("name", "a plan cannot be renamed"));
@@ -241,6 +412,16 @@ fn tenant_id(raw: &str) -> Result<TenantId, ApiError> {
 }
 
 /// `GET /api/v1/tenants` → every tenant: name, plan, version, live grants.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"tenants\": [{\"name\", \"plan\", \"version\", \"updated_at\", \"live_grants\"}]}`, by name", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/tenants")]
 pub async fn list_tenants(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let tenants = config::list_tenants(&state.db).await.map_err(db_error)?;
@@ -249,6 +430,19 @@ pub async fn list_tenants(state: web::Data<AppState>) -> Result<HttpResponse, Ap
 
 /// `GET /api/v1/tenants/{tenant}` → plan, settings, every grant (revoked ones marked), the
 /// version and the published snapshot; or 404.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "The tenant: settings, every grant (revoked ones with `revoked_at`), the version and the published snapshot", body = crate::db::config::Tenant),
+        (status = 400, description = "A malformed tenant name", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 404, description = "Unknown tenant", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[get("/api/v1/tenants/{tenant}")]
 pub async fn get_tenant(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let tenant = tenant_id(&path)?;
@@ -268,6 +462,21 @@ pub struct TenantBody {
 /// `PUT /api/v1/tenants/{tenant}` with `{"plan", "reservation_ttl_ms"?, "retention_days"?,
 /// "fallback"?, "expected_version", "reason"?}`: creates (expected 0) or changes the
 /// tenant; its quota is republished.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    request_body(content = crate::openapi::TenantSettings, description = "The tenant's plan and settings; fields left out take the defaults"),
+    responses(
+        (status = 200, description = "Created or changed, and its quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 400, description = "A malformed tenant name or body, naming the field: an unknown field, a missing `expected_version`, a `reason` that is not a string", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 409, description = "The tenant is at another version than `expected_version` (0: it exists already)", body = ConflictBody),
+        (status = 422, description = "An unknown plan, or a setting out of range (`reservation_ttl_ms`, `retention_days`)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[put("/api/v1/tenants/{tenant}")]
 pub async fn put_tenant(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<TenantBody>) -> Result<HttpResponse, ApiError> {
     let tenant = tenant_id(&path)?;
@@ -299,24 +508,51 @@ pub async fn put_tenant(req: HttpRequest, state: web::Data<AppState>, path: web:
 }
 
 /// A grant to add.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrantBody {
+    /// The grant's id, unique for the tenant forever: 1..=64 of `[A-Za-z0-9_-]`, not `plan`.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$")]
     id: GrantId,
     /// `temporary` or `bonus`.
+    #[schema(value_type = crate::openapi::GrantKind)]
     kind: String,
     /// Bonus grants only: lower pays first (default 0).
+    #[schema(maximum = 2147483647)]
     priority: Option<u32>,
+    /// Tokens granted, 1..=2^53−1.
+    #[schema(value_type = u64, minimum = 1, maximum = 9007199254740991_u64)]
     amount: serde_json::Number,
+    /// When the grant starts paying (default: at once).
     starts_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it stops (default: never); after `starts_at` and after now.
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The tenant's version this change was made against; left out: not checked.
+    #[schema(minimum = 0)]
     expected_version: Option<i64>,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    #[schema(max_length = 500)]
     reason: Option<String>,
 }
 
 /// `POST /api/v1/tenants/{tenant}/grants` with `{"id", "kind": "temporary"|"bonus",
 /// "priority"?, "amount", "starts_at"?, "expires_at"?, "reason"?, "expected_version"?}` →
 /// 201; 409 when the id was ever used; 422 for a grant that has already expired.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    responses(
+        (status = 201, description = "Added, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 400, description = "A malformed tenant name or body, naming the field: kind, a priority on a temporary grant, an amount outside 1..=2^53−1, a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown tenant", body = ErrorBody),
+        (status = 409, description = "The tenant is at another version than `expected_version` (a `ConflictBody`), or a grant with this id exists or existed (an `ErrorBody` naming `id`): ids are never reused", body = crate::openapi::ConflictOrDuplicateBody),
+        (status = 422, description = "A grant that has already expired, or that expires before it starts", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/tenants/{tenant}/grants")]
 pub async fn add_grant(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<GrantBody>) -> Result<HttpResponse, ApiError> {
     let tenant = tenant_id(&path)?;
@@ -345,15 +581,34 @@ pub async fn add_grant(req: HttpRequest, state: web::Data<AppState>, path: web::
 }
 
 /// A revocation.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RevokeBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
     reason: Option<String>,
+    /// The tenant's version this change was made against; left out: not checked.
+    #[schema(minimum = 0)]
     expected_version: Option<i64>,
 }
 
 /// `POST /api/v1/tenants/{tenant}/grants/{id}/revoke` with `{"reason",
 /// "expected_version"?}`: the grant is no longer published; its row and history stay.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant"), ("id" = String, Path, description = "The grant's id: 1..=64 of `[A-Za-z0-9_-]`, not `plan`")),
+    responses(
+        (status = 200, description = "Revoked, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 400, description = "A malformed tenant name, grant id or body, a missing reason, or a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown tenant, or the tenant has no such grant", body = ErrorBody),
+        (status = 409, description = "The tenant is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "The grant was already revoked", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
 #[post("/api/v1/tenants/{tenant}/grants/{id}/revoke")]
 pub async fn revoke_grant(req: HttpRequest, state: web::Data<AppState>, path: web::Path<(String, String)>, body: web::Json<RevokeBody>) -> Result<HttpResponse, ApiError> {
     let (tenant, id) = path.into_inner();

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod auth;
 pub mod channel_health;
 pub mod config;
 pub mod health;

@@ -1,0 +1,226 @@
+//! Identity and access against a running server (not in open mode): sign-in per role,
+//! what each role may do, CSRF and origin checks on session writes, expiry, lock-out,
+//! API tokens and their scopes.
+
+use std::collections::HashMap;
+
+use integration::{spawn_app_with, TestApp};
+use serde_json::{json, Value};
+
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+async fn app() -> (TestApp, HashMap<String, String>) {
+    let app = spawn_app_with(|s| s.auth.open = false).await;
+    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    let passwords = report.users.into_iter().map(|(name, _, password)| (name, password)).collect();
+    (app, passwords)
+}
+
+async fn login(app: &TestApp, name: &str, password: &str) -> (u16, Value, Option<String>) {
+    let response = app.http.post(format!("{}/api/v1/auth/login", app.address)).json(&json!({"name": name, "password": password})).send().await.unwrap();
+    let status = response.status().as_u16();
+    let cookie = response.headers().get("set-cookie").map(|v| v.to_str().unwrap().to_owned());
+    (status, response.json().await.unwrap_or(Value::Null), cookie)
+}
+
+async fn session(app: &TestApp, passwords: &HashMap<String, String>, role: &str) -> Session {
+    let name = format!("demo-{role}");
+    let (status, body, cookie) = login(app, &name, &passwords[&name]).await;
+    assert_eq!(status, 200, "{body}");
+    let cookie = cookie.unwrap();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let value = cookie.split(';').next().unwrap().to_owned();
+    Session { cookie: value, csrf: body["csrf_token"].as_str().unwrap().to_owned() }
+}
+
+/// A request made by the UI: the session cookie, the CSRF token, our own origin.
+async fn ui(app: &TestApp, s: &Session, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    let mut request = app
+        .http
+        .request(method, format!("{}{path}", app.address))
+        .header("cookie", &s.cookie)
+        .header("x-csrf-token", &s.csrf)
+        .header("origin", &app.address);
+    if !body.is_null() {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn with_token(app: &TestApp, token: &str, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    let mut request = app.http.request(method, format!("{}{path}", app.address)).bearer_auth(token);
+    if !body.is_null() {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn weights(a: u64) -> Value {
+    json!({"weights": [{"member": "ALIPAY_A", "weight": a}, {"member": "WECHAT_B", "weight": 30}, {"member": "UNION_C", "weight": 25}],
+           "mode": "drain", "reason": "gray", "expected_version": 1})
+}
+
+#[tokio::test]
+async fn each_role_signs_in_and_the_server_enforces_what_it_may_do() {
+    let (app, passwords) = app().await;
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+
+    // Without credentials: 401 everywhere under /api/v1 but sign-in and the API document.
+    assert_eq!(app.http.get(format!("{}/api/v1/pools", app.address)).send().await.unwrap().status(), 401);
+    assert_eq!(app.http.get(format!("{}/api/v1/openapi.json", app.address)).send().await.unwrap().status(), 200);
+    assert_eq!(app.http.get(format!("{}/healthz", app.address)).send().await.unwrap().status(), 200);
+
+    for role in ["viewer", "operator", "pm", "auditor", "admin"] {
+        let s = session(&app, &passwords, role).await;
+        let (status, me) = ui(&app, &s, get.clone(), "/api/v1/auth/me", Value::Null).await;
+        assert_eq!((status, me["role"].as_str()), (200, Some(role)), "{me}");
+        let (status, _) = ui(&app, &s, get.clone(), "/api/v1/pools", Value::Null).await;
+        assert_eq!(status, 200, "{role} reads");
+    }
+
+    let viewer = session(&app, &passwords, "viewer").await;
+    let operator = session(&app, &passwords, "operator").await;
+    let pm = session(&app, &passwords, "pm").await;
+    let auditor = session(&app, &passwords, "auditor").await;
+
+    // Weights: pm yes; viewer, operator, auditor no (a forged request is refused: 403).
+    for s in [&viewer, &operator, &auditor] {
+        let (status, body) = ui(&app, s, post.clone(), "/api/v1/pools/cn-pay/weights", weights(40)).await;
+        assert_eq!(status, 403, "{body}");
+    }
+    let (status, body) = ui(&app, &pm, post.clone(), "/api/v1/pools/cn-pay/weights", weights(40)).await;
+    assert_eq!(status, 200, "{body}");
+    // Ejection: operator yes, pm no.
+    let eject = json!({"reason": "probe failing", "expected_version": 2});
+    let (status, _) = ui(&app, &pm, post.clone(), "/api/v1/pools/cn-pay/members/UNION_C/eject", eject.clone()).await;
+    assert_eq!(status, 403);
+    let (status, body) = ui(&app, &operator, post.clone(), "/api/v1/pools/cn-pay/members/UNION_C/eject", eject).await;
+    assert_eq!(status, 200, "{body}");
+    // Audit export and verification: auditor yes, viewer no.
+    let (status, _) = ui(&app, &viewer, get.clone(), "/api/v1/audit/verify", Value::Null).await;
+    assert_eq!(status, 403);
+    let (status, report) = ui(&app, &auditor, get.clone(), "/api/v1/audit/verify", Value::Null).await;
+    assert_eq!((status, report["intact"].as_bool()), (200, Some(true)));
+    // Users and tokens: admin only.
+    let (status, _) = ui(&app, &pm, get.clone(), "/api/v1/users", Value::Null).await;
+    assert_eq!(status, 403);
+
+    // Writes made through a session are audited with the user as actor and source `ui`.
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("select actor, source, action from audit where action in ('pool.weights', 'pool.eject') order by id")
+            .fetch_all(&app.state.db)
+            .await
+            .unwrap();
+    assert_eq!(rows, vec![("demo-pm".into(), "ui".into(), "pool.weights".into()), ("demo-operator".into(), "ui".into(), "pool.eject".into())]);
+}
+
+#[tokio::test]
+async fn session_writes_need_our_origin_and_the_csrf_token_and_sessions_expire() {
+    let (app, passwords) = app().await;
+    let pm = session(&app, &passwords, "pm").await;
+    let url = format!("{}/api/v1/pools/cn-pay/weights", app.address);
+    // A cross-origin form post carries the cookie but not our origin.
+    let forged = app.http.post(&url).header("cookie", &pm.cookie).header("origin", "https://evil.example").header("x-csrf-token", &pm.csrf).json(&weights(40)).send().await.unwrap();
+    assert_eq!(forged.status(), 403);
+    assert!(forged.text().await.unwrap().contains("cross-origin"));
+    // Our origin without the CSRF token.
+    let no_token = app.http.post(&url).header("cookie", &pm.cookie).header("origin", &app.address).json(&weights(40)).send().await.unwrap();
+    assert_eq!(no_token.status(), 403);
+    let versions: i64 = sqlx::query_scalar("select count(*) from snapshot where entity = 'pool:cn-pay'").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(versions, 1, "nothing was written");
+
+    // Expired: back to sign-in (401).
+    sqlx::query("update user_session set expires_at = now() - interval '1 second'").execute(&app.state.db).await.unwrap();
+    let (status, body) = ui(&app, &pm, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
+    assert_eq!(status, 401);
+    assert!(body["error"].as_str().unwrap().contains("sign in again"), "{body}");
+
+    // Signing out ends the session.
+    let fresh = session(&app, &passwords, "pm").await;
+    let (status, _) = ui(&app, &fresh, reqwest::Method::POST, "/api/v1/auth/logout", Value::Null).await;
+    assert_eq!(status, 200);
+    let (status, _) = ui(&app, &fresh, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn repeated_failed_sign_ins_lock_the_account_for_a_while() {
+    let (app, passwords) = app().await;
+    for _ in 0..5 {
+        let (status, body, cookie) = login(&app, "demo-viewer", "wrong password!!").await;
+        assert_eq!((status, cookie), (401, None), "{body}");
+    }
+    let (status, body, cookie) = login(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    assert_eq!((status, cookie), (401, None), "locked: even the right password opens no session: {body}");
+    assert!(body["error"].as_str().unwrap().contains("locked for 15 minutes"), "{body}");
+    let (status, _, _) = login(&app, "nobody", "whatever-password").await;
+    assert_eq!(status, 401, "an unknown name answers like a wrong password");
+    // When the lock has passed, the right password works and the count starts over.
+    sqlx::query("update app_user set locked_until = now() - interval '1 second' where name = 'demo-viewer'").execute(&app.state.db).await.unwrap();
+    let (status, _, _) = login(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn api_tokens_have_a_scope_are_shown_once_and_can_be_revoked() {
+    let (app, passwords) = app().await;
+    let admin = session(&app, &passwords, "admin").await;
+    let (status, dp) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "gateway", "scope": "dataplane"})).await;
+    assert_eq!(status, 201, "{dp}");
+    let dataplane = dp["token"].as_str().unwrap().to_owned();
+    let (status, adm) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "ci bot", "scope": "admin"})).await;
+    assert_eq!(status, 201);
+    let automation = adm["token"].as_str().unwrap().to_owned();
+
+    // dataplane: draws, not reads of the configuration.
+    let (status, draw) = with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+    assert_eq!(status, 200, "{draw}");
+    let (status, _) = with_token(&app, &dataplane, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
+    assert_eq!(status, 403);
+    // admin scope: configuration, not the data plane, not users and tokens.
+    let (status, _) = with_token(&app, &automation, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
+    assert_eq!(status, 200);
+    let (status, _) = with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+    assert_eq!(status, 403);
+    let (status, _) = with_token(&app, &automation, reqwest::Method::GET, "/api/v1/tokens", Value::Null).await;
+    assert_eq!(status, 403);
+    // Token writes need no CSRF token (no cookie involved) and are audited as `api`.
+    let (status, body) = with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/weights", weights(44)).await;
+    assert_eq!(status, 200, "{body}");
+    let source: String = sqlx::query_scalar("select source from audit where action = 'pool.weights'").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(source, "api");
+
+    // Listed without secrets; revoked at once.
+    let (_, list) = ui(&app, &admin, reqwest::Method::GET, "/api/v1/tokens", Value::Null).await;
+    assert!(!list.to_string().contains(&dataplane), "secrets are never listed");
+    let id = dp["id"].as_i64().unwrap();
+    let (status, _) = ui(&app, &admin, reqwest::Method::POST, &format!("/api/v1/tokens/{id}/revoke"), Value::Null).await;
+    assert_eq!(status, 200);
+    let (status, _) = with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+    assert_eq!(status, 401);
+    let stored: Vec<u8> = sqlx::query_scalar("select hash from api_token where id = $1").bind(id).fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(stored.len(), 32, "only a SHA-256 is kept");
+
+    // Users: admin creates one (password generated, shown once); others may not.
+    let (status, created) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "carol", "role": "pm"})).await;
+    assert_eq!(status, 201, "{created}");
+    let (status, _, _) = login(&app, "carol", created["password"].as_str().unwrap()).await;
+    assert_eq!(status, 200);
+    let (status, body) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "carol", "role": "pm", "password": "another-long-password"})).await;
+    assert_eq!((status, body["field"].as_str()), (409, Some("name")));
+    let (status, body) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "dave", "role": "boss", "password": "another-long-password"})).await;
+    assert_eq!((status, body["field"].as_str()), (400, Some("role")));
+    let (status, body) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "dave", "role": "pm", "password": "short"})).await;
+    assert_eq!((status, body["field"].as_str()), (400, Some("password")));
+    let hash: String = sqlx::query_scalar("select password_hash from app_user where name = 'carol'").fetch_one(&app.state.db).await.unwrap();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+}
