@@ -457,6 +457,59 @@ pub async fn create_token(db: &PgPool, name: &str, scope: Scope, created_by: &st
     Ok(NewToken { id, name: name.to_owned(), scope, token })
 }
 
+/// How long a verified API token is trusted without asking Postgres again (per instance).
+/// A revocation reaches the instance that made it at once, the others within this time.
+pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(10);
+
+/// API tokens verified recently, by hash: the data plane does not query Postgres on every
+/// request, and keeps serving callers it has verified while Postgres is unreachable.
+#[derive(Clone, Default)]
+pub struct TokenCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>>>);
+
+impl TokenCache {
+    /// Forgets every token (after a revocation).
+    pub fn clear(&self) {
+        self.0.lock().expect("token cache").clear();
+    }
+
+    fn get(&self, hash: &[u8]) -> Option<(Principal, bool)> {
+        let cache = self.0.lock().expect("token cache");
+        cache.get(hash).map(|(p, at)| (p.clone(), at.elapsed() < TOKEN_CACHE_TTL))
+    }
+
+    fn put(&self, hash: Vec<u8>, principal: Principal) {
+        let mut cache = self.0.lock().expect("token cache");
+        if cache.len() >= 10_000 {
+            cache.clear();
+        }
+        cache.insert(hash, (principal, std::time::Instant::now()));
+    }
+}
+
+/// Verifies an API token: from the cache while fresh; otherwise from Postgres (which also
+/// records its last use); when Postgres cannot answer, from the cache however old.
+async fn verify_token(state: &AppState, raw: &str) -> Result<Option<Principal>, sqlx::Error> {
+    let hash = sha256(raw);
+    let cached = state.tokens.get(&hash);
+    if let Some((p, true)) = &cached {
+        return Ok(Some(p.clone()));
+    }
+    match token(&state.db, raw).await {
+        Ok(Some(p)) => {
+            state.tokens.put(hash, p.clone());
+            Ok(Some(p))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => match cached {
+            Some((p, _)) => {
+                tracing::warn!(error = %e, "postgres unreachable: trusting a token verified earlier");
+                Ok(Some(p))
+            }
+            None => Err(e),
+        },
+    }
+}
+
 async fn token(db: &PgPool, raw: &str) -> Result<Option<Principal>, sqlx::Error> {
     let row = sqlx::query(
         "update api_token set last_used_at = now() where hash = $1 and revoked_at is null returning id, name, scope",
@@ -521,7 +574,7 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
                 return Ok(Some(Principal { name: admin.actor.clone(), via: Via::Configured }));
             }
         }
-        return match token(&state.db, given).await.map_err(crate::routes::audit::db_error)? {
+        return match verify_token(state, given).await.map_err(crate::routes::audit::db_error)? {
             Some(p) => Ok(Some(p)),
             None => Err(ApiError::Unauthorized("the bearer token is unknown or revoked".into())),
         };

@@ -108,6 +108,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         outcomes,
         admin: settings.admin.clone(),
         auth: settings.auth.clone(),
+        tokens: Default::default(),
         sample_retention: settings.sample_retention,
     })
 }

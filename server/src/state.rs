@@ -29,6 +29,8 @@ pub struct AppState {
     pub admin: Option<crate::configuration::AdminAccess>,
     /// Sessions, and whether the API is open (development only).
     pub auth: crate::configuration::AuthSettings,
+    /// API tokens verified recently.
+    pub tokens: crate::auth::TokenCache,
     /// How long pool samples are kept (the daily prune deletes older ones).
     pub sample_retention: crate::configuration::SampleRetention,
 }

@@ -192,3 +192,31 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     assert_eq!(written(&mut db).await.3, "enterprise");
     assert_eq!(published_version(&app, meta).await, Some(version + 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_access_control_on_a_verified_data_plane_token_keeps_drawing_while_postgres_is_cut() {
+    let proxy = proxy_to_postgres().await;
+    let app = spawn_app_with(|s| {
+        s.database_url = through(s.database_url.expose_secret(), proxy.addr()).into();
+        s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
+        s.auth.open = false;
+    })
+    .await;
+    server::seed::demo_seed(&app.state.db).await.unwrap();
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    let (status, minted) = send(&app, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "gateway", "scope": "dataplane"})).await;
+    assert_eq!(status, 201, "{minted}");
+    let token = minted["token"].as_str().unwrap().to_owned();
+    let draw = |token: String| {
+        let (http, url) = (app.http.clone(), format!("{}/api/v1/pools/cn-pay/draw", app.address));
+        async move { http.post(url).bearer_auth(token).send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(draw(token.clone()).await, 200, "verified once, against Postgres");
+
+    proxy.cut();
+    for _ in 0..20 {
+        assert_eq!(draw(token.clone()).await, 200, "served from Redis, the token trusted from the last verification");
+    }
+    assert_eq!(draw("tsr_never-seen-before".into()).await, 503, "a token never verified cannot be checked now");
+    proxy.restore();
+}

@@ -129,16 +129,22 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
 
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
     let url = format!("{address}/api/v1/pools/bench/draw");
+    // A data-plane token, as an application would send (revoked when the phase is done).
+    let token = crate::auth::create_token(&state.db, "bench draw", crate::auth::Scope::Dataplane, "bench")
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the benchmark's API token: {e}"))?;
+    let (token_id, secret) = (token.id, token.token);
     let over_http = phase(args.concurrency, duration, move || {
-        let (http, url) = (http.clone(), url.clone());
+        let (http, url, secret) = (http.clone(), url.clone(), secret.clone());
         async move {
-            let response = http.post(&url).send().await?;
+            let response = http.post(&url).bearer_auth(&secret).send().await?;
             anyhow::ensure!(response.status().is_success(), "draw over http answered {}", response.status());
             response.bytes().await?;
             Ok(())
         }
     })
     .await?;
+    sqlx::query("update api_token set revoked_at = now() where id = $1").bind(token_id).execute(&state.db).await?;
 
     let q = super::quantile_us;
     Ok(Report {

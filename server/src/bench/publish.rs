@@ -75,6 +75,15 @@ async fn measure(state: &crate::state::AppState, address: &str, token: &str, cha
         "timezone": "UTC", "eject_rebuild_percent": 50,
         "weights": [{"member": "A", "weight": 50}, {"member": "B", "weight": 50}]
     });
+    for member in ["A", "B"] {
+        let registered = http
+            .post(format!("{address}/api/v1/channels"))
+            .bearer_auth(token)
+            .json(&json!({"code": member, "name": format!("bench channel {member}"), "base_weight": 50}))
+            .send()
+            .await?;
+        anyhow::ensure!(registered.status().is_success(), "registering channel {member}: {}", registered.status());
+    }
     let created = http
         .put(&pool_url)
         .bearer_auth(token)

@@ -192,7 +192,7 @@ async fn configure(state: &AppState, address: &str, token: &str, args: &BenchRec
     let read = |path: String| {
         let http = http.clone();
         async move {
-            let response = http.get(format!("{address}{path}")).send().await?;
+            let response = http.get(format!("{address}{path}")).bearer_auth(token).send().await?;
             anyhow::ensure!(response.status().is_success(), "GET {path}: {}", response.status());
             Ok::<Value, anyhow::Error>(response.json().await?)
         }

@@ -388,6 +388,8 @@ pub async fn revoke_token(req: HttpRequest, state: web::Data<AppState>, path: we
     if done.rows_affected() == 0 {
         return Err(ApiError::NotFound(format!("no live token {id}")));
     }
+    // This instance forgets it at once; others within auth::TOKEN_CACHE_TTL.
+    state.tokens.clear();
     audit_access(&state, &req, &format!("token:{id}"), "token.revoke", json!({"revoked": true})).await?;
     Ok(HttpResponse::Ok().json(json!({"id": id, "revoked": true})))
 }
