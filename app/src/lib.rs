@@ -15,7 +15,7 @@ mod pages;
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::StaticSegment;
+use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use components::layout::Layout;
 
@@ -41,7 +41,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
-/// The application: layout, navigation and routes.
+/// The application: layout, navigation and routes. Pages that need a session render
+/// whole before the response starts (`SsrMode::Async`), so that a signed-out visitor gets
+/// a real redirect to the sign-in page rather than a page that navigates away.
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
@@ -51,11 +53,13 @@ pub fn App() -> impl IntoView {
         <Router>
             <Layout>
                 <Routes fallback=pages::not_found::NotFound>
-                    <Route path=StaticSegment("") view=pages::dashboard::Dashboard/>
-                    <Route path=StaticSegment("pools") view=pages::pending::Pools/>
-                    <Route path=StaticSegment("channels") view=pages::pending::Channels/>
-                    <Route path=StaticSegment("tenants") view=pages::pending::Tenants/>
-                    <Route path=StaticSegment("audit") view=pages::pending::Audit/>
+                    <Route path=StaticSegment("login") view=pages::login::Login/>
+                    <Route path=StaticSegment("") view=pages::dashboard::Dashboard ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("pools") view=pages::pools::Pools ssr=SsrMode::Async/>
+                    <Route path=(StaticSegment("pools"), ParamSegment("name")) view=pages::pools::PoolPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("channels") view=pages::pending::Channels ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("tenants") view=pages::pending::Tenants ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("audit") view=pages::audit::Audit ssr=SsrMode::Async/>
                 </Routes>
             </Layout>
         </Router>

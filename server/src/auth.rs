@@ -1,6 +1,7 @@
 //! Identity and access: users with argon2id password hashes, login sessions (HttpOnly,
 //! SameSite=Strict cookies; Secure over TLS), login throttling and lock-out, API tokens
-//! with a scope, roles, and the guard that enforces who may call which `/api/v1` route.
+//! with a scope, roles, and the guard that enforces who may call which `/api/v1` route and
+//! which UI server function (`/sfn`, see [`server_fn_requirement`]).
 //!
 //! Every `/api/v1` route has a requirement in [`requirement`]; a route missing from it is
 //! refused to everyone but admins, so a new endpoint is never open by accident. Requests
@@ -28,8 +29,8 @@ use sqlx::{PgPool, Row};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The session cookie's name.
-pub const SESSION_COOKIE: &str = "tessera_session";
+/// The session cookie's name (shared with the UI's server functions, which read it too).
+pub const SESSION_COOKIE: &str = app::api::SESSION_COOKIE;
 /// The header unsafe session requests repeat the CSRF token in.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Failed logins in a row before the account is locked.
@@ -256,7 +257,26 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
     })
 }
 
-fn sha256(raw: &str) -> Vec<u8> {
+fn is_server_fn(path: &str) -> bool {
+    path.strip_prefix(app::api::SERVER_FN_PREFIX).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// What a UI server function (under `/sfn`) needs: a signed-in user (permission read),
+/// except `whoami`, which the sign-in page asks before anyone is signed in, and the audit
+/// chain's verification, which needs audit export. The functions check again themselves
+/// when called during server-side rendering, where no guard runs.
+pub fn server_fn_requirement(path: &str) -> Option<Permission> {
+    use leptos::server_fn::ServerFn;
+    if path == <app::api::session::Whoami as ServerFn>::PATH {
+        None
+    } else if path == <app::api::audit::VerifyAuditChain as ServerFn>::PATH {
+        Some(Permission::AuditExport)
+    } else {
+        Some(Permission::Read)
+    }
+}
+
+pub fn sha256(raw: &str) -> Vec<u8> {
     sha2::Sha256::digest(raw.as_bytes()).to_vec()
 }
 
@@ -296,31 +316,64 @@ pub fn check_user_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Creates a user (or sets the password and role of one without a password yet, such as
-/// the configured admin actor); refuses a name that already has a password.
-pub async fn create_user(db: &PgPool, name: &str, role: Role, password: &str) -> Result<(), ApiError> {
+/// At most this many password hashes are computed at once (each takes ~19 MiB and tens of
+/// milliseconds of CPU); they run off the async workers, so a flood of sign-ins cannot
+/// stall draws.
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
+/// Runs a password hash or check on the blocking pool, a few at a time.
+async fn off_the_workers<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    let _permit = HASHING.acquire().await.expect("the hashing semaphore is never closed");
+    tokio::task::spawn_blocking(work).await.expect("password hashing does not panic")
+}
+
+/// Creates a user, in the caller's transaction; refuses a name that exists (also the
+/// configured admin token's actor, which is recorded as a user without a password: that
+/// name stays the token's).
+pub async fn create_user(tx: &mut sqlx::PgConnection, name: &str, role: Role, password: &str) -> Result<(), ApiError> {
     check_user_name(name)?;
     check_password(password)?;
-    let hash = hash_password(password)?;
-    let written = sqlx::query(
-        "insert into app_user (name, role, password_hash) values ($1, $2, $3)
-         on conflict (name) do update set role = excluded.role, password_hash = excluded.password_hash, updated_at = now()
-         where app_user.password_hash is null",
-    )
-    .bind(name)
-    .bind(role.as_str())
-    .bind(hash)
-    .execute(db)
-    .await
-    .map_err(crate::routes::audit::db_error)?;
+    let owned = password.to_owned();
+    let hash = off_the_workers(move || hash_password(&owned)).await?;
+    let written = sqlx::query("insert into app_user (name, role, password_hash) values ($1, $2, $3) on conflict (name) do nothing")
+        .bind(name)
+        .bind(role.as_str())
+        .bind(hash)
+        .execute(tx)
+        .await
+        .map_err(crate::routes::audit::db_error)?;
     if written.rows_affected() == 0 {
         return Err(ApiError::Duplicate { field: "name".into(), rule: format!("user {name:?} exists") });
     }
     Ok(())
 }
 
-/// Why a login failed. The answer to the caller does not say which (no user
-/// enumeration), except for a lock, which it does say.
+/// Creates a user and its audit row (`user.create`) in one transaction, for the command
+/// line and the demo seed.
+pub async fn create_user_audited(db: &PgPool, name: &str, role: Role, password: &str, actor: &str) -> Result<(), ApiError> {
+    let mut tx = db.begin().await.map_err(crate::routes::audit::db_error)?;
+    create_user(&mut tx, name, role, password).await?;
+    let after = serde_json::json!({"role": role});
+    crate::db::audit::insert_audit(
+        &mut tx,
+        &crate::db::audit::NewAudit {
+            actor,
+            source: crate::db::audit::Source::System,
+            action: "user.create",
+            entity: &format!("user:{name}"),
+            before: None,
+            after: Some(&after),
+            reason: None,
+            request_id: None,
+        },
+    )
+    .await
+    .map_err(crate::routes::audit::db_error)?;
+    tx.commit().await.map_err(crate::routes::audit::db_error)?;
+    Ok(())
+}
+
+/// Why a login failed. The caller answers both alike (no user enumeration, no oracle).
 #[derive(Debug)]
 pub enum LoginError {
     Invalid,
@@ -339,45 +392,64 @@ pub struct Opened {
     pub expires_at: DateTime<Utc>,
 }
 
-/// Checks a password and opens a session. Failures count; at [`MAX_FAILED_LOGINS`] in a
-/// row the account is locked for [`LOCK_TIME`]. The failure count also slows answers
-/// down (the caller sleeps before answering).
+/// A hash to check against when there is none (unknown name, no password), so every
+/// failure costs the same.
+static DUMMY_HASH: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| hash_password("not a password of anyone").expect("hashing works"));
+
+/// Checks a password and opens a session. The attempt is counted before the password is
+/// checked (atomically, so parallel guesses cannot exceed the limit); at
+/// [`MAX_FAILED_LOGINS`] failures in a row the account is locked for [`LOCK_TIME`] and the
+/// count starts over; a success resets it. While locked the password is not checked.
 pub async fn login(db: &PgPool, name: &str, password: &str, ttl: Duration) -> Result<Opened, LoginError> {
-    let row = sqlx::query("select role, password_hash, failed_logins, locked_until, disabled_at from app_user where name = $1")
+    let well_formed = check_user_name(name).is_ok() && !password.contains('\0');
+    let attempt = if well_formed {
+        sqlx::query(
+            "update app_user set failed_logins = failed_logins + 1
+             where name = $1 and (locked_until is null or locked_until <= now())
+             returning role, password_hash, failed_logins, disabled_at",
+        )
         .bind(name)
         .fetch_optional(db)
         .await
-        .map_err(LoginError::Db)?;
-    let Some(row) = row else {
-        // Spend the time a real check takes, so a missing user answers like a wrong password.
-        let _ = hash_password(password);
-        return Err(LoginError::Invalid);
+        .map_err(LoginError::Db)?
+    } else {
+        None
     };
-    let locked: Option<DateTime<Utc>> = row.try_get("locked_until").map_err(LoginError::Db)?;
-    if let Some(until) = locked.filter(|u| *u > Utc::now()) {
-        // The password is not even checked while locked, so guessing on learns nothing.
-        let _ = hash_password(password);
-        return Err(LoginError::Locked { until });
-    }
+    let Some(row) = attempt else {
+        // Unknown, malformed or locked: spend the time a real check takes, answer alike.
+        let owned = password.to_owned();
+        off_the_workers(move || verify_password(&owned, &DUMMY_HASH)).await;
+        let locked: Option<DateTime<Utc>> = if well_formed {
+            sqlx::query_scalar("select locked_until from app_user where name = $1")
+                .bind(name)
+                .fetch_optional(db)
+                .await
+                .map_err(LoginError::Db)?
+                .flatten()
+        } else {
+            None
+        };
+        return Err(match locked {
+            Some(until) => LoginError::Locked { until },
+            None => LoginError::Invalid,
+        });
+    };
     let hash: Option<String> = row.try_get("password_hash").map_err(LoginError::Db)?;
     let disabled: Option<DateTime<Utc>> = row.try_get("disabled_at").map_err(LoginError::Db)?;
-    if disabled.is_some() {
-        let _ = hash_password(password);
-        return Err(LoginError::Invalid);
-    }
-    let ok = hash.as_deref().is_some_and(|h| verify_password(password, h));
+    let failures: i32 = row.try_get("failed_logins").map_err(LoginError::Db)?;
+    let owned = password.to_owned();
+    let checked = hash.unwrap_or_else(|| DUMMY_HASH.clone());
+    let ok = off_the_workers(move || verify_password(&owned, &checked)).await && disabled.is_none();
     if !ok {
-        sqlx::query(
-            "update app_user set failed_logins = failed_logins + 1,
-                 locked_until = case when failed_logins + 1 >= $2 then now() + $3 * interval '1 second' else locked_until end
-             where name = $1",
-        )
-        .bind(name)
-        .bind(MAX_FAILED_LOGINS)
-        .bind(LOCK_TIME.as_secs() as f64)
-        .execute(db)
-        .await
-        .map_err(LoginError::Db)?;
+        if failures >= MAX_FAILED_LOGINS {
+            sqlx::query("update app_user set failed_logins = 0, locked_until = now() + $2 * interval '1 second' where name = $1")
+                .bind(name)
+                .bind(LOCK_TIME.as_secs() as f64)
+                .execute(db)
+                .await
+                .map_err(LoginError::Db)?;
+        }
         return Err(LoginError::Invalid);
     }
     let role = Role::parse(&row.try_get::<String, _>("role").map_err(LoginError::Db)?).map_err(|_| LoginError::Invalid)?;
@@ -404,10 +476,6 @@ pub async fn login(db: &PgPool, name: &str, password: &str, ttl: Duration) -> Re
     Ok(Opened { session_id, user: name.to_owned(), role, csrf_token, expires_at })
 }
 
-/// How many failed logins in a row the user has (for slowing answers down).
-pub async fn failed_logins(db: &PgPool, name: &str) -> i32 {
-    sqlx::query_scalar("select failed_logins from app_user where name = $1").bind(name).fetch_optional(db).await.ok().flatten().unwrap_or(0)
-}
 
 /// Ends a session.
 pub async fn logout(db: &PgPool, session_id: &str) -> Result<(), sqlx::Error> {
@@ -415,7 +483,8 @@ pub async fn logout(db: &PgPool, session_id: &str) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-async fn session(db: &PgPool, session_id: &str) -> Result<Option<Principal>, sqlx::Error> {
+/// The principal of a live session (not expired, user not disabled); records its use.
+pub async fn session(db: &PgPool, session_id: &str) -> Result<Option<Principal>, sqlx::Error> {
     let row = sqlx::query(
         "update user_session s set last_seen_at = now() from app_user u
          where s.id_hash = $1 and s.expires_at > now() and u.name = s.user_name and u.disabled_at is null
@@ -440,7 +509,7 @@ pub struct NewToken {
 }
 
 /// Creates an API token; only its hash is kept.
-pub async fn create_token(db: &PgPool, name: &str, scope: Scope, created_by: &str) -> Result<NewToken, ApiError> {
+pub async fn create_token(tx: &mut sqlx::PgConnection, name: &str, scope: Scope, created_by: &str) -> Result<NewToken, ApiError> {
     if name.trim().is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@ -".contains(c)) {
         return Err(ApiError::bad_request("name", "must be 1..=64 of ASCII letters, digits, space, '_', '.', '@', '-'"));
     }
@@ -451,7 +520,7 @@ pub async fn create_token(db: &PgPool, name: &str, scope: Scope, created_by: &st
         .bind(sha256(&token))
         .bind(scope.as_str())
         .bind(created_by)
-        .fetch_one(db)
+        .fetch_one(tx)
         .await
         .map_err(crate::routes::audit::db_error)?;
     Ok(NewToken { id, name: name.to_owned(), scope, token })
@@ -461,20 +530,28 @@ pub async fn create_token(db: &PgPool, name: &str, scope: Scope, created_by: &st
 /// A revocation reaches the instance that made it at once, the others within this time.
 pub const TOKEN_CACHE_TTL: Duration = Duration::from_secs(10);
 
+/// How long a token verified once is still trusted while Postgres cannot be asked.
+pub const TOKEN_TRUST_WHILE_DOWN: Duration = Duration::from_secs(3600);
+
 /// API tokens verified recently, by hash: the data plane does not query Postgres on every
 /// request, and keeps serving callers it has verified while Postgres is unreachable.
 #[derive(Clone, Default)]
 pub struct TokenCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>>>);
 
 impl TokenCache {
-    /// Forgets every token (after a revocation).
-    pub fn clear(&self) {
-        self.0.lock().expect("token cache").clear();
+    /// Forgets one token (after its revocation), by its SHA-256.
+    pub fn remove(&self, hash: &[u8]) {
+        self.0.lock().expect("token cache").remove(hash);
     }
 
+    /// The cached principal and whether it is fresh; entries older than
+    /// [`TOKEN_TRUST_WHILE_DOWN`] are not returned at all.
     fn get(&self, hash: &[u8]) -> Option<(Principal, bool)> {
         let cache = self.0.lock().expect("token cache");
-        cache.get(hash).map(|(p, at)| (p.clone(), at.elapsed() < TOKEN_CACHE_TTL))
+        cache
+            .get(hash)
+            .filter(|(_, at)| at.elapsed() < TOKEN_TRUST_WHILE_DOWN)
+            .map(|(p, at)| (p.clone(), at.elapsed() < TOKEN_CACHE_TTL))
     }
 
     fn put(&self, hash: Vec<u8>, principal: Principal) {
@@ -487,7 +564,8 @@ impl TokenCache {
 }
 
 /// Verifies an API token: from the cache while fresh; otherwise from Postgres (which also
-/// records its last use); when Postgres cannot answer, from the cache however old.
+/// records its last use); when Postgres cannot be reached, from the cache (for at most
+/// [`TOKEN_TRUST_WHILE_DOWN`] after the last verification).
 async fn verify_token(state: &AppState, raw: &str) -> Result<Option<Principal>, sqlx::Error> {
     let hash = sha256(raw);
     let cached = state.tokens.get(&hash);
@@ -499,7 +577,13 @@ async fn verify_token(state: &AppState, raw: &str) -> Result<Option<Principal>, 
             state.tokens.put(hash, p.clone());
             Ok(Some(p))
         }
-        Ok(None) => Ok(None),
+        Ok(None) => {
+            // Revoked (or never known): never served from the cache again.
+            state.tokens.remove(&hash);
+            Ok(None)
+        }
+        // Only when Postgres cannot be reached; any other error is an error.
+        Err(e) if !crate::routes::audit::is_unavailable(&e) => Err(e),
         Err(e) => match cached {
             Some((p, _)) => {
                 tracing::warn!(error = %e, "postgres unreachable: trusting a token verified earlier");
@@ -604,12 +688,15 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
 /// caller, and answers 401 (no or bad credentials) or 403 (not allowed) before the
 /// handler runs. The caller is left in the request's extensions for the handler.
 pub async fn guard(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let pattern = req.match_pattern();
-    let path = req.path().to_owned();
+    // Decide on the path the router routes by: percent-decoded (all but %, / and +), so
+    // `/api/v%31/users` is judged as the `/api/v1/users` it reaches, never as a stranger.
+    let path = req.match_info().as_str().to_owned();
+    let pattern = req.resource_map().match_pattern(&path);
     let needed = match pattern.as_deref() {
+        _ if is_server_fn(&path) => server_fn_requirement(&path),
         Some(p) => requirement(req.method(), p),
         // Unmatched paths under the API: admins only (they 404 after the guard).
-        None if path.starts_with("/api/v1/") => Some(Permission::ManageAccess),
+        None if path.starts_with("/api/") || req.path().starts_with("/api/") => Some(Permission::ManageAccess),
         None => None,
     };
     let Some(needed) = needed else {

@@ -5,11 +5,13 @@
 //! application from [`state`]; [`routes`] hold the HTTP handlers; [`db`] the repository
 //! functions; [`status`] the readiness check; [`cli`] and [`seed`] the subcommands;
 //! [`error`] the one HTTP error type; [`scheduler`] the leader-elected jobs; [`bench`] the
-//! `tessera bench` measurements; [`simulate`] the `tessera simulate` traffic; [`openapi`]
+//! `tessera bench` measurements; [`simulate`] the `tessera simulate` traffic; [`backend`] what
+//! the UI's server functions call; [`openapi`]
 //! the OpenAPI document of the HTTP API.
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod backend;
 pub mod bench;
 pub mod cli;
 pub mod configuration;

@@ -40,6 +40,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Verify(_) => unreachable!("handled above"),
         Command::Serve(args) => {
             settings.auth.open |= args.open;
+            anyhow::ensure!(
+                !settings.auth.open || settings.bind.ip().is_loopback(),
+                "auth.open (TESSERA_OPEN, --open): open mode serves the API to anyone without credentials, so it is \
+                 refused on {}; bind a loopback address (http.bind, TESSERA_BIND) to use it",
+                settings.bind
+            );
             if settings.auth.open {
                 tracing::warn!("OPEN MODE: every /api/v1 request is served as an admin without credentials; development only");
             }
@@ -107,7 +113,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             server::db::create_database_if_missing(&settings).await?;
             let db = server::db::connect(&settings).await?;
             server::db::migrate(&db).await?;
-            server::auth::create_user(&db, &args.name, role, &password).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            server::auth::create_user_audited(&db, &args.name, role, &password, "tessera user add").await.map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("created user {} with role {role}", args.name);
             if !args.password_stdin {
                 println!("password (shown once): {password}");

@@ -147,7 +147,7 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
     for role in crate::auth::Role::ALL {
         let name = format!("demo-{role}");
         let password = crate::auth::random_secret(18);
-        match crate::auth::create_user(db, &name, role, &password).await {
+        match crate::auth::create_user_audited(db, &name, role, &password, "demo-seed").await {
             Ok(()) => {
                 report.created.push(format!("user:{name}"));
                 report.users.push((name, role.to_string(), password));

@@ -82,10 +82,3 @@ fn up(version: String) -> DependencyStatus {
 fn down(error: String) -> DependencyStatus {
     DependencyStatus { up: false, version: None, error: Some(error) }
 }
-
-#[async_trait::async_trait]
-impl app::api::Backend for AppState {
-    async fn system_status(&self) -> SystemStatus {
-        check(self).await
-    }
-}

@@ -224,3 +224,38 @@ async fn api_tokens_have_a_scope_are_shown_once_and_can_be_revoked() {
     let hash: String = sqlx::query_scalar("select password_hash from app_user where name = 'carol'").fetch_one(&app.state.db).await.unwrap();
     assert!(hash.starts_with("$argon2id$"), "{hash}");
 }
+
+#[tokio::test]
+async fn a_percent_encoded_path_is_judged_as_the_route_it_reaches() {
+    let (app, _) = app().await;
+    for path in ["/api/v%31/users", "/api/v%31/tokens", "/api/%761/pools", "/api/v1/%75sers", "/api/v%31/audit.csv"] {
+        let status = app.http.get(format!("{}{path}", app.address)).send().await.unwrap().status();
+        assert_eq!(status, 401, "{path}");
+    }
+    let created = app
+        .http
+        .post(format!("{}/api/v%31/users", app.address))
+        .json(&json!({"name": "mallory", "role": "admin", "password": "a-long-enough-password"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 401);
+    let draw = app.http.post(format!("{}/api/v%31/pools/cn-pay/draw", app.address)).send().await.unwrap();
+    assert_eq!(draw.status(), 401);
+    let users: i64 = sqlx::query_scalar("select count(*) from app_user where name = 'mallory'").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(users, 0, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_lock_that_has_passed_starts_the_count_over() {
+    let (app, passwords) = app().await;
+    for _ in 0..5 {
+        login(&app, "demo-pm", "wrong password!!").await;
+    }
+    sqlx::query("update app_user set locked_until = now() - interval '1 second' where name = 'demo-pm'").execute(&app.state.db).await.unwrap();
+    // One more wrong guess after the lock does not lock again at once.
+    let (status, _, _) = login(&app, "demo-pm", "wrong password!!").await;
+    assert_eq!(status, 401);
+    let (status, body, _) = login(&app, "demo-pm", &passwords["demo-pm"]).await;
+    assert_eq!(status, 200, "{body}");
+}

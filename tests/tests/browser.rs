@@ -34,7 +34,7 @@ async fn the_dashboard_hydrates_and_fetches_live_status_from_the_browser() {
     assert_eq!(prefix, app.prefix);
     let first_check = c.find(Locator::Id("checked-at")).await.unwrap().text().await.unwrap();
 
-    // A click runs the server function from the browser (a POST to /sfn/…), and the table
+    // A click runs the server function from the browser (a GET of /sfn/…), and the table
     // re-renders with the new answer.
     c.find(Locator::Id("check-again")).await.unwrap().click().await.unwrap();
     c.wait()

@@ -2,8 +2,14 @@
 //! server provides as context: the UI and the REST API share one implementation, and this
 //! crate never talks to Postgres or Redis itself.
 
+pub mod audit;
+pub mod pools;
+pub mod session;
 pub mod status;
 
+pub use audit::{list_audit, verify_audit_chain, AuditQuery, AuditRecord, AuditRecords, AuditView, ChainStatus};
+pub use pools::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, WeightEntry};
+pub use session::{whoami, SessionInfo, SESSION_COOKIE};
 pub use status::{get_system_status, DependencyStatus, SystemStatus};
 
 /// The prefix under which server functions are served, apart from the REST API's `/api/v1`.
@@ -16,13 +22,30 @@ pub use backend::{Backend, SharedBackend};
 mod backend {
     use std::sync::Arc;
 
-    use super::SystemStatus;
+    use super::{AuditQuery, AuditRecords, ChainStatus, PoolDetail, PoolListing, SessionInfo, SystemStatus};
 
     /// What the server offers the UI. Implemented by the server's application state.
     #[async_trait::async_trait]
     pub trait Backend: Send + Sync + 'static {
         /// Postgres, Redis and snapshot status, as the dashboard shows it.
         async fn system_status(&self) -> SystemStatus;
+
+        /// The person behind a session cookie's value; `None` when there is no cookie, or
+        /// its session ended or expired. In open mode (development), everyone is an admin.
+        async fn whoami(&self, session_cookie: Option<String>) -> Result<Option<SessionInfo>, String>;
+
+        /// A page of audit rows matching `query`, newest first; an error names a
+        /// malformed filter or says Postgres is unreachable.
+        async fn audit(&self, query: AuditQuery) -> Result<AuditRecords, String>;
+
+        /// Recomputes the audit hash chain.
+        async fn verify_audit(&self) -> Result<ChainStatus, String>;
+
+        /// Every pool, by name.
+        async fn pools(&self) -> Result<Vec<PoolListing>, String>;
+
+        /// One pool with its members' health; `None` for an unknown pool.
+        async fn pool(&self, name: String) -> Result<Option<PoolDetail>, String>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.
@@ -47,7 +70,15 @@ mod tests {
     fn every_server_function_is_served_under_the_server_fn_prefix() {
         // `#[server(prefix = …)]` takes a literal; this keeps it equal to the constant the
         // server routes.
-        let path = <super::status::GetSystemStatus as ServerFn>::PATH;
-        assert!(path.starts_with(&format!("{}/", super::SERVER_FN_PREFIX)), "{path}");
+        for path in [
+            <super::status::GetSystemStatus as ServerFn>::PATH,
+            <super::session::Whoami as ServerFn>::PATH,
+            <super::audit::ListAudit as ServerFn>::PATH,
+            <super::audit::VerifyAuditChain as ServerFn>::PATH,
+            <super::pools::ListPools as ServerFn>::PATH,
+            <super::pools::GetPool as ServerFn>::PATH,
+        ] {
+            assert!(path.starts_with(&format!("{}/", super::SERVER_FN_PREFIX)), "{path}");
+        }
     }
 }

@@ -11,12 +11,6 @@ fn Pending(title: &'static str, what: &'static str) -> impl IntoView {
     }
 }
 
-/// Ticket pools.
-#[component]
-pub fn Pools() -> impl IntoView {
-    view! { <Pending title="Pools" what="Pools, their members and weights, list lengths and refills."/> }
-}
-
 /// Channels.
 #[component]
 pub fn Channels() -> impl IntoView {
@@ -27,10 +21,4 @@ pub fn Channels() -> impl IntoView {
 #[component]
 pub fn Tenants() -> impl IntoView {
     view! { <Pending title="Tenants" what="Tenants, plans, grants and quota usage."/> }
-}
-
-/// Audit trail.
-#[component]
-pub fn Audit() -> impl IntoView {
-    view! { <Pending title="Audit" what="The hash-chained audit trail of every change."/> }
 }

@@ -130,9 +130,11 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
     let url = format!("{address}/api/v1/pools/bench/draw");
     // A data-plane token, as an application would send (revoked when the phase is done).
-    let token = crate::auth::create_token(&state.db, "bench draw", crate::auth::Scope::Dataplane, "bench")
+    let mut conn = state.db.acquire().await?;
+    let token = crate::auth::create_token(&mut conn, "bench draw", crate::auth::Scope::Dataplane, "bench")
         .await
         .map_err(|e| anyhow::anyhow!("creating the benchmark's API token: {e}"))?;
+    drop(conn);
     let (token_id, secret) = (token.id, token.token);
     let over_http = phase(args.concurrency, duration, move || {
         let (http, url, secret) = (http.clone(), url.clone(), secret.clone());

@@ -7,22 +7,25 @@ use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
 /// Postgres errors: unreachable → 503; anything else → 500.
-pub fn db_error(e: sqlx::Error) -> ApiError {
-    let unavailable = match &e {
-        // No connection to be had (refused, cut, timed out, TLS failed), or the pool or its
-        // connection gone away.
+/// Whether Postgres could not be reached (refused, cut, timed out, TLS failed, pool gone,
+/// or the server shutting down or losing the connection mid-query).
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
         sqlx::Error::PoolTimedOut
         | sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
-        // Shutting down (57P0x) or connection failures (08xxx) while a query ran.
-        // … and a deadlock or serialisation failure: the same request may succeed when retried.
-        sqlx::Error::Database(db) => {
-            db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08") || c == "40P01" || c == "40001")
-        }
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
         _ => false,
-    };
+    }
+}
+
+pub fn db_error(e: sqlx::Error) -> ApiError {
+    // Unreachable, or a deadlock or serialisation failure: the same request may succeed
+    // when retried.
+    let retry = matches!(&e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c == "40P01" || c == "40001"));
+    let unavailable = is_unavailable(&e) || retry;
     if unavailable {
         ApiError::Unavailable(format!("postgres unavailable: {e}"))
     } else {

@@ -24,6 +24,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(revoke_token);
 }
 
+/// How long every failed sign-in waits before it is answered.
+const FAILED_SIGN_IN_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The one answer to a failed sign-in.
 const WRONG: &str = "wrong name or password (after 5 failures in a row an account is locked for 15 minutes)";
 
@@ -67,18 +70,16 @@ pub async fn login(req: HttpRequest, state: web::Data<AppState>, body: web::Json
             tracing::info!(user = opened.user, role = %opened.role, "signed in");
             Ok(HttpResponse::Ok().cookie(cookie).json(&opened))
         }
+        // Every failure is answered alike, after the same pause: a lock, an unknown name and
+        // a wrong password tell a stranger nothing about which names exist.
         Err(LoginError::Locked { until }) => {
-            // Answered like a wrong password, so a lock tells a stranger nothing about
-            // which names exist or whether a guess was right.
             tracing::warn!(user = body.name.chars().take(64).collect::<String>(), %until, "sign-in to a locked account");
-            tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+            tokio::time::sleep(FAILED_SIGN_IN_PAUSE).await;
             Err(ApiError::Unauthorized(WRONG.into()))
         }
         Err(LoginError::Invalid) => {
-            // Each failure in a row makes the next answer slower (at most 2 s).
-            let failures = auth::failed_logins(&state.db, &body.name).await.max(1) as u64;
-            tokio::time::sleep(std::time::Duration::from_millis((250 * failures).min(2000))).await;
             tracing::warn!(user = body.name.chars().take(64).collect::<String>(), "failed sign-in");
+            tokio::time::sleep(FAILED_SIGN_IN_PAUSE).await;
             Err(ApiError::Unauthorized(WRONG.into()))
         }
         Err(LoginError::Db(e)) => Err(db_error(e)),
@@ -177,12 +178,11 @@ pub struct NewUserBody {
     password: Option<String>,
 }
 
-async fn audit_access(state: &AppState, req: &HttpRequest, entity: &str, action: &str, after: serde_json::Value) -> Result<(), ApiError> {
-    let p = auth::principal(req)?;
+/// Audits a change of users or tokens in the change's own transaction.
+async fn audit_access(tx: &mut sqlx::PgConnection, req: &HttpRequest, p: &auth::Principal, entity: &str, action: &str, after: serde_json::Value) -> Result<(), ApiError> {
     let source = if p.is_session() { crate::db::audit::Source::Ui } else { crate::db::audit::Source::Api };
-    let mut tx = state.db.begin().await.map_err(db_error)?;
     crate::db::audit::insert_audit(
-        &mut tx,
+        tx,
         &crate::db::audit::NewAudit {
             actor: &p.name,
             source,
@@ -196,7 +196,6 @@ async fn audit_access(state: &AppState, req: &HttpRequest, entity: &str, action:
     )
     .await
     .map_err(db_error)?;
-    tx.commit().await.map_err(db_error)?;
     Ok(())
 }
 
@@ -216,11 +215,14 @@ async fn audit_access(state: &AppState, req: &HttpRequest, entity: &str, action:
 )]
 #[post("/api/v1/users")]
 pub async fn add_user(req: HttpRequest, state: web::Data<AppState>, body: web::Json<NewUserBody>) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
     let role = Role::parse(&body.role)?;
     let generated = body.password.is_none();
     let password = body.password.clone().unwrap_or_else(|| auth::random_secret(18));
-    auth::create_user(&state.db, &body.name, role, &password).await?;
-    audit_access(&state, &req, &format!("user:{}", body.name), "user.create", json!({"role": role})).await?;
+    let mut tx = state.db.begin().await.map_err(db_error)?;
+    auth::create_user(&mut tx, &body.name, role, &password).await?;
+    audit_access(&mut tx, &req, &p, &format!("user:{}", body.name), "user.create", json!({"role": role})).await?;
+    tx.commit().await.map_err(db_error)?;
     let mut reply = json!({"name": body.name, "role": role});
     if generated {
         reply["password"] = json!(password);
@@ -253,17 +255,21 @@ pub struct RoleBody {
 )]
 #[put("/api/v1/users/{name}/role")]
 pub async fn set_role(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<RoleBody>) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    auth::check_user_name(&path)?;
     let role = Role::parse(&body.role)?;
+    let mut tx = state.db.begin().await.map_err(db_error)?;
     let done = sqlx::query("update app_user set role = $2, updated_at = now() where name = $1")
         .bind(path.as_str())
         .bind(role.as_str())
-        .execute(&state.db)
+        .execute(&mut *tx)
         .await
         .map_err(db_error)?;
     if done.rows_affected() == 0 {
         return Err(ApiError::NotFound(format!("unknown user {:?}", path.as_str())));
     }
-    audit_access(&state, &req, &format!("user:{}", path.as_str()), "user.role", json!({"role": role})).await?;
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.role", json!({"role": role})).await?;
+    tx.commit().await.map_err(db_error)?;
     Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "role": role})))
 }
 
@@ -283,6 +289,8 @@ pub async fn set_role(req: HttpRequest, state: web::Data<AppState>, path: web::P
 )]
 #[post("/api/v1/users/{name}/disable")]
 pub async fn disable_user(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    auth::check_user_name(&path)?;
     let mut tx = state.db.begin().await.map_err(db_error)?;
     let done = sqlx::query("update app_user set disabled_at = now(), updated_at = now() where name = $1 and disabled_at is null")
         .bind(path.as_str())
@@ -293,8 +301,8 @@ pub async fn disable_user(req: HttpRequest, state: web::Data<AppState>, path: we
         return Err(ApiError::NotFound(format!("no enabled user {:?}", path.as_str())));
     }
     sqlx::query("delete from user_session where user_name = $1").bind(path.as_str()).execute(&mut *tx).await.map_err(db_error)?;
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true})).await?;
     tx.commit().await.map_err(db_error)?;
-    audit_access(&state, &req, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true})).await?;
     Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "disabled": true})))
 }
 
@@ -358,8 +366,10 @@ pub struct NewTokenBody {
 #[post("/api/v1/tokens")]
 pub async fn add_token(req: HttpRequest, state: web::Data<AppState>, body: web::Json<NewTokenBody>) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
-    let created = auth::create_token(&state.db, &body.name, body.scope, &p.name).await?;
-    audit_access(&state, &req, &format!("token:{}", created.id), "token.create", json!({"name": created.name, "scope": created.scope})).await?;
+    let mut tx = state.db.begin().await.map_err(db_error)?;
+    let created = auth::create_token(&mut tx, &body.name, body.scope, &p.name).await?;
+    audit_access(&mut tx, &req, &p, &format!("token:{}", created.id), "token.create", json!({"name": created.name, "scope": created.scope})).await?;
+    tx.commit().await.map_err(db_error)?;
     Ok(HttpResponse::Created().json(created))
 }
 
@@ -379,17 +389,20 @@ pub async fn add_token(req: HttpRequest, state: web::Data<AppState>, body: web::
 )]
 #[post("/api/v1/tokens/{id}/revoke")]
 pub async fn revoke_token(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
     let id: i64 = path.parse().map_err(|_| ApiError::bad_request("id", "must be an integer"))?;
-    let done = sqlx::query("update api_token set revoked_at = now() where id = $1 and revoked_at is null")
+    let mut tx = state.db.begin().await.map_err(db_error)?;
+    let hash: Option<Vec<u8>> = sqlx::query_scalar("update api_token set revoked_at = now() where id = $1 and revoked_at is null returning hash")
         .bind(id)
-        .execute(&state.db)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
-    if done.rows_affected() == 0 {
+    let Some(hash) = hash else {
         return Err(ApiError::NotFound(format!("no live token {id}")));
-    }
+    };
+    audit_access(&mut tx, &req, &p, &format!("token:{id}"), "token.revoke", json!({"revoked": true})).await?;
+    tx.commit().await.map_err(db_error)?;
     // This instance forgets it at once; others within auth::TOKEN_CACHE_TTL.
-    state.tokens.clear();
-    audit_access(&state, &req, &format!("token:{id}"), "token.revoke", json!({"revoked": true})).await?;
+    state.tokens.remove(&hash);
     Ok(HttpResponse::Ok().json(json!({"id": id, "revoked": true})))
 }

@@ -1,0 +1,66 @@
+//! Ticket pools as the pools pages show them: the list, and one pool's members with their
+//! configured and effective weights and health.
+
+use leptos::prelude::*;
+use leptos::server_fn::codec::GetUrl;
+use serde::{Deserialize, Serialize};
+
+/// A pool in the list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolListing {
+    pub name: String,
+    /// `channels` or `tiers`.
+    pub kind: String,
+    /// The configuration version (what a weights change is checked against).
+    pub version: i64,
+    /// The newest published snapshot's version.
+    pub published_version: i64,
+    pub members: i64,
+    /// Members ejected or disabled.
+    pub ejected: i64,
+}
+
+/// One entry of the pool's configured weights (channels, or a tiers pool's tiers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeightEntry {
+    pub member: String,
+    pub weight: u64,
+}
+
+/// One member channel with its health.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberView {
+    pub channel: String,
+    /// `healthy`, `degraded`, `ejected`, `recovering`, …
+    pub state: String,
+    /// A pin set by an operator, if any.
+    pub pinned: Option<String>,
+    /// The configured weight.
+    pub base_weight: i64,
+    /// The weight draws use now (health, ejection and disabling applied).
+    pub effective_weight: u64,
+}
+
+/// One pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolDetail {
+    pub name: String,
+    pub kind: String,
+    pub version: i64,
+    pub weights: Vec<WeightEntry>,
+    pub members: Vec<MemberView>,
+}
+
+/// Every pool, for any signed-in user.
+#[server(prefix = "/sfn", endpoint = "pools", input = GetUrl)]
+pub async fn list_pools() -> Result<Vec<PoolListing>, ServerFnError> {
+    super::session::ssr::require_session().await?;
+    super::backend()?.pools().await.map_err(ServerFnError::new)
+}
+
+/// One pool (`None` when there is no such pool), for any signed-in user.
+#[server(prefix = "/sfn", endpoint = "pool", input = GetUrl)]
+pub async fn get_pool(name: String) -> Result<Option<PoolDetail>, ServerFnError> {
+    super::session::ssr::require_session().await?;
+    super::backend()?.pool(name).await.map_err(ServerFnError::new)
+}

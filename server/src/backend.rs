@@ -1,0 +1,173 @@
+//! What the admin UI's server functions call: [`app::api::Backend`] implemented by the
+//! application state, over the same service functions as the REST API.
+
+use app::api::{AuditQuery, AuditRecord, AuditRecords, ChainStatus, MemberView, PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+
+use crate::auth::{Permission, Principal, Role, Via};
+use crate::db::audit::{list_audit, verify_audit, AuditFilter};
+use crate::state::AppState;
+
+#[async_trait::async_trait]
+impl app::api::Backend for AppState {
+    async fn system_status(&self) -> SystemStatus {
+        crate::status::check(self).await
+    }
+
+    async fn whoami(&self, session_cookie: Option<String>) -> Result<Option<SessionInfo>, String> {
+        let principal = if self.auth.open {
+            Some(Principal { name: "open-mode".into(), via: Via::Open })
+        } else if let Some(id) = session_cookie {
+            crate::auth::session(&self.db, &id).await.map_err(unavailable)?
+        } else {
+            None
+        };
+        Ok(principal.map(|p| {
+            let (role, csrf_token) = match &p.via {
+                Via::Session { role, csrf } => (*role, csrf.clone()),
+                _ => (Role::Admin, String::new()),
+            };
+            SessionInfo {
+                may_export_audit: p.may(Permission::AuditExport),
+                may_edit: p.may(Permission::Edit),
+                user: p.name,
+                role: role.to_string(),
+                csrf_token,
+            }
+        }))
+    }
+
+    async fn audit(&self, query: AuditQuery) -> Result<AuditRecords, String> {
+        let filter = AuditFilter {
+            entity: query.entity,
+            actor: query.actor,
+            action: query.action,
+            from: parse_time("from", query.from.as_deref())?,
+            to: parse_time("to", query.to.as_deref())?,
+            before_id: query.before_id,
+            limit: Some(app::api::audit::AUDIT_PAGE_SIZE),
+        };
+        if let (Some(from), Some(to)) = (filter.from, filter.to) {
+            if to <= from {
+                return Err("to: must be after from".into());
+            }
+        }
+        let page = list_audit(&self.db, &filter).await.map_err(unavailable)?;
+        let mut encoded = url::form_urlencoded::Serializer::new(String::new());
+        for (key, value) in [("entity", &filter.entity), ("actor", &filter.actor), ("action", &filter.action)] {
+            if let Some(v) = value {
+                encoded.append_pair(key, v);
+            }
+        }
+        for (key, value) in [("from", filter.from), ("to", filter.to)] {
+            if let Some(t) = value {
+                encoded.append_pair(key, &t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            }
+        }
+        Ok(AuditRecords {
+            rows: page
+                .rows
+                .into_iter()
+                .map(|r| AuditRecord {
+                    id: r.id,
+                    at: r.at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                    actor: r.actor,
+                    source: r.source,
+                    action: r.action,
+                    entity: r.entity,
+                    reason: r.reason,
+                    before: r.before,
+                    after: r.after,
+                })
+                .collect(),
+            next: page.next,
+            filter_query: encoded.finish(),
+        })
+    }
+
+    async fn verify_audit(&self) -> Result<ChainStatus, String> {
+        let report = verify_audit(&self.db).await.map_err(unavailable)?;
+        Ok(ChainStatus { intact: report.intact, rows: report.rows, first_broken: report.first_broken, problem: report.problem })
+    }
+
+    async fn pools(&self) -> Result<Vec<PoolListing>, String> {
+        let pools = crate::db::config::list_pools(&self.db).await.map_err(unavailable)?;
+        Ok(pools
+            .into_iter()
+            .map(|p| PoolListing {
+                name: p.name,
+                kind: p.kind,
+                version: p.version,
+                published_version: p.published_version,
+                members: p.members,
+                ejected: p.ejected,
+            })
+            .collect())
+    }
+
+    async fn pool(&self, name: String) -> Result<Option<PoolDetail>, String> {
+        let pool = client::pool::PoolName::parse(&name).map_err(|e| format!("pool: {e}"))?;
+        let Some((version, snapshot)) = crate::db::config::get_pool(&self.db, &pool).await.map_err(unavailable)? else {
+            return Ok(None);
+        };
+        let health = crate::health::pool_health(&self.db, &pool).await.map_err(unavailable)?.unwrap_or_default();
+        let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or_default().to_owned();
+        let weights = snapshot["weights"]
+            .as_array()
+            .map(|ws| ws.iter().map(|w| WeightEntry { member: text(w, "member"), weight: w["weight"].as_u64().unwrap_or(0) }).collect())
+            .unwrap_or_default();
+        let members = health["members"]
+            .as_array()
+            .map(|ms| {
+                ms.iter()
+                    .map(|m| MemberView {
+                        channel: text(m, "channel"),
+                        state: text(m, "state"),
+                        pinned: m["pinned"].as_str().map(str::to_owned),
+                        base_weight: m["base_weight"].as_i64().unwrap_or(0),
+                        effective_weight: m["effective_weight"].as_u64().unwrap_or(0),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Some(PoolDetail { name: pool.as_str().to_owned(), kind: text(&snapshot, "kind"), version, weights, members }))
+    }
+}
+
+/// A database error as the UI shows it: no internals.
+fn unavailable(e: sqlx::Error) -> String {
+    tracing::error!(error = %e, "a server function's query failed");
+    "the configuration store (Postgres) did not answer; try again".into()
+}
+
+/// A filter time: RFC 3339, or what a `datetime-local` input or a date gives, read as UTC.
+fn parse_time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, String> {
+    let Some(raw) = raw.map(str::trim).filter(|r| !r.is_empty()) else { return Ok(None) };
+    if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    for format in ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(raw, format) {
+            return Ok(Some(t.and_utc()));
+        }
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        return Ok(Some(d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc()));
+    }
+    Err(format!("{field}: {raw:?} is not a time; write e.g. 2026-11-30T14:00 (UTC) or 2026-11-30T14:00:00+01:00"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    #[test]
+    fn filter_times_accept_rfc3339_local_inputs_and_dates_as_utc() {
+        let t = |raw| parse_time("from", Some(raw)).unwrap().unwrap().to_rfc3339();
+        assert_eq!(t("2026-11-30T14:00:00+01:00"), "2026-11-30T13:00:00+00:00");
+        assert_eq!(t("2026-11-30T14:00"), "2026-11-30T14:00:00+00:00");
+        assert_eq!(t("2026-11-30"), "2026-11-30T00:00:00+00:00");
+        assert_eq!(parse_time("from", Some(" ")).unwrap(), None);
+        assert!(parse_time("to", Some("yesterday")).unwrap_err().starts_with("to:"));
+    }
+}
