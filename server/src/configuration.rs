@@ -92,11 +92,15 @@ pub struct AuthSettings {
     pub open: bool,
     /// How long a login session lasts (`auth.session_hours`, 1..=720, default 12).
     pub session_ttl: std::time::Duration,
+    /// Mark the session cookie Secure on every response (`auth.cookie_secure`,
+    /// `TESSERA_COOKIE_SECURE`), for a TLS proxy that does not send X-Forwarded-Proto.
+    /// Otherwise it is Secure when the request came over TLS.
+    pub cookie_secure: bool,
 }
 
 impl Default for AuthSettings {
     fn default() -> Self {
-        Self { open: false, session_ttl: std::time::Duration::from_secs(12 * 3600) }
+        Self { open: false, session_ttl: std::time::Duration::from_secs(12 * 3600), cookie_secure: false }
     }
 }
 
@@ -136,6 +140,7 @@ struct FileSettings {
 struct FileAuth {
     open: Option<bool>,
     session_hours: Option<u32>,
+    cookie_secure: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -291,7 +296,15 @@ impl Settings {
         };
         let session_hours = file.auth.session_hours.unwrap_or(12);
         anyhow::ensure!((1..=720).contains(&session_hours), "auth.session_hours: must be in 1..=720");
-        let auth = AuthSettings { open, session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600) };
+        let cookie_secure = match env("TESSERA_COOKIE_SECURE").filter(|v| !v.is_empty()) {
+            Some(raw) => match raw.as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => anyhow::bail!("auth.cookie_secure (TESSERA_COOKIE_SECURE): must be 1, true, 0 or false, got {raw:?}"),
+            },
+            None => file.auth.cookie_secure.unwrap_or(false),
+        };
+        let auth = AuthSettings { open, session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600), cookie_secure };
         Ok(Self {
             auth,
             database_url: SecretString::from(database_url),

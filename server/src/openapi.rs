@@ -103,6 +103,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         routes::auth::add_user,
         routes::auth::set_role,
         routes::auth::disable_user,
+        routes::auth::unlock_user,
         routes::auth::list_tokens,
         routes::auth::add_token,
         routes::auth::revoke_token,

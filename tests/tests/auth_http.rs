@@ -259,3 +259,32 @@ async fn a_lock_that_has_passed_starts_the_count_over() {
     let (status, body, _) = login(&app, "demo-pm", &passwords["demo-pm"]).await;
     assert_eq!(status, 200, "{body}");
 }
+
+#[tokio::test]
+async fn an_admin_unlocks_a_locked_account_and_a_configured_secure_cookie_is_secure() {
+    let app = spawn_app_with(|s| {
+        s.auth.open = false;
+        s.auth.cookie_secure = true;
+    })
+    .await;
+    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
+    let passwords: HashMap<String, String> = report.users.into_iter().map(|(name, _, password)| (name, password)).collect();
+    for _ in 0..5 {
+        login(&app, "demo-pm", "wrong password!!").await;
+    }
+    let (status, _, _) = login(&app, "demo-pm", &passwords["demo-pm"]).await;
+    assert_eq!(status, 401, "locked");
+
+    let admin = session(&app, &passwords, "admin").await;
+    let (status, _, cookie) = login(&app, "demo-admin", &passwords["demo-admin"]).await;
+    assert_eq!(status, 200);
+    assert!(cookie.unwrap().contains("Secure"), "auth.cookie_secure marks the cookie Secure even over plain HTTP");
+    let (status, body) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users/demo-pm/unlock", Value::Null).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, _) = login(&app, "demo-pm", &passwords["demo-pm"]).await;
+    assert_eq!(status, 200, "unlocked");
+    let (status, _) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users/nobody/unlock", Value::Null).await;
+    assert_eq!(status, 404);
+    let action: String = sqlx::query_scalar("select action from audit where entity = 'user:demo-pm' order by id desc limit 1").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(action, "user.unlock");
+}

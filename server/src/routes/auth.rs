@@ -19,6 +19,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(add_user)
         .service(set_role)
         .service(disable_user)
+        .service(unlock_user)
         .service(list_tokens)
         .service(add_token)
         .service(revoke_token);
@@ -59,7 +60,9 @@ pub struct LoginBody {
 pub async fn login(req: HttpRequest, state: web::Data<AppState>, body: web::Json<LoginBody>) -> Result<HttpResponse, ApiError> {
     match auth::login(&state.db, &body.name, &body.password, state.auth.session_ttl).await {
         Ok(opened) => {
-            let secure = req.connection_info().scheme() == "https";
+            // Secure when served over TLS (as the request says, or a proxy's
+            // X-Forwarded-Proto), or always when configured (a TLS proxy that does not say so).
+            let secure = state.auth.cookie_secure || req.connection_info().scheme() == "https";
             let cookie = Cookie::build(auth::SESSION_COOKIE, opened.session_id.clone())
                 .path("/")
                 .http_only(true)
@@ -304,6 +307,39 @@ pub async fn disable_user(req: HttpRequest, state: web::Data<AppState>, path: we
     audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true})).await?;
     tx.commit().await.map_err(db_error)?;
     Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "disabled": true})))
+}
+
+/// `POST /api/v1/users/{name}/unlock` (admin): ends a lock-out after repeated failed
+/// sign-ins, and starts the count over.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("name" = String, Path, description = "The user's name")),
+    responses(
+        (status = 200, description = "Unlocked (audited): `{\"name\", \"unlocked\": true}`", body = Object),
+        (status = 400, description = "A malformed name", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown user", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/users/{name}/unlock")]
+pub async fn unlock_user(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    auth::check_user_name(&path)?;
+    let mut tx = state.db.begin().await.map_err(db_error)?;
+    let done = sqlx::query("update app_user set locked_until = null, failed_logins = 0, updated_at = now() where name = $1")
+        .bind(path.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    if done.rows_affected() == 0 {
+        return Err(ApiError::NotFound(format!("unknown user {:?}", path.as_str())));
+    }
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.unlock", json!({"unlocked": true})).await?;
+    tx.commit().await.map_err(db_error)?;
+    Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "unlocked": true})))
 }
 
 /// `GET /api/v1/tokens` (admin) → every API token: id, name, prefix, scope, created,
