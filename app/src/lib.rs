@@ -57,8 +57,8 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("") view=pages::dashboard::Dashboard ssr=SsrMode::Async/>
                     <Route path=StaticSegment("pools") view=pages::pools::Pools ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("pools"), ParamSegment("name")) view=pages::pools::PoolPage ssr=SsrMode::Async/>
-                    <Route path=StaticSegment("channels") view=pages::pending::Channels ssr=SsrMode::Async/>
-                    <Route path=StaticSegment("tenants") view=pages::pending::Tenants ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("channels") view=pages::channels::Channels ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("tenants") view=pages::tenants::Tenants ssr=SsrMode::Async/>
                     <Route path=StaticSegment("audit") view=pages::audit::Audit ssr=SsrMode::Async/>
                 </Routes>
             </Layout>

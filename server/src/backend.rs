@@ -1,7 +1,8 @@
 //! What the admin UI's server functions call: [`app::api::Backend`] implemented by the
 //! application state, over the same service functions as the REST API.
 
-use app::api::{AuditQuery, AuditRecord, AuditRecords, ChainStatus, MemberView, PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry};
+use app::api::{AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry};
+use app::api::{BucketView, GrantView, TenantView, UsageView};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 
 use crate::auth::{Permission, Principal, Role, Via};
@@ -30,6 +31,7 @@ impl app::api::Backend for AppState {
             SessionInfo {
                 may_export_audit: p.may(Permission::AuditExport),
                 may_edit: p.may(Permission::Edit),
+                may_operate: p.may(Permission::Operate),
                 user: p.name,
                 role: role.to_string(),
                 csrf_token,
@@ -131,6 +133,98 @@ impl app::api::Backend for AppState {
             })
             .unwrap_or_default();
         Ok(Some(PoolDetail { name: pool.as_str().to_owned(), kind: text(&snapshot, "kind"), version, weights, members }))
+    }
+
+    async fn channels(&self) -> Result<Vec<ChannelView>, String> {
+        let channels = crate::db::config::list_channels(&self.db).await.map_err(unavailable)?;
+        let mut out = Vec::with_capacity(channels.len());
+        for c in channels {
+            let code = crate::db::config::ChannelCode::parse(&c.code).map_err(|_| format!("channel {:?}: a malformed code", c.code))?;
+            // A channel deleted between the two reads shows without health.
+            let health = crate::health::channel_health(&self.db, &code).await.map_err(unavailable)?.unwrap_or_default();
+            let pools = health["pools"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| ChannelPoolHealth {
+                            pool: p["pool"].as_str().unwrap_or_default().to_owned(),
+                            state: p["state"].as_str().unwrap_or_default().to_owned(),
+                            effective_weight: p["effective_weight"].as_u64().unwrap_or(0),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(ChannelView {
+                pin: health["pin"]["state"].as_str().map(str::to_owned),
+                code: c.code,
+                name: c.name,
+                tier: c.tier,
+                enabled: c.enabled,
+                base_weight: c.base_weight,
+                version: c.version,
+                pools,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantView>, String> {
+        let listed = crate::db::config::list_tenants(&self.db).await.map_err(unavailable)?;
+        let mut out = Vec::with_capacity(listed.len());
+        for entry in listed {
+            let raw = entry["name"].as_str().unwrap_or_default();
+            let name = client::quota::TenantId::parse(raw).map_err(|_| format!("tenant {raw:?}: a malformed name"))?;
+            // A tenant deleted between the two reads is left out.
+            let Some(t) = crate::db::config::get_tenant(&self.db, &name).await.map_err(unavailable)? else { continue };
+            let time = |v: &serde_json::Value| {
+                v.as_str().map(|raw| match DateTime::parse_from_rfc3339(raw) {
+                    Ok(t) => t.with_timezone(&Utc).format("%Y-%m-%d %H:%M UTC").to_string(),
+                    Err(_) => raw.to_owned(),
+                })
+            };
+            let grants = t
+                .grants
+                .iter()
+                .map(|g| GrantView {
+                    id: g["id"].as_str().unwrap_or_default().to_owned(),
+                    kind: g["kind"].as_str().unwrap_or_default().to_owned(),
+                    amount: g["amount"].as_i64().unwrap_or(0),
+                    starts_at: time(&g["starts_at"]),
+                    expires_at: time(&g["expires_at"]),
+                    revoked_at: time(&g["revoked_at"]),
+                })
+                .collect();
+            let usage = match self.quotas.usage(&name).await {
+                Ok(u) => Ok(UsageView {
+                    period: u.period,
+                    requests_today: u.requests_today,
+                    daily_requests: u.daily_requests,
+                    leases: u.leases,
+                    concurrency: u.concurrency,
+                    available: u.available,
+                    buckets: u
+                        .buckets
+                        .into_iter()
+                        .map(|b| BucketView { id: b.id, kind: b.kind, amount: b.amount, used: b.used, reserved: b.reserved, live: b.live })
+                        .collect(),
+                }),
+                Err(e) => {
+                    tracing::warn!(tenant = %name, error = %e, "reading a tenant's quota usage for the UI failed");
+                    Err(format!("usage unavailable: {e}"))
+                }
+            };
+            out.push(TenantView {
+                monthly_tokens: t.snapshot["monthly_tokens"].as_i64().unwrap_or(0),
+                daily_requests: t.snapshot["daily_requests"].as_i64().unwrap_or(0),
+                concurrency: t.snapshot["concurrency"].as_i64().unwrap_or(0),
+                name: t.name,
+                plan: t.plan,
+                version: t.version,
+                grants,
+                usage,
+            });
+        }
+        Ok(out)
     }
 }
 

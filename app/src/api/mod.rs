@@ -3,14 +3,18 @@
 //! crate never talks to Postgres or Redis itself.
 
 pub mod audit;
+pub mod channels;
 pub mod pools;
 pub mod session;
 pub mod status;
+pub mod tenants;
 
 pub use audit::{list_audit, verify_audit_chain, AuditQuery, AuditRecord, AuditRecords, AuditView, ChainStatus};
+pub use channels::{list_channels, ChannelPoolHealth, ChannelView};
 pub use pools::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, WeightEntry};
 pub use session::{whoami, SessionInfo, SESSION_COOKIE};
 pub use status::{get_system_status, DependencyStatus, SystemStatus};
+pub use tenants::{list_tenants, BucketView, GrantView, TenantView, UsageView};
 
 /// The prefix under which server functions are served, apart from the REST API's `/api/v1`.
 pub const SERVER_FN_PREFIX: &str = "/sfn";
@@ -22,7 +26,7 @@ pub use backend::{Backend, SharedBackend};
 mod backend {
     use std::sync::Arc;
 
-    use super::{AuditQuery, AuditRecords, ChainStatus, PoolDetail, PoolListing, SessionInfo, SystemStatus};
+    use super::{AuditQuery, AuditRecords, ChainStatus, ChannelView, PoolDetail, PoolListing, SessionInfo, SystemStatus, TenantView};
 
     /// What the server offers the UI. Implemented by the server's application state.
     #[async_trait::async_trait]
@@ -46,6 +50,12 @@ mod backend {
 
         /// One pool with its members' health; `None` for an unknown pool.
         async fn pool(&self, name: String) -> Result<Option<PoolDetail>, String>;
+
+        /// Every channel, by code, with its pin and its health in each pool holding it.
+        async fn channels(&self) -> Result<Vec<ChannelView>, String>;
+
+        /// Every tenant, by name, with its limits, grants and quota usage now.
+        async fn tenants(&self) -> Result<Vec<TenantView>, String>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.
@@ -77,6 +87,8 @@ mod tests {
             <super::audit::VerifyAuditChain as ServerFn>::PATH,
             <super::pools::ListPools as ServerFn>::PATH,
             <super::pools::GetPool as ServerFn>::PATH,
+            <super::channels::ListChannels as ServerFn>::PATH,
+            <super::tenants::ListTenants as ServerFn>::PATH,
         ] {
             assert!(path.starts_with(&format!("{}/", super::SERVER_FN_PREFIX)), "{path}");
         }

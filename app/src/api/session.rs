@@ -22,6 +22,8 @@ pub struct SessionInfo {
     pub may_export_audit: bool,
     /// May change configuration such as weights (pm, admin).
     pub may_edit: bool,
+    /// May disable and enable channels and pin their health (operator, admin).
+    pub may_operate: bool,
 }
 
 /// The signed-in person, or `None` when the request carries no valid session. Served as a

@@ -1,8 +1,9 @@
 //! One module per page.
 
 pub mod audit;
+pub mod channels;
 pub mod dashboard;
 pub mod login;
 pub mod not_found;
-pub mod pending;
 pub mod pools;
+pub mod tenants;

@@ -1,0 +1,178 @@
+//! The channels page in headless Chromium with access control on: an operator disables a
+//! channel through the page and draws stop serving it; a viewer sees no forms, and a write
+//! forged with a viewer's session is refused.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fantoccini::{Client, Locator};
+use integration::browser::Browser;
+use integration::{spawn_app_with, TestApp};
+
+async fn app() -> (TestApp, HashMap<String, String>) {
+    let app = spawn_app_with(|s| s.auth.open = false).await;
+    assert!(
+        app.settings.site_root.join("pkg/tessera.wasm").exists(),
+        "no wasm bundle under {}: run `cargo leptos build` first (scripts/test does)",
+        app.settings.site_root.display()
+    );
+    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    let passwords = report.users.into_iter().map(|(name, _, password)| (name, password)).collect();
+    (app, passwords)
+}
+
+async fn hydrated(c: &Client) {
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("body[data-hydrated='true']"))
+        .await
+        .expect("the page hydrates");
+}
+
+async fn text(c: &Client, id: &str) -> String {
+    c.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}")).text().await.unwrap()
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let dir = integration::workspace_root().join("target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), c.screenshot().await.unwrap()).unwrap();
+}
+
+/// Signs in through the form and waits for the dashboard.
+async fn sign_in(c: &Client, app: &TestApp, name: &str, password: &str) {
+    c.goto(&format!("{}/login", app.address)).await.unwrap();
+    hydrated(c).await;
+    c.find(Locator::Id("login-name")).await.unwrap().send_keys(name).await.unwrap();
+    c.find(Locator::Id("login-password")).await.unwrap().send_keys(password).await.unwrap();
+    c.find(Locator::Id("login-submit")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Id("system-status"))
+        .await
+        .expect("signed in, the dashboard shows");
+    assert_eq!(text(c, "session-user").await, name);
+}
+
+async fn sign_out(c: &Client) {
+    hydrated(c).await;
+    c.find(Locator::Id("sign-out")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("login-form")).await.expect("back at sign-in");
+}
+
+/// Opens the channels page and waits for the table and hydration.
+async fn channels_page(c: &Client, app: &TestApp) {
+    c.goto(&format!("{}/channels", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("channels")).await.expect("the channel table");
+    hydrated(c).await;
+}
+
+/// Signs in over HTTP: the session cookie (`name=value`) and its CSRF token.
+async fn api_session(app: &TestApp, name: &str, password: &str) -> (String, String) {
+    let login = reqwest::Client::new()
+        .post(format!("{}/api/v1/auth/login", app.address))
+        .json(&serde_json::json!({"name": name, "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 200);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let csrf = login.json::<serde_json::Value>().await.unwrap()["csrf_token"].as_str().unwrap().to_owned();
+    (cookie, csrf)
+}
+
+#[tokio::test]
+async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_the_forms() {
+    let (app, passwords) = app().await;
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+    let cn_pay = client::pool::PoolName::parse("cn-pay").unwrap();
+
+    // The operator: every channel with its pools' health, and the forms.
+    sign_in(c, &app, "demo-operator", &passwords["demo-operator"]).await;
+    channels_page(c, &app).await;
+    let row = c.find(Locator::Css("#channels tr[data-channel='ALIPAY_A']")).await.unwrap().text().await.unwrap();
+    assert!(row.contains("cn-pay") && row.contains("healthy"), "{row}");
+    assert_eq!(text(c, "enabled-ALIPAY_A").await, "enabled");
+
+    // Without a reason nothing is sent, and the page says why.
+    c.find(Locator::Id("disable-ALIPAY_A")).await.unwrap().click().await.unwrap();
+    let message = c
+        .wait()
+        .at_most(Duration::from_secs(5))
+        .for_element(Locator::XPath("//p[@id='message-ALIPAY_A' and string-length(normalize-space(.)) > 0]"))
+        .await
+        .expect("a reason is asked for")
+        .text()
+        .await
+        .unwrap();
+    assert!(message.contains("reason is required"), "{message}");
+    assert_eq!(text(c, "enabled-ALIPAY_A").await, "enabled");
+
+    // With a reason: disabled, shown without a reload.
+    c.find(Locator::Id("reason-ALIPAY_A")).await.unwrap().send_keys("acquirer outage").await.unwrap();
+    c.find(Locator::Id("disable-ALIPAY_A")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//span[@id='enabled-ALIPAY_A' and text()='disabled']"))
+        .await
+        .expect("the badge reads disabled");
+    assert!(text(c, "channels-message").await.contains("ALIPAY_A disabled"));
+    assert!(c.find(Locator::Id("enable-ALIPAY_A")).await.is_ok(), "the row now offers to enable it");
+    screenshot(c, "channels-operator").await;
+
+    // Draws no longer serve it.
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    for _ in 0..50 {
+        let draw = app.state.pools.draw(&cn_pay).await.unwrap();
+        assert_ne!(draw.member, "ALIPAY_A", "a disabled channel is never drawn");
+    }
+
+    // A pin, then an unpin, each shown in the row once done.
+    c.find(Locator::Id("reason-GRAB_G1")).await.unwrap().send_keys("settlement checks").await.unwrap();
+    c.find(Locator::Id("pin-ejected-GRAB_G1")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//span[@id='pin-GRAB_G1' and normalize-space(.)='pinned ejected']"))
+        .await
+        .expect("the pin shows");
+    let row = c.find(Locator::Css("#channels tr[data-channel='GRAB_G1']")).await.unwrap().text().await.unwrap();
+    assert!(row.contains("sea-pay ejected"), "{row}");
+    c.find(Locator::Id("reason-GRAB_G1")).await.unwrap().send_keys("checks done").await.unwrap();
+    c.find(Locator::Id("unpin-GRAB_G1")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//span[@id='pin-GRAB_G1' and normalize-space(.)='none']"))
+        .await
+        .expect("the pin is gone");
+    sign_out(c).await;
+
+    // The viewer: the channels, no forms, and a sentence saying why.
+    sign_in(c, &app, "demo-viewer", &passwords["demo-viewer"]).await;
+    channels_page(c, &app).await;
+    assert_eq!(text(c, "enabled-ALIPAY_A").await, "disabled");
+    assert!(c.find_all(Locator::Css("#channels form")).await.unwrap().is_empty(), "no forms for a viewer");
+    assert!(c.find(Locator::Id("reason-WECHAT_B")).await.is_err());
+    let why = text(c, "channels-restricted").await;
+    assert!(why.contains("operator and admin") && why.contains("viewer"), "{why}");
+    screenshot(c, "channels-viewer").await;
+
+    // A write forged with the viewer's own session and CSRF token is refused.
+    let (cookie, csrf) = api_session(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    let forged = reqwest::Client::new()
+        .post(format!("{}/api/v1/channels/WECHAT_B/disable", app.address))
+        .header("cookie", cookie)
+        .header("x-csrf-token", csrf)
+        .header("origin", &app.address)
+        .json(&serde_json::json!({"reason": "forged"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    let wechat = server::db::config::ChannelCode::parse("WECHAT_B").unwrap();
+    let wechat = server::db::config::get_channel(&app.state.db, &wechat).await.unwrap().unwrap();
+    assert!(wechat.enabled, "the forged write changed nothing");
+
+    browser.close().await;
+}
