@@ -9,6 +9,7 @@
 
 pub mod browser;
 pub mod proxy;
+pub mod ui;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -3,19 +3,12 @@
 
 use std::time::Duration;
 
-use fantoccini::{Client, Locator};
+use fantoccini::Locator;
 use integration::browser::Browser;
 use integration::spawn_app_with;
+use integration::ui::hydrated;
 use server::db::audit::Source;
 use server::db::config::{Ctx, NewGrant};
-
-async fn hydrated(c: &Client) {
-    c.wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("body[data-hydrated='true']"))
-        .await
-        .expect("the page hydrates");
-}
 
 #[tokio::test]
 async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {

@@ -1,0 +1,67 @@
+//! What the browser tests of the admin UI share: a server with access control on and the
+//! demo users, waiting for hydration, reading text, signing in and out, screenshots (saved
+//! under `target/screenshots/` for review).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fantoccini::{Client, Locator};
+
+use crate::{spawn_app_with, TestApp};
+
+/// A server with access control on (not the open mode other tests use), seeded with the
+/// demo data and one user per role; answers the users' passwords. With `publish`, the
+/// seed is also delivered to Redis.
+pub async fn app_with_users(publish: bool) -> (TestApp, HashMap<String, String>) {
+    let app = spawn_app_with(|s| s.auth.open = false).await;
+    assert!(
+        app.settings.site_root.join("pkg/tessera.wasm").exists(),
+        "no wasm bundle under {}: run `cargo leptos build` first (scripts/test does)",
+        app.settings.site_root.display()
+    );
+    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
+    if publish {
+        server::publish::drain_outbox(&app.state).await.unwrap();
+    }
+    let passwords = report.users.into_iter().map(|(name, _, password)| (name, password)).collect();
+    (app, passwords)
+}
+
+pub async fn hydrated(c: &Client) {
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("body[data-hydrated='true']"))
+        .await
+        .expect("the page hydrates");
+}
+
+pub async fn text(c: &Client, id: &str) -> String {
+    c.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}")).text().await.unwrap()
+}
+
+pub async fn screenshot(c: &Client, name: &str) {
+    let dir = crate::workspace_root().join("target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), c.screenshot().await.unwrap()).unwrap();
+}
+
+/// Signs in through the form and waits for the dashboard.
+pub async fn sign_in(c: &Client, app: &TestApp, name: &str, password: &str) {
+    c.goto(&format!("{}/login", app.address)).await.unwrap();
+    hydrated(c).await;
+    c.find(Locator::Id("login-name")).await.unwrap().send_keys(name).await.unwrap();
+    c.find(Locator::Id("login-password")).await.unwrap().send_keys(password).await.unwrap();
+    c.find(Locator::Id("login-submit")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Id("system-status"))
+        .await
+        .expect("signed in, the dashboard shows");
+    assert_eq!(text(c, "session-user").await, name);
+}
+
+pub async fn sign_out(c: &Client) {
+    hydrated(c).await;
+    c.find(Locator::Id("sign-out")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("login-form")).await.expect("back at sign-in");
+}
