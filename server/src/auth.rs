@@ -201,6 +201,15 @@ impl Principal {
     pub fn is_session(&self) -> bool {
         matches!(self.via, Via::Session { .. })
     }
+
+    /// The audit source of the caller's writes: `ui` with a session, `api` otherwise.
+    pub fn source(&self) -> crate::db::audit::Source {
+        if self.is_session() {
+            crate::db::audit::Source::Ui
+        } else {
+            crate::db::audit::Source::Api
+        }
+    }
 }
 
 /// The caller of a request the guard let through.

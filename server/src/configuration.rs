@@ -286,24 +286,20 @@ impl Settings {
             (None, Some(days)) => SampleRetention::parse("samples.retention_days", &days.to_string())?,
             (None, None) => SampleRetention::DEFAULT,
         };
-        let open = match env("TESSERA_OPEN").filter(|v| !v.is_empty()) {
-            Some(raw) => match raw.as_str() {
-                "1" | "true" => true,
-                "0" | "false" => false,
-                _ => anyhow::bail!("auth.open (TESSERA_OPEN): must be 1, true, 0 or false, got {raw:?}"),
-            },
-            None => file.auth.open.unwrap_or(false),
+        let flag = |name: &str, field: &str, from_file: Option<bool>| -> anyhow::Result<bool> {
+            match env(name).filter(|v| !v.is_empty()) {
+                Some(raw) => match raw.as_str() {
+                    "1" | "true" => Ok(true),
+                    "0" | "false" => Ok(false),
+                    _ => anyhow::bail!("{field} ({name}): must be 1, true, 0 or false, got {raw:?}"),
+                },
+                None => Ok(from_file.unwrap_or(false)),
+            }
         };
+        let open = flag("TESSERA_OPEN", "auth.open", file.auth.open)?;
         let session_hours = file.auth.session_hours.unwrap_or(12);
         anyhow::ensure!((1..=720).contains(&session_hours), "auth.session_hours: must be in 1..=720");
-        let cookie_secure = match env("TESSERA_COOKIE_SECURE").filter(|v| !v.is_empty()) {
-            Some(raw) => match raw.as_str() {
-                "1" | "true" => true,
-                "0" | "false" => false,
-                _ => anyhow::bail!("auth.cookie_secure (TESSERA_COOKIE_SECURE): must be 1, true, 0 or false, got {raw:?}"),
-            },
-            None => file.auth.cookie_secure.unwrap_or(false),
-        };
+        let cookie_secure = flag("TESSERA_COOKIE_SECURE", "auth.cookie_secure", file.auth.cookie_secure)?;
         let auth = AuthSettings { open, session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600), cookie_secure };
         Ok(Self {
             auth,

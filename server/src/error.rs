@@ -47,6 +47,17 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A 400 from a deserialisation message: our validated types fail with
+    /// "<field>: <rule>", which names the field; anything else is about the body.
+    pub fn from_serde_message(message: &str) -> Self {
+        match message.split_once(": ") {
+            Some((field, rule)) if !field.contains(' ') => Self::bad_request(field, rule),
+            _ => Self::bad_request("body", message),
+        }
+    }
+}
+
 impl From<client::quota::InvalidInput> for ApiError {
     fn from(e: client::quota::InvalidInput) -> Self {
         Self::BadRequest { field: e.field, rule: e.rule }
@@ -153,14 +164,8 @@ pub fn json_error(err: actix_web::error::JsonPayloadError, _req: &actix_web::Htt
     let message = err.to_string();
     // serde_json messages look like "invalid value: ..., expected ... at line 1 column 9";
     // our validated types fail with "<field>: <rule>".
-    let (field, rule) = match message.split_once("Json deserialize error: ") {
-        Some((_, detail)) => match detail.split_once(": ") {
-            Some((field, rule)) if !field.contains(' ') => (field.to_owned(), rule.to_owned()),
-            _ => ("body".to_owned(), detail.to_owned()),
-        },
-        None => ("body".to_owned(), message),
-    };
-    ApiError::BadRequest { field, rule }.into()
+    let detail = message.split_once("Json deserialize error: ").map_or(message.as_str(), |(_, detail)| detail);
+    ApiError::from_serde_message(detail).into()
 }
 
 /// Turns a query-string error into a 400 naming the parameter when serde says which.

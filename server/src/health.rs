@@ -187,10 +187,8 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Re
             let published = crate::routes::admin::publish_now(state).await;
             if published && outcome.ejected {
                 let name = PoolName::parse(&pool).map_err(|e| anyhow::anyhow!("{e}"))?;
-                if let Ok(Some(snapshot)) = config::get_published_pool(&state.db, &name).await {
-                    if crate::routes::admin::rebuild_if_needed(state, &name, &snapshot, ReweightMode::Immediate).await {
-                        report.rebuilt.push(pool.clone());
-                    }
+                if crate::routes::admin::rebuild_published_if_needed(state, &name, ReweightMode::Immediate).await {
+                    report.rebuilt.push(pool.clone());
                 }
             }
         }

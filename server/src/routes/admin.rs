@@ -94,8 +94,7 @@ impl Actor {
 /// Writes made with a login session are audited as made through the UI.
 pub(crate) fn actor(req: &HttpRequest, _state: &AppState, raw_reason: &Option<String>, required: bool) -> Result<Actor, ApiError> {
     let principal = crate::auth::principal(req)?;
-    let source = if principal.is_session() { Source::Ui } else { Source::Api };
-    Ok(Actor { actor: principal.name, source, reason: reason(raw_reason, required)?, request_id: request_id(req) })
+    Ok(Actor { source: principal.source(), actor: principal.name, reason: reason(raw_reason, required)?, request_id: request_id(req) })
 }
 
 /// Publishes right away (best effort: the outbox delivers it otherwise); says whether it did.
@@ -129,6 +128,15 @@ fn pool_reply(w: &config::PoolWritten, published: bool) -> Value {
 
 fn unknown_pool(pool: &PoolName) -> ApiError {
     ApiError::NotFound(format!("unknown pool {:?}", pool.as_str()))
+}
+
+/// [`rebuild_if_needed`] for a pool as it is published now (after a change that was not
+/// made through [`change_pool`]: a channel switch, a pin, a health decision).
+pub(crate) async fn rebuild_published_if_needed(state: &AppState, pool: &PoolName, mode: ReweightMode) -> bool {
+    match config::get_published_pool(&state.db, pool).await {
+        Ok(Some(snapshot)) => rebuild_if_needed(state, pool, &snapshot, mode).await,
+        _ => false,
+    }
 }
 
 /// `GET /api/v1/pools` → every pool: name, kind, version, members, ejected, timezone.

@@ -183,7 +183,7 @@ pub struct NewUserBody {
 
 /// Audits a change of users or tokens in the change's own transaction.
 async fn audit_access(tx: &mut sqlx::PgConnection, req: &HttpRequest, p: &auth::Principal, entity: &str, action: &str, after: serde_json::Value) -> Result<(), ApiError> {
-    let source = if p.is_session() { crate::db::audit::Source::Ui } else { crate::db::audit::Source::Api };
+    let source = p.source();
     crate::db::audit::insert_audit(
         tx,
         &crate::db::audit::NewAudit {

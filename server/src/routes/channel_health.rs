@@ -8,7 +8,7 @@ use engine::health::Pin;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::admin::{actor, change_error, malformed, publish_now, rebuild_if_needed, written_json};
+use super::admin::{actor, change_error, malformed, publish_now, rebuild_published_if_needed, written_json};
 use crate::db::config::{self, ChannelCode};
 use crate::error::{ApiError, ErrorBody};
 use crate::routes::audit::db_error;
@@ -187,10 +187,8 @@ async fn finish(state: &AppState, written: Vec<config::Written>, ejection: bool)
     if published && ejection {
         for w in written.iter().skip(1) {
             let Some(name) = w.entity.strip_prefix("pool:").and_then(|p| PoolName::parse(p).ok()) else { continue };
-            if let Ok(Some(snapshot)) = config::get_published_pool(&state.db, &name).await {
-                if rebuild_if_needed(state, &name, &snapshot, ReweightMode::Immediate).await {
-                    rebuilt.push(name.to_string());
-                }
+            if rebuild_published_if_needed(state, &name, ReweightMode::Immediate).await {
+                rebuilt.push(name.to_string());
             }
         }
     }

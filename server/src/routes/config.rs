@@ -10,7 +10,7 @@ use engine::Tier;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::admin::{actor, change_error, malformed, expected, publish_now, rebuild_if_needed, written_json};
+use super::admin::{actor, change_error, malformed, expected, publish_now, rebuild_published_if_needed, written_json};
 use crate::db::config::{self, ChannelCode, ChannelSpec, DisplayName, NewGrant, PlanName, PlanSpec, TenantSpec, Weight};
 use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::routes::audit::db_error;
@@ -205,10 +205,8 @@ async fn switch_channel(req: HttpRequest, state: &AppState, code: &str, body: Sw
     if published && !enabled {
         for pool in &channel.pools {
             let Ok(name) = PoolName::parse(pool) else { continue };
-            if let Ok(Some(snapshot)) = config::get_published_pool(&state.db, &name).await {
-                if rebuild_if_needed(state, &name, &snapshot, ReweightMode::Drain).await {
-                    rebuilt.push(pool.clone());
-                }
+            if rebuild_published_if_needed(state, &name, ReweightMode::Drain).await {
+                rebuilt.push(pool.clone());
             }
         }
     }
@@ -336,13 +334,7 @@ impl PlanBody {
         serde_json::from_value(json!({
             "monthly_tokens": self.monthly_tokens, "daily_requests": self.daily_requests, "concurrency": self.concurrency,
         }))
-        .map_err(|e| {
-            let message = e.to_string();
-            match message.split_once(": ") {
-                Some((field, rule)) if !field.contains(' ') => ApiError::bad_request(field, rule),
-                _ => ApiError::bad_request("body", message),
-            }
-        })
+        .map_err(|e| ApiError::from_serde_message(&e.to_string()))
     }
 }
 
@@ -495,13 +487,8 @@ pub async fn put_tenant(req: HttpRequest, state: web::Data<AppState>, path: web:
     if let Some(unknown) = fields.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ApiError::bad_request(unknown.clone(), format!("unknown field; expected one of {KNOWN:?}, expected_version, reason")));
     }
-    let spec: TenantSpec = serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| {
-        let message = e.to_string();
-        match message.split_once(": ") {
-            Some((field, rule)) if !field.contains(' ') => ApiError::bad_request(field, rule),
-            _ => ApiError::bad_request("body", message),
-        }
-    })?;
+    let spec: TenantSpec =
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| ApiError::from_serde_message(&e.to_string()))?;
     let written = config::put_tenant(&state.db, &who.ctx(), &tenant, &spec, expected_version).await.map_err(change_error)?;
     let published = publish_now(&state).await;
     Ok(HttpResponse::Ok().json(written_json(&[written], published)))
