@@ -15,6 +15,8 @@
 //! - [`quota`]: which quota buckets pay for a reservation, and overdrafts.
 //! - [`metrics`]: distribution metrics of any ticket sequence.
 //! - [`verify`]: compares five allocation strategies on the same weights.
+//! - [`preview`]: what new weights will do to a pool (shares, per-batch counts, spread),
+//!   as the weights editor shows it before they are applied.
 //!
 //! Randomness is always passed in by the caller (`&mut impl rand::Rng`); nothing here
 //! seeds itself.
@@ -27,6 +29,7 @@ pub mod health;
 pub mod metrics;
 pub mod order;
 pub mod peak;
+pub mod preview;
 pub mod quota;
 pub mod selector;
 pub mod tier;

@@ -210,6 +210,13 @@ impl From<PeakSchedule> for PeakScheduleRaw {
 impl PeakSchedule {
     /// Validates that no two windows overlap.
     pub fn new(timezone: Tz, windows: Vec<PeakWindow>) -> Result<Self, PeakError> {
+        Self::check_windows(&windows)?;
+        Ok(Self { timezone, windows })
+    }
+
+    /// Checks that no two windows overlap, naming the first two that do (without a
+    /// timezone: the editor checks as the user types).
+    pub fn check_windows(windows: &[PeakWindow]) -> Result<(), PeakError> {
         for (i, a) in windows.iter().enumerate() {
             for b in &windows[i + 1..] {
                 let overlap = a
@@ -224,7 +231,7 @@ impl PeakSchedule {
                 }
             }
         }
-        Ok(Self { timezone, windows })
+        Ok(())
     }
 
     /// Parses an IANA timezone name, for callers holding text.
