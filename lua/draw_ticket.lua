@@ -15,7 +15,9 @@
 -- ARGV[1], ARGV[2] the two days the caller passed hit keys for ("YYYY-MM-DD")
 -- ARGV[3] now in ms, or "" for Redis TIME   ARGV[4] the most tickets skipped per draw
 -- ARGV[5] the channel refill requests are published on   ARGV[6] the pool's name
--- Returns one of:
+-- ARGV[7] how many draws (1 when absent): the client coalesces concurrent draws of a pool
+--         into one call; each is drawn exactly as a single draw would be, in turn
+-- Returns (for one draw) one of:
 --   {"ticket", member, version, from ("list"|"standby"), skipped_ejected, skipped_capped,
 --    length_after, refill_flagged 0|1, drawn_tier, serving_tier} (tiers: "" for channels)
 --   {"exhausted", version, skipped_ejected, skipped_capped}  (ARGV[4] skips, or no tier
@@ -24,6 +26,9 @@
 --   {"day", day0, day1}         (the caller passed keys for other days: retry with these)
 --   {"no_day", version}         (the rotation job has not written a current day)
 --   {"unknown_pool"}
+-- For ARGV[7] = n > 1: {"batch", {reply, ...}} with a ticket reply per draw in order, ending
+-- early with the first reply that is not a ticket ("empty" or "exhausted"); the day,
+-- no_day and unknown_pool replies come alone, as for one draw.
 -- Guarantees: each ticket is handed out once; ejected members and members at their daily
 -- cap are skipped (the skipped tickets are consumed); the day is the pool's local day by
 -- Redis TIME; the standby batch is promoted whole, atomically; a refill is asked for
@@ -51,6 +56,8 @@ end
 local skipped_ejected, skipped_capped = 0, 0
 local from = 'list'
 local max_skips = tonumber(ARGV[4])
+local tier_list = {G = KEYS[9], N = KEYS[10], U = KEYS[11]}
+local tier_standby = {G = KEYS[12], N = KEYS[13], U = KEYS[14]}
 
 -- The next ticket of the pool's list, promoting the standby batch when the list is empty.
 local function next_ticket()
@@ -86,49 +93,61 @@ local function hand_out(member, drawn_tier, served_tier)
     drawn_tier or '', served_tier or ''}
 end
 
-if not st.tiers then
-  for _ = 1, max_skips do
-    local ticket = next_ticket()
-    if not ticket then
-      ask_refill()
-      return {'empty', version}
+-- One draw: its reply.
+local function draw_one()
+  skipped_ejected, skipped_capped, from = 0, 0, 'list'
+  if not st.tiers then
+    for _ = 1, max_skips do
+      local ticket = next_ticket()
+      if not ticket then
+        ask_refill()
+        return {'empty', version}
+      end
+      if drawable(ticket) then return hand_out(ticket) end
     end
-    if drawable(ticket) then return hand_out(ticket) end
+    ask_refill()
+    return {'exhausted', version, skipped_ejected, skipped_capped}
+  end
+
+  -- A tiers pool: the ticket is a tier; the member comes from the serving tier's list.
+  local drawn = next_ticket()
+  if not drawn then
+    ask_refill()
+    return {'empty', version}
+  end
+  -- A tier can serve while its list or its standby batch holds a ticket.
+  local avail = {}
+  for t, key in pairs(tier_list) do
+    avail[t] = redis.call('LLEN', key) > 0 or redis.call('EXISTS', tier_standby[t]) == 1
+    if not avail[t] then ask_refill() end
+  end
+  for _ = 1, max_skips do
+    local served = tier_fallback(drawn, avail)
+    if not served then break end
+    local member = redis.call('LPOP', tier_list[served])
+    if not member and redis.call('EXISTS', tier_standby[served]) == 1 then
+      redis.call('RENAME', tier_standby[served], tier_list[served])
+      ask_refill()
+      member = redis.call('LPOP', tier_list[served])
+    end
+    if not member then
+      avail[served] = false
+      ask_refill()
+    else
+      if redis.call('LLEN', tier_list[served]) < low_water then ask_refill() end
+      if drawable(member) then return hand_out(member, drawn, served) end
+    end
   end
   ask_refill()
   return {'exhausted', version, skipped_ejected, skipped_capped}
 end
 
--- A tiers pool: the ticket is a tier; the member comes from the serving tier's list.
-local tier_list = {G = KEYS[9], N = KEYS[10], U = KEYS[11]}
-local tier_standby = {G = KEYS[12], N = KEYS[13], U = KEYS[14]}
-local drawn = next_ticket()
-if not drawn then
-  ask_refill()
-  return {'empty', version}
+local n = tonumber(ARGV[7] or '1') or 1
+if n <= 1 then return draw_one() end
+local replies = {}
+for _ = 1, n do
+  local r = draw_one()
+  replies[#replies + 1] = r
+  if r[1] ~= 'ticket' then break end
 end
--- A tier can serve while its list or its standby batch holds a ticket.
-local avail = {}
-for t, key in pairs(tier_list) do
-  avail[t] = redis.call('LLEN', key) > 0 or redis.call('EXISTS', tier_standby[t]) == 1
-  if not avail[t] then ask_refill() end
-end
-for _ = 1, max_skips do
-  local served = tier_fallback(drawn, avail)
-  if not served then break end
-  local member = redis.call('LPOP', tier_list[served])
-  if not member and redis.call('EXISTS', tier_standby[served]) == 1 then
-    redis.call('RENAME', tier_standby[served], tier_list[served])
-    ask_refill()
-    member = redis.call('LPOP', tier_list[served])
-  end
-  if not member then
-    avail[served] = false
-    ask_refill()
-  else
-    if redis.call('LLEN', tier_list[served]) < low_water then ask_refill() end
-    if drawable(member) then return hand_out(member, drawn, served) end
-  end
-end
-ask_refill()
-return {'exhausted', version, skipped_ejected, skipped_capped}
+return {'batch', replies}

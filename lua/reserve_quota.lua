@@ -2,6 +2,8 @@
 -- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
 -- ARGV[4] request id   ARGV[5] tokens (1..2^53-1)   ARGV[6] "1" to admit regardless of the
 --         limits (replaying an admission made while Redis was unreachable), else "0"
+-- Several requests may come in one call (see the end of the script): each is admitted in
+-- turn exactly as alone.
 -- Returns one of:
 --   {"reserved", version, amount, deadline_ms, parts, replayed 0|1, state}
 --       parts "bucket:amount,..." in paying order; state "open", or for a replay of a
@@ -15,53 +17,66 @@ local mismatch = period_mismatch()
 if mismatch then return mismatch end
 local meta = read_meta()
 if not meta then return {'unknown_tenant'} end
-local rid = ARGV[4]
-local tokens = tonumber(ARGV[5])
-local force = ARGV[6] == '1'
 
-local open = redis.call('HGET', KEYS[3], rid)
-if open then
-  local e = decode_entry(open)
-  return {'reserved', meta.version, e.amount, e.deadline, e.parts, 1, 'open'}
-end
-local done = find_done(rid)
-if done then
-  return {'reserved', meta.version, done.amount, done.deadline, done.parts, 1, done.state}
-end
+-- One request: its reply.
+local function reserve_one(rid, tokens_arg, force_arg)
+  local tokens = tonumber(tokens_arg)
+  local force = force_arg == '1'
+  local open = redis.call('HGET', KEYS[3], rid)
+  if open then
+    local e = decode_entry(open)
+    return {'reserved', meta.version, e.amount, e.deadline, e.parts, 1, 'open'}
+  end
+  local done = find_done(rid)
+  if done then
+    return {'reserved', meta.version, done.amount, done.deadline, done.parts, 1, done.state}
+  end
 
-local day_field = 'req:' .. DAY
-local requests = hnum(KEYS[5], day_field)
-if not force and requests >= meta.daily_requests then
-  return {'refused', meta.version, 'requests', 0, meta.daily_requests}
-end
-local leases = redis.call('ZCARD', KEYS[4])
-if not force and leases >= meta.concurrency then
-  return {'refused', meta.version, 'concurrency', 0, meta.concurrency}
-end
-local buckets = live_buckets(meta)
-local free = available(buckets)
-if not force and free < tokens then
-  local limit = meta.monthly_tokens
-  for _, b in ipairs(buckets) do
-    if b.id ~= 'plan' then
-      for _, g in ipairs(meta.grants) do
-        if g.id == b.id then limit = limit + g.amount end
+  local day_field = 'req:' .. DAY
+  local requests = hnum(KEYS[5], day_field)
+  if not force and requests >= meta.daily_requests then
+    return {'refused', meta.version, 'requests', 0, meta.daily_requests}
+  end
+  local leases = redis.call('ZCARD', KEYS[4])
+  if not force and leases >= meta.concurrency then
+    return {'refused', meta.version, 'concurrency', 0, meta.concurrency}
+  end
+  local buckets = live_buckets(meta)
+  local free = available(buckets)
+  if not force and free < tokens then
+    local limit = meta.monthly_tokens
+    for _, b in ipairs(buckets) do
+      if b.id ~= 'plan' then
+        for _, g in ipairs(meta.grants) do
+          if g.id == b.id then limit = limit + g.amount end
+        end
       end
     end
+    return {'refused', meta.version, 'tokens', free, limit}
   end
-  return {'refused', meta.version, 'tokens', free, limit}
+
+  local parts, rest = take(buckets, tokens)
+  -- Only a forced admission can have a rest: the plan reserves it, into an overdraft.
+  if rest > 0 then add_part(parts, 'plan', rest) end
+  for _, p in ipairs(parts) do
+    redis.call('HINCRBY', KEYS[2], reserved_field(p[1], PERIOD), fmt(p[2]))
+  end
+  local deadline = NOW + meta.reservation_ttl_ms
+  local encoded = encode_parts(parts)
+  redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded}, '|'))
+  redis.call('ZADD', KEYS[4], fmt(deadline), rid)
+  redis.call('HINCRBY', KEYS[5], day_field, 1)
+  touch_period(meta)
+  return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open'}
 end
 
-local parts, rest = take(buckets, tokens)
--- Only a forced admission can have a rest: the plan reserves it, into an overdraft.
-if rest > 0 then add_part(parts, 'plan', rest) end
-for _, p in ipairs(parts) do
-  redis.call('HINCRBY', KEYS[2], reserved_field(p[1], PERIOD), fmt(p[2]))
+-- ARGV[4..] holds one request (3 values) or several in turn (the client coalesces
+-- concurrent calls for one tenant): one reply for one request, else {"batch", {reply, ...}}
+-- with a reply per request, in order.
+local groups = math.floor((#ARGV - 3) / 3)
+if groups <= 1 then return reserve_one(ARGV[4], ARGV[5], ARGV[6]) end
+local replies = {}
+for i = 0, groups - 1 do
+  replies[#replies + 1] = reserve_one(ARGV[4 + 3 * i], ARGV[5 + 3 * i], ARGV[6 + 3 * i])
 end
-local deadline = NOW + meta.reservation_ttl_ms
-local encoded = encode_parts(parts)
-redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded}, '|'))
-redis.call('ZADD', KEYS[4], fmt(deadline), rid)
-redis.call('HINCRBY', KEYS[5], day_field, 1)
-touch_period(meta)
-return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open'}
+return {'batch', replies}

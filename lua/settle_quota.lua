@@ -2,6 +2,8 @@
 -- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
 -- ARGV[4] request id   ARGV[5] actual tokens (0..2^53-1)   ARGV[6] "1" for a stream that
 --         broke part-way (what was consumed is charged, as for any settle), else "0"
+-- Several requests may come in one call (see the end of the script): each is settled in
+-- turn exactly as alone.
 -- Returns one of:
 --   {"settled", version, reserved, actual, overdraft, charged, late 0|1}
 --       charged "bucket:amount,..."; overdraft: actual beyond the reservation; late = 1
@@ -17,28 +19,41 @@ local mismatch = period_mismatch()
 if mismatch then return mismatch end
 local meta = read_meta()
 if not meta then return {'unknown_tenant'} end
-local rid = ARGV[4]
-local actual = tonumber(ARGV[5])
 
-local open = redis.call('HGET', KEYS[3], rid)
-if open then
-  local entry = decode_entry(open)
-  local charged, excess = finish(meta, rid, entry, actual, 'settled')
-  return {'settled', meta.version, entry.amount, actual, excess, charged, 0}
+-- One request: its reply.
+local function settle_one(rid, actual_arg)
+  local actual = tonumber(actual_arg)
+  local open = redis.call('HGET', KEYS[3], rid)
+  if open then
+    local entry = decode_entry(open)
+    local charged, excess = finish(meta, rid, entry, actual, 'settled')
+    return {'settled', meta.version, entry.amount, actual, excess, charged, 0}
+  end
+  local done = find_done(rid)
+  if not done then return {'unknown'} end
+  if done.state == 'settled' then
+    return {'already_settled', meta.version, done.amount, done.actual, done.charged}
+  end
+  if done.state == 'expired' then
+    -- Swept before the caller settled: the use happened, so it is charged now.
+    local charged = encode_parts(charge_now(meta, actual))
+    redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', fmt(done.amount),
+      fmt(done.deadline), done.parts, fmt(actual), charged}, '|'))
+    touch_period(meta)
+    local over = actual - done.amount
+    if over < 0 then over = 0 end
+    return {'settled', meta.version, done.amount, actual, over, charged, 1}
+  end
+  return {'already_released', meta.version, done.amount}
 end
-local done = find_done(rid)
-if not done then return {'unknown'} end
-if done.state == 'settled' then
-  return {'already_settled', meta.version, done.amount, done.actual, done.charged}
+
+-- ARGV[4..] holds one request (3 values) or several in turn (the client coalesces
+-- concurrent calls for one tenant): one reply for one request, else {"batch", {reply, ...}}
+-- with a reply per request, in order.
+local groups = math.floor((#ARGV - 3) / 3)
+if groups <= 1 then return settle_one(ARGV[4], ARGV[5]) end
+local replies = {}
+for i = 0, groups - 1 do
+  replies[#replies + 1] = settle_one(ARGV[4 + 3 * i], ARGV[5 + 3 * i])
 end
-if done.state == 'expired' then
-  -- Swept before the caller settled: the use happened, so it is charged now.
-  local charged = encode_parts(charge_now(meta, actual))
-  redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', fmt(done.amount),
-    fmt(done.deadline), done.parts, fmt(actual), charged}, '|'))
-  touch_period(meta)
-  local over = actual - done.amount
-  if over < 0 then over = 0 end
-  return {'settled', meta.version, done.amount, actual, over, charged, 1}
-end
-return {'already_released', meta.version, done.amount}
+return {'batch', replies}

@@ -238,6 +238,98 @@ async fn sixteen_concurrent_drawers_take_exactly_the_apportioned_counts_of_k_ful
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_draws_through_one_client_share_script_calls_and_take_every_ticket_once() {
+    // Arrange: one client with metrics (to count its script calls), a pool of 45:30:25 in
+    // batches of 100 with the list and the standby batch full: 200 tickets in Redis
+    let h = harness(Clock::manual(noon()));
+    let p = pool("coalesced");
+    let s = snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let mut in_redis = lrange(&h.keys().pool_tickets(p.as_str()));
+    in_redis.extend(lrange(&h.keys().pool_standby(p.as_str())));
+    assert_eq!(in_redis.len(), 200);
+    let registry = prometheus::Registry::new();
+    let seconds = prometheus::HistogramVec::new(prometheus::HistogramOpts::new("script_seconds", "test"), &["script"]).unwrap();
+    let metrics = client::PoolMetrics::register(&registry, seconds.clone()).unwrap();
+    let pools = Pools::new(handle(&redis_url()), h.keys().clone(), h.clock.clone(), HashMap::new(), Some(metrics));
+
+    // Act: 64 tasks draw the 200 tickets at once through that one client
+    let taken = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (pools, p, taken) = (pools.clone(), p.clone(), taken.clone());
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                while taken.fetch_add(1, AtomicOrdering::SeqCst) < 200 {
+                    mine.push(pools.draw(&p).await.expect("a draw"));
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut draws: Vec<Draw> = Vec::new();
+    for task in tasks {
+        draws.extend(task.await.unwrap());
+    }
+
+    // Assert: exactly the tickets that were in Redis, each once, all from Redis, counted in
+    // the day; and fewer script calls than draws (they were shared)
+    assert_eq!(draws.len(), 200);
+    assert!(draws.iter().all(|d| d.source == DrawSource::Redis), "a draw left redis");
+    let members: Vec<&str> = draws.iter().map(|d| d.member.as_str()).collect();
+    assert_eq!(tally(&members), tally(&in_redis));
+    assert_eq!(tally(&members), expected(&[("A", 90), ("B", 60), ("C", 50)]));
+    assert_eq!(h.admin.length(&p).await.unwrap() + llen(&h.keys().pool_standby(p.as_str())), 0);
+    assert_eq!(hits(&h, &p, "2030-03-15"), expected(&[("A", 90), ("B", 60), ("C", 50)]));
+    let calls = seconds.with_label_values(&["draw_ticket"]).get_sample_count();
+    assert!(calls < 200, "200 draws took {calls} script calls: none were shared");
+
+    // With coalescing off, every draw is its own call
+    keep_filled(&h.admin, &p).await;
+    pools.set_coalescing(1);
+    let before = seconds.with_label_values(&["draw_ticket"]).get_sample_count();
+    let tasks: Vec<_> = (0..8).map(|_| { let (pools, p) = (pools.clone(), p.clone()); tokio::spawn(async move { pools.draw(&p).await.expect("a draw") }) }).collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap().source, DrawSource::Redis);
+    }
+    assert_eq!(seconds.with_label_values(&["draw_ticket"]).get_sample_count() - before, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn coalesced_draws_that_outrun_the_tickets_fall_back_one_by_one_and_skip_ejected_members() {
+    // Arrange: 20 tickets of A=3,B=1 in batches of 10 (list + standby), B ejected (a
+    // small member: its tickets are skipped, not rebuilt away)
+    let h = harness(Clock::manual(noon()));
+    let p = pool("coalesced-short");
+    let s = snapshot("A=3,B=1", 10, 1, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let mut in_redis = lrange(&h.keys().pool_tickets(p.as_str()));
+    in_redis.extend(lrange(&h.keys().pool_standby(p.as_str())));
+    let a_tickets = in_redis.iter().filter(|m| *m == "A").count();
+    assert_eq!((in_redis.len(), a_tickets), (20, 15));
+    let mut statics = HashMap::new();
+    statics.insert(p.clone(), weights("A=1"));
+    let pools = h.client_at(&redis_url(), statics);
+    h.admin.eject(&p, "B").await.expect("eject B");
+
+    // Act: 32 concurrent draws against 20 tickets, 5 of them B's
+    let tasks: Vec<_> = (0..32).map(|_| { let (pools, p) = (pools.clone(), p.clone()); tokio::spawn(async move { pools.draw(&p).await }) }).collect();
+    let mut draws = Vec::new();
+    for task in tasks {
+        draws.push(task.await.unwrap().expect("every draw is served by some level"));
+    }
+
+    // Assert: B never handed out; every A ticket handed out once from Redis; the other 17
+    // draws served below Redis (the pool ran dry)
+    assert!(draws.iter().all(|d| d.member == "A"), "{draws:?}");
+    let from_redis = draws.iter().filter(|d| d.source == DrawSource::Redis).count();
+    assert_eq!(from_redis, a_tickets, "{draws:?}");
+    assert_eq!(h.admin.length(&p).await.unwrap() + llen(&h.keys().pool_standby(p.as_str())), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_refillers_at_low_water_add_exactly_one_batch() {
     // Arrange: a list of 100 with its standby batch, drawn down to 19 (low-water 20)
     let h = harness(Clock::manual(noon()));

@@ -195,6 +195,72 @@ async fn sixty_four_concurrent_reserves_open_exactly_as_many_leases_as_the_concu
     assert_eq!((usage.leases, usage.concurrency, bucket(&usage, "plan").reserved), (5, 5, 50));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_pairs_through_one_client_share_script_calls_and_the_ledger_balances() {
+    // Arrange: a client with metrics (to count its script calls)
+    let guard = KeyGuard::new("qt");
+    let registry = prometheus::Registry::new();
+    let metrics = client::QuotaMetrics::register(&registry).unwrap();
+    let seconds = metrics.script_seconds.clone();
+    let handle = RedisHandle::new(redis::Client::open(redis_url()).unwrap(), RedisTimeouts::default());
+    let quotas = Quotas::with_clock(handle, guard.keys.clone(), Clock::manual(noon()), Some(metrics));
+    let t = tenant("acme");
+    quotas.publish(&t, &plan(1_000_000)).await.unwrap();
+
+    // Act: 64 tasks, each reserving 100 and settling 60, ten times; and eight tasks racing
+    // to reserve one and the same request id
+    let tasks: Vec<_> = (0..64)
+        .map(|w| {
+            let (quotas, t) = (quotas.clone(), t.clone());
+            tokio::spawn(async move {
+                for i in 0..10 {
+                    let id = rid(&format!("w{w}-{i}"));
+                    let r = reserved(quotas.reserve(&t, &id, tokens(100)).await.unwrap());
+                    assert!(!r.replayed);
+                    match quotas.settle(&t, &id, count(60), false).await.unwrap() {
+                        SettleOutcome::Settled { reserved, actual, .. } => assert_eq!((reserved, actual), (100, 60)),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in futures::future::join_all(tasks).await {
+        task.expect("worker");
+    }
+    let same: Vec<_> = (0..8)
+        .map(|_| {
+            let (quotas, t) = (quotas.clone(), t.clone());
+            tokio::spawn(async move { reserved(quotas.reserve(&t, &rid("same"), tokens(7)).await.unwrap()) })
+        })
+        .collect();
+    let same: Vec<Reservation> = futures::future::join_all(same).await.into_iter().map(|r| r.unwrap()).collect();
+
+    // Assert: 640 pairs charged 60 each, nothing left reserved but the one "same"
+    // reservation, admitted once (the other seven are replays of it)
+    let usage = quotas.usage(&t).await.unwrap();
+    assert_eq!(bucket(&usage, "plan").used, 640 * 60);
+    assert_eq!(bucket(&usage, "plan").reserved, 7);
+    assert_eq!((usage.leases, usage.requests_today), (1, 641));
+    assert_eq!(same.iter().filter(|r| !r.replayed).count(), 1, "{same:?}");
+    assert!(same.iter().all(|r| r.tokens == 7 && r.deadline_ms == same[0].deadline_ms));
+    // Fewer script calls than operations: they were shared.
+    let calls = seconds.with_label_values(&["reserve_quota"]).get_sample_count() + seconds.with_label_values(&["settle_quota"]).get_sample_count();
+    assert!(calls < 1288, "1288 operations took {calls} script calls: none were shared");
+
+    // With coalescing off, every operation is its own call.
+    quotas.set_coalescing(1);
+    let before = seconds.with_label_values(&["reserve_quota"]).get_sample_count();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (quotas, t) = (quotas.clone(), t.clone());
+            tokio::spawn(async move { quotas.reserve(&t, &rid(&format!("alone-{i}")), tokens(1)).await.unwrap() })
+        })
+        .collect();
+    futures::future::join_all(tasks).await;
+    assert_eq!(seconds.with_label_values(&["reserve_quota"]).get_sample_count() - before, 8);
+}
+
 #[tokio::test]
 async fn the_daily_request_limit_refuses_with_the_requests_dimension_and_a_release_does_not_give_it_back() {
     // Arrange

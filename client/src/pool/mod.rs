@@ -7,13 +7,20 @@
 //! static weights the application configured. Each draw says which level served it; each
 //! change of level is logged once and every draw is counted by source. The client goes
 //! back to Redis by itself on the next draw that gets an answer.
+//!
+//! Concurrent draws of one pool are coalesced: while one script call is in flight, the
+//! draws that arrive wait and then go together in the next call (up to
+//! [`DEFAULT_COALESCE`]), each drawn in turn exactly as a single draw would be. Under load
+//! this turns many round trips into one; alone, a draw is one call as before. A draw the
+//! shared call could not serve (the pool ran empty, a refusal, Redis away) takes the
+//! single-draw path with its degradation chain.
 //! [`admin`] holds the control plane's side: publish, rotate, refill, eject.
 
 pub mod admin;
 mod types;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -43,6 +50,16 @@ pub(crate) mod reply {
 /// The most tickets one draw skips (ejected or capped members) before it answers
 /// `exhausted` instead of looping.
 pub const MAX_SKIPS: u32 = 64;
+
+/// The most concurrent draws of one pool that share one script call.
+pub const DEFAULT_COALESCE: usize = 64;
+
+/// The draws of one pool waiting for the next shared call, and whether a task runs them.
+#[derive(Default)]
+struct Waiting {
+    senders: Vec<tokio::sync::oneshot::Sender<Option<Draw>>>,
+    running: bool,
+}
 
 /// Why a draw or a pool operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +171,8 @@ struct Inner {
     breaker: Breaker,
     rng: Mutex<ChaCha8Rng>,
     draws: AtomicU64,
+    coalesce: AtomicUsize,
+    waiting: Mutex<HashMap<PoolName, Waiting>>,
 }
 
 /// The pool client: cheap to clone, shared by every task of a process.
@@ -184,16 +203,34 @@ impl Pools {
                 breaker: Breaker::default(),
                 rng: Mutex::new(ChaCha8Rng::seed_from_u64(crate::fresh_seed())),
                 draws: AtomicU64::new(0),
+                coalesce: AtomicUsize::new(DEFAULT_COALESCE),
+                waiting: Mutex::new(HashMap::new()),
             }),
         }
     }
 
+    /// Sets how many concurrent draws of one pool may share a script call (at least 1;
+    /// 1: every draw makes its own call).
+    pub fn set_coalescing(&self, max: usize) {
+        self.inner.coalesce.store(max.max(1), AtomicOrdering::Relaxed);
+    }
+
     /// Draws the next ticket of `pool`.
-    #[tracing::instrument(skip_all, fields(pool = %pool))]
+    #[tracing::instrument(level = "debug", skip_all, fields(pool = %pool))]
     pub async fn draw(&self, pool: &PoolName) -> Result<Draw, PoolError> {
         self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
         if self.inner.breaker.is_open() {
             return self.degrade(pool, Degrade::Unreachable(Breaker::skipped_error()));
+        }
+        if self.inner.coalesce.load(AtomicOrdering::Relaxed) > 1 {
+            if let Some(draw) = self.coalesced(pool).await {
+                self.inner.breaker.reset();
+                return Ok(self.served(draw));
+            }
+            // Not served by the shared call: this draw goes alone, with the whole chain.
+            if self.inner.breaker.is_open() {
+                return self.degrade(pool, Degrade::Unreachable(Breaker::skipped_error()));
+            }
         }
         match self.draw_redis(pool).await {
             Ok(Ok(draw)) => {
@@ -214,7 +251,7 @@ impl Pools {
     /// members left out): the same key keeps its member while the weights stay, and few keys
     /// move when one weight changes. Counted like any draw; a member at its daily cap is not
     /// given — the draw is then an ordinary one.
-    #[tracing::instrument(skip_all, fields(pool = %pool))]
+    #[tracing::instrument(level = "debug", skip_all, fields(pool = %pool))]
     pub async fn draw_sticky(&self, pool: &PoolName, key: &[u8]) -> Result<Draw, PoolError> {
         self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
         let cached = self.cached_ring(pool);
@@ -272,6 +309,185 @@ impl Pools {
         draw
     }
 
+    /// Waits for this draw's turn in the pool's next shared call; `None` when that call
+    /// could not serve it (the caller then draws alone).
+    async fn coalesced(&self, pool: &PoolName) -> Option<Draw> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let start = {
+            let mut waiting = self.inner.waiting.lock().expect("draw queue lock");
+            let w = waiting.entry(pool.clone()).or_default();
+            w.senders.push(tx);
+            !std::mem::replace(&mut w.running, true)
+        };
+        if start {
+            let this = self.clone();
+            let pool = pool.clone();
+            tokio::spawn(async move { this.run_waiting(pool).await });
+        }
+        rx.await.ok().flatten()
+    }
+
+    /// Serves the pool's waiting draws, a shared call at a time, until none wait.
+    async fn run_waiting(&self, pool: PoolName) {
+        // Whatever happens to this task, no draw is left waiting for it: on the way out the
+        // queue is marked idle and any senders left are dropped (their draws go alone).
+        struct Idle<'a>(&'a Pools, &'a PoolName);
+        impl Drop for Idle<'_> {
+            fn drop(&mut self) {
+                if let Ok(mut waiting) = self.0.inner.waiting.lock() {
+                    if let Some(w) = waiting.get_mut(self.1) {
+                        w.running = false;
+                        w.senders.clear();
+                    }
+                }
+            }
+        }
+        let _idle = Idle(self, &pool);
+        loop {
+            let max = self.inner.coalesce.load(AtomicOrdering::Relaxed);
+            let batch: Vec<_> = {
+                let mut waiting = self.inner.waiting.lock().expect("draw queue lock");
+                let w = waiting.entry(pool.clone()).or_default();
+                // A caller that gave up is not served: no ticket is popped for nobody.
+                w.senders.retain(|s| !s.is_closed());
+                if w.senders.is_empty() {
+                    w.running = false;
+                    return;
+                }
+                let n = w.senders.len().min(max);
+                w.senders.drain(..n).collect()
+            };
+            let mut draws = self.draw_redis_shared(&pool, batch.len()).await.into_iter();
+            for tx in batch {
+                let _ = tx.send(draws.next());
+            }
+        }
+    }
+
+    /// Up to `n` draws in one script call, in order; fewer when the pool ran out of
+    /// drawable tickets part way, none on any error (each draw then goes alone, where
+    /// the error is handled). An unreachable Redis trips the breaker.
+    async fn draw_redis_shared(&self, pool: &PoolName, n: usize) -> Vec<Draw> {
+        if n == 1 {
+            return match self.draw_redis(pool).await {
+                Ok(Ok(draw)) => vec![draw],
+                Ok(Err(Degrade::Unreachable(_))) => {
+                    self.inner.breaker.trip();
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            };
+        }
+        let mut conn = match self.inner.redis.connection().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                if is_unreachable(&e) {
+                    self.inner.breaker.trip();
+                }
+                return Vec::new();
+            }
+        };
+        for _attempt in 0..3 {
+            let call = self.draw_call(pool, n);
+            let started = Instant::now();
+            let reply = match call.invoke_async::<Vec<Value>>(&mut conn).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    if is_unreachable(&e) {
+                        self.inner.breaker.trip();
+                    }
+                    return Vec::new();
+                }
+            };
+            if let Some(m) = &self.inner.metrics {
+                m.script_seconds.with_label_values(&["draw_ticket"]).observe(started.elapsed().as_secs_f64());
+            }
+            let f = Fields::new("draw_ticket", &reply);
+            match f.str(0) {
+                Ok("batch") => {
+                    let Ok(replies) = f.array(1) else { return Vec::new() };
+                    let mut draws = Vec::with_capacity(replies.len());
+                    let mut version = None;
+                    for r in replies {
+                        match self.ticket(pool, &Fields::new("draw_ticket", r)) {
+                            Ok(Some(draw)) => {
+                                version = Some(draw.version);
+                                draws.push(draw);
+                            }
+                            _ => break,
+                        }
+                    }
+                    if let Some(v) = version {
+                        self.note_version(pool, v, &mut conn).await;
+                    }
+                    return draws;
+                }
+                Ok("day") => {
+                    if let (Ok(d0), Ok(d1)) = (f.str(1), f.str(2)) {
+                        let days = (d0.to_owned(), d1.to_owned());
+                        self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days = Some(days);
+                        continue;
+                    }
+                    return Vec::new();
+                }
+                _ => return Vec::new(),
+            }
+        }
+        Vec::new()
+    }
+
+    /// The draw script's call for `n` draws of `pool`, with the days this client last saw.
+    fn draw_call(&self, pool: &PoolName, n: usize) -> redis::ScriptInvocation<'static> {
+        let k = &self.inner.keys;
+        let p = pool.as_str();
+        let days = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.days.clone());
+        let (day0, day1) = days.unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+        let mut call = scripts::pool().draw.key(k.pool_meta(p));
+        call.key(k.pool_state(p))
+            .key(k.pool_tickets(p))
+            .key(k.pool_standby(p))
+            .key(k.pool_ejected(p))
+            .key(k.pool_hits(p, &day0))
+            .key(k.pool_hits(p, &day1))
+            .key(k.pool_refill_flag(p))
+            .key(k.pool_tier_tickets(p, "G"))
+            .key(k.pool_tier_tickets(p, "N"))
+            .key(k.pool_tier_tickets(p, "U"))
+            .key(k.pool_tier_standby(p, "G"))
+            .key(k.pool_tier_standby(p, "N"))
+            .key(k.pool_tier_standby(p, "U"))
+            .arg(&day0)
+            .arg(&day1)
+            .arg(self.inner.clock.script_arg())
+            .arg(MAX_SKIPS)
+            .arg(k.pool_refill_channel())
+            .arg(p)
+            .arg(n);
+        call
+    }
+
+    /// A `ticket` reply as a draw (its skips and the list length counted in the metrics);
+    /// `None` for any other reply.
+    fn ticket(&self, pool: &PoolName, f: &Fields<'_>) -> Result<Option<Draw>, PoolError> {
+        if f.str(0)? != "ticket" {
+            return Ok(None);
+        }
+        let p = pool.as_str();
+        let version = f.uint(2)?;
+        let (skipped_ejected, skipped_capped) = (f.uint(4)?, f.uint(5)?);
+        if let Some(m) = &self.inner.metrics {
+            if skipped_ejected > 0 {
+                m.skips.with_label_values(&[p, "ejected"]).inc_by(skipped_ejected);
+            }
+            if skipped_capped > 0 {
+                m.skips.with_label_values(&[p, "capped"]).inc_by(skipped_capped);
+            }
+            m.list_length.with_label_values(&[p]).set(f.int(6)?);
+        }
+        let tier = f.str(9).ok().filter(|t| !t.is_empty()).map(str::to_owned);
+        Ok(Some(Draw { member: f.str(1)?.to_owned(), pool: pool.clone(), version, source: DrawSource::Redis, tier }))
+    }
+
     /// One draw in Redis: the ticket, or why the chain must degrade; hard errors as Err.
     async fn draw_redis(&self, pool: &PoolName) -> Result<Result<Draw, Degrade>, PoolError> {
         let mut conn = match self.inner.redis.connection().await {
@@ -279,31 +495,9 @@ impl Pools {
             Err(e) if is_unreachable(&e) => return Ok(Err(Degrade::Unreachable(e))),
             Err(e) => return Err(PoolError::Redis(e)),
         };
-        let k = &self.inner.keys;
         let p = pool.as_str();
         for _attempt in 0..3 {
-            let days = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.days.clone());
-            let (day0, day1) = days.unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
-            let mut call = scripts::pool().draw.key(k.pool_meta(p));
-            call.key(k.pool_state(p))
-                .key(k.pool_tickets(p))
-                .key(k.pool_standby(p))
-                .key(k.pool_ejected(p))
-                .key(k.pool_hits(p, &day0))
-                .key(k.pool_hits(p, &day1))
-                .key(k.pool_refill_flag(p))
-                .key(k.pool_tier_tickets(p, "G"))
-                .key(k.pool_tier_tickets(p, "N"))
-                .key(k.pool_tier_tickets(p, "U"))
-                .key(k.pool_tier_standby(p, "G"))
-                .key(k.pool_tier_standby(p, "N"))
-                .key(k.pool_tier_standby(p, "U"))
-                .arg(&day0)
-                .arg(&day1)
-                .arg(self.inner.clock.script_arg())
-                .arg(MAX_SKIPS)
-                .arg(k.pool_refill_channel())
-                .arg(p);
+            let call = self.draw_call(pool, 1);
             let started = Instant::now();
             let mut result = call.invoke_async::<Vec<Value>>(&mut conn).await;
             if let Err(e) = &result {
@@ -325,20 +519,9 @@ impl Pools {
             let f = Fields::new("draw_ticket", &reply);
             match f.str(0)? {
                 "ticket" => {
-                    let version = f.uint(2)?;
-                    let (skipped_ejected, skipped_capped) = (f.uint(4)?, f.uint(5)?);
-                    if let Some(m) = &self.inner.metrics {
-                        if skipped_ejected > 0 {
-                            m.skips.with_label_values(&[p, "ejected"]).inc_by(skipped_ejected);
-                        }
-                        if skipped_capped > 0 {
-                            m.skips.with_label_values(&[p, "capped"]).inc_by(skipped_capped);
-                        }
-                        m.list_length.with_label_values(&[p]).set(f.int(6)?);
-                    }
-                    self.note_version(pool, version, &mut conn).await;
-                    let tier = f.str(9).ok().filter(|t| !t.is_empty()).map(str::to_owned);
-                    return Ok(Ok(Draw { member: f.str(1)?.to_owned(), pool: pool.clone(), version, source: DrawSource::Redis, tier }));
+                    let draw = self.ticket(pool, &f)?.expect("a ticket reply");
+                    self.note_version(pool, draw.version, &mut conn).await;
+                    return Ok(Ok(draw));
                 }
                 "day" => {
                     let days = (f.str(1)?.to_owned(), f.str(2)?.to_owned());

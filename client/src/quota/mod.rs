@@ -4,12 +4,17 @@
 //! idempotent per request id. When Redis cannot be reached, the tenant's fallback policy
 //! applies (see [`FallbackPolicy`]); what was admitted meanwhile is kept in this process
 //! ([`offline`]) and charged to Redis as soon as it answers again.
+//!
+//! Concurrent reserves (and settles) for one tenant are coalesced: while one call is in
+//! flight, those that arrive go together in the next call (up to [`DEFAULT_COALESCE`]),
+//! each decided in turn exactly as alone, on one read of the tenant's snapshot. An
+//! operation the shared call could not decide (Redis away, the month turned) goes alone.
 
 mod offline;
 mod types;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -225,6 +230,19 @@ struct KnownPolicy {
     policy: FallbackPolicy,
 }
 
+/// The most concurrent operations of one kind for one tenant that share a script call.
+pub const DEFAULT_COALESCE: usize = 64;
+
+/// A reply for one coalesced operation (`None`: go alone).
+type Slot = tokio::sync::oneshot::Sender<Option<Vec<Value>>>;
+
+/// The operations of one kind for one tenant waiting for the next shared call.
+#[derive(Default)]
+struct Waiting {
+    ops: Vec<(Vec<String>, Slot)>,
+    running: bool,
+}
+
 struct Inner {
     redis: RedisHandle,
     keys: Keys,
@@ -236,6 +254,8 @@ struct Inner {
     flushing: AtomicBool,
     redis_down: AtomicBool,
     breaker: Breaker,
+    coalesce: AtomicUsize,
+    waiting: Mutex<HashMap<(&'static str, TenantId), Waiting>>,
 }
 
 /// The quota client: cheap to clone, shared by every task of a process.
@@ -264,8 +284,16 @@ impl Quotas {
                 flushing: AtomicBool::new(false),
                 redis_down: AtomicBool::new(false),
                 breaker: Breaker::default(),
+                coalesce: AtomicUsize::new(DEFAULT_COALESCE),
+                waiting: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Sets how many concurrent reserves (or settles) for one tenant may share a script
+    /// call (at least 1; 1: every operation makes its own call).
+    pub fn set_coalescing(&self, max: usize) {
+        self.inner.coalesce.store(max.max(1), Ordering::Relaxed);
     }
 
     /// The key names this client uses.
@@ -303,13 +331,16 @@ impl Quotas {
     /// Admits `tokens` for one request — with its daily request count and a concurrency
     /// lease — or refuses, saying which dimension ran out. Retrying with the same request
     /// id returns the first result and reserves nothing more.
-    #[tracing::instrument(skip_all, fields(tenant = %tenant, request_id = %request), err)]
+    #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request), err)]
     pub async fn reserve(&self, tenant: &TenantId, request: &RequestId, tokens: Tokens) -> Result<ReserveOutcome, QuotaError> {
-        let extra = [request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned()];
-        let reply = match self.call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await {
-            Ok(reply) => reply,
-            Err(CallError::Unreachable(error)) => return self.reserve_offline(tenant, request, tokens, error),
-            Err(other) => return Err(other.into_quota_error()),
+        let extra = vec![request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned()];
+        let reply = match self.coalesced("reserve_quota", tenant, &extra).await {
+            Some(reply) => reply,
+            None => match self.call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await {
+                Ok(reply) => reply,
+                Err(CallError::Unreachable(error)) => return self.reserve_offline(tenant, request, tokens, error),
+                Err(other) => return Err(other.into_quota_error()),
+            },
         };
         let f = Fields::new("reserve_quota", &reply);
         let outcome = match f.str(0)? {
@@ -349,18 +380,21 @@ impl Quotas {
 
     /// Closes a reservation with the tokens actually used (`partial`: the stream broke and
     /// `actual` is what was consumed before it did). A repeated settle changes nothing.
-    #[tracing::instrument(skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get(), partial), err)]
+    #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get(), partial), err)]
     pub async fn settle(&self, tenant: &TenantId, request: &RequestId, actual: TokenCount, partial: bool) -> Result<SettleOutcome, QuotaError> {
         if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
             // Admitted without Redis and not replayed yet: the journal closes it.
             let mut journal = self.inner.offline.lock().expect("offline journal lock");
             return Ok(journal.settle(tenant, request, actual, partial));
         }
-        let extra = [request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()];
-        let reply = match self.call("settle_quota", &scripts::quota().settle, tenant, &extra).await {
-            Ok(reply) => reply,
-            Err(CallError::Unreachable(error)) => return Ok(self.settle_offline(tenant, request, actual, partial, error)),
-            Err(other) => return Err(other.into_quota_error()),
+        let extra = vec![request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()];
+        let reply = match self.coalesced("settle_quota", tenant, &extra).await {
+            Some(reply) => reply,
+            None => match self.call("settle_quota", &scripts::quota().settle, tenant, &extra).await {
+                Ok(reply) => reply,
+                Err(CallError::Unreachable(error)) => return Ok(self.settle_offline(tenant, request, actual, partial, error)),
+                Err(other) => return Err(other.into_quota_error()),
+            },
         };
         let f = Fields::new("settle_quota", &reply);
         let outcome = match f.str(0)? {
@@ -385,7 +419,7 @@ impl Quotas {
     }
 
     /// Cancels a reservation, refunding all of it. A repeated release changes nothing.
-    #[tracing::instrument(skip_all, fields(tenant = %tenant, request_id = %request), err)]
+    #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request), err)]
     pub async fn release(&self, tenant: &TenantId, request: &RequestId) -> Result<ReleaseOutcome, QuotaError> {
         if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
             let mut journal = self.inner.offline.lock().expect("offline journal lock");
@@ -557,6 +591,73 @@ impl Quotas {
             tracing::info!(operations = done, "charged to redis what was admitted while it was unreachable");
         }
         Ok(done)
+    }
+
+    /// Waits for this operation's turn in the tenant's next shared call of `name`
+    /// (`reserve_quota` or `settle_quota`): its own reply, or `None` when it must go alone
+    /// (coalescing off, Redis unreachable, or a reply that was not per request).
+    async fn coalesced(&self, name: &'static str, tenant: &TenantId, extra: &[String]) -> Option<Vec<Value>> {
+        if self.inner.coalesce.load(Ordering::Relaxed) <= 1 || self.inner.breaker.is_open() {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let key = (name, tenant.clone());
+        let start = {
+            let mut waiting = self.inner.waiting.lock().expect("quota queue lock");
+            let w = waiting.entry(key.clone()).or_default();
+            w.ops.push((extra.to_vec(), tx));
+            !std::mem::replace(&mut w.running, true)
+        };
+        if start {
+            let this = self.clone();
+            tokio::spawn(async move { this.run_waiting(key).await });
+        }
+        rx.await.ok().flatten()
+    }
+
+    /// Serves the waiting operations of one kind for one tenant, a shared call at a time,
+    /// until none wait.
+    async fn run_waiting(&self, key: (&'static str, TenantId)) {
+        // Whatever happens to this task, nothing is left waiting for it.
+        struct Idle<'a>(&'a Quotas, &'a (&'static str, TenantId));
+        impl Drop for Idle<'_> {
+            fn drop(&mut self) {
+                if let Ok(mut waiting) = self.0.inner.waiting.lock() {
+                    if let Some(w) = waiting.get_mut(self.1) {
+                        w.running = false;
+                        w.ops.clear();
+                    }
+                }
+            }
+        }
+        let _idle = Idle(self, &key);
+        let (name, tenant) = (key.0, &key.1);
+        let script = if name == "settle_quota" { &scripts::quota().settle } else { &scripts::quota().reserve };
+        loop {
+            let max = self.inner.coalesce.load(Ordering::Relaxed);
+            let batch: Vec<(Vec<String>, Slot)> = {
+                let mut waiting = self.inner.waiting.lock().expect("quota queue lock");
+                let w = waiting.entry(key.clone()).or_default();
+                // A caller that gave up is not decided for: nothing is reserved for nobody.
+                w.ops.retain(|(_, slot)| !slot.is_closed());
+                if w.ops.is_empty() {
+                    w.running = false;
+                    return;
+                }
+                let n = w.ops.len().min(max);
+                w.ops.drain(..n).collect()
+            };
+            let extra: Vec<String> = batch.iter().flat_map(|(args, _)| args.iter().cloned()).collect();
+            let mut replies: Vec<Option<Vec<Value>>> = match self.call(name, script, tenant, &extra).await {
+                Ok(reply) if batch.len() == 1 => vec![Some(reply)],
+                Ok(reply) => per_request(reply, batch.len()),
+                Err(_) => Vec::new(),
+            };
+            replies.resize(batch.len(), None);
+            for ((_, slot), reply) in batch.into_iter().zip(replies) {
+                let _ = slot.send(reply);
+            }
+        }
     }
 
     /// Runs a script once (with one retry when the period turned), flushing the offline
@@ -760,6 +861,22 @@ fn state(f: &Fields<'_>, i: usize) -> Result<ReservationState, ReplyError> {
         "expired" => ReservationState::Expired,
         other => return Err(f.unexpected(other)),
     })
+}
+
+/// The replies of a shared call, one per request in order; empty when the call answered
+/// for none of them in particular (an unknown tenant: each goes alone and hears it).
+fn per_request(reply: Vec<Value>, n: usize) -> Vec<Option<Vec<Value>>> {
+    let mut items = reply.into_iter();
+    match (items.next(), items.next()) {
+        (Some(Value::BulkString(tag)), Some(Value::Array(replies))) if tag == b"batch" && replies.len() == n => replies
+            .into_iter()
+            .map(|r| match r {
+                Value::Array(items) => Some(items),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 enum CallError {
