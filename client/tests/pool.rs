@@ -282,6 +282,8 @@ async fn sixty_four_concurrent_draws_through_one_client_share_script_calls_and_t
     assert_eq!(tally(&members), expected(&[("A", 90), ("B", 60), ("C", 50)]));
     assert_eq!(h.admin.length(&p).await.unwrap() + llen(&h.keys().pool_standby(p.as_str())), 0);
     assert_eq!(hits(&h, &p, "2030-03-15"), expected(&[("A", 90), ("B", 60), ("C", 50)]));
+    let ttl: i64 = redis::cmd("PTTL").arg(h.keys().pool_hits(p.as_str(), "2030-03-15")).query(&mut raw_connection()).unwrap();
+    assert!(ttl > 0, "the day's hits expire (48 h after the day by the script's clock): {ttl}");
     let calls = seconds.with_label_values(&["draw_ticket"]).get_sample_count();
     assert!(calls < 200, "200 draws took {calls} script calls: none were shared");
 
