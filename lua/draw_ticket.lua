@@ -27,8 +27,9 @@
 --   {"no_day", version}         (the rotation job has not written a current day)
 --   {"unknown_pool"}
 -- For ARGV[7] = n > 1: {"batch", {reply, ...}} with a ticket reply per draw in order, ending
--- early with the first reply that is not a ticket ("empty" or "exhausted"); the day,
--- no_day and unknown_pool replies come alone, as for one draw.
+-- early with the first reply that is not a ticket ("empty" or "exhausted"); or, for a
+-- `channels` pool with nothing to skip, the compact {"many", ...} of draw_many below; the
+-- day, no_day and unknown_pool replies come alone, as for one draw.
 -- Guarantees: each ticket is handed out once; ejected members and members at their daily
 -- cap are skipped (the skipped tickets are consumed); the day is the pool's local day by
 -- Redis TIME; the standby batch is promoted whole, atomically; a refill is asked for
@@ -145,25 +146,29 @@ end
 -- n draws of a `channels` pool with nothing to skip (no member ejected or capped): the
 -- tickets popped n at a time (LPOP with a count), the hits counted once per member, the
 -- length read and low-water checked once at the end. The same tickets in the same order,
--- the same hits and the same refill request as n single draws, in a few calls.
+-- the same hits and the same refill request as n single draws, in a few calls. Replies
+-- compactly: {"many", version, length_after, refill_flagged 0|1, from_list, ended_empty
+-- 0|1, member, ...}: the first from_list tickets came from the list, the rest from the
+-- promoted standby batch; ended_empty = 1 when the tickets ran out before n.
 local function draw_many(n)
-  local replies, counts = {}, {}
-  while #replies < n do
-    local got = redis.call('LPOP', KEYS[3], n - #replies)
+  local members, counts = {}, {}
+  local from_list, ended_empty = nil, 0
+  while #members < n do
+    local got = redis.call('LPOP', KEYS[3], n - #members)
     if not got and redis.call('EXISTS', KEYS[4]) == 1 then
       redis.call('RENAME', KEYS[4], KEYS[3])
       ask_refill()
-      from = 'standby'
-      got = redis.call('LPOP', KEYS[3], n - #replies)
+      from_list = from_list or #members
+      got = redis.call('LPOP', KEYS[3], n - #members)
     end
     if not got then
       ask_refill()
-      replies[#replies + 1] = {'empty', version}
+      ended_empty = 1
       break
     end
     for _, member in ipairs(got) do
       counts[member] = (counts[member] or 0) + 1
-      replies[#replies + 1] = {'ticket', member, version, from, 0, 0, 0, 0, '', ''}
+      members[#members + 1] = member
     end
   end
   for member, c in pairs(counts) do
@@ -174,15 +179,14 @@ local function draw_many(n)
   local length = redis.call('LLEN', KEYS[3])
   local flagged = 0
   if length < low_water then flagged = ask_refill() end
-  for _, r in ipairs(replies) do
-    if r[1] == 'ticket' then r[7], r[8] = length, flagged end
-  end
-  return replies
+  local reply = {'many', version, length, flagged, from_list or #members, ended_empty}
+  for _, member in ipairs(members) do reply[#reply + 1] = member end
+  return reply
 end
 
 local n = tonumber(ARGV[7] or '1') or 1
 if n <= 1 then return draw_one() end
-if not st.tiers and not st.ejected and not st.capped then return {'batch', draw_many(n)} end
+if not st.tiers and not st.ejected and not st.capped then return draw_many(n) end
 local replies = {}
 for _ = 1, n do
   local r = draw_one()

@@ -294,7 +294,11 @@ impl Pools {
 
     fn served(&self, draw: Draw) -> Draw {
         let mut cache = self.inner.cache.lock().expect("pool cache lock");
-        let entry = cache.entry(draw.pool.clone()).or_default();
+        // The pool's entry exists after its first draw: no key allocated per draw.
+        let entry = match cache.get_mut(&draw.pool) {
+            Some(entry) => entry,
+            None => cache.entry(draw.pool.clone()).or_default(),
+        };
         if entry.level != Some(draw.source) {
             match draw.source {
                 DrawSource::Redis if entry.level.is_some() => tracing::info!(pool = %draw.pool, "draws served by redis again"),
@@ -315,7 +319,10 @@ impl Pools {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let start = {
             let mut waiting = self.inner.waiting.lock().expect("draw queue lock");
-            let w = waiting.entry(pool.clone()).or_default();
+            let w = match waiting.get_mut(pool) {
+                Some(w) => w,
+                None => waiting.entry(pool.clone()).or_default(),
+            };
             w.senders.push(tx);
             !std::mem::replace(&mut w.running, true)
         };
@@ -404,6 +411,13 @@ impl Pools {
             }
             let f = Fields::new("draw_ticket", &reply);
             match f.str(0) {
+                Ok("many") => {
+                    let Ok(draws) = self.many(pool, &f, reply.len()) else { return Vec::new() };
+                    if let Some(d) = draws.last() {
+                        self.note_version(pool, d.version, &mut conn).await;
+                    }
+                    return draws;
+                }
                 Ok("batch") => {
                     let Ok(replies) = f.array(1) else { return Vec::new() };
                     let mut draws = Vec::with_capacity(replies.len());
@@ -434,6 +448,16 @@ impl Pools {
             }
         }
         Vec::new()
+    }
+
+    /// The compact reply of a shared call (`{"many", version, length, flagged, from_list,
+    /// ended_empty, member, ...}`) as draws, in order.
+    fn many(&self, pool: &PoolName, f: &Fields<'_>, len: usize) -> Result<Vec<Draw>, PoolError> {
+        let version = f.uint(1)?;
+        if let Some(m) = &self.inner.metrics {
+            m.list_length.with_label_values(&[pool.as_str()]).set(f.int(2)?);
+        }
+        (6..len).map(|i| Ok(Draw { member: f.str(i)?.to_owned(), pool: pool.clone(), version, source: DrawSource::Redis, tier: None })).collect()
     }
 
     /// The draw script's call for `n` draws of `pool`, with the days this client last saw.
