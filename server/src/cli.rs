@@ -86,6 +86,33 @@ pub enum BenchCommand {
     /// prefix (SCAN + UNLINK), never a real FLUSHALL: the Redis may be shared. An in-process
     /// server with its scheduler, on a database of its own (dropped afterwards).
     Recover(BenchRecoverArgs),
+    /// Server render time of the admin UI's pages (dashboard, pools, a pool, channels,
+    /// tenants) with 20 pools, 200 channels and an hour of samples (an in-process server in
+    /// open mode on loopback, on a database of its own, dropped afterwards).
+    Ui(BenchUiArgs),
+}
+
+/// Arguments of `tessera bench ui`.
+#[derive(Debug, clap::Args)]
+pub struct BenchUiArgs {
+    /// Pools in all, the demo seed's included.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(4..=1_000))]
+    pub pools: u32,
+    /// Channels in all, the demo seed's included.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub channels: u32,
+    /// Samples per pool, 10 s apart, ending now (360: the dashboard's hour).
+    #[arg(long, default_value_t = 360, value_parser = clap::value_parser!(u32).range(1..=8_640))]
+    pub samples: u32,
+    /// Draws per pool between two samples.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub draws_per_sample: u32,
+    /// Timed requests per page (after two warm-up requests).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub requests: u32,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `tessera bench recover`.

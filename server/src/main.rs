@@ -81,6 +81,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = server::bench::recover::run(&settings, &args).await?;
             print_report(args.json, &report, server::bench::recover::render)?;
         }
+        Command::Bench(BenchCommand::Ui(args)) => {
+            let report = server::bench::ui::run(&settings, &args).await?;
+            print_report(args.json, &report, server::bench::ui::render)?;
+        }
         Command::Simulate(args) => {
             server::db::create_database_if_missing(&settings).await?;
             let state = server::startup::build_state(&settings).await?;

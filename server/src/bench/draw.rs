@@ -22,16 +22,25 @@ pub struct Report {
     pub baseline_ops: f64,
     pub baseline_p50_us: f64,
     pub baseline_p99_us: f64,
-    /// `Pools::draw` per second (one `EVALSHA` each), and latency.
+    /// `Pools::draw` per second (concurrent draws coalesced: up to 64 share one
+    /// `EVALSHA`), and latency.
     pub client_ops: f64,
     pub client_p50_us: f64,
     pub client_p99_us: f64,
+    /// The same with coalescing off: one `EVALSHA` per draw.
+    pub client_single_ops: f64,
+    pub client_single_p99_us: f64,
+    pub client_single_ratio: f64,
     /// `POST /api/v1/pools/{pool}/draw` per second through an in-process server.
     pub http_ops: f64,
     pub http_p50_us: f64,
     pub http_p99_us: f64,
     pub client_ratio: f64,
     pub http_ratio: f64,
+    /// `GET /healthz` per second through the same server and HTTP client: what any request
+    /// costs on this machine, the ceiling of `http_ops`.
+    pub healthz_ops: f64,
+    pub healthz_ratio: f64,
     /// Client draws not served from Redis (the list and the standby batch were empty).
     pub client_not_from_redis: u64,
     /// Batches the refiller added during the run.
@@ -127,6 +136,25 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     .await?;
     let batches_added = added(state, &pool) - refills_before;
 
+    // The same, one script call per draw.
+    state.pools.set_coalescing(1);
+    let single = phase(args.concurrency, duration, {
+        let (pools, pool, not_from_redis) = (state.pools.clone(), pool.clone(), not_from_redis.clone());
+        move || {
+            let (pools, pool, not_from_redis) = (pools.clone(), pool.clone(), not_from_redis.clone());
+            async move {
+                let draw = pools.draw(&pool).await?;
+                if draw.source != DrawSource::Redis {
+                    not_from_redis.fetch_add(1, AtomicOrdering::Relaxed);
+                }
+                Ok(())
+            }
+        }
+    })
+    .await;
+    state.pools.set_coalescing(client::pool::DEFAULT_COALESCE);
+    let single = single?;
+
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
     let url = format!("{address}/api/v1/pools/bench/draw");
     // A data-plane token, as an application would send (revoked when the phase is done).
@@ -148,6 +176,19 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     .await?;
     sqlx::query("update api_token set revoked_at = now() where id = $1").bind(token_id).execute(&state.db).await?;
 
+    let health = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
+    let url = format!("{address}/healthz");
+    let healthz = phase(args.concurrency, duration, move || {
+        let (http, url) = (health.clone(), url.clone());
+        async move {
+            let response = http.get(&url).send().await?;
+            anyhow::ensure!(response.status().is_success(), "/healthz answered {}", response.status());
+            response.bytes().await?;
+            Ok(())
+        }
+    })
+    .await?;
+
     let q = super::quantile_us;
     Ok(Report {
         concurrency: args.concurrency,
@@ -158,11 +199,16 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         client_ops: client.ops,
         client_p50_us: q(&client.latencies, 0.5),
         client_p99_us: q(&client.latencies, 0.99),
+        client_single_ops: single.ops,
+        client_single_p99_us: q(&single.latencies, 0.99),
+        client_single_ratio: single.ops / baseline.ops,
         http_ops: over_http.ops,
         http_p50_us: q(&over_http.latencies, 0.5),
         http_p99_us: q(&over_http.latencies, 0.99),
         client_ratio: client.ops / baseline.ops,
         http_ratio: over_http.ops / baseline.ops,
+        healthz_ops: healthz.ops,
+        healthz_ratio: healthz.ops / baseline.ops,
         client_not_from_redis: not_from_redis.load(AtomicOrdering::Relaxed),
         batches_added,
     })
@@ -207,18 +253,16 @@ where
 
 /// The report as a table for people.
 pub fn render(r: &Report) -> String {
-    format!(
-        "draw bench: {} in flight, {} s per phase (refiller in-process)\n\
-         {:<22} {:>10} {:>10} {:>10} {:>8}\n\
-         {:<22} {:>10.0} {:>10.0} {:>10.0} {:>8}\n\
-         {:<22} {:>10.0} {:>10.0} {:>10.0} {:>8.3}\n\
-         {:<22} {:>10.0} {:>10.0} {:>10.0} {:>8.3}\n\
-         client draws not from redis: {}   batches added: {}\n",
-        r.concurrency, r.seconds,
-        "", "ops/s", "p50 µs", "p99 µs", "ratio",
-        "raw LPOP (baseline)", r.baseline_ops, r.baseline_p50_us, r.baseline_p99_us, "1",
-        "client draw", r.client_ops, r.client_p50_us, r.client_p99_us, r.client_ratio,
-        "HTTP draw", r.http_ops, r.http_p50_us, r.http_p99_us, r.http_ratio,
-        r.client_not_from_redis, r.batches_added,
-    )
+    let row = |name: &str, ops: f64, p50: f64, p99: f64, ratio: f64| format!("{name:<26} {ops:>10.0} {p50:>10.0} {p99:>10.0} {ratio:>8.3}\n");
+    let mut out = format!(
+        "draw bench: {} in flight, {} s per phase (refiller in-process)\n{:<26} {:>10} {:>10} {:>10} {:>8}\n",
+        r.concurrency, r.seconds, "", "ops/s", "p50 µs", "p99 µs", "ratio"
+    );
+    out.push_str(&row("raw LPOP (baseline)", r.baseline_ops, r.baseline_p50_us, r.baseline_p99_us, 1.0));
+    out.push_str(&row("client draw (coalesced)", r.client_ops, r.client_p50_us, r.client_p99_us, r.client_ratio));
+    out.push_str(&format!("{:<26} {:>10.0} {:>10} {:>10.0} {:>8.3}\n", "client draw (one call each)", r.client_single_ops, "", r.client_single_p99_us, r.client_single_ratio));
+    out.push_str(&row("HTTP draw", r.http_ops, r.http_p50_us, r.http_p99_us, r.http_ratio));
+    out.push_str(&format!("{:<26} {:>10.0} {:>10} {:>10} {:>8.3}\n", "HTTP GET /healthz (ceiling)", r.healthz_ops, "", "", r.healthz_ratio));
+    out.push_str(&format!("client draws not from redis: {}   batches added: {}\n", r.client_not_from_redis, r.batches_added));
+    out
 }

@@ -5,8 +5,17 @@ pub mod draw;
 pub mod publish;
 pub mod quota;
 pub mod recover;
+pub mod ui;
 
+use std::future::Future;
+
+use anyhow::Context;
 use client::{KeyPrefix, Keys, RedisHandle};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::configuration::{AdminAccess, Settings};
+use crate::startup::{Application, Signals};
+use crate::state::AppState;
 
 /// A fresh key prefix for one benchmark run.
 pub(crate) fn run_prefix(kind: &str) -> KeyPrefix {
@@ -46,4 +55,75 @@ pub(crate) fn quantile_us(sorted: &[std::time::Duration], q: f64) -> f64 {
     }
     let i = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[i].as_secs_f64() * 1e6
+}
+
+/// What a benchmark on a server of its own gets: the server's state, its address
+/// (`http://127.0.0.1:port`) and an admin-scope bearer token.
+pub(crate) struct OwnServer {
+    pub state: AppState,
+    pub address: String,
+    pub token: String,
+}
+
+/// Runs `measure` against an in-process server on a free loopback port, with a database
+/// of its own (created, then dropped: the audit trail is append-only, so a benchmark must
+/// not write into a real one) and a key prefix of its own (removed after), optionally with
+/// the scheduler running beside it. `adjust` changes the settings first (e.g. open mode).
+pub(crate) async fn on_own_server<T, F, Fut>(
+    settings: &Settings,
+    kind: &str,
+    with_scheduler: bool,
+    adjust: impl FnOnce(&mut Settings),
+    measure: F,
+) -> anyhow::Result<T>
+where
+    F: FnOnce(OwnServer) -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let prefix = run_prefix(kind);
+    let mut settings = settings.clone();
+    let db_name = format!("tessera_{}", prefix.as_str().replace('-', "_"));
+    let admin_url = with_database(settings.database_url.expose_secret(), "postgres")?;
+    settings.database_url = SecretString::from(with_database(settings.database_url.expose_secret(), &db_name)?);
+    settings.redis_prefix = prefix;
+    settings.bind = "127.0.0.1:0".parse().expect("valid address");
+    let token = format!("bench-{:032x}", rand::random::<u128>());
+    settings.admin = Some(AdminAccess { token: SecretString::from(token.clone()), actor: "bench".into() });
+    adjust(&mut settings);
+    crate::db::create_database_if_missing(&settings).await?;
+
+    let result = async {
+        let application = Application::build(&settings, Signals::Ignore).await?;
+        let state = application.state().clone();
+        let address = format!("http://127.0.0.1:{}", application.port());
+        let handle = application.handle();
+        let server = tokio::spawn(application.run_until_stopped());
+        let scheduler = if with_scheduler { Some(crate::scheduler::Scheduler::start(state.clone()).await?) } else { None };
+        let measured = measure(OwnServer { state: state.clone(), address, token }).await;
+        if let Some(scheduler) = scheduler {
+            scheduler.shutdown().await;
+        }
+        handle.stop(true).await;
+        let _ = server.await;
+        let cleanup = remove_keys(&state.redis, &state.keys).await;
+        state.db.close().await;
+        cleanup.context("removing the benchmark's keys")?;
+        measured
+    }
+    .await;
+
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.context("connecting to drop the benchmark database")?;
+    sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#))
+        .execute(&mut admin)
+        .await
+        .context("dropping the benchmark database")?;
+    result
+}
+
+/// `url` with its database name replaced.
+fn with_database(url: &str, name: &str) -> anyhow::Result<String> {
+    let mut parsed = url::Url::parse(url).context("database.url")?;
+    parsed.set_path(&format!("/{name}"));
+    Ok(parsed.to_string())
 }

@@ -5,14 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::cli::BenchPublishArgs;
-use crate::configuration::{AdminAccess, Settings};
-use crate::startup::{Application, Signals};
+use crate::configuration::Settings;
 
 /// The figures `--json` prints.
 #[derive(Debug, Serialize)]
@@ -23,48 +20,9 @@ pub struct Report {
     pub max_ms: f64,
 }
 
-fn with_database(url: &str, name: &str) -> anyhow::Result<String> {
-    let mut parsed = url::Url::parse(url).context("database.url")?;
-    parsed.set_path(&format!("/{name}"));
-    Ok(parsed.to_string())
-}
-
 /// Runs the benchmark; removes its database and keys afterwards.
 pub async fn run(settings: &Settings, args: &BenchPublishArgs) -> anyhow::Result<Report> {
-    let prefix = super::run_prefix("publish");
-    let mut settings = settings.clone();
-    let db_name = format!("tessera_{}", prefix.as_str().replace('-', "_"));
-    let admin_url = with_database(settings.database_url.expose_secret(), "postgres")?;
-    settings.database_url = SecretString::from(with_database(settings.database_url.expose_secret(), &db_name)?);
-    settings.redis_prefix = prefix;
-    settings.bind = "127.0.0.1:0".parse().expect("valid address");
-    let token = format!("bench-{:032x}", rand::random::<u128>());
-    settings.admin = Some(AdminAccess { token: SecretString::from(token.clone()), actor: "bench".into() });
-    crate::db::create_database_if_missing(&settings).await?;
-
-    let result = async {
-        let application = Application::build(&settings, Signals::Ignore).await?;
-        let state = application.state().clone();
-        let address = format!("http://127.0.0.1:{}", application.port());
-        let handle = application.handle();
-        let server = tokio::spawn(application.run_until_stopped());
-        let measured = measure(&state, &address, &token, args.changes).await;
-        handle.stop(true).await;
-        let _ = server.await;
-        let cleanup = super::remove_keys(&state.redis, &state.keys).await;
-        state.db.close().await;
-        cleanup.context("removing the benchmark's keys")?;
-        measured
-    }
-    .await;
-
-    use sqlx::Connection;
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.context("connecting to drop the benchmark database")?;
-    sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#))
-        .execute(&mut admin)
-        .await
-        .context("dropping the benchmark database")?;
-    result
+    super::on_own_server(settings, "publish", false, |_| {}, |s| async move { measure(&s.state, &s.address, &s.token, args.changes).await }).await
 }
 
 async fn measure(state: &crate::state::AppState, address: &str, token: &str, changes: u32) -> anyhow::Result<Report> {
