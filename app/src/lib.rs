@@ -7,6 +7,8 @@
 //! - `api/`: server functions, each calling the server's services through [`api::Backend`].
 //! - `components/`: pieces shared by pages.
 #![forbid(unsafe_code)]
+// Deep view types (a page of forms inside tables) need more than the default 128.
+#![recursion_limit = "256"]
 
 pub mod api;
 mod components;
@@ -58,8 +60,10 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("pools") view=pages::pools::Pools ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("pools"), ParamSegment("name")) view=pages::pools::PoolPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("channels") view=pages::channels::Channels ssr=SsrMode::Async/>
+                    <Route path=(StaticSegment("channels"), ParamSegment("code")) view=pages::channel::ChannelPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("tenants") view=pages::tenants::Tenants ssr=SsrMode::Async/>
                     <Route path=StaticSegment("audit") view=pages::audit::Audit ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("users") view=pages::users::Users ssr=SsrMode::Async/>
                 </Routes>
             </Layout>
         </Router>

@@ -271,15 +271,18 @@ fn is_server_fn(path: &str) -> bool {
 }
 
 /// What a UI server function (under `/sfn`) needs: a signed-in user (permission read),
-/// except `whoami`, which the sign-in page asks before anyone is signed in, and the audit
-/// chain's verification, which needs audit export. The functions check again themselves
-/// when called during server-side rendering, where no guard runs.
+/// except `whoami`, which the sign-in page asks before anyone is signed in, the audit
+/// chain's verification, which needs audit export, and the list of users and tokens,
+/// which needs manage access. The functions check again themselves when called during
+/// server-side rendering, where no guard runs.
 pub fn server_fn_requirement(path: &str) -> Option<Permission> {
     use leptos::server_fn::ServerFn;
     if path == <app::api::session::Whoami as ServerFn>::PATH {
         None
     } else if path == <app::api::audit::VerifyAuditChain as ServerFn>::PATH {
         Some(Permission::AuditExport)
+    } else if path == <app::api::access::ListAccess as ServerFn>::PATH {
+        Some(Permission::ManageAccess)
     } else {
         Some(Permission::Read)
     }

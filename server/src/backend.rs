@@ -1,8 +1,9 @@
 //! What the admin UI's server functions call: [`app::api::Backend`] implemented by the
 //! application state, over the same service functions as the REST API.
 
-use app::api::{AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry};
+use app::api::{AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PeakWindowView, PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry};
 use app::api::{BucketView, GrantView, TenantView, UsageView};
+use app::api::{TokenView, UserView};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 
 use crate::auth::{Permission, Principal, Role, Via};
@@ -32,6 +33,7 @@ impl app::api::Backend for AppState {
                 may_export_audit: p.may(Permission::AuditExport),
                 may_edit: p.may(Permission::Edit),
                 may_operate: p.may(Permission::Operate),
+                may_manage_access: p.may(Permission::ManageAccess),
                 user: p.name,
                 role: role.to_string(),
                 csrf_token,
@@ -118,54 +120,119 @@ impl app::api::Backend for AppState {
             .as_array()
             .map(|ws| ws.iter().map(|w| WeightEntry { member: text(w, "member"), weight: w["weight"].as_u64().unwrap_or(0) }).collect())
             .unwrap_or_default();
-        let members = health["members"]
+        let members = member_views(&health);
+        let peak_windows = snapshot["peak_windows"]
             .as_array()
-            .map(|ms| {
-                ms.iter()
-                    .map(|m| MemberView {
-                        channel: text(m, "channel"),
-                        state: text(m, "state"),
-                        pinned: m["pinned"].as_str().map(str::to_owned),
-                        base_weight: m["base_weight"].as_i64().unwrap_or(0),
-                        effective_weight: m["effective_weight"].as_u64().unwrap_or(0),
+            .map(|ws| {
+                ws.iter()
+                    .map(|w| PeakWindowView {
+                        start: text(w, "start"),
+                        end: text(w, "end"),
+                        multiplier: w["multiplier"].as_u64().and_then(|m| u32::try_from(m).ok()).unwrap_or(1),
+                        weights: w.get("weights").filter(|v| !v.is_null()).cloned(),
                     })
                     .collect()
             })
             .unwrap_or_default();
-        Ok(Some(PoolDetail { name: pool.as_str().to_owned(), kind: text(&snapshot, "kind"), version, weights, members }))
+        let caps = snapshot["caps"]
+            .as_object()
+            .map(|cs| cs.iter().filter_map(|(m, c)| Some((m.clone(), c.as_u64()?))).collect())
+            .unwrap_or_default();
+        Ok(Some(PoolDetail {
+            name: pool.as_str().to_owned(),
+            kind: text(&snapshot, "kind"),
+            version,
+            batch_size: snapshot["batch_size"].as_u64().and_then(|b| u32::try_from(b).ok()).unwrap_or(engine::BatchSize::DEFAULT.get()),
+            ordering: text(&snapshot, "ordering"),
+            timezone: text(&snapshot, "timezone"),
+            weights,
+            members,
+            peak_windows,
+            caps,
+        }))
     }
 
     async fn channels(&self) -> Result<Vec<ChannelView>, String> {
         let channels = crate::db::config::list_channels(&self.db).await.map_err(unavailable)?;
-        let mut out = Vec::with_capacity(channels.len());
-        for c in channels {
-            let code = crate::db::config::ChannelCode::parse(&c.code).map_err(|_| format!("channel {:?}: a malformed code", c.code))?;
-            // A channel deleted between the two reads shows without health.
-            let health = crate::health::channel_health(&self.db, &code).await.map_err(unavailable)?.unwrap_or_default();
-            let pools = health["pools"]
-                .as_array()
-                .map(|ps| {
-                    ps.iter()
-                        .map(|p| ChannelPoolHealth {
-                            pool: p["pool"].as_str().unwrap_or_default().to_owned(),
-                            state: p["state"].as_str().unwrap_or_default().to_owned(),
-                            effective_weight: p["effective_weight"].as_u64().unwrap_or(0),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            out.push(ChannelView {
-                pin: health["pin"]["state"].as_str().map(str::to_owned),
+        // Two queries for every channel's health and pin, not two per channel.
+        let (members, mut pins) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
+        let mut by_channel: std::collections::HashMap<String, Vec<ChannelPoolHealth>> = std::collections::HashMap::new();
+        for m in members {
+            by_channel.entry(m.channel).or_default().push(ChannelPoolHealth {
+                pool: m.pool,
+                state: m.state,
+                effective_weight: m.effective_weight,
+            });
+        }
+        Ok(channels
+            .into_iter()
+            .map(|c| ChannelView {
+                pin: pins.remove(&c.code),
+                pools: by_channel.remove(&c.code).unwrap_or_default(),
                 code: c.code,
                 name: c.name,
                 tier: c.tier,
                 enabled: c.enabled,
                 base_weight: c.base_weight,
                 version: c.version,
-                pools,
-            });
-        }
-        Ok(out)
+            })
+            .collect())
+    }
+
+    async fn channel_history(&self, code: String) -> Result<Option<app::api::ChannelDetail>, String> {
+        use app::api::{ChannelDetail, DecayPoint, PoolDecay};
+        let code = crate::db::config::ChannelCode::parse(&code).map_err(|e| format!("channel: {e}"))?;
+        let Some(channel) = crate::db::config::get_channel(&self.db, &code).await.map_err(unavailable)? else { return Ok(None) };
+        let Some(health) = crate::health::channel_health(&self.db, &code).await.map_err(unavailable)? else { return Ok(None) };
+        let mut transitions = crate::health::history(&self.db, &code, 500).await.map_err(unavailable)?;
+        transitions.reverse();
+        let pools = health["pools"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| {
+                        let pool = p["pool"].as_str().unwrap_or_default().to_owned();
+                        let base = p["base_weight"].as_u64().unwrap_or(0);
+                        let points = transitions
+                            .iter()
+                            .filter(|t| t["pool"] == p["pool"])
+                            .filter_map(|t| {
+                                let at: DateTime<Utc> = serde_json::from_value(t["at"].clone()).ok()?;
+                                let to = t["to"].as_str().unwrap_or_default().to_owned();
+                                let factor = t["factor_after"].as_f64().unwrap_or(1.0);
+                                let from = t["from"].as_str().unwrap_or_default().to_owned();
+                                let before = t["factor_before"].as_f64().unwrap_or(1.0);
+                                Some(DecayPoint {
+                                    weight_before: engine::health::effective_weight(base, before, from == "ejected"),
+                                    at: at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                                    at_ms: at.timestamp_millis(),
+                                    from,
+                                    effective_weight: engine::health::effective_weight(base, factor, to == "ejected"),
+                                    to,
+                                    success_rate: t["success_rate"].as_f64(),
+                                    reason: t["reason"].as_str().unwrap_or_default().to_owned(),
+                                })
+                            })
+                            .collect();
+                        PoolDecay {
+                            pool,
+                            base_weight: base,
+                            state: p["state"].as_str().unwrap_or_default().to_owned(),
+                            effective_weight: p["effective_weight"].as_u64().unwrap_or(0),
+                            points,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Some(ChannelDetail {
+            code: channel.code,
+            name: channel.name,
+            enabled: channel.enabled,
+            pin: health["pin"]["state"].as_str().map(str::to_owned),
+            now_ms: Utc::now().timestamp_millis(),
+            pools,
+        }))
     }
 
     async fn tenants(&self) -> Result<Vec<TenantView>, String> {
@@ -189,6 +256,7 @@ impl app::api::Backend for AppState {
                     id: g["id"].as_str().unwrap_or_default().to_owned(),
                     kind: g["kind"].as_str().unwrap_or_default().to_owned(),
                     amount: g["amount"].as_i64().unwrap_or(0),
+                    priority: g["priority"].as_i64(),
                     starts_at: time(&g["starts_at"]),
                     expires_at: time(&g["expires_at"]),
                     revoked_at: time(&g["revoked_at"]),
@@ -226,6 +294,154 @@ impl app::api::Backend for AppState {
         }
         Ok(out)
     }
+
+    async fn dashboard(&self) -> Result<app::api::Dashboard, String> {
+        use app::api::dashboard::{ssr, QuotaOverview, MAX_SAMPLES, SPAN_MS};
+        let now = Utc::now();
+        let pools = crate::db::config::list_pools(&self.db).await.map_err(unavailable)?;
+        // Every pool's samples in one read, not one per pool.
+        let since = now - chrono::TimeDelta::milliseconds(SPAN_MS);
+        let mut samples =
+            crate::scheduler::sampler::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES).await.map_err(unavailable)?;
+        let served = draws_by_source(&self.metrics.pool.draws);
+        // Every member's health in one read, not a few queries per pool.
+        let (members, _) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
+        let mut by_pool: std::collections::HashMap<String, Vec<MemberView>> = std::collections::HashMap::new();
+        for m in members {
+            by_pool.entry(m.pool).or_default().push(MemberView {
+                channel: m.channel,
+                state: m.state,
+                pinned: m.pinned,
+                base_weight: m.base_weight,
+                effective_weight: m.effective_weight,
+            });
+        }
+        let health: Vec<Vec<MemberView>> = pools.iter().map(|p| by_pool.remove(&p.name).unwrap_or_default()).collect();
+        let cards = pools
+            .into_iter()
+            .zip(health)
+            .map(|(p, members)| {
+                let (taken, truncated) = samples.remove(&p.name).map_or((Vec::new(), false), |page| (page.samples, page.truncated));
+                let inputs: Vec<ssr::SampleInput> = taken.iter().map(sample_input).collect();
+                let served_here = served.get(&p.name).copied().unwrap_or_default();
+                ssr::pool_card(p.name, p.kind, &inputs, truncated, served_here, members)
+            })
+            .collect();
+        let tenants = app::api::Backend::tenants(self).await?;
+        let quotas = QuotaOverview {
+            tenants: ssr::by_usage(tenants.iter().map(ssr::tenant_quota).collect()),
+            swept_here: self.metrics.quota_swept.get(),
+        };
+        Ok(app::api::Dashboard {
+            now_ms: now.timestamp_millis(),
+            read_at: now.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            pools: cards,
+            quotas,
+        })
+    }
+
+    async fn users(&self) -> Result<Vec<UserView>, String> {
+        let users = crate::db::access::list_users(&self.db).await.map_err(unavailable)?;
+        let now = Utc::now();
+        Ok(users
+            .into_iter()
+            .map(|u| UserView {
+                created_at: minute(u.created_at),
+                disabled_at: u.disabled_at.map(minute),
+                // A lock that is over is no lock.
+                locked_until: u.locked_until.filter(|t| *t > now).map(minute),
+                can_sign_in: u.can_sign_in,
+                name: u.name,
+                role: u.role,
+            })
+            .collect())
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenView>, String> {
+        let tokens = crate::db::access::list_tokens(&self.db).await.map_err(unavailable)?;
+        Ok(tokens
+            .into_iter()
+            .map(|t| TokenView {
+                id: t.id,
+                name: t.name,
+                prefix: t.prefix,
+                scope: t.scope,
+                created_by: t.created_by,
+                created_at: minute(t.created_at),
+                last_used_at: t.last_used_at.map(minute),
+                revoked_at: t.revoked_at.map(minute),
+            })
+            .collect())
+    }
+}
+
+/// A time as the UI lists it: UTC, to the minute.
+fn minute(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+/// The members of a pool's health report (`crate::health::pool_health`) as the UI shows them.
+fn member_views(health: &serde_json::Value) -> Vec<MemberView> {
+    let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or_default().to_owned();
+    health["members"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| MemberView {
+                    channel: text(m, "channel"),
+                    state: text(m, "state"),
+                    pinned: m["pinned"].as_str().map(str::to_owned),
+                    base_weight: m["base_weight"].as_i64().unwrap_or(0),
+                    effective_weight: m["effective_weight"].as_u64().unwrap_or(0),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A stored sample as the dashboard's summaries take it.
+fn sample_input(s: &crate::scheduler::sampler::PoolSample) -> app::api::dashboard::ssr::SampleInput {
+    app::api::dashboard::ssr::SampleInput {
+        at_ms: s.taken_at.timestamp_millis(),
+        day: s.day.to_string(),
+        length: s.length,
+        batches: s.batches,
+        window_seconds: s.window_seconds,
+        draws: s.draws,
+        members: s
+            .members
+            .iter()
+            .map(|(name, m)| app::api::dashboard::ssr::MemberInput {
+                member: name.clone(),
+                hits: m.hits,
+                window_hits: m.window_hits,
+                expected_share: m.expected_share,
+                actual_share: m.actual_share,
+            })
+            .collect(),
+    }
+}
+
+/// This process's draws by pool and source, from its draw counter (labels `pool`,
+/// `member`, `source`): what it served itself since it started.
+fn draws_by_source(draws: &prometheus::IntCounterVec) -> std::collections::HashMap<String, app::api::dashboard::DrawsBySource> {
+    use prometheus::core::Collector;
+    let mut out: std::collections::HashMap<String, app::api::dashboard::DrawsBySource> = Default::default();
+    for family in draws.collect() {
+        for metric in family.get_metric() {
+            let label = |name: &str| metric.get_label().iter().find(|l| l.name() == name).map(|l| l.value().to_owned());
+            let (Some(pool), Some(source)) = (label("pool"), label("source")) else { continue };
+            let n = metric.get_counter().get_value() as u64;
+            let entry = out.entry(pool).or_default();
+            match source.as_str() {
+                "redis" => entry.redis += n,
+                "local" => entry.local += n,
+                "static" => entry.fallback += n,
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// A database error as the UI shows it: no internals.

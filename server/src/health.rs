@@ -437,6 +437,15 @@ pub async fn pool_health(db: &PgPool, pool: &PoolName) -> Result<Option<Value>, 
     })))
 }
 
+/// Every member's health in every pool (one query, however many channels: the channels
+/// page), and every pin by channel.
+pub async fn every_member_health(db: &PgPool) -> Result<(Vec<MemberHealth>, HashMap<String, String>), sqlx::Error> {
+    // Pool names are never empty (a check constraint): every member.
+    let members = health_rows(db, "m.pool <> $1", "").await?;
+    let pins: Vec<(String, String)> = sqlx::query_as("select channel, state from channel_pin").fetch_all(db).await?;
+    Ok((members, pins.into_iter().collect()))
+}
+
 /// A channel's health in every pool that holds it, and its pin.
 pub async fn channel_health(db: &PgPool, code: &ChannelCode) -> Result<Option<Value>, sqlx::Error> {
     let exists: Option<bool> = sqlx::query_scalar("select enabled from channel where code = $1").bind(code.as_str()).fetch_optional(db).await?;

@@ -65,3 +65,19 @@ pub async fn sign_out(c: &Client) {
     c.find(Locator::Id("sign-out")).await.unwrap().click().await.unwrap();
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("login-form")).await.expect("back at sign-in");
 }
+
+/// Signs in over HTTP, as a script forging requests would: the session cookie
+/// (`name=value`) and its CSRF token.
+pub async fn api_session(app: &TestApp, name: &str, password: &str) -> (String, String) {
+    let login = app
+        .http
+        .post(format!("{}/api/v1/auth/login", app.address))
+        .json(&serde_json::json!({"name": name, "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 200, "signing in {name} over HTTP");
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let csrf = login.json::<serde_json::Value>().await.unwrap()["csrf_token"].as_str().unwrap().to_owned();
+    (cookie, csrf)
+}

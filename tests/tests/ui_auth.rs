@@ -207,6 +207,8 @@ async fn a_pm_changes_weights_and_a_stale_edit_names_the_current_version() {
         .await
         .unwrap();
     assert!(message.contains(&format!("now at version {}", version + 2)), "{message}");
+    // … with the change that came in between: who, why, what.
+    assert!(message.contains("demo-admin") && message.contains("\"meanwhile\"") && message.contains("pool.weights"), "{message}");
     screenshot(c, "pool-conflict").await;
     sign_out(c).await;
 

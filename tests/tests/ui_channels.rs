@@ -129,3 +129,52 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
 
     browser.close().await;
 }
+
+#[tokio::test]
+async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_listed() {
+    use chrono::{DurationRound, TimeDelta, Utc};
+    let (app, passwords) = app().await;
+    // Failing outcomes for ALIPAY_A, healthy ones for the others, judged by the real health
+    // job at two successive minutes: two transitions (halved, then halved again).
+    let minute = Utc::now().duration_trunc(TimeDelta::minutes(1)).unwrap() - TimeDelta::minutes(10);
+    let clock = client::Clock::manual(minute);
+    let outcomes = client::Outcomes::new(app.state.redis.clone(), app.state.keys.clone(), clock.clone(), None);
+    for step in 0..2 {
+        let at = minute + TimeDelta::minutes(step);
+        clock.set(at);
+        for (channel, ok, fail) in [("ALIPAY_A", 20, 80), ("WECHAT_B", 100, 0), ("UNION_C", 100, 0)] {
+            let code = client::health::ChannelCode::parse(channel).unwrap();
+            let counts = client::health::OutcomeCounts { ok, fail, latency_ms_sum: (ok + fail) * 20, latency_count: ok + fail };
+            outcomes.record_counts(&code, &counts).await.unwrap();
+        }
+        server::health::run_once(&app.state, at + TimeDelta::seconds(10)).await.unwrap();
+    }
+
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+    sign_in(c, &app, "demo-viewer", &passwords["demo-viewer"]).await;
+    channels_page(c, &app).await;
+    // The channel's code links to its history.
+    c.find(Locator::Css("#channels tr[data-channel='ALIPAY_A'] a")).await.unwrap().click().await.unwrap();
+    let chart = c
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("svg#decay-cn-pay"))
+        .await
+        .expect("the decay chart of cn-pay");
+    assert_eq!(chart.attr("data-steps").await.unwrap().as_deref(), Some("2"), "both transitions are marked");
+    assert!(c.find(Locator::Css("svg#decay-cn-pay > title")).await.is_ok(), "the chart has a text alternative");
+    let table = text(c, "transitions-cn-pay").await;
+    assert!(table.contains("healthy → decaying"), "{table}");
+    assert!(table.contains("45 → "), "the first change starts from the base weight 45: {table}");
+    assert_eq!(c.find_all(Locator::Css("svg#decay-cn-pay .marker")).await.unwrap().len(), 2);
+    screenshot(c, "channel-history").await;
+
+    // A healthy channel: a flat line and a sentence, no table.
+    c.goto(&format!("{}/channels/WECHAT_B", app.address)).await.unwrap();
+    let flat = c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css("svg#decay-cn-pay")).await.unwrap();
+    assert_eq!(flat.attr("data-steps").await.unwrap().as_deref(), Some("0"));
+    assert!(c.find(Locator::Id("transitions-cn-pay")).await.is_err());
+
+    browser.close().await;
+}

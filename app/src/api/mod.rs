@@ -2,16 +2,21 @@
 //! server provides as context: the UI and the REST API share one implementation, and this
 //! crate never talks to Postgres or Redis itself.
 
+pub mod access;
 pub mod audit;
 pub mod channels;
+pub mod dashboard;
 pub mod pools;
+pub mod rest;
 pub mod session;
 pub mod status;
 pub mod tenants;
 
+pub use access::{list_access, AccessView, TokenView, UserView};
 pub use audit::{list_audit, verify_audit_chain, AuditQuery, AuditRecord, AuditRecords, AuditView, ChainStatus};
-pub use channels::{list_channels, ChannelPoolHealth, ChannelView};
-pub use pools::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, WeightEntry};
+pub use channels::{channel_history, list_channels, ChannelDetail, ChannelPoolHealth, ChannelView, DecayPoint, PoolDecay};
+pub use dashboard::{get_dashboard, Dashboard};
+pub use pools::{get_pool, list_pools, MemberView, PeakWindowView, PoolDetail, PoolListing, WeightEntry};
 pub use session::{whoami, SessionInfo, SESSION_COOKIE};
 pub use status::{get_system_status, DependencyStatus, SystemStatus};
 pub use tenants::{list_tenants, BucketView, GrantView, TenantView, UsageView};
@@ -27,6 +32,7 @@ mod backend {
     use std::sync::Arc;
 
     use super::{AuditQuery, AuditRecords, ChainStatus, ChannelView, PoolDetail, PoolListing, SessionInfo, SystemStatus, TenantView};
+    use super::{TokenView, UserView};
 
     /// What the server offers the UI. Implemented by the server's application state.
     #[async_trait::async_trait]
@@ -54,8 +60,22 @@ mod backend {
         /// Every channel, by code, with its pin and its health in each pool holding it.
         async fn channels(&self) -> Result<Vec<ChannelView>, String>;
 
+        /// One channel with its health transitions in each pool holding it (the newest
+        /// 500), oldest first; `None` for an unknown channel.
+        async fn channel_history(&self, code: String) -> Result<Option<super::ChannelDetail>, String>;
+
         /// Every tenant, by name, with its limits, grants and quota usage now.
         async fn tenants(&self) -> Result<Vec<TenantView>, String>;
+
+        /// The dashboard's pools (the last hour's samples, health, draws by source) and
+        /// quota overview, in one call.
+        async fn dashboard(&self) -> Result<super::Dashboard, String>;
+
+        /// Every user, by name (the users page; admins only, which the caller checks).
+        async fn users(&self) -> Result<Vec<UserView>, String>;
+
+        /// Every API token, by id, never its secret (the users page; admins only).
+        async fn tokens(&self) -> Result<Vec<TokenView>, String>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.
@@ -88,7 +108,10 @@ mod tests {
             <super::pools::ListPools as ServerFn>::PATH,
             <super::pools::GetPool as ServerFn>::PATH,
             <super::channels::ListChannels as ServerFn>::PATH,
+            <super::channels::ChannelHistory as ServerFn>::PATH,
             <super::tenants::ListTenants as ServerFn>::PATH,
+            <super::dashboard::GetDashboard as ServerFn>::PATH,
+            <super::access::ListAccess as ServerFn>::PATH,
         ] {
             assert!(path.starts_with(&format!("{}/", super::SERVER_FN_PREFIX)), "{path}");
         }

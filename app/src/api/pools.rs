@@ -41,14 +41,33 @@ pub struct MemberView {
     pub effective_weight: u64,
 }
 
+/// A peak window as configured: local times `HH:MM`, the batch multiplier, and the
+/// window's own weights if it has any (kept as they are by the peak-window editor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeakWindowView {
+    pub start: String,
+    pub end: String,
+    pub multiplier: u32,
+    pub weights: Option<serde_json::Value>,
+}
+
 /// One pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolDetail {
     pub name: String,
     pub kind: String,
     pub version: i64,
+    /// Tickets per batch, and how a batch is ordered (`smooth` or `shuffle`): what the
+    /// weights editor's preview builds.
+    pub batch_size: u32,
+    pub ordering: String,
+    /// The IANA timezone of the pool's day, caps and peak windows.
+    pub timezone: String,
     pub weights: Vec<WeightEntry>,
     pub members: Vec<MemberView>,
+    pub peak_windows: Vec<PeakWindowView>,
+    /// Most draws per member per local day, by member; members without a cap are absent.
+    pub caps: Vec<(String, u64)>,
 }
 
 /// Every pool, for any signed-in user.

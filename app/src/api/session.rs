@@ -24,6 +24,8 @@ pub struct SessionInfo {
     pub may_edit: bool,
     /// May disable and enable channels and pin their health (operator, admin).
     pub may_operate: bool,
+    /// May list and manage users and API tokens (admin).
+    pub may_manage_access: bool,
 }
 
 /// The signed-in person, or `None` when the request carries no valid session. Served as a
@@ -55,5 +57,17 @@ pub(crate) mod ssr {
             Some(s) => Ok(s),
             None => Err(ServerFnError::new("not signed in: sign in first")),
         }
+    }
+
+    /// The session, or an error unless `allowed` says it may do what the server function
+    /// does (`what`, for the message). Over HTTP the server's guard refuses such calls
+    /// with a 403 already; this is the function's own check, and covers calls made
+    /// during SSR.
+    pub async fn require(allowed: impl Fn(&SessionInfo) -> bool, what: &str) -> Result<SessionInfo, ServerFnError> {
+        let session = require_session().await?;
+        if !allowed(&session) {
+            return Err(ServerFnError::new(format!("role {} may not {what}", session.role)));
+        }
+        Ok(session)
     }
 }

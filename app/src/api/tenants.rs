@@ -12,6 +12,8 @@ pub struct GrantView {
     /// `temporary` or `bonus`.
     pub kind: String,
     pub amount: i64,
+    /// Bonus grants: lower pays first.
+    pub priority: Option<i64>,
     /// RFC 3339, or `None` for "from its creation".
     pub starts_at: Option<String>,
     /// RFC 3339, or `None` for "never".

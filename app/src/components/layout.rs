@@ -15,7 +15,8 @@ pub struct CurrentSession(pub Resource<Result<Option<SessionInfo>, ServerFnError
 pub const LOGIN_PATH: &str = "/login";
 
 /// Header with the navigation every page shares. Sets `data-hydrated` on `<body>` once the
-/// browser has hydrated the page, so that browser tests (and people) can tell.
+/// browser has hydrated the page, so that browser tests (and people) can tell, and a
+/// performance mark `tessera-hydrated` (time to interactive).
 ///
 /// The session is looked up on the server while rendering (a blocking resource, so that a
 /// signed-out visitor gets a redirect to the sign-in page before any HTML is sent).
@@ -25,6 +26,11 @@ pub fn Layout(children: Children) -> impl IntoView {
         #[cfg(feature = "hydrate")]
         if let Some(body) = document().body() {
             let _ = body.set_attribute("data-hydrated", "true");
+            // Time to interactive, for measurements: `performance.getEntriesByName(
+            // "tessera-hydrated")[0].startTime` is milliseconds since navigation began.
+            if let Some(performance) = window().performance() {
+                let _ = performance.mark("tessera-hydrated");
+            }
         }
     });
     let session = Resource::new_blocking(|| (), |_| whoami());
@@ -39,6 +45,13 @@ pub fn Layout(children: Children) -> impl IntoView {
                 <A href="/channels">"Channels"</A>
                 <A href="/tenants">"Tenants"</A>
                 <A href="/audit">"Audit"</A>
+                // Only admins manage users and tokens; others are not offered the page.
+                <Suspense fallback=|| ()>
+                    {move || Suspend::new(async move {
+                        let admin = session.await.ok().flatten().is_some_and(|s| s.may_manage_access);
+                        admin.then(|| view! { <A href="/users">"Users"</A> })
+                    })}
+                </Suspense>
             </nav>
             <Suspense fallback=|| ()>
                 {move || Suspend::new(async move {

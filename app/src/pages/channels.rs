@@ -97,7 +97,7 @@ fn ChannelTable(channels: Vec<ChannelView>, session: Option<SessionInfo>, resour
                     };
                     view! {
                         <tr data-channel=c.code.clone()>
-                            <td><code>{c.code.clone()}</code></td>
+                            <td><a href=format!("/channels/{}", c.code) title="health history"><code>{c.code.clone()}</code></a></td>
                             <td>{c.name}</td>
                             <td>{c.tier.unwrap_or_else(|| "none".to_owned())}</td>
                             <td><span class=enabled_class id=format!("enabled-{}", c.code)>{enabled_text}</span></td>

@@ -1,15 +1,43 @@
-//! The dashboard: what the deployment is connected to and what it has published.
+//! The dashboard: what the deployment is connected to and what it has published, and
+//! how its pools and quotas are doing (charts from the sampler's samples), refreshed every
+//! few seconds in place while the tab is visible.
+
+use std::time::Duration;
 
 use leptos::prelude::*;
 
-use crate::api::{get_system_status, DependencyStatus, SystemStatus};
+use crate::api::dashboard::{Dashboard as DashboardData, MemberShare, PoolCard, QuotaOverview, TenantQuota, SPAN_MS};
+use crate::api::{get_dashboard, get_system_status, DependencyStatus, SystemStatus};
+use crate::components::charts::{grouped, DeviationBars, LineChart, ShareRow, StateItem, StateStrip};
+
+/// How often the pools and quotas are read again while the page is visible.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// Live system status, fetched through a server function: rendered on the server, and
-/// fetched again from the browser when "Check again" is pressed.
+/// fetched again from the browser when "Check again" is pressed. Below it the pools and
+/// quotas, read again every [`REFRESH_EVERY`] (skipped while the tab is hidden); the old
+/// charts stay until the new data is in.
 #[component]
 pub fn Dashboard() -> impl IntoView {
     let checks = RwSignal::new(0u32);
     let status = Resource::new(move || checks.get(), |_| get_system_status());
+    let refreshes = RwSignal::new(0u32);
+    let data = Resource::new(move || refreshes.get(), |_| get_dashboard());
+    #[cfg(feature = "hydrate")]
+    {
+        // Only in the browser: a hidden tab asks for nothing.
+        let ticking = set_interval_with_handle(
+            move || {
+                if !document().hidden() {
+                    refreshes.update(|n| *n += 1);
+                }
+            },
+            REFRESH_EVERY,
+        );
+        if let Ok(handle) = ticking {
+            on_cleanup(move || handle.clear());
+        }
+    }
     view! {
         <h1>"Dashboard"</h1>
         <section class="card" aria-labelledby="system-heading">
@@ -30,7 +58,199 @@ pub fn Dashboard() -> impl IntoView {
                 })}
             </Transition>
         </section>
+        <Transition fallback=|| view! { <section class="card"><p>"Loading the pools…"</p></section> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(d) => view! { <Overview data=d refreshes=refreshes.get_untracked()/> }.into_any(),
+                    Err(e) => view! {
+                        <section class="card">
+                            <p class="error" role="alert">"Could not load the pools and quotas: " {e.to_string()}</p>
+                        </section>
+                    }.into_any(),
+                }
+            })}
+        </Transition>
     }
+}
+
+/// The pools' cards and the quota overview, as read at `data.now_ms`.
+#[component]
+fn Overview(data: DashboardData, refreshes: u32) -> impl IntoView {
+    let now_ms = data.now_ms;
+    let pools = if data.pools.is_empty() {
+        view! { <section class="card"><p>"No pools yet."</p></section> }.into_any()
+    } else {
+        data.pools.into_iter().map(|pool| view! { <PoolCardView pool now_ms/> }).collect_view().into_any()
+    };
+    view! {
+        <div id="dashboard" data-read-at=data.now_ms.to_string() data-refreshes=refreshes.to_string()>
+            <p class="detail" id="dashboard-read-at">
+                "Pools and quotas as read at " {data.read_at} "; read again every "
+                {REFRESH_EVERY.as_secs()} " s while this tab is visible."
+            </p>
+            {pools}
+            <QuotaCard quotas=data.quotas/>
+        </div>
+    }
+}
+
+fn or_dash<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| v.to_string())
+}
+
+#[component]
+fn PoolCardView(pool: PoolCard, now_ms: i64) -> impl IntoView {
+    let name = pool.name.clone();
+    let heading = format!("pool-{name}-heading");
+    let window = pool.window_seconds.map(|s| format!(" (in {s:.0} s)")).unwrap_or_default();
+    let rate = pool.refills_per_minute.map(|r| format!("{r:.2}"));
+    let served = pool.served_here;
+    let health: Vec<StateItem> = pool
+        .members
+        .iter()
+        .map(|m| StateItem {
+            name: m.channel.clone(),
+            state: m.state.clone(),
+            note: match (&m.pinned, m.effective_weight) {
+                (Some(pin), _) => Some(format!("pinned {pin}")),
+                (None, 0) if m.state != "ejected" => Some("not drawn: weight 0".to_owned()),
+                _ => None,
+            },
+        })
+        .collect();
+    let minute_rows = pool.shares.iter().map(|s: &MemberShare| ShareRow {
+        member: s.member.clone(),
+        expected: s.expected_minute,
+        actual: s.actual_minute,
+        draws: s.draws_minute.zip(pool.draws_minute),
+    });
+    let hour_rows = pool.shares.iter().map(|s: &MemberShare| ShareRow {
+        member: s.member.clone(),
+        expected: s.expected_hour,
+        actual: s.actual_hour,
+        draws: pool.draws_hour.map(|all| (s.draws_hour, all)),
+    });
+    let (minute_rows, hour_rows): (Vec<ShareRow>, Vec<ShareRow>) = (minute_rows.collect(), hour_rows.collect());
+    let points: Vec<(i64, u64)> = pool.length.iter().map(|p| (p.at_ms, p.length)).collect();
+    view! {
+        <section class="card pool-card" id=format!("pool-card-{name}") data-pool=name.clone() aria-labelledby=heading.clone()>
+            <div class="card-head">
+                <h2 id=heading.clone()>"Pool " <a href=format!("/pools/{name}")><code>{name.clone()}</code></a></h2>
+                <span class="detail">{pool.kind}" pool"</span>
+            </div>
+            <div class="pool-grid">
+                <LineChart
+                    id=format!("length-{name}")
+                    caption="Tickets in the list and standby batch, last hour".to_owned()
+                    unit="tickets"
+                    points
+                    now_ms
+                    span_ms=SPAN_MS
+                />
+                <dl class="facts stats">
+                    <dt>"Draws from Redis, last minute"</dt>
+                    <dd id=format!("draws-minute-{name}")>{or_dash(pool.draws_minute)}{window}</dd>
+                    <dt>"Draws from Redis, last hour"</dt>
+                    <dd id=format!("draws-hour-{name}")>{or_dash(pool.draws_hour)}</dd>
+                    <dt>"Refills, last minute"</dt>
+                    <dd id=format!("refills-minute-{name}")>{or_dash(pool.refills_minute)}</dd>
+                    <dt>"Refills per minute, last hour"</dt>
+                    <dd id=format!("refills-rate-{name}")>{or_dash(rate)}{pool.refills_hour.map(|n| format!(" ({n} in all)"))}</dd>
+                    <dt>"Draws through this server since it started"</dt>
+                    <dd id=format!("served-{name}")>
+                        "redis " {grouped(served.redis)} " · local " {grouped(served.local)} " · static " {grouped(served.fallback)}
+                    </dd>
+                </dl>
+            </div>
+            {pool.truncated.then(|| view! { <p class="notice">"More samples were taken this hour than a chart holds: the oldest are left out."</p> })}
+            <h3>"Health"</h3>
+            {if health.is_empty() {
+                view! { <p class="notice">"No members."</p> }.into_any()
+            } else {
+                view! { <StateStrip id=format!("health-{name}") label=format!("Health of the channels of {name}") items=health/> }.into_any()
+            }}
+            <div class="share-grid">
+                <DeviationBars id=format!("shares-minute-{name}") caption="Shares, last minute".to_owned() rows=minute_rows/>
+                <DeviationBars id=format!("shares-hour-{name}") caption="Shares, last hour".to_owned() rows=hour_rows/>
+            </div>
+        </section>
+    }
+}
+
+#[component]
+fn QuotaCard(quotas: QuotaOverview) -> impl IntoView {
+    let open: u64 = quotas.tenants.iter().map(|t| t.open).sum();
+    view! {
+        <section class="card" id="quota-overview" aria-labelledby="quota-heading">
+            <div class="card-head"><h2 id="quota-heading">"Quotas"</h2></div>
+            <dl class="facts stats">
+                <dt>"Reservations open now"</dt>
+                <dd id="quota-open">{grouped(open)}</dd>
+                <dt>"Returned after their deadline by this server's sweeper since it started"</dt>
+                <dd id="quota-swept">{grouped(quotas.swept_here)}</dd>
+            </dl>
+            {if quotas.tenants.is_empty() {
+                view! { <p>"No tenants yet."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-scroll">
+                        <table class="grid" id="quota-tenants">
+                            <caption class="visually-hidden">"Tenants by token usage this period, the fullest first"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Tenant"</th>
+                                    <th scope="col">"Period"</th>
+                                    <th scope="col" class="num">"Used"</th>
+                                    <th scope="col" class="num">"Reserved"</th>
+                                    <th scope="col" class="num">"Total"</th>
+                                    <th scope="col">"Usage"</th>
+                                    <th scope="col" class="num">"Open reservations"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {quotas.tenants.into_iter().map(|t| view! { <TenantRow tenant=t/> }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
+#[component]
+fn TenantRow(tenant: TenantQuota) -> impl IntoView {
+    let t = tenant;
+    if let Some(why) = t.error {
+        return view! {
+            <tr data-tenant=t.name.clone()>
+                <th scope="row"><code>{t.name.clone()}</code></th>
+                <td colspan="6" class="notice">{why}</td>
+            </tr>
+        }
+        .into_any();
+    }
+    let share = |n: u64| if t.total == 0 { 0.0 } else { (n as f64 / t.total as f64 * 100.0).min(100.0) };
+    let (used_w, reserved_w) = (share(t.used), share(t.reserved).min(100.0 - share(t.used)));
+    view! {
+        <tr data-tenant=t.name.clone() data-percent=t.percent.map(|p| format!("{p:.1}")).unwrap_or_default()>
+            <th scope="row"><code>{t.name.clone()}</code></th>
+            <td>{t.period.unwrap_or_default()}</td>
+            <td class="num">{grouped(t.used)}</td>
+            <td class="num">{grouped(t.reserved)}</td>
+            <td class="num">{grouped(t.total)}</td>
+            <td class="usage">
+                <svg class="usage-bar" viewBox="0 0 100 10" preserveAspectRatio="none" aria-hidden="true" focusable="false">
+                    <rect class="track" x="0" y="0" width="100" height="10"/>
+                    <rect class="used" x="0" y="0" width=format!("{used_w:.2}") height="10"/>
+                    <rect class="reserved" x=format!("{used_w:.2}") y="0" width=format!("{reserved_w:.2}") height="10"/>
+                </svg>
+                " " {or_dash(t.percent.map(|p| format!("{p:.1}%")))}
+            </td>
+            <td class="num">{t.open} " of " {t.concurrency}</td>
+        </tr>
+    }
+    .into_any()
 }
 
 #[component]

@@ -1,9 +1,12 @@
 //! One module per page.
 
 pub mod audit;
+pub mod channel;
 pub mod channels;
 pub mod dashboard;
 pub mod login;
 pub mod not_found;
+pub mod pool_limits;
 pub mod pools;
 pub mod tenants;
+pub mod users;

@@ -1,11 +1,16 @@
 //! Ticket pools: the list, and one pool with its members' configured and effective weights
-//! and health; pms and admins change its weights here.
+//! and health; pms and admins change its weights (with a preview computed by the engine in
+//! the browser), peak windows and caps here.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, SessionInfo};
+use engine::preview::{preview, MemberPreview, OrderingPreview, PREVIEW_WINDOW};
+use engine::{BatchSize, Ordering, WeightError, Weights};
+
+use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, SessionInfo, WeightEntry};
 use crate::components::layout::CurrentSession;
+use crate::pages::pool_limits::{CapsForm, EditTarget, LimitsTable, PeakWindowsForm};
 
 /// Every pool.
 #[component]
@@ -84,22 +89,59 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
     let may_edit = session.as_ref().is_some_and(|s| s.may_edit);
     let role = session.as_ref().map(|s| s.role.clone()).unwrap_or_default();
     let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
-    let editor = if may_edit {
-        view! { <WeightsForm pool=pool.name.clone() version=pool.version weights=pool.weights.clone() csrf/> }.into_any()
+    let target = EditTarget { pool: pool.name.clone(), version: pool.version, csrf };
+    let channels: Vec<String> = pool.members.iter().map(|m| m.channel.clone()).collect();
+    let (weights_editor, limits_editors) = if may_edit {
+        (
+            view! { <WeightsForm target=target.clone() weights=pool.weights.clone() batch_size=pool.batch_size ordering=pool.ordering.clone()/> }.into_any(),
+            view! {
+                <PeakWindowsForm target=target.clone() timezone=pool.timezone.clone() windows=pool.peak_windows.clone()/>
+                <CapsForm target channels caps=pool.caps.clone()/>
+            }
+            .into_any(),
+        )
     } else {
-        view! { <p class="notice" id="weights-restricted">"Weights are changed by the pm and admin roles; you are signed in as " {role} "."</p> }.into_any()
+        (
+            view! {
+                <p class="notice" id="weights-restricted">"Weights are changed by the pm and admin roles; you are signed in as " {role.clone()} "."</p>
+                <WeightsTable weights=pool.weights.clone()/>
+            }
+            .into_any(),
+            view! { <LimitsTable timezone=pool.timezone.clone() windows=pool.peak_windows.clone() caps=pool.caps.clone()/> }.into_any(),
+        )
     };
     view! {
         <h1>"Pool " <code>{pool.name.clone()}</code></h1>
-        <p>"Kind " <strong id="pool-kind">{pool.kind.clone()}</strong> ", configuration version " <strong id="pool-version">{pool.version}</strong></p>
+        <p>
+            "Kind " <strong id="pool-kind">{pool.kind.clone()}</strong> ", configuration version " <strong id="pool-version">{pool.version}</strong>
+            ", " {pool.batch_size} " tickets a batch, ordering " <strong id="pool-ordering">{pool.ordering.clone()}</strong>
+            ", day in " {pool.timezone.clone()}
+        </p>
         <section class="card" aria-labelledby="members-heading">
             <h2 id="members-heading">"Members"</h2>
             <Members members=pool.members/>
         </section>
         <section class="card" aria-labelledby="weights-heading">
             <h2 id="weights-heading">{if pool.kind == "tiers" { "Tier weights" } else { "Weights" }}</h2>
-            {editor}
+            {weights_editor}
         </section>
+        <section class="card" aria-labelledby="limits-heading">
+            <h2 id="limits-heading">"Peak windows and daily caps"</h2>
+            {limits_editors}
+        </section>
+    }
+}
+
+/// The configured weights, for those who may not change them.
+#[component]
+fn WeightsTable(weights: Vec<WeightEntry>) -> impl IntoView {
+    view! {
+        <table class="grid" id="weights">
+            <thead><tr><th scope="col">"Member"</th><th scope="col">"Weight"</th></tr></thead>
+            <tbody>
+                {weights.into_iter().map(|w| view! { <tr><td><code>{w.member}</code></td><td>{w.weight}</td></tr> }).collect_view()}
+            </tbody>
+        </table>
     }
 }
 
@@ -138,67 +180,136 @@ fn Members(members: Vec<MemberView>) -> impl IntoView {
     }
 }
 
-/// Integer weights, a required reason, drain or immediate; posted to the REST API with the
-/// session's CSRF token. A stale edit (409) names the pool's current version.
+/// Weights as typed (integers, decimals or percentages), checked and previewed by the
+/// engine (compiled to wasm) on every keystroke: expected shares, tickets per batch, and how
+/// evenly the pool's ordering spreads them, the current weights beside the new ones. A
+/// reason is required; drain or immediate. Posted to the REST API with the session's CSRF
+/// token; a stale edit (409) is shown with the change that came in between.
 #[component]
-fn WeightsForm(pool: String, version: i64, weights: Vec<crate::api::WeightEntry>, csrf: String) -> impl IntoView {
+fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, ordering: String) -> impl IntoView {
+    let batch = BatchSize::new(u64::from(batch_size), BatchSize::ABSOLUTE_MAX).unwrap_or(BatchSize::DEFAULT);
+    let ordering = if ordering == "shuffle" { Ordering::Shuffle } else { Ordering::Smooth };
+    let current = Weights::from_integers(weights.iter().map(|w| (w.member.clone(), w.weight)))
+        .ok()
+        .map(|w| preview(&w, batch, ordering));
     let rows: Vec<(String, RwSignal<String>)> = weights.into_iter().map(|w| (w.member, RwSignal::new(w.weight.to_string()))).collect();
+    let typed = rows.clone();
+    let parsed = Memo::new(move |_| {
+        let pairs: Vec<(String, String)> = typed.iter().map(|(m, v)| (m.clone(), v.get())).collect();
+        let refs: Vec<(&str, &str)> = pairs.iter().map(|(m, v)| (m.as_str(), v.as_str())).collect();
+        Weights::parse(&refs)
+    });
+    let proposed = Memo::new(move |_| parsed.with(|p| p.as_ref().ok().map(|w| preview(w, batch, ordering))));
     let reason = RwSignal::new(String::new());
     let mode = RwSignal::new("drain".to_owned());
     let message = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
-    let fields = rows.clone();
+    let version = target.version;
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let mut body = Vec::new();
-        for (member, value) in &fields {
-            match value.get_untracked().trim().parse::<u64>() {
-                Ok(w) => body.push((member.clone(), w)),
-                Err(_) => {
-                    message.set(Some(format!("The weight of {member} must be a whole number ≥ 0.")));
-                    return;
-                }
+        let weights = match parsed.get_untracked() {
+            Ok(w) => w,
+            Err(e) => {
+                message.set(Some(format!("Not saved: {e}.")));
+                return;
             }
-        }
+        };
         let why = reason.get_untracked().trim().to_owned();
         if why.is_empty() {
             message.set(Some("A reason is required: it goes into the audit trail.".into()));
             return;
         }
+        let entries: Vec<serde_json::Value> = weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
+        let body = serde_json::json!({"weights": entries, "mode": mode.get_untracked(), "reason": why, "expected_version": version});
         busy.set(true);
         message.set(None);
-        let (_pool, _csrf, _mode) = (pool.clone(), csrf.clone(), mode.get_untracked());
+        let _target = target.clone();
         #[cfg(feature = "hydrate")]
         leptos::task::spawn_local(async move {
-            match save_weights(&_pool, &_csrf, body, &_mode, why, version).await {
-                Ok(()) => {
+            let url = format!("/api/v1/pools/{}/weights", _target.pool);
+            match crate::api::rest::send("POST", &url, &_target.csrf, &body).await {
+                Ok(_) => {
                     let _ = window().location().reload();
                 }
-                Err(e) => {
-                    message.set(Some(e));
+                Err(refusal) => {
+                    let text = match refusal.conflict_version() {
+                        Some(now) => crate::api::rest::pool_conflict(&_target.pool, version, now).await,
+                        None => format!("Not saved: {}", refusal.message()),
+                    };
+                    message.set(Some(text));
                     busy.set(false);
                 }
             }
         });
         #[cfg(not(feature = "hydrate"))]
-        let _ = (body, why);
+        let _ = body;
     };
+    let current_for_rows = current.clone();
     view! {
         <form id="weights-form" on:submit=submit>
             <fieldset class="weights" disabled=move || !hydrated.get() || busy.get()>
-                <legend>"Change weights (against version " {version} ")"</legend>
-                {rows.into_iter().map(|(member, value)| {
-                    let id = format!("weight-{member}");
-                    view! {
-                        <div class="field">
-                            <label for=id.clone()>{member.clone()}</label>
-                            <input id=id type="number" min="0" step="1" inputmode="numeric" required
-                                prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
-                        </div>
-                    }
-                }).collect_view()}
+                <legend>"Change weights (against version " {version} "): whole numbers, decimals (0.45) or percentages (45%)"</legend>
+                <table class="grid preview" id="weights-preview">
+                    <caption>"Preview: computed in your browser as the refill job would build " {batch.get()} "-ticket batches (" {ordering_name(ordering)} " ordering)"</caption>
+                    <thead>
+                        <tr>
+                            <th scope="col">"Member"</th>
+                            <th scope="col">"New weight"</th>
+                            <th scope="col">"Share now"</th>
+                            <th scope="col">"New share"</th>
+                            <th scope="col">"Tickets a batch now"</th>
+                            <th scope="col">"New tickets a batch"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {rows.into_iter().enumerate().map(|(i, (member, value))| {
+                            let id = format!("weight-{member}");
+                            let error_id = format!("weight-error-{member}");
+                            let now = current_for_rows.as_ref().and_then(|p| p.members.get(i).cloned());
+                            let name = member.clone();
+                            let field_error = move || parsed.with(|p| match p {
+                                Err(e) if error_member(e) == Some(name.as_str()) => Some(e.to_string()),
+                                _ => None,
+                            });
+                            let new_share = move || proposed.with(|p| p.as_ref().and_then(|p| p.members.get(i)).map(|m| percent(m.share)).unwrap_or_else(|| "–".into()));
+                            let new_count = move || proposed.with(|p| p.as_ref().and_then(|p| p.members.get(i)).map(batch_count).unwrap_or_else(|| "–".into()));
+                            view! {
+                                <tr data-member=member.clone()>
+                                    <th scope="row"><label for=id.clone()>{member.clone()}</label></th>
+                                    <td>
+                                        <input id=id type="text" inputmode="decimal" required size="8" aria-describedby=error_id.clone()
+                                            prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
+                                        <span class="field-error" id=error_id role="alert">{field_error}</span>
+                                    </td>
+                                    <td>{now.as_ref().map(|m| percent(m.share))}</td>
+                                    <td id=format!("preview-share-{member}")>{new_share}</td>
+                                    <td>{now.as_ref().map(batch_count)}</td>
+                                    <td id=format!("preview-count-{member}")>{new_count}</td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+                <dl class="facts" id="preview-spread">
+                    <dt>"Largest deviation in any " {PREVIEW_WINDOW} " draws in a row"</dt>
+                    <dd>
+                        "now " <span id="preview-dev-old">{current.as_ref().map(|p| deviation(p.spread.as_ref()))}</span>
+                        ", new " <span id="preview-dev-new">{move || proposed.with(|p| p.as_ref().map(|p| deviation(p.spread.as_ref())).unwrap_or_else(|| "–".into()))}</span>
+                    </dd>
+                    <dt>"Longest run of one member"</dt>
+                    <dd>
+                        "now " <span id="preview-run-old">{current.as_ref().map(|p| longest_run(p.spread.as_ref()))}</span>
+                        ", new " <span id="preview-run-new">{move || proposed.with(|p| p.as_ref().map(|p| longest_run(p.spread.as_ref())).unwrap_or_else(|| "–".into()))}</span>
+                    </dd>
+                </dl>
+                <p class="field-error" id="weights-error" role="alert">
+                    {move || parsed.with(|p| match p {
+                        Err(e) if error_member(e).is_none() => Some(e.to_string()),
+                        _ => None,
+                    })}
+                </p>
                 <div class="field">
                     <label for="weights-mode">"When"</label>
                     <select id="weights-mode" on:change=move |ev| mode.set(event_target_value(&ev))>
@@ -218,30 +329,44 @@ fn WeightsForm(pool: String, version: i64, weights: Vec<crate::api::WeightEntry>
     }
 }
 
-/// Posts a weights change; `Err` holds the sentence to show.
-#[cfg(feature = "hydrate")]
-async fn save_weights(pool: &str, csrf: &str, weights: Vec<(String, u64)>, mode: &str, reason: String, version: i64) -> Result<(), String> {
-    let weights: Vec<serde_json::Value> = weights.into_iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
-    let body = serde_json::json!({"weights": weights, "mode": mode, "reason": reason, "expected_version": version});
-    let response = gloo_net::http::Request::post(&format!("/api/v1/pools/{pool}/weights"))
-        .header("X-CSRF-Token", csrf)
-        .json(&body)
-        .map_err(|e| format!("could not send the change: {e}"))?
-        .send()
-        .await
-        .map_err(|e| format!("the server did not answer: {e}"))?;
-    if response.ok() {
-        return Ok(());
+/// The member a weights error is about (shown beside that field), if it names one.
+fn error_member(e: &WeightError) -> Option<&str> {
+    match e {
+        WeightError::DuplicateMember { member }
+        | WeightError::Negative { member, .. }
+        | WeightError::NotFinite { member, .. }
+        | WeightError::Invalid { member, .. }
+        | WeightError::TooPrecise { member, .. }
+        | WeightError::Overflow { member } => Some(member),
+        _ => None,
     }
-    let status = response.status();
-    let reply: serde_json::Value = response.json().await.unwrap_or_default();
-    if status == 409 {
-        if let Some(current) = reply["current_version"].as_i64() {
-            return Err(format!(
-                "Not saved: the pool changed meanwhile. You edited version {version}; it is now at version {current}. Reload to see the current weights, then try again."
-            ));
-        }
+}
+
+fn ordering_name(o: Ordering) -> &'static str {
+    match o {
+        Ordering::Shuffle => "shuffle",
+        Ordering::Smooth => "smooth",
     }
-    let why = reply["error"].as_str().map(str::to_owned).unwrap_or_else(|| format!("the server answered {status}"));
-    Err(format!("Not saved: {why}"))
+}
+
+fn percent(share: f64) -> String {
+    format!("{:.2} %", share * 100.0)
+}
+
+fn batch_count(m: &MemberPreview) -> String {
+    if m.batch_min == m.batch_max {
+        m.batch_min.to_string()
+    } else {
+        format!("{}–{}", m.batch_min, m.batch_max)
+    }
+}
+
+fn deviation(spread: Option<&OrderingPreview>) -> String {
+    spread.map(|s| format!("{:.1} tickets", s.max_window_dev)).unwrap_or_else(|| "not measured (batch too large to preview)".into())
+}
+
+fn longest_run(spread: Option<&OrderingPreview>) -> String {
+    spread
+        .map(|s| format!("{} ({})", s.longest_run, s.longest_run_member))
+        .unwrap_or_else(|| "not measured (batch too large to preview)".into())
 }

@@ -10,6 +10,7 @@ use sqlx::{PgPool, Postgres};
 
 use crate::configuration::Settings;
 
+pub mod access;
 pub mod audit;
 pub mod change;
 pub mod config;

@@ -4,7 +4,6 @@ use actix_web::cookie::{Cookie, SameSite};
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::json;
-use sqlx::Row;
 
 use crate::auth::{self, LoginError, Role, Scope, Via};
 use crate::error::{ApiError, ErrorBody};
@@ -146,24 +145,7 @@ pub async fn me(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 )]
 #[get("/api/v1/users")]
 pub async fn list_users(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let rows = sqlx::query(
-        "select name, role, created_at, disabled_at, locked_until, password_hash is not null as can_sign_in from app_user order by name",
-    )
-    .fetch_all(&state.db)
-    .await
-    .map_err(db_error)?;
-    let users: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            json!({
-                "name": r.get::<String, _>("name"), "role": r.get::<String, _>("role"),
-                "created_at": r.get::<chrono::DateTime<chrono::Utc>, _>("created_at"),
-                "disabled_at": r.get::<Option<chrono::DateTime<chrono::Utc>>, _>("disabled_at"),
-                "locked_until": r.get::<Option<chrono::DateTime<chrono::Utc>>, _>("locked_until"),
-                "can_sign_in": r.get::<bool, _>("can_sign_in"),
-            })
-        })
-        .collect();
+    let users = crate::db::access::list_users(&state.db).await.map_err(db_error)?;
     Ok(HttpResponse::Ok().json(json!({ "users": users })))
 }
 
@@ -356,22 +338,7 @@ pub async fn unlock_user(req: HttpRequest, state: web::Data<AppState>, path: web
 )]
 #[get("/api/v1/tokens")]
 pub async fn list_tokens(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let rows = sqlx::query("select id, name, prefix, scope, created_by, created_at, last_used_at, revoked_at from api_token order by id")
-        .fetch_all(&state.db)
-        .await
-        .map_err(db_error)?;
-    let tokens: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            json!({
-                "id": r.get::<i64, _>("id"), "name": r.get::<String, _>("name"), "prefix": r.get::<String, _>("prefix"),
-                "scope": r.get::<String, _>("scope"), "created_by": r.get::<String, _>("created_by"),
-                "created_at": r.get::<chrono::DateTime<chrono::Utc>, _>("created_at"),
-                "last_used_at": r.get::<Option<chrono::DateTime<chrono::Utc>>, _>("last_used_at"),
-                "revoked_at": r.get::<Option<chrono::DateTime<chrono::Utc>>, _>("revoked_at"),
-            })
-        })
-        .collect();
+    let tokens = crate::db::access::list_tokens(&state.db).await.map_err(db_error)?;
     Ok(HttpResponse::Ok().json(json!({ "tokens": tokens })))
 }
 

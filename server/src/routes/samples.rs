@@ -66,7 +66,7 @@ pub struct SamplesReply {
     truncated: bool,
     members: Vec<String>,
     /// Oldest first: `{"taken_at", "version", "day", "tickets", "standby", "length", "tiers",
-    /// "window_seconds", "draws", "members": {name: {"hits", "window_hits", "expected_share",
+    /// "window_seconds", "draws", "batches", "members": {name: {"hits", "window_hits", "expected_share",
     /// "actual_share"}}}`.
     #[schema(value_type = Vec<Object>)]
     samples: Vec<PoolSample>,
@@ -75,7 +75,7 @@ pub struct SamplesReply {
 /// `GET /api/v1/pools/{pool}/samples?since=<RFC 3339>&limit=<1..=10000>` → the newest
 /// `limit` (default 360) samples taken since `since` (default: an hour ago), oldest first:
 /// `{"pool", "since", "limit", "truncated", "members": [..], "samples": [{"taken_at",
-/// "version", "day", "tickets", "standby", "length", "tiers", "window_seconds", "draws",
+/// "version", "day", "tickets", "standby", "length", "tiers", "window_seconds", "draws", "batches",
 /// "members": {name: {"hits", "window_hits", "expected_share", "actual_share"}}}]}`.
 /// 400 naming the parameter, 404 for a pool without a snapshot.
 #[utoipa::path(

@@ -1,7 +1,8 @@
 //! The pool sampler: every 10 s, per pool, how long its lists are, each member's draws
-//! today, and each member's share of the last minute's draws against the share its
-//! published weights give it, stored in Postgres for the dashboard
-//! (`GET /api/v1/pools/{pool}/samples`); [`super::sample_prune`] deletes old rows.
+//! today, each member's share of the last minute's draws against the share its
+//! published weights give it, and how many batches its lists were ever given (refills),
+//! stored in Postgres for the dashboard (`GET /api/v1/pools/{pool}/samples`);
+//! [`super::sample_prune`] deletes old rows.
 //!
 //! Shares come from the pools' day counters (`hits:<day>`, counted by the draw script):
 //! the draws in a window are the difference between this sample's counters and those of
@@ -83,6 +84,10 @@ pub struct PoolSample {
     pub standby: u64,
     /// `tickets + standby`: what the pool can hand out before a refill.
     pub length: u64,
+    /// Batches ever added to the pool's lists (its refill sequence numbers, summed over
+    /// the main list and each tier's): refills are this counter's increase between
+    /// samples. `None` when Redis held no counter (or the sample predates the column).
+    pub batches: Option<u64>,
     /// A `tiers` pool's tier lists by tier (`G`, `N`, `U`); `None` for a `channels` pool.
     pub tiers: Option<BTreeMap<String, ListLength>>,
     /// How far back the window reaches (about [`WINDOW`]); `None` without an earlier sample.
@@ -152,6 +157,7 @@ struct Readout {
     tiers: Option<BTreeMap<String, ListLength>>,
     ejected: HashSet<String>,
     hits: HashMap<String, u64>,
+    batches: Option<u64>,
 }
 
 fn value<T: redis::FromRedisValue>(values: &[redis::Value], i: usize) -> anyhow::Result<T> {
@@ -174,17 +180,24 @@ async fn read_pool(state: &AppState, pool: &PoolName, snapshot: &PoolSnapshot, d
         pipe.cmd("LLEN").arg(k.pool_tier_tickets(p, tier.as_str()));
         pipe.cmd("LLEN").arg(k.pool_tier_standby(p, tier.as_str()));
     }
+    // The refill script's sequence field of each list (see lua/refill_pool.lua).
+    pipe.cmd("HMGET").arg(k.pool_state(p)).arg("seq");
+    for tier in &tiers {
+        pipe.arg(format!("seq:{}", tier.as_str()));
+    }
     let mut conn = state.redis.connection().await.context("connecting to redis")?;
     let values: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the pool's lists and counters")?;
     let mut lanes = BTreeMap::new();
     for (i, tier) in tiers.iter().enumerate() {
         lanes.insert(tier.as_str().to_owned(), ListLength { tickets: value(&values, 4 + 2 * i)?, standby: value(&values, 5 + 2 * i)? });
     }
+    let seqs: Vec<Option<u64>> = value(&values, 4 + 2 * tiers.len())?;
     Ok(Readout {
         main: ListLength { tickets: value(&values, 0)?, standby: value(&values, 1)? },
         tiers: (snapshot.kind == PoolKind::Tiers).then_some(lanes),
         ejected: value(&values, 2)?,
         hits: value(&values, 3)?,
+        batches: seqs.iter().flatten().copied().reduce(u64::saturating_add),
     })
 }
 
@@ -260,6 +273,7 @@ fn assemble(
         tickets: readout.main.tickets,
         standby: readout.main.standby,
         length: readout.main.tickets + readout.main.standby,
+        batches: readout.batches,
         tiers: readout.tiers.clone(),
         window_seconds: window.as_ref().map(|(seconds, _)| *seconds),
         draws,
@@ -379,8 +393,8 @@ pub async fn insert_sample(db: &PgPool, pool: &PoolName, sample: &PoolSample) ->
     let mut tx = db.begin().await?;
     let tiers = sample.tiers.as_ref().map(|t| serde_json::to_value(t).expect("list lengths serialise"));
     let id: i64 = sqlx::query_scalar(
-        "insert into pool_sample (pool, taken_at, version, day, tickets, standby, tiers, window_seconds, draws)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9) returning id",
+        "insert into pool_sample (pool, taken_at, version, day, tickets, standby, tiers, window_seconds, draws, batches)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) returning id",
     )
     .bind(pool.as_str())
     .bind(sample.taken_at)
@@ -391,6 +405,7 @@ pub async fn insert_sample(db: &PgPool, pool: &PoolName, sample: &PoolSample) ->
     .bind(tiers)
     .bind(sample.window_seconds)
     .bind(sample.draws.map(to_i64))
+    .bind(sample.batches.map(to_i64))
     .fetch_one(&mut *tx)
     .await?;
     let mut names = Vec::new();
@@ -440,6 +455,7 @@ struct SampleRow {
     tiers: Option<sqlx::types::Json<BTreeMap<String, ListLength>>>,
     window_seconds: Option<f64>,
     draws: Option<i64>,
+    batches: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -456,7 +472,7 @@ struct MemberRow {
 #[tracing::instrument(skip_all, fields(pool = %pool, limit), err)]
 pub async fn list_samples(db: &PgPool, pool: &PoolName, since: DateTime<Utc>, limit: u32) -> Result<SamplePage, sqlx::Error> {
     let mut rows: Vec<SampleRow> = sqlx::query_as(
-        "select id, taken_at, version, day, tickets, standby, tiers, window_seconds, draws
+        "select id, taken_at, version, day, tickets, standby, tiers, window_seconds, draws, batches
          from pool_sample where pool = $1 and taken_at >= $2
          order by taken_at desc, id desc limit $3",
     )
@@ -468,7 +484,60 @@ pub async fn list_samples(db: &PgPool, pool: &PoolName, since: DateTime<Utc>, li
     let truncated = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     rows.reverse();
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let mut members = list_sample_members(db, &rows).await?;
+    let samples = rows.into_iter().map(|r| to_sample(r, &mut members)).collect();
+    Ok(SamplePage { samples, truncated })
+}
+
+/// Every pool's newest `limit` samples taken at or after `since`, oldest first, by pool
+/// name: what the dashboard charts, in two queries whatever the number of pools.
+#[tracing::instrument(skip_all, fields(limit), err)]
+pub async fn list_samples_of_every_pool(db: &PgPool, since: DateTime<Utc>, limit: u32) -> Result<BTreeMap<String, SamplePage>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Ranked {
+        pool: String,
+        position: i64,
+        #[sqlx(flatten)]
+        row: SampleRow,
+    }
+    let ranked: Vec<Ranked> = sqlx::query_as(
+        "select pool, position, id, taken_at, version, day, tickets, standby, tiers, window_seconds, draws, batches
+         from (select *, row_number() over (partition by pool order by taken_at desc, id desc) as position
+               from pool_sample where taken_at >= $1) newest
+         where position <= $2
+         order by pool, taken_at, id",
+    )
+    .bind(since)
+    .bind(i64::from(limit) + 1)
+    .fetch_all(db)
+    .await?;
+    let mut by_pool: BTreeMap<String, (Vec<SampleRow>, bool)> = BTreeMap::new();
+    for r in ranked {
+        let (rows, truncated) = by_pool.entry(r.pool).or_default();
+        // The one row past the limit only says that the page is truncated.
+        if r.position > i64::from(limit) {
+            *truncated = true;
+        } else {
+            rows.push(r.row);
+        }
+    }
+    let all: Vec<&SampleRow> = by_pool.values().flat_map(|(rows, _)| rows).collect();
+    let mut members = list_sample_members(db, all).await?;
+    Ok(by_pool
+        .into_iter()
+        .map(|(pool, (rows, truncated))| {
+            let samples = rows.into_iter().map(|r| to_sample(r, &mut members)).collect();
+            (pool, SamplePage { samples, truncated })
+        })
+        .collect())
+}
+
+/// The members of the samples `rows`, by sample id.
+async fn list_sample_members<'r>(
+    db: &PgPool,
+    rows: impl IntoIterator<Item = &'r SampleRow>,
+) -> Result<HashMap<i64, BTreeMap<String, MemberSample>>, sqlx::Error> {
+    let ids: Vec<i64> = rows.into_iter().map(|r| r.id).collect();
     let member_rows: Vec<MemberRow> = sqlx::query_as(
         "select sample_id, member, hits, window_hits, expected_share, actual_share
          from pool_sample_member where sample_id = any($1)",
@@ -488,25 +557,24 @@ pub async fn list_samples(db: &PgPool, pool: &PoolName, since: DateTime<Utc>, li
             },
         );
     }
-    let samples = rows
-        .into_iter()
-        .map(|r| {
-            let (tickets, standby) = (r.tickets.max(0) as u64, r.standby.max(0) as u64);
-            PoolSample {
-                taken_at: r.taken_at,
-                version: r.version.max(0) as u64,
-                day: r.day,
-                tickets,
-                standby,
-                length: tickets + standby,
-                tiers: r.tiers.map(|t| t.0),
-                window_seconds: r.window_seconds,
-                draws: r.draws.map(|d| d.max(0) as u64),
-                members: members.remove(&r.id).unwrap_or_default(),
-            }
-        })
-        .collect();
-    Ok(SamplePage { samples, truncated })
+    Ok(members)
+}
+
+fn to_sample(r: SampleRow, members: &mut HashMap<i64, BTreeMap<String, MemberSample>>) -> PoolSample {
+    let (tickets, standby) = (r.tickets.max(0) as u64, r.standby.max(0) as u64);
+    PoolSample {
+        taken_at: r.taken_at,
+        version: r.version.max(0) as u64,
+        day: r.day,
+        tickets,
+        standby,
+        length: tickets + standby,
+        batches: r.batches.map(|b| b.max(0) as u64),
+        tiers: r.tiers.map(|t| t.0),
+        window_seconds: r.window_seconds,
+        draws: r.draws.map(|d| d.max(0) as u64),
+        members: members.remove(&r.id).unwrap_or_default(),
+    }
 }
 
 #[cfg(test)]

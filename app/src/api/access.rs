@@ -1,0 +1,58 @@
+//! Users and API tokens as the users page shows them (admins only). Changes go to the
+//! REST API (`/api/v1/users`, `/api/v1/tokens`), which audits them.
+
+use leptos::prelude::*;
+use leptos::server_fn::codec::GetUrl;
+use serde::{Deserialize, Serialize};
+
+/// A user (never their password hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserView {
+    pub name: String,
+    /// `viewer`, `operator`, `pm`, `auditor` or `admin`.
+    pub role: String,
+    /// When the user was created (UTC, to the minute).
+    pub created_at: String,
+    /// When the user was disabled, if they were.
+    pub disabled_at: Option<String>,
+    /// Until when sign-in is locked after repeated failures; `None` when not locked now.
+    pub locked_until: Option<String>,
+    /// Has a password (the configured admin token's actor is a user without one).
+    pub can_sign_in: bool,
+}
+
+/// An API token (never its secret or hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenView {
+    pub id: i64,
+    pub name: String,
+    /// The token's first characters, to tell tokens apart.
+    pub prefix: String,
+    /// `dataplane` or `admin`.
+    pub scope: String,
+    /// Who created it (its owner).
+    pub created_by: String,
+    pub created_at: String,
+    pub last_used_at: Option<String>,
+    pub revoked_at: Option<String>,
+}
+
+/// Everything the users page lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessView {
+    /// By name.
+    pub users: Vec<UserView>,
+    /// By id.
+    pub tokens: Vec<TokenView>,
+}
+
+/// Every user and API token, for admins only: the server's guard answers 403 to anyone
+/// else over HTTP, and the function checks again itself.
+#[server(prefix = "/sfn", endpoint = "access", input = GetUrl)]
+pub async fn list_access() -> Result<AccessView, ServerFnError> {
+    super::session::ssr::require(|s| s.may_manage_access, "list users and API tokens").await?;
+    let backend = super::backend()?;
+    let users = backend.users().await.map_err(ServerFnError::new)?;
+    let tokens = backend.tokens().await.map_err(ServerFnError::new)?;
+    Ok(AccessView { users, tokens })
+}

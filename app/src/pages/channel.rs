@@ -1,0 +1,111 @@
+//! One channel's health history: for each pool holding it, its effective weight over time
+//! as a step chart with every transition marked and numbered, and the same transitions as
+//! a table (the chart's text alternative).
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::{channel_history, ChannelDetail, PoolDecay};
+use crate::components::step_chart::{Step, StepChart};
+
+/// How far back a chart reaches when the channel has no older transition.
+const MIN_SPAN_MS: i64 = 3_600_000;
+
+/// One channel.
+#[component]
+pub fn ChannelPage() -> impl IntoView {
+    let params = use_params_map();
+    let code = move || params.with(|p| p.get("code").unwrap_or_default());
+    let detail = Resource::new(code, channel_history);
+    view! {
+        <p><a href="/channels">"← All channels"</a></p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Ok(Some(channel)) => view! { <ChannelView channel/> }.into_any(),
+                    Ok(None) => view! { <h1>"Unknown channel"</h1><p>"There is no channel " <code>{code()}</code> "."</p> }.into_any(),
+                    Err(e) => view! { <p class="error" role="alert">"Could not load the channel: " {e.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn ChannelView(channel: ChannelDetail) -> impl IntoView {
+    let now = channel.now_ms;
+    let pools = if channel.pools.is_empty() {
+        view! { <p>"This channel is in no pool."</p> }.into_any()
+    } else {
+        channel.pools.into_iter().map(|p| view! { <PoolHistory pool=p now/> }).collect_view().into_any()
+    };
+    view! {
+        <h1>"Channel " <code id="channel-code">{channel.code.clone()}</code></h1>
+        <p>
+            {channel.name} ", " {if channel.enabled { "enabled" } else { "disabled" }}
+            {channel.pin.map(|p| format!(", pinned {p}"))}
+        </p>
+        {pools}
+    }
+}
+
+#[component]
+fn PoolHistory(pool: PoolDecay, now: i64) -> impl IntoView {
+    let start = pool.points.first().map(|p| p.at_ms.min(now - MIN_SPAN_MS)).unwrap_or(now - MIN_SPAN_MS);
+    let steps: Vec<Step> = pool
+        .points
+        .iter()
+        .map(|p| Step { x: p.at_ms, before: p.weight_before as f64, after: p.effective_weight as f64, label: format!("{} → {} at {}", p.from, p.to, p.at) })
+        .collect();
+    let id = format!("decay-{}", pool.pool);
+    let title = format!(
+        "Effective weight of this channel in pool {} over time, base weight {}: {} transitions, now {} ({})",
+        pool.pool,
+        pool.base_weight,
+        steps.len(),
+        pool.effective_weight,
+        pool.state
+    );
+    let heading = format!("history-{}-heading", pool.pool);
+    let labelled_by = heading.clone();
+    let key = pool.pool.clone();
+    let rows = if pool.points.is_empty() {
+        view! { <p>"No health transitions recorded: it has been " {pool.state.clone()} " throughout."</p> }.into_any()
+    } else {
+        view! {
+            <table class="grid" id=format!("transitions-{}", pool.pool)>
+                <thead>
+                    <tr>
+                        <th scope="col">"#"</th>
+                        <th scope="col">"When (UTC)"</th>
+                        <th scope="col">"From → to"</th>
+                        <th scope="col">"Effective weight"</th>
+                        <th scope="col">"Success rate"</th>
+                        <th scope="col">"Why"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {pool.points.into_iter().enumerate().map(|(i, p)| view! {
+                        <tr>
+                            <td>{i + 1}</td>
+                            <td class="nowrap">{p.at}</td>
+                            <td>{p.from} " → " <strong>{p.to}</strong></td>
+                            <td>{p.weight_before} " → " {p.effective_weight}</td>
+                            <td>{p.success_rate.map(|r| format!("{:.1} %", r * 100.0)).unwrap_or_else(|| "–".into())}</td>
+                            <td>{p.reason}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        }
+        .into_any()
+    };
+    view! {
+        <section class="card" aria-labelledby=labelled_by data-pool=key>
+            <h2 id=heading>"In pool " <a href=format!("/pools/{}", pool.pool)><code>{pool.pool.clone()}</code></a></h2>
+            <p>"Now " <strong>{pool.state.clone()}</strong> ", effective weight " {pool.effective_weight} " of " {pool.base_weight} "."</p>
+            <StepChart id title steps start end=now y_max=pool.base_weight as f64/>
+            {rows}
+        </section>
+    }
+}

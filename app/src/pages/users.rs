@@ -1,0 +1,441 @@
+//! Users and API tokens, for admins: every user with their role and state, every token
+//! with its scope, owner and use; admins add users and tokens, change roles, disable,
+//! unlock and revoke here. A generated password or a new token's secret is shown once,
+//! right after it was made. Everyone else sees a notice and no data.
+
+use leptos::prelude::*;
+
+use crate::api::rest::Refusal;
+use crate::api::{list_access, AccessView, TokenView, UserView};
+use crate::components::layout::CurrentSession;
+
+/// The users and tokens, read again after each change.
+type AccessResource = Resource<Result<AccessView, ServerFnError>>;
+
+/// The roles a user can have, in the order the forms offer them.
+const ROLES: [&str; 5] = ["viewer", "operator", "pm", "auditor", "admin"];
+
+/// A secret shown once: only the browser that asked for it ever sees it.
+#[derive(Debug, Clone)]
+struct Revealed {
+    /// What it is, e.g. "the password of ops-alice".
+    what: String,
+    secret: String,
+}
+
+/// What every form on the page shares (read by the browser's writes only).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+struct Page {
+    csrf: StoredValue<String>,
+    access: AccessResource,
+    /// What was done last (outside the lists, so that it survives their refetch).
+    done: RwSignal<Option<String>>,
+    revealed: RwSignal<Option<Revealed>>,
+}
+
+/// Users and API tokens (admins only).
+#[component]
+pub fn Users() -> impl IntoView {
+    let session = expect_context::<CurrentSession>().0;
+    let access: AccessResource = Resource::new(|| (), |_| list_access());
+    let done = RwSignal::new(None::<String>);
+    let revealed = RwSignal::new(None::<Revealed>);
+    view! {
+        <h1>"Users and API tokens"</h1>
+        <p id="users-message" class="notice" role="status" aria-live="polite">{move || done.get()}</p>
+        {move || revealed.get().map(|r| view! {
+            <section class="card once" id="revealed" aria-labelledby="revealed-heading">
+                <h2 id="revealed-heading">"Copy " {r.what.clone()} " now"</h2>
+                <p><code id="revealed-secret" class="secret">{r.secret}</code></p>
+                <p id="revealed-warning"><strong>"It will not be shown again:"</strong> " only its hash is kept. Store it somewhere safe before you leave this page."</p>
+                <button type="button" id="revealed-dismiss" class="plain" on:click=move |_| revealed.set(None)>"I have stored it"</button>
+            </section>
+        })}
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let session = session.await.ok().flatten();
+                match session {
+                    Some(s) if s.may_manage_access => {
+                        let page = Page { csrf: StoredValue::new(s.csrf_token), access, done, revealed };
+                        match access.await {
+                            Ok(list) => view! { <AccessAdmin list page/> }.into_any(),
+                            Err(e) => view! { <p class="error" role="alert">"Could not load the users and tokens: " {e.to_string()}</p> }.into_any(),
+                        }
+                    }
+                    Some(s) => view! {
+                        <p class="notice" id="users-restricted">
+                            "Only admins see and manage users and API tokens; you are signed in as " {s.role} "."
+                        </p>
+                    }.into_any(),
+                    None => ().into_any(),
+                }
+            })}
+        </Transition>
+    }
+    .into_any()
+}
+
+#[component]
+fn AccessAdmin(list: AccessView, page: Page) -> impl IntoView {
+    view! {
+        <section class="card" aria-labelledby="users-heading">
+            <h2 id="users-heading">"Users"</h2>
+            <UserTable users=list.users page/>
+            <NewUserForm page/>
+        </section>
+        <section class="card" aria-labelledby="tokens-heading">
+            <h2 id="tokens-heading">"API tokens"</h2>
+            <TokenTable tokens=list.tokens page/>
+            <NewTokenForm page/>
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+fn UserTable(users: Vec<UserView>, page: Page) -> impl IntoView {
+    view! {
+        <table class="grid" id="users">
+            <thead>
+                <tr>
+                    <th scope="col">"Name"</th>
+                    <th scope="col">"Role"</th>
+                    <th scope="col">"State"</th>
+                    <th scope="col">"Created"</th>
+                    <th scope="col">"Change"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {users.into_iter().map(|u| {
+                    let state = match (&u.disabled_at, &u.locked_until, u.can_sign_in) {
+                        (Some(at), _, _) => view! { <span class="badge bad">"disabled"</span> " since " {at.clone()} }.into_any(),
+                        (None, Some(until), _) => view! { <span class="badge warn">"locked"</span> " until " {until.clone()} }.into_any(),
+                        (None, None, false) => view! { <span class="badge warn">"no password"</span> " (the configured admin token's actor)" }.into_any(),
+                        (None, None, true) => view! { <span class="badge ok">"active"</span> }.into_any(),
+                    };
+                    let name = u.name.clone();
+                    view! {
+                        <tr data-user=name.clone()>
+                            <td><code>{u.name.clone()}</code></td>
+                            <td id=format!("user-role-{name}")>{u.role.clone()}</td>
+                            <td id=format!("user-state-{name}")>{state}</td>
+                            <td>{u.created_at.clone()}</td>
+                            <td><UserActions user=u page/></td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+        <p class="notice">"Sign-in times are not recorded; an account is locked for 15 minutes after 5 failed sign-ins in a row."</p>
+    }
+    .into_any()
+}
+
+/// A role change, disabling and unlocking one user. These routes take no reason; the audit
+/// trail names the admin who made the change.
+#[component]
+fn UserActions(user: UserView, page: Page) -> impl IntoView {
+    let role = RwSignal::new(user.role.clone());
+    let error = RwSignal::new(None::<Refusal>);
+    let busy = RwSignal::new(false);
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    let name = StoredValue::new(user.name.clone());
+    let id = |what: &str| format!("{what}-{}", user.name);
+    let act = move |method: &'static str, tail: &'static str, body: serde_json::Value, said: String| {
+        busy.set(true);
+        error.set(None);
+        let path = format!("/api/v1/users/{}/{tail}", name.get_value());
+        run(page, method, path, body, said, error, busy, |_| None);
+    };
+    let set_role = move |_| {
+        let chosen = role.get_untracked();
+        let said = format!("{} is now {chosen}.", name.get_value());
+        act("PUT", "role", serde_json::json!({ "role": chosen }), said);
+    };
+    let disable = move |_| act("POST", "disable", serde_json::Value::Null, format!("{} disabled and signed out everywhere.", name.get_value()));
+    let unlock = move |_| act("POST", "unlock", serde_json::Value::Null, format!("{} unlocked.", name.get_value()));
+    let current = user.role.clone();
+    view! {
+        <form class="row-actions" id=id("user-actions") on:submit=|ev: leptos::ev::SubmitEvent| ev.prevent_default()>
+            <fieldset disabled=move || !hydrated.get() || busy.get()>
+                <legend class="visually-hidden">"Change " {user.name.clone()}</legend>
+                <label class="visually-hidden" for=id("role")>"Role of " {user.name.clone()}</label>
+                <select id=id("role") prop:value=move || role.get() on:change=move |ev| role.set(event_target_value(&ev))>
+                    {ROLES.into_iter().map(|r| {
+                        let chosen = r == current;
+                        view! { <option value=r selected=chosen>{r}</option> }
+                    }).collect_view()}
+                </select>
+                <button type="button" id=id("set-role") on:click=set_role>"Set role"</button>
+                {user.disabled_at.is_none().then(|| view! { <button type="button" class="danger" id=id("disable") on:click=disable>"Disable"</button> })}
+                {user.locked_until.is_some().then(|| view! { <button type="button" id=id("unlock") on:click=unlock>"Unlock"</button> })}
+            </fieldset>
+            <p class="field-error" id=id("user-message") role="alert">{move || error.get().map(|r| r.text)}</p>
+        </form>
+    }
+    .into_any()
+}
+
+#[component]
+fn TokenTable(tokens: Vec<TokenView>, page: Page) -> impl IntoView {
+    if tokens.is_empty() {
+        return view! { <p id="tokens-none">"No API tokens yet."</p> }.into_any();
+    }
+    view! {
+        <table class="grid" id="tokens">
+            <thead>
+                <tr>
+                    <th scope="col">"Id"</th>
+                    <th scope="col">"Name"</th>
+                    <th scope="col">"Starts with"</th>
+                    <th scope="col">"Scope"</th>
+                    <th scope="col">"Owner (created by)"</th>
+                    <th scope="col">"Created"</th>
+                    <th scope="col">"Last used"</th>
+                    <th scope="col">"State"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {tokens.into_iter().map(|t| {
+                    let state = match &t.revoked_at {
+                        Some(at) => view! { <span class="badge bad">"revoked"</span> " " {at.clone()} }.into_any(),
+                        None => view! { <span class="badge ok">"live"</span> " " <RevokeToken token=t.id name=t.name.clone() page/> }.into_any(),
+                    };
+                    view! {
+                        <tr data-token=t.id.to_string()>
+                            <td>{t.id}</td>
+                            <td>{t.name}</td>
+                            <td><code>{t.prefix} "…"</code></td>
+                            <td>{t.scope}</td>
+                            <td>{t.created_by}</td>
+                            <td>{t.created_at}</td>
+                            <td>{t.last_used_at.unwrap_or_else(|| "never".to_owned())}</td>
+                            <td id=format!("token-state-{}", t.id)>{state}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}
+
+/// Revokes one token: it stops working at once.
+#[component]
+fn RevokeToken(token: i64, name: String, page: Page) -> impl IntoView {
+    let id = token;
+    let error = RwSignal::new(None::<Refusal>);
+    let busy = RwSignal::new(false);
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    let revoke = move |_| {
+        busy.set(true);
+        error.set(None);
+        let said = format!("Token {id} revoked: it is refused from now on.");
+        run(page, "POST", format!("/api/v1/tokens/{id}/revoke"), serde_json::Value::Null, said, error, busy, |_| None);
+    };
+    view! {
+        <button type="button" class="danger" id=format!("revoke-token-{id}") aria-label=format!("Revoke token {id} ({name})")
+            disabled=move || !hydrated.get() || busy.get() on:click=revoke>"Revoke"</button>
+        <span class="field-error" id=format!("revoke-token-message-{id}") role="alert">{move || error.get().map(|r| r.text)}</span>
+    }
+    .into_any()
+}
+
+/// A new user: name, role and, optionally, a password (one is generated and shown once
+/// otherwise).
+#[component]
+fn NewUserForm(page: Page) -> impl IntoView {
+    let name = RwSignal::new(String::new());
+    let role = RwSignal::new("viewer".to_owned());
+    let password = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<Refusal>);
+    let busy = RwSignal::new(false);
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let (n, r, p) = (name.get_untracked().trim().to_owned(), role.get_untracked(), password.get_untracked());
+        if let Err(refusal) = check_user_name(&n).and_then(|()| check_password(&p)) {
+            error.set(Some(refusal));
+            return;
+        }
+        let mut body = serde_json::json!({ "name": n, "role": r });
+        if !p.is_empty() {
+            body["password"] = serde_json::json!(p);
+        }
+        busy.set(true);
+        error.set(None);
+        let said = format!("User {n} created with role {r}.");
+        run(page, "POST", "/api/v1/users".to_owned(), body, said, error, busy, move |reply| {
+            reply["password"].as_str().map(|secret| Revealed { what: format!("the password of {n}"), secret: secret.to_owned() })
+        });
+    };
+    let field_error = move |field: &'static str| move || error.get().and_then(|r| r.about(field));
+    let other_error = move || error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "role" | "password"))).map(|r| r.text);
+    view! {
+        <form id="new-user-form" class="inline-form" on:submit=submit>
+            <fieldset disabled=move || !hydrated.get() || busy.get()>
+                <legend>"Add a user"</legend>
+                <div class="field">
+                    <label for="new-user-name">"Name"</label>
+                    <input id="new-user-name" type="text" maxlength="64" autocomplete="off" aria-describedby="new-user-name-error"
+                        prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                    <span class="field-error" id="new-user-name-error">{field_error("name")}</span>
+                </div>
+                <div class="field">
+                    <label for="new-user-role">"Role"</label>
+                    <select id="new-user-role" aria-describedby="new-user-role-error" prop:value=move || role.get() on:change=move |ev| role.set(event_target_value(&ev))>
+                        {ROLES.into_iter().map(|r| {
+                            let chosen = r == "viewer";
+                            view! { <option value=r selected=chosen>{r}</option> }
+                        }).collect_view()}
+                    </select>
+                    <span class="field-error" id="new-user-role-error">{field_error("role")}</span>
+                </div>
+                <div class="field">
+                    <label for="new-user-password">"Password (empty: generate one)"</label>
+                    <input id="new-user-password" type="password" maxlength="256" autocomplete="new-password" aria-describedby="new-user-password-error"
+                        prop:value=move || password.get() on:input=move |ev| password.set(event_target_value(&ev))/>
+                    <span class="field-error" id="new-user-password-error">{field_error("password")}</span>
+                </div>
+                <button type="submit" id="new-user-submit">"Add user"</button>
+            </fieldset>
+            <p class="field-error" id="new-user-message" role="alert">{other_error}</p>
+        </form>
+    }
+    .into_any()
+}
+
+/// A new API token: a name and a scope; its secret is shown once.
+#[component]
+fn NewTokenForm(page: Page) -> impl IntoView {
+    let name = RwSignal::new(String::new());
+    let scope = RwSignal::new("dataplane".to_owned());
+    let error = RwSignal::new(None::<Refusal>);
+    let busy = RwSignal::new(false);
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let (n, s) = (name.get_untracked().trim().to_owned(), scope.get_untracked());
+        if let Err(refusal) = check_token_name(&n) {
+            error.set(Some(refusal));
+            return;
+        }
+        busy.set(true);
+        error.set(None);
+        let said = format!("Token {n:?} created with scope {s}.");
+        run(page, "POST", "/api/v1/tokens".to_owned(), serde_json::json!({ "name": n, "scope": s }), said, error, busy, move |reply| {
+            reply["token"].as_str().map(|secret| Revealed {
+                what: format!("the secret of token {} ({n})", reply["id"]),
+                secret: secret.to_owned(),
+            })
+        });
+    };
+    let field_error = move |field: &'static str| move || error.get().and_then(|r| r.about(field));
+    let other_error = move || error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "scope"))).map(|r| r.text);
+    view! {
+        <form id="new-token-form" class="inline-form" on:submit=submit>
+            <fieldset disabled=move || !hydrated.get() || busy.get()>
+                <legend>"Add an API token"</legend>
+                <div class="field">
+                    <label for="new-token-name">"Name (what uses it)"</label>
+                    <input id="new-token-name" type="text" maxlength="64" autocomplete="off" aria-describedby="new-token-name-error"
+                        prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                    <span class="field-error" id="new-token-name-error">{field_error("name")}</span>
+                </div>
+                <div class="field">
+                    <label for="new-token-scope">"Scope"</label>
+                    <select id="new-token-scope" aria-describedby="new-token-scope-error" prop:value=move || scope.get() on:change=move |ev| scope.set(event_target_value(&ev))>
+                        <option value="dataplane" selected=true>"dataplane: draws, quota, outcomes"</option>
+                        <option value="admin">"admin: the admin API, not users and tokens"</option>
+                    </select>
+                    <span class="field-error" id="new-token-scope-error">{field_error("scope")}</span>
+                </div>
+                <button type="submit" id="new-token-submit">"Create token"</button>
+            </fieldset>
+            <p class="field-error" id="new-token-message" role="alert">{other_error}</p>
+        </form>
+    }
+    .into_any()
+}
+
+/// The server's rules for a user name, checked before sending.
+fn check_user_name(name: &str) -> Result<(), Refusal> {
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c)) {
+        return Err(Refusal::field("name", "must be 1 to 64 of ASCII letters, digits, '_', '.', '@', '-'"));
+    }
+    Ok(())
+}
+
+/// A password given is 12..=256 characters; none means one is generated.
+fn check_password(password: &str) -> Result<(), Refusal> {
+    let n = password.chars().count();
+    if n != 0 && !(12..=256).contains(&n) {
+        return Err(Refusal::field("password", format!("must be 12 to 256 characters (or empty, to generate one); got {n}")));
+    }
+    Ok(())
+}
+
+/// The server's rules for a token name.
+fn check_token_name(name: &str) -> Result<(), Refusal> {
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@ -".contains(c)) {
+        return Err(Refusal::field("name", "must be 1 to 64 of ASCII letters, digits, space, '_', '.', '@', '-'"));
+    }
+    Ok(())
+}
+
+/// Sends one change; once done, says `said`, shows what `reveal` finds in the reply (a new
+/// secret) and reads the lists again; otherwise leaves the refusal in `error`.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    page: Page,
+    method: &'static str,
+    path: String,
+    body: serde_json::Value,
+    said: String,
+    error: RwSignal<Option<Refusal>>,
+    busy: RwSignal<bool>,
+    reveal: impl FnOnce(&serde_json::Value) -> Option<Revealed> + 'static,
+) {
+    #[cfg(feature = "hydrate")]
+    leptos::task::spawn_local(async move {
+        match crate::api::rest::send(method, &path, &page.csrf.get_value(), &body).await {
+            Ok(reply) => {
+                if let Some(r) = reveal(&reply) {
+                    page.revealed.set(Some(r));
+                }
+                page.done.set(Some(said));
+                busy.set(false);
+                page.access.refetch();
+            }
+            Err(refusal) => {
+                error.set(Some(refusal));
+                busy.set(false);
+            }
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (page, method, path, body, said, error, busy, reveal);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_password, check_token_name, check_user_name};
+
+    #[test]
+    fn names_and_passwords_are_checked_as_the_server_checks_them() {
+        assert!(check_user_name("ops-alice@x.y").is_ok());
+        assert_eq!(check_user_name("bad name").unwrap_err().field.as_deref(), Some("name"));
+        assert!(check_user_name("").is_err());
+        assert!(check_password("").is_ok(), "empty: generated");
+        assert_eq!(check_password("short").unwrap_err().field.as_deref(), Some("password"));
+        assert!(check_password("twelve chars").is_ok());
+        assert!(check_token_name("ci bot").is_ok());
+        assert!(check_token_name("").is_err());
+        assert!(check_token_name("x/y").is_err());
+    }
+}

@@ -1,0 +1,210 @@
+//! The dashboard: its charts in headless Chromium draw the samples of a running
+//! simulation (`tessera simulate` inside the test's server) and bring in newer samples by
+//! themselves without a reload; its one server function answers for 20 pools of 10
+//! channels each in one call.
+
+use std::time::{Duration, Instant};
+
+use chrono::TimeDelta;
+use client::pool::PoolName;
+use fantoccini::{Client, Locator};
+use integration::browser::Browser;
+use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text};
+use integration::{spawn_app, TestApp};
+use serde_json::{json, Value};
+use server::scheduler::sampler;
+
+/// Drives `tessera simulate` for a few seconds against every seeded pool and tenant, with
+/// its refiller on (which also builds each pool's standby batch: a refill to count).
+async fn simulate(app: &TestApp) -> server::simulate::Totals {
+    let args = server::simulate::SimulateArgs {
+        rate: 60,
+        seconds: Some(3),
+        pools: vec![],
+        tenants: vec![],
+        report_every: 60,
+        refill: true,
+        seed: Some(8),
+    };
+    server::simulate::run(&app.state, &args, std::future::pending(), |_| {}).await.unwrap()
+}
+
+async fn js(c: &Client, script: &str) -> Value {
+    c.execute(script, vec![]).await.unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+/// How many points the polyline of `chart` has.
+async fn polyline_points(c: &Client, chart: &str) -> u64 {
+    let script = format!("return document.querySelector('#{chart} polyline').getAttribute('points').trim().split(/\\s+/).length");
+    js(c, &script).await.as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn the_dashboard_charts_a_running_simulation_and_brings_in_new_samples_without_a_reload() {
+    let (app, passwords) = app_with_users(true).await;
+    let cn_pay = PoolName::parse("cn-pay").unwrap();
+    let start = app.state.pool_admin.now().await.unwrap();
+
+    // A minute of samples before the traffic (the sampler's clock set 10 s apart), the
+    // simulation, then a sample whose window holds all of its draws.
+    for seconds_ago in [70, 60, 50, 40, 30, 20] {
+        sampler::run_at(&app.state, start - TimeDelta::seconds(seconds_ago)).await.unwrap();
+    }
+    let totals = simulate(&app).await;
+    assert!(totals.draws_redis > 0 && totals.draw_errors == 0, "{totals:?}");
+    let now = app.state.pool_admin.now().await.unwrap();
+    assert_eq!(sampler::run_at(&app.state, now).await.unwrap().sampled, 2);
+    let page = sampler::list_samples(&app.state.db, &cn_pay, start - TimeDelta::minutes(5), 100).await.unwrap();
+    assert_eq!(page.samples.len(), 7);
+    let newest = page.samples.last().unwrap();
+    let drawn = newest.draws.unwrap();
+    assert!(drawn > 0, "{newest:?}");
+    let refilled = newest.batches.unwrap() - page.samples[0].batches.unwrap();
+    assert!(refilled >= 1, "the refiller built a standby batch at least: {page:?}");
+
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+    sign_in(c, &app, "demo-viewer", &passwords["demo-viewer"]).await;
+    hydrated(c).await;
+
+    // The list length: one point per sample, the numbers in the summary beside it.
+    let chart = c.find(Locator::Css("#length-cn-pay svg")).await.unwrap();
+    assert_eq!(chart.attr("data-points").await.unwrap().as_deref(), Some("7"));
+    assert_eq!(polyline_points(c, "length-cn-pay").await, 7);
+    let summary = text(c, "length-cn-pay-summary").await;
+    assert!(summary.starts_with("7 points") && summary.contains(&format!("newest {} tickets", newest.length)), "{summary}");
+    assert_eq!(chart.attr("aria-describedby").await.unwrap().as_deref(), Some("length-cn-pay-summary"));
+
+    // The last minute's shares: every member, measured, as numbers and bars.
+    let rows = c.find_all(Locator::Css("#shares-minute-cn-pay tbody tr")).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    for (row, member) in rows.iter().zip(["ALIPAY_A", "UNION_C", "WECHAT_B"]) {
+        assert_eq!(row.attr("data-member").await.unwrap().as_deref(), Some(member));
+        let actual: f64 = row.attr("data-actual").await.unwrap().unwrap().parse().unwrap();
+        let hits = newest.members[member].window_hits.unwrap();
+        assert!((actual - hits as f64 / drawn as f64).abs() < 1e-3, "{member}: {actual}");
+        let line = row.text().await.unwrap();
+        assert!(line.contains(&format!("({hits} of {drawn})")) && line.contains("pp"), "{line}");
+    }
+    assert_eq!(c.find_all(Locator::Css("#shares-hour-cn-pay tbody tr:not([data-actual=''])")).await.unwrap().len(), 3);
+    assert!(text(c, "draws-minute-cn-pay").await.starts_with(&drawn.to_string()));
+    assert_eq!(text(c, "refills-minute-cn-pay").await, refilled.to_string());
+    let served = text(c, "served-cn-pay").await;
+    assert!(served.starts_with("redis ") && !served.starts_with("redis 0 "), "{served}");
+
+    // The health strip: a word for each state, not a colour alone.
+    let health = c.find_all(Locator::Css("#health-cn-pay li[data-state='healthy']")).await.unwrap();
+    assert_eq!(health.len(), 3);
+    assert!(health[0].text().await.unwrap().contains("healthy"));
+
+    // Every tenant in the quota overview, the fullest first.
+    let tenants = c.find_all(Locator::Css("#quota-tenants tbody tr[data-tenant]")).await.unwrap();
+    assert_eq!(tenants.len(), 2);
+    let percents: Vec<f64> = percents_of(&tenants).await;
+    assert!(percents.windows(2).all(|w| w[0] >= w[1]), "{percents:?}");
+    screenshot(c, "dashboard").await;
+    // Each card whole (a taller window for the picture, then back to 1280×800).
+    c.set_window_size(1280, 1600).await.unwrap();
+    for (card, name) in [("pool-card-cn-pay", "dashboard-pool"), ("quota-overview", "dashboard-quotas")] {
+        screenshot_of(c, card, name).await;
+    }
+    c.set_window_size(1280, 800).await.unwrap();
+
+    // A newer sample arrives by itself; the page was not reloaded (a reload would drop the
+    // marker set on `window`).
+    assert_eq!(js(c, "window.dashboardMarker = 'kept'; return window.dashboardMarker").await, json!("kept"));
+    sampler::run_at(&app.state, now + TimeDelta::seconds(10)).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#length-cn-pay svg[data-points='8']"))
+        .await
+        .expect("the chart shows the new sample without a reload");
+    assert_eq!(polyline_points(c, "length-cn-pay").await, 8);
+    assert_eq!(js(c, "return window.dashboardMarker").await, json!("kept"));
+    let refreshes: u64 = c.find(Locator::Id("dashboard")).await.unwrap().attr("data-refreshes").await.unwrap().unwrap().parse().unwrap();
+    assert!(refreshes >= 1, "{refreshes}");
+
+    // Narrow: nothing runs off the side of the page.
+    c.set_window_size(420, 900).await.unwrap();
+    let overflow = js(c, "return document.documentElement.scrollWidth - document.documentElement.clientWidth").await;
+    let widest = js(
+        c,
+        "const w = document.documentElement.clientWidth; \
+         return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > w + 1) \
+             .slice(0, 5).map(e => e.tagName + '#' + e.id + '.' + e.className).join(', ')",
+    )
+    .await;
+    assert!(overflow.as_i64().unwrap() <= 0, "the page scrolls sideways by {overflow}px at 420 px: {widest}");
+    screenshot(c, "dashboard-narrow").await;
+
+    browser.close().await;
+}
+
+/// A picture of one element (a card taller than the window included), beside the page
+/// screenshots under `target/screenshots/`.
+async fn screenshot_of(c: &Client, id: &str, name: &str) {
+    let png = c.find(Locator::Id(id)).await.unwrap().screenshot().await.unwrap();
+    let dir = integration::workspace_root().join("target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+async fn percents_of(rows: &[fantoccini::elements::Element]) -> Vec<f64> {
+    let mut out = Vec::new();
+    for row in rows {
+        let raw = row.attr("data-percent").await.unwrap().unwrap_or_default();
+        out.push(raw.parse().unwrap_or(-1.0));
+    }
+    out
+}
+
+const CTX: server::db::config::Ctx<'static> =
+    server::db::config::Ctx { actor: "test", source: server::db::audit::Source::System, reason: Some("scale test"), request_id: None };
+
+#[tokio::test]
+async fn one_dashboard_read_covers_twenty_pools_of_ten_channels_with_their_samples() {
+    let app = spawn_app().await;
+    for i in 0..200 {
+        let code = server::db::config::ChannelCode::parse(&format!("CH_{i:03}")).unwrap();
+        let spec = serde_json::from_value(json!({"name": format!("channel {i}"), "base_weight": 10})).unwrap();
+        server::db::config::create_channel(&app.state.db, &CTX, &code, &spec, true).await.unwrap();
+    }
+    for p in 0..20 {
+        let weights: Vec<Value> = (0..10).map(|m| json!({"member": format!("CH_{:03}", p * 10 + m), "weight": m + 1})).collect();
+        let body = json!({"kind": "channels", "ordering": "smooth", "batch_size": 256, "low_water": 32, "timezone": "UTC",
+                          "weights": weights, "eject_rebuild_percent": 50});
+        let pool = PoolName::parse(&format!("pool-{p:02}")).unwrap();
+        server::db::config::put_pool(&app.state.db, &CTX, &pool, &body, 0).await.unwrap();
+    }
+    let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
+    assert!(delivered.failed.is_empty(), "{delivered:?}");
+    let now = app.state.pool_admin.now().await.unwrap();
+    // Ten minutes of samples, one every 10 s.
+    for k in (0..60).rev() {
+        let outcome = sampler::run_at(&app.state, now - TimeDelta::seconds(10 * k)).await.unwrap();
+        assert_eq!(outcome.sampled, 20);
+    }
+
+    let started = Instant::now();
+    let response = app.http.get(format!("{}/sfn/dashboard", app.address)).send().await.unwrap();
+    let elapsed = started.elapsed();
+
+    assert_eq!(response.status(), 200);
+    let dashboard: Value = response.json().await.unwrap();
+    let pools = dashboard["pools"].as_array().unwrap();
+    assert_eq!(pools.len(), 20);
+    for pool in pools {
+        assert_eq!(pool["length"].as_array().unwrap().len(), 60, "{}", pool["name"]);
+        assert_eq!(pool["members"].as_array().unwrap().len(), 10);
+        assert_eq!(pool["shares"].as_array().unwrap().len(), 10);
+        assert_eq!(pool["truncated"], json!(false));
+    }
+    let first = &pools[0];
+    assert_eq!(first["name"], json!("pool-00"));
+    let expected: f64 = first["shares"][0]["expected_minute"].as_f64().unwrap();
+    assert!((expected - 1.0 / 55.0).abs() < 1e-9, "CH_000 has weight 1 of 55: {expected}");
+    // Bounded work: two queries for every pool's samples, a few per pool for health.
+    // Generous for a debug build on a busy machine; it takes well under a second.
+    eprintln!("dashboard with 20 pools, 200 channels, 1200 samples: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}

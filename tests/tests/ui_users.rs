@@ -1,0 +1,170 @@
+//! The users and tokens page in headless Chromium with access control on: an admin adds a
+//! user (whose generated password is shown once and signs in), changes a role, creates an
+//! API token (whose secret is shown once and authenticates) and revokes it (then it is
+//! refused); a viewer gets no users or tokens, from the page or from its server function.
+
+use std::time::Duration;
+
+use fantoccini::{Client, Locator};
+use integration::browser::Browser;
+use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, text};
+use integration::TestApp;
+
+/// Opens the users page and waits for the users table and hydration.
+async fn users_page(c: &Client, app: &TestApp) {
+    c.goto(&format!("{}/users", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("users")).await.expect("the users table");
+    hydrated(c).await;
+}
+
+/// Waits until the element `id` holds some text, and answers it.
+async fn wait_for_text(c: &Client, id: &str) -> String {
+    let xpath = format!("//*[@id='{id}' and string-length(normalize-space(.)) > 0]");
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&xpath))
+        .await
+        .unwrap_or_else(|e| panic!("#{id} says something: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn login_status(app: &TestApp, name: &str, password: &str) -> u16 {
+    let response = app.http.post(format!("{}/api/v1/auth/login", app.address)).json(&serde_json::json!({"name": name, "password": password})).send().await.unwrap();
+    response.status().as_u16()
+}
+
+async fn draw_with(app: &TestApp, token: &str) -> u16 {
+    app.http.post(format!("{}/api/v1/pools/cn-pay/draw", app.address)).bearer_auth(token).send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_token() {
+    let (app, passwords) = app_with_users(true).await;
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+
+    sign_in(c, &app, "demo-admin", &passwords["demo-admin"]).await;
+    assert!(c.find(Locator::Css("nav a[href='/users']")).await.is_ok(), "admins are offered the page");
+    users_page(c, &app).await;
+    let viewer_row = c.find(Locator::Css("#users tr[data-user='demo-viewer']")).await.unwrap().text().await.unwrap();
+    assert!(viewer_row.contains("viewer") && viewer_row.contains("active"), "{viewer_row}");
+    assert!(c.find(Locator::Id("tokens-none")).await.is_ok(), "no tokens yet");
+
+    // A malformed name is refused beside the field, before anything is sent.
+    c.find(Locator::Id("new-user-name")).await.unwrap().send_keys("ops alice").await.unwrap();
+    c.find(Locator::Id("new-user-submit")).await.unwrap().click().await.unwrap();
+    assert!(wait_for_text(c, "new-user-name-error").await.contains("ASCII letters"));
+
+    // A new operator, with a generated password shown once.
+    c.find(Locator::Id("new-user-name")).await.unwrap().send_keys(&"\u{e003}".repeat(10)).await.unwrap();
+    c.find(Locator::Id("new-user-name")).await.unwrap().send_keys("ops-alice").await.unwrap();
+    c.find(Locator::Id("new-user-role")).await.unwrap().select_by_value("operator").await.unwrap();
+    c.find(Locator::Id("new-user-submit")).await.unwrap().click().await.unwrap();
+    let password = wait_for_text(c, "revealed-secret").await;
+    assert!(text(c, "revealed-warning").await.contains("will not be shown again"));
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#users tr[data-user='ops-alice']"))
+        .await
+        .expect("the new user is listed");
+    assert_eq!(text(c, "user-role-ops-alice").await, "operator");
+    let role_field = c.find(Locator::Id("new-user-role")).await.unwrap().prop("value").await.unwrap();
+    assert_eq!(role_field.as_deref(), Some("viewer"), "the emptied form shows the role it would send");
+    assert!(text(c, "users-message").await.contains("ops-alice created"));
+    assert_eq!(login_status(&app, "ops-alice", &password).await, 200, "the password shown signs in");
+    screenshot(c, "users-admin").await;
+
+    // The same name again: the server's 409 is shown beside the name.
+    c.find(Locator::Id("new-user-name")).await.unwrap().send_keys("ops-alice").await.unwrap();
+    c.find(Locator::Id("new-user-submit")).await.unwrap().click().await.unwrap();
+    assert!(wait_for_text(c, "new-user-name-error").await.contains("exists"));
+
+    // A role change, shown once done and effective on the server.
+    c.find(Locator::Id("role-ops-alice")).await.unwrap().select_by_value("pm").await.unwrap();
+    c.find(Locator::Id("set-role-ops-alice")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//td[@id='user-role-ops-alice' and normalize-space(.)='pm']"))
+        .await
+        .expect("the role reads pm");
+    let role: String = sqlx::query_scalar("select role from app_user where name = 'ops-alice'").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(role, "pm");
+
+    // A data-plane token: its secret is shown once and it draws.
+    c.find(Locator::Id("new-token-name")).await.unwrap().send_keys("gateway").await.unwrap();
+    c.find(Locator::Id("new-token-submit")).await.unwrap().click().await.unwrap();
+    let secret = c
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//code[@id='revealed-secret' and starts-with(normalize-space(.), 'tsr_')]"))
+        .await
+        .expect("the token's secret is shown")
+        .text()
+        .await
+        .unwrap();
+    assert!(text(c, "revealed-warning").await.contains("will not be shown again"));
+    let id: i64 = sqlx::query_scalar("select id from api_token where name = 'gateway'").fetch_one(&app.state.db).await.unwrap();
+    let row = c
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(&format!("#tokens tr[data-token='{id}']")))
+        .await
+        .expect("the token is listed")
+        .text()
+        .await
+        .unwrap();
+    assert!(row.contains("gateway") && row.contains("dataplane") && row.contains("demo-admin") && row.contains("live"), "{row}");
+    assert!(!row.contains(&secret), "the list never shows the secret: {row}");
+    assert_eq!(draw_with(&app, &secret).await, 200, "the token draws");
+    screenshot(c, "users-admin-token").await;
+
+    // Revoked from the page: refused at once.
+    c.find(Locator::Id(&format!("revoke-token-{id}"))).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&format!("//td[@id='token-state-{id}' and contains(., 'revoked')]")))
+        .await
+        .expect("the token reads revoked");
+    assert_eq!(draw_with(&app, &secret).await, 401, "a revoked token is refused");
+
+    // Once the page is left, neither secret is shown again.
+    users_page(c, &app).await;
+    assert!(c.find(Locator::Id("revealed")).await.is_err());
+    let source = c.source().await.unwrap();
+    assert!(!source.contains(&secret) && !source.contains(&password), "no secret in the page");
+
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_viewer_gets_no_users_or_tokens_from_the_page_or_its_server_function() {
+    let (app, passwords) = app_with_users(false).await;
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+
+    sign_in(c, &app, "demo-viewer", &passwords["demo-viewer"]).await;
+    assert!(c.find(Locator::Css("nav a[href='/users']")).await.is_err(), "the page is not offered");
+    c.goto(&format!("{}/users", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("users-restricted")).await.expect("the notice");
+    hydrated(c).await;
+    assert!(text(c, "users-restricted").await.contains("Only admins"));
+    assert!(c.find(Locator::Id("users")).await.is_err() && c.find(Locator::Id("new-user-form")).await.is_err());
+    let source = c.source().await.unwrap();
+    assert!(!source.contains("demo-operator") && !source.contains("demo-auditor"), "no user names in the page");
+    screenshot(c, "users-viewer").await;
+
+    // The server function itself refuses a viewer and a pm, and answers an admin.
+    let sfn = format!("{}/sfn/access", app.address);
+    for (name, expected) in [("demo-viewer", 403), ("demo-pm", 403), ("demo-admin", 200)] {
+        let (cookie, _) = api_session(&app, name, &passwords[name]).await;
+        let response = app.http.get(&sfn).header("cookie", cookie).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), expected, "{name}");
+        let body = response.text().await.unwrap();
+        assert_eq!(body.contains("demo-auditor"), expected == 200, "{name}: {body}");
+    }
+    assert_eq!(app.http.get(&sfn).send().await.unwrap().status(), 401, "signed out");
+
+    browser.close().await;
+}
