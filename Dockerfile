@@ -8,7 +8,7 @@ COPY . .
 # The same tool installs as scripts/run (cargo-leptos, wasm-bindgen-cli pinned to Cargo.lock,
 # wasm-opt from npm), then a release build.
 RUN bash -c 'source scripts/lib.sh && ensure_wasm_opt && ensure_wasm_bindgen && ensure_cargo_leptos' \
- && PATH="/src/.tools/npm/node_modules/.bin:$PATH" cargo leptos build --release
+ && PATH="/src/.tools/npm/node_modules/.bin:$PATH" RUSTFLAGS="--cfg erase_components" cargo leptos build --release
 
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \

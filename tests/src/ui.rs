@@ -81,3 +81,16 @@ pub async fn api_session(app: &TestApp, name: &str, password: &str) -> (String, 
     let csrf = login.json::<serde_json::Value>().await.unwrap()["csrf_token"].as_str().unwrap().to_owned();
     (cookie, csrf)
 }
+
+/// Waits until the element `id` holds some text, and answers it.
+pub async fn wait_for_text(c: &Client, id: &str) -> String {
+    let xpath = format!("//*[@id='{id}' and string-length(normalize-space(.)) > 0]");
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&xpath))
+        .await
+        .unwrap_or_else(|e| panic!("#{id} says something: {e}"))
+        .text()
+        .await
+        .unwrap()
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{app_with_users, hydrated, screenshot, sign_in, sign_out, text};
+use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, text};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
@@ -19,20 +19,6 @@ async fn channels_page(c: &Client, app: &TestApp) {
     c.goto(&format!("{}/channels", app.address)).await.unwrap();
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("channels")).await.expect("the channel table");
     hydrated(c).await;
-}
-
-/// Signs in over HTTP: the session cookie (`name=value`) and its CSRF token.
-async fn api_session(app: &TestApp, name: &str, password: &str) -> (String, String) {
-    let login = reqwest::Client::new()
-        .post(format!("{}/api/v1/auth/login", app.address))
-        .json(&serde_json::json!({"name": name, "password": password}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(login.status(), 200);
-    let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
-    let csrf = login.json::<serde_json::Value>().await.unwrap()["csrf_token"].as_str().unwrap().to_owned();
-    (cookie, csrf)
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use client::quota::TenantId;
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, text};
+use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, text, wait_for_text};
 use integration::TestApp;
 
 /// Opens the tenants page and waits for the cards and hydration.
@@ -16,19 +16,6 @@ async fn tenants_page(c: &Client, app: &TestApp) {
     c.goto(&format!("{}/tenants", app.address)).await.unwrap();
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("tenants")).await.expect("the tenants");
     hydrated(c).await;
-}
-
-/// Waits until the element `id` holds some text, and answers it.
-async fn wait_for_text(c: &Client, id: &str) -> String {
-    let xpath = format!("//*[@id='{id}' and string-length(normalize-space(.)) > 0]");
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::XPath(&xpath))
-        .await
-        .unwrap_or_else(|e| panic!("#{id} says something: {e}"))
-        .text()
-        .await
-        .unwrap()
 }
 
 async fn type_into(c: &Client, id: &str, keys: &str) {

@@ -10,7 +10,7 @@ use engine::preview::preview;
 use engine::{BatchSize, Ordering, Weights};
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text};
+use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text, wait_for_text};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
@@ -41,19 +41,6 @@ async fn wait_text(c: &Client, id: &str, expected: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("#{id} reads {last:?}, expected {expected:?}");
-}
-
-/// Waits until the element has some text, and answers it.
-async fn wait_some_text(c: &Client, id: &str) -> String {
-    let xpath = format!("//*[@id='{id}' and string-length(normalize-space(.)) > 0]");
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::XPath(&xpath))
-        .await
-        .unwrap_or_else(|e| panic!("#{id} stays empty: {e}"))
-        .text()
-        .await
-        .unwrap()
 }
 
 fn share(p: &engine::preview::Preview, member: &str) -> String {
@@ -101,7 +88,7 @@ async fn a_pm_sees_the_preview_follow_the_typing_and_applies_weights_that_reach_
 
     // A malformed weight is named beside its field, and the preview shows nothing new.
     retype(c, "weight-WECHAT_B", "3o").await;
-    let error = wait_some_text(c, "weight-error-WECHAT_B").await;
+    let error = wait_for_text(c, "weight-error-WECHAT_B").await;
     assert!(error.contains("WECHAT_B") && error.contains("3o"), "{error}");
     wait_text(c, "preview-share-ALIPAY_A", "–").await;
 
@@ -159,13 +146,13 @@ async fn peak_windows_and_caps_are_checked_beside_their_fields_and_saved() {
     c.find(Locator::Id("peak-add")).await.unwrap().click().await.unwrap();
     let k = existing; // the new row's key
     retype(c, &format!("peak-start-{k}"), "25:00").await;
-    assert!(wait_some_text(c, &format!("peak-start-error-{k}")).await.contains("HH:MM"));
+    assert!(wait_for_text(c, &format!("peak-start-error-{k}")).await.contains("HH:MM"));
     retype(c, &format!("peak-start-{k}"), "19:00").await;
     retype(c, &format!("peak-end-{k}"), "19:00").await;
-    assert!(wait_some_text(c, &format!("peak-end-error-{k}")).await.contains("must differ"));
+    assert!(wait_for_text(c, &format!("peak-end-error-{k}")).await.contains("must differ"));
     retype(c, &format!("peak-end-{k}"), "23:00").await;
     retype(c, &format!("peak-multiplier-{k}"), "0").await;
-    assert!(wait_some_text(c, &format!("peak-multiplier-error-{k}")).await.contains("from 1 to 1000"));
+    assert!(wait_for_text(c, &format!("peak-multiplier-error-{k}")).await.contains("from 1 to 1000"));
     retype(c, &format!("peak-multiplier-{k}"), "3").await;
     wait_text(c, &format!("peak-multiplier-error-{k}"), "").await;
 
@@ -174,11 +161,11 @@ async fn peak_windows_and_caps_are_checked_beside_their_fields_and_saved() {
     let k2 = k + 1;
     retype(c, &format!("peak-start-{k2}"), "22:00").await;
     retype(c, &format!("peak-end-{k2}"), "01:00").await;
-    let overlap = wait_some_text(c, "peak-error").await;
+    let overlap = wait_for_text(c, "peak-error").await;
     assert!(overlap.contains("19:00–23:00") && overlap.contains("22:00–01:00"), "{overlap}");
     c.find(Locator::Id("peak-reason")).await.unwrap().send_keys("evening peak").await.unwrap();
     c.find(Locator::Id("peak-submit")).await.unwrap().click().await.unwrap();
-    assert!(wait_some_text(c, "peak-message").await.contains("overlap"));
+    assert!(wait_for_text(c, "peak-message").await.contains("overlap"));
     assert_eq!(text(c, "pool-version").await, version.to_string(), "nothing was sent");
     screenshot(c, "pool-peak-overlap").await;
     c.find(Locator::Id(&format!("peak-remove-{k2}"))).await.unwrap().click().await.unwrap();
@@ -190,7 +177,7 @@ async fn peak_windows_and_caps_are_checked_beside_their_fields_and_saved() {
 
     // Caps: zero is refused beside the field; a valid cap is saved.
     retype(c, "cap-ALIPAY_A", "0").await;
-    assert!(wait_some_text(c, "cap-error-ALIPAY_A").await.contains("from 1 to"));
+    assert!(wait_for_text(c, "cap-error-ALIPAY_A").await.contains("from 1 to"));
     retype(c, "cap-ALIPAY_A", "250000").await;
     wait_text(c, "cap-error-ALIPAY_A", "").await;
     c.find(Locator::Id("caps-reason")).await.unwrap().send_keys("acquirer daily limit").await.unwrap();

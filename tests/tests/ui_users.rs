@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, text};
+use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, text, wait_for_text};
 use integration::TestApp;
 
 /// Opens the users page and waits for the users table and hydration.
@@ -15,19 +15,6 @@ async fn users_page(c: &Client, app: &TestApp) {
     c.goto(&format!("{}/users", app.address)).await.unwrap();
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("users")).await.expect("the users table");
     hydrated(c).await;
-}
-
-/// Waits until the element `id` holds some text, and answers it.
-async fn wait_for_text(c: &Client, id: &str) -> String {
-    let xpath = format!("//*[@id='{id}' and string-length(normalize-space(.)) > 0]");
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::XPath(&xpath))
-        .await
-        .unwrap_or_else(|e| panic!("#{id} says something: {e}"))
-        .text()
-        .await
-        .unwrap()
 }
 
 async fn login_status(app: &TestApp, name: &str, password: &str) -> u16 {

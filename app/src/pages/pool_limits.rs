@@ -8,6 +8,7 @@ use engine::Weights;
 use leptos::prelude::*;
 
 use crate::api::PeakWindowView;
+use crate::components::form::{required_reason, ReasonField};
 
 /// The pool an editor writes to: its name, the configuration version the page shows (the
 /// edit's `expected_version`) and the session's CSRF token.
@@ -169,11 +170,13 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
                 return;
             }
         };
-        let why = reason.get_untracked().trim().to_owned();
-        if why.is_empty() {
-            message.set(Some("A reason is required: it goes into the audit trail.".into()));
-            return;
-        }
+        let why = match required_reason(reason) {
+            Ok(why) => why,
+            Err(e) => {
+                message.set(Some(e));
+                return;
+            }
+        };
         let body = serde_json::json!({"peak_windows": windows, "reason": why, "expected_version": version});
         busy.set(true);
         message.set(None);
@@ -225,11 +228,7 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
                     })}
                 </p>
                 <button type="button" class="secondary" id="peak-add" on:click=add>"Add a window"</button>
-                <div class="field wide">
-                    <label for="peak-reason">"Reason (required, for the audit trail)"</label>
-                    <input id="peak-reason" type="text" maxlength="500" required
-                        prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))/>
-                </div>
+                <ReasonField id="peak-reason" reason/>
                 <button type="submit" id="peak-submit">"Save peak windows"</button>
             </fieldset>
             <p id="peak-message" class="error" role="alert" aria-live="assertive">{move || message.get()}</p>
@@ -293,11 +292,13 @@ pub fn CapsForm(target: EditTarget, channels: Vec<String>, caps: Vec<(String, u6
                 return;
             }
         };
-        let why = reason.get_untracked().trim().to_owned();
-        if why.is_empty() {
-            message.set(Some("A reason is required: it goes into the audit trail.".into()));
-            return;
-        }
+        let why = match required_reason(reason) {
+            Ok(why) => why,
+            Err(e) => {
+                message.set(Some(e));
+                return;
+            }
+        };
         let body = serde_json::json!({"caps": caps, "reason": why, "expected_version": version});
         busy.set(true);
         message.set(None);
@@ -319,11 +320,7 @@ pub fn CapsForm(target: EditTarget, channels: Vec<String>, caps: Vec<(String, u6
                         </div>
                     }
                 }).collect_view()}
-                <div class="field wide">
-                    <label for="caps-reason">"Reason (required, for the audit trail)"</label>
-                    <input id="caps-reason" type="text" maxlength="500" required
-                        prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))/>
-                </div>
+                <ReasonField id="caps-reason" reason/>
                 <button type="submit" id="caps-submit">"Save caps"</button>
             </fieldset>
             <p id="caps-message" class="error" role="alert" aria-live="assertive">{move || message.get()}</p>

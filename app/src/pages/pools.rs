@@ -9,6 +9,7 @@ use engine::preview::{preview, MemberPreview, OrderingPreview, PREVIEW_WINDOW};
 use engine::{BatchSize, Ordering, WeightError, Weights};
 
 use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, SessionInfo, WeightEntry};
+use crate::components::form::{required_reason, ReasonField};
 use crate::components::layout::CurrentSession;
 use crate::pages::pool_limits::{CapsForm, EditTarget, LimitsTable, PeakWindowsForm};
 
@@ -216,11 +217,13 @@ fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, o
                 return;
             }
         };
-        let why = reason.get_untracked().trim().to_owned();
-        if why.is_empty() {
-            message.set(Some("A reason is required: it goes into the audit trail.".into()));
-            return;
-        }
+        let why = match required_reason(reason) {
+            Ok(why) => why,
+            Err(e) => {
+                message.set(Some(e));
+                return;
+            }
+        };
         let entries: Vec<serde_json::Value> = weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
         let body = serde_json::json!({"weights": entries, "mode": mode.get_untracked(), "reason": why, "expected_version": version});
         busy.set(true);
@@ -317,11 +320,7 @@ fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, o
                         <option value="immediate">"immediate: replace the remaining tickets now"</option>
                     </select>
                 </div>
-                <div class="field wide">
-                    <label for="weights-reason">"Reason (required, for the audit trail)"</label>
-                    <input id="weights-reason" type="text" maxlength="500" required
-                        prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))/>
-                </div>
+                <ReasonField id="weights-reason" reason/>
                 <button type="submit" id="weights-submit">"Save weights"</button>
             </fieldset>
             <p id="weights-message" class="error" role="alert" aria-live="assertive">{move || message.get()}</p>

@@ -120,7 +120,8 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
 
     let refills_before = added(state, &pool);
     let not_from_redis = Arc::new(AtomicU64::new(0));
-    let client = phase(args.concurrency, duration, {
+    // A client draw, counting those not served by Redis.
+    let draws = {
         let (pools, pool, not_from_redis) = (state.pools.clone(), pool.clone(), not_from_redis.clone());
         move || {
             let (pools, pool, not_from_redis) = (pools.clone(), pool.clone(), not_from_redis.clone());
@@ -132,26 +133,13 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
                 Ok(())
             }
         }
-    })
-    .await?;
+    };
+    let client = phase(args.concurrency, duration, draws.clone()).await?;
     let batches_added = added(state, &pool) - refills_before;
 
     // The same, one script call per draw.
     state.pools.set_coalescing(1);
-    let single = phase(args.concurrency, duration, {
-        let (pools, pool, not_from_redis) = (state.pools.clone(), pool.clone(), not_from_redis.clone());
-        move || {
-            let (pools, pool, not_from_redis) = (pools.clone(), pool.clone(), not_from_redis.clone());
-            async move {
-                let draw = pools.draw(&pool).await?;
-                if draw.source != DrawSource::Redis {
-                    not_from_redis.fetch_add(1, AtomicOrdering::Relaxed);
-                }
-                Ok(())
-            }
-        }
-    })
-    .await;
+    let single = phase(args.concurrency, duration, draws).await;
     state.pools.set_coalescing(client::pool::DEFAULT_COALESCE);
     let single = single?;
 
