@@ -153,7 +153,6 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
     let busy = RwSignal::new(false);
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
-    let version = target.version;
     let add = move |_| {
         let key = next_key.get_value();
         next_key.set_value(key + 1);
@@ -163,24 +162,8 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
     };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let windows = match checked.with_untracked(|(_, s)| s.clone()) {
-            Ok(w) => w,
-            Err(e) => {
-                message.set(Some(format!("Not saved: {e}.")));
-                return;
-            }
-        };
-        let why = match required_reason(reason) {
-            Ok(why) => why,
-            Err(e) => {
-                message.set(Some(e));
-                return;
-            }
-        };
-        let body = serde_json::json!({"peak_windows": windows, "reason": why, "expected_version": version});
-        busy.set(true);
-        message.set(None);
-        save(target.clone(), "peak_windows", body, message, busy);
+        let fields = checked.with_untracked(|(_, s)| s.clone()).map(|windows| fields_of("peak_windows", windows.into()));
+        submit_change(&target, Change { method: "PUT", what: "peak_windows" }, fields, reason, message, busy);
     };
     view! {
         <form id="peak-form" on:submit=submit>
@@ -282,27 +265,10 @@ pub fn CapsForm(target: EditTarget, channels: Vec<String>, caps: Vec<(String, u6
     let busy = RwSignal::new(false);
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
-    let version = target.version;
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let caps = match checked.get_untracked() {
-            Ok(c) => c,
-            Err(e) => {
-                message.set(Some(format!("Not saved: {e}.")));
-                return;
-            }
-        };
-        let why = match required_reason(reason) {
-            Ok(why) => why,
-            Err(e) => {
-                message.set(Some(e));
-                return;
-            }
-        };
-        let body = serde_json::json!({"caps": caps, "reason": why, "expected_version": version});
-        busy.set(true);
-        message.set(None);
-        save(target.clone(), "caps", body, message, busy);
+        let fields = checked.get_untracked().map(|caps| fields_of("caps", caps));
+        submit_change(&target, Change { method: "PUT", what: "caps" }, fields, reason, message, busy);
     };
     view! {
         <form id="caps-form" on:submit=submit>
@@ -328,19 +294,54 @@ pub fn CapsForm(target: EditTarget, channels: Vec<String>, caps: Vec<(String, u6
     }
 }
 
-/// PUTs a change to `/api/v1/pools/{pool}/{what}`; reloads the page when it is saved, says
-/// why when it is not (with the other change when it was stale).
-fn save(target: EditTarget, what: &'static str, body: serde_json::Value, message: RwSignal<Option<String>>, busy: RwSignal<bool>) {
+/// What a pool form sends: its method and path under `/api/v1/pools/{pool}/`.
+#[derive(Debug, Clone, Copy)]
+pub struct Change {
+    pub method: &'static str,
+    pub what: &'static str,
+}
+
+/// The submit step every pool form shares: the form's checked fields (or why they are not
+/// valid), the required reason and the version edited are sent as one change; the page
+/// reloads when it is saved, and `message` says why when it is not (with the change that
+/// came in between when the edit was stale).
+pub fn submit_change(
+    target: &EditTarget,
+    change: Change,
+    fields: Result<serde_json::Map<String, serde_json::Value>, String>,
+    reason: RwSignal<String>,
+    message: RwSignal<Option<String>>,
+    busy: RwSignal<bool>,
+) {
+    let mut body = match fields {
+        Ok(fields) => fields,
+        Err(e) => {
+            message.set(Some(format!("Not saved: {e}.")));
+            return;
+        }
+    };
+    let why = match required_reason(reason) {
+        Ok(why) => why,
+        Err(e) => {
+            message.set(Some(e));
+            return;
+        }
+    };
+    body.insert("reason".into(), why.into());
+    body.insert("expected_version".into(), target.version.into());
+    busy.set(true);
+    message.set(None);
+    let (_target, _body) = (target.clone(), serde_json::Value::Object(body));
     #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(async move {
-        let url = format!("/api/v1/pools/{}/{what}", target.pool);
-        match crate::api::rest::send("PUT", &url, &target.csrf, &body).await {
+        let url = format!("/api/v1/pools/{}/{}", _target.pool, change.what);
+        match crate::api::rest::send(change.method, &url, &_target.csrf, &_body).await {
             Ok(_) => {
                 let _ = window().location().reload();
             }
             Err(refusal) => {
                 let text = match refusal.conflict_version() {
-                    Some(now) => crate::api::rest::pool_conflict(&target.pool, target.version, now).await,
+                    Some(now) => crate::api::rest::pool_conflict(&_target.pool, _target.version, now).await,
                     None => format!("Not saved: {}", refusal.message()),
                 };
                 message.set(Some(text));
@@ -349,5 +350,12 @@ fn save(target: EditTarget, what: &'static str, body: serde_json::Value, message
         }
     });
     #[cfg(not(feature = "hydrate"))]
-    let _ = (target, what, body, message, busy);
+    let _ = (change.method, change.what);
+}
+
+/// One field as the body's only member.
+fn fields_of(name: &str, value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = serde_json::Map::new();
+    fields.insert(name.to_owned(), value);
+    fields
 }

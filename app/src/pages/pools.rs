@@ -9,9 +9,9 @@ use engine::preview::{preview, MemberPreview, OrderingPreview, PREVIEW_WINDOW};
 use engine::{BatchSize, Ordering, WeightError, Weights};
 
 use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, SessionInfo, WeightEntry};
-use crate::components::form::{required_reason, ReasonField};
+use crate::components::form::ReasonField;
 use crate::components::layout::CurrentSession;
-use crate::pages::pool_limits::{CapsForm, EditTarget, LimitsTable, PeakWindowsForm};
+use crate::pages::pool_limits::{submit_change, CapsForm, Change, EditTarget, LimitsTable, PeakWindowsForm};
 
 /// Every pool.
 #[component]
@@ -210,44 +210,14 @@ fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, o
     let version = target.version;
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let weights = match parsed.get_untracked() {
-            Ok(w) => w,
-            Err(e) => {
-                message.set(Some(format!("Not saved: {e}.")));
-                return;
-            }
-        };
-        let why = match required_reason(reason) {
-            Ok(why) => why,
-            Err(e) => {
-                message.set(Some(e));
-                return;
-            }
-        };
-        let entries: Vec<serde_json::Value> = weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
-        let body = serde_json::json!({"weights": entries, "mode": mode.get_untracked(), "reason": why, "expected_version": version});
-        busy.set(true);
-        message.set(None);
-        let _target = target.clone();
-        #[cfg(feature = "hydrate")]
-        leptos::task::spawn_local(async move {
-            let url = format!("/api/v1/pools/{}/weights", _target.pool);
-            match crate::api::rest::send("POST", &url, &_target.csrf, &body).await {
-                Ok(_) => {
-                    let _ = window().location().reload();
-                }
-                Err(refusal) => {
-                    let text = match refusal.conflict_version() {
-                        Some(now) => crate::api::rest::pool_conflict(&_target.pool, version, now).await,
-                        None => format!("Not saved: {}", refusal.message()),
-                    };
-                    message.set(Some(text));
-                    busy.set(false);
-                }
-            }
+        let fields = parsed.get_untracked().map_err(|e| e.to_string()).map(|weights| {
+            let entries: Vec<serde_json::Value> = weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
+            let mut fields = serde_json::Map::new();
+            fields.insert("weights".into(), entries.into());
+            fields.insert("mode".into(), mode.get_untracked().into());
+            fields
         });
-        #[cfg(not(feature = "hydrate"))]
-        let _ = body;
+        submit_change(&target, Change { method: "POST", what: "weights" }, fields, reason, message, busy);
     };
     let current_for_rows = current.clone();
     view! {
