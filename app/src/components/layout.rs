@@ -39,31 +39,20 @@ pub fn Layout(children: Children) -> impl IntoView {
     view! {
         <header class="topbar">
             <a class="brand" href="/">"Tessera"</a>
-            <nav aria-label="Main">
-                <A href="/" exact=true>"Dashboard"</A>
-                <A href="/pools">"Pools"</A>
-                <A href="/channels">"Channels"</A>
-                <A href="/tenants">"Tenants"</A>
-                <A href="/audit">"Audit"</A>
-                // Only admins manage users and tokens; others are not offered the page.
-                <Suspense fallback=|| ()>
-                    {move || Suspend::new(async move {
-                        let admin = session.await.ok().flatten().is_some_and(|s| s.may_manage_access);
-                        admin.then(|| view! { <A href="/users">"Users"</A> })
-                    })}
-                </Suspense>
-            </nav>
-            <Suspense fallback=|| ()>
+            // One boundary for all that depends on the session: a second boundary awaiting
+            // the same blocking resource now and then hung a streamed page (the 404 page).
+            <Suspense fallback=|| view! { <Nav admin=false/> }>
                 {move || Suspend::new(async move {
                     let on_login = location.pathname.get_untracked() == LOGIN_PATH;
                     match session.await {
-                        Ok(Some(s)) => view! { <SignedIn session=s/> }.into_any(),
+                        Ok(Some(s)) => view! { <Nav admin=s.may_manage_access/> <SignedIn session=s/> }.into_any(),
                         Ok(None) if !on_login => {
                             to_login();
-                            ().into_any()
+                            view! { <Nav admin=false/> }.into_any()
                         }
-                        Ok(None) => ().into_any(),
+                        Ok(None) => view! { <Nav admin=false/> }.into_any(),
                         Err(e) => view! {
+                            <Nav admin=false/>
                             <p class="who error" role="alert">"Could not check the session: " {e.to_string()}</p>
                         }.into_any(),
                     }
@@ -71,6 +60,21 @@ pub fn Layout(children: Children) -> impl IntoView {
             </Suspense>
         </header>
         <main class="content">{children()}</main>
+    }
+}
+
+/// The main navigation; only admins are offered the users and tokens page.
+#[component]
+fn Nav(admin: bool) -> impl IntoView {
+    view! {
+        <nav aria-label="Main">
+            <A href="/" exact=true>"Dashboard"</A>
+            <A href="/pools">"Pools"</A>
+            <A href="/channels">"Channels"</A>
+            <A href="/tenants">"Tenants"</A>
+            <A href="/audit">"Audit"</A>
+            {admin.then(|| view! { <A href="/users">"Users"</A> })}
+        </nav>
     }
 }
 
