@@ -42,10 +42,7 @@ impl Clock {
     pub(crate) fn guess(&self) -> DateTime<Utc> {
         match self {
             Self::Redis => Utc::now(),
-            Self::Manual(ms) => Utc
-                .timestamp_millis_opt(ms.load(Ordering::SeqCst))
-                .single()
-                .unwrap_or_else(Utc::now),
+            Self::Manual(ms) => Utc.timestamp_millis_opt(ms.load(Ordering::SeqCst)).single().unwrap_or_else(Utc::now),
         }
     }
 }

@@ -15,20 +15,14 @@ pub struct RedisTimeouts {
 
 impl Default for RedisTimeouts {
     fn default() -> Self {
-        Self {
-            connect: Duration::from_millis(1000),
-            response: Duration::from_millis(1000),
-        }
+        Self { connect: Duration::from_millis(1000), response: Duration::from_millis(1000) }
     }
 }
 
 /// Opens a [`ConnectionManager`]: one multiplexed connection shared by all callers, which
 /// reconnects in the background after Redis restarts. Fails when Redis does not answer:
 /// two attempts of at most `timeouts.connect` each, with a short back-off between them.
-pub async fn connect(
-    client: &redis::Client,
-    timeouts: RedisTimeouts,
-) -> redis::RedisResult<ConnectionManager> {
+pub async fn connect(client: &redis::Client, timeouts: RedisTimeouts) -> redis::RedisResult<ConnectionManager> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(timeouts.connect)
         .set_response_timeout(timeouts.response)

@@ -122,7 +122,9 @@ impl OutcomeCounts {
     /// Checks the rules above; a refusal names the field and the rule.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         let Self { ok, fail, latency_ms_sum, latency_count } = *self;
-        for (field, value) in [("ok", ok), ("fail", fail), ("latency_ms_sum", latency_ms_sum), ("latency_count", latency_count)] {
+        for (field, value) in
+            [("ok", ok), ("fail", fail), ("latency_ms_sum", latency_ms_sum), ("latency_count", latency_count)]
+        {
             if value > MAX_COUNT {
                 return Err(InvalidInput::new(field, format!("must be at most {MAX_COUNT}, got {value}")));
             }
@@ -292,7 +294,12 @@ impl Outcomes {
     }
 
     /// Reports one call through `channel`. Returns the minute it was counted in.
-    pub async fn record(&self, channel: &ChannelCode, success: bool, latency: Option<Duration>) -> Result<i64, OutcomeError> {
+    pub async fn record(
+        &self,
+        channel: &ChannelCode,
+        success: bool,
+        latency: Option<Duration>,
+    ) -> Result<i64, OutcomeError> {
         self.record_counts(channel, &OutcomeCounts::one(success, latency)).await
     }
 
@@ -442,7 +449,12 @@ impl Outcomes {
     /// without any report are **omitted** (so are minutes already expired or pruned); an
     /// empty range (`from_minute > to_minute`) is empty without asking Redis. One `HGETALL`.
     #[tracing::instrument(skip_all, fields(channel = %channel, from_minute, to_minute), err)]
-    pub async fn window(&self, channel: &ChannelCode, from_minute: i64, to_minute: i64) -> Result<Vec<MinuteCounts>, OutcomeError> {
+    pub async fn window(
+        &self,
+        channel: &ChannelCode,
+        from_minute: i64,
+        to_minute: i64,
+    ) -> Result<Vec<MinuteCounts>, OutcomeError> {
         if from_minute > to_minute {
             return Ok(Vec::new());
         }

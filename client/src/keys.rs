@@ -34,10 +34,7 @@ impl KeyPrefix {
         if raw.len() > MAX_PREFIX_LEN {
             return Err(KeyPrefixError::TooLong(raw.len()));
         }
-        if let Some(bad) = raw
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-        {
+        if let Some(bad) = raw.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
             return Err(KeyPrefixError::BadCharacter(bad));
         }
         Ok(Self(raw.to_owned()))
@@ -205,10 +202,7 @@ mod tests {
         assert_eq!(KeyPrefix::parse("a{b"), Err(KeyPrefixError::BadCharacter('{')));
         assert_eq!(KeyPrefix::parse("a:b"), Err(KeyPrefixError::BadCharacter(':')));
         assert_eq!(KeyPrefix::parse(""), Err(KeyPrefixError::Empty));
-        assert_eq!(
-            KeyPrefix::parse(&"x".repeat(49)),
-            Err(KeyPrefixError::TooLong(49))
-        );
+        assert_eq!(KeyPrefix::parse(&"x".repeat(49)), Err(KeyPrefixError::TooLong(49)));
     }
 
     #[test]

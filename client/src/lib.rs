@@ -29,10 +29,10 @@ pub mod scripts;
 pub use clock::{Clock, Period};
 pub use connection::{connect, is_unreachable, RedisHandle, RedisTimeouts};
 pub use health::Outcomes;
+pub use keys::{KeyPrefix, KeyPrefixError, Keys};
 pub use metrics::{OutcomeMetrics, PoolMetrics, QuotaMetrics};
 pub use pool::{PoolAdmin, Pools};
 pub use quota::Quotas;
-pub use keys::{KeyPrefix, KeyPrefixError, Keys};
 
 /// A seed for the client's random orderings and names, from the process's hash keys and
 /// the time (the `rand` thread RNG feature is not enabled in this crate).
@@ -40,9 +40,7 @@ pub(crate) fn fresh_seed() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
     RandomState::new().hash_one((nanos, COUNTER.fetch_add(1, Ordering::Relaxed), std::process::id()))
 }

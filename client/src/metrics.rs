@@ -121,7 +121,10 @@ impl OutcomeMetrics {
             &["result"],
         )?;
         let dropped = IntCounterVec::new(
-            Opts::new("tessera_health_reports_dropped_total", "Outcome reports lost because Redis did not take them, by reason"),
+            Opts::new(
+                "tessera_health_reports_dropped_total",
+                "Outcome reports lost because Redis did not take them, by reason",
+            ),
             &["reason"],
         )?;
         registry.register(Box::new(recorded.clone()))?;

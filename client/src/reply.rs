@@ -37,7 +37,9 @@ impl<'a> Fields<'a> {
     pub(crate) fn int(&self, i: usize) -> Result<i64, ReplyError> {
         match self.get(i)? {
             Value::Int(n) => Ok(*n),
-            Value::BulkString(_) | Value::SimpleString(_) => self.str(i)?.parse().map_err(|_| self.bad(i, "not an integer")),
+            Value::BulkString(_) | Value::SimpleString(_) => {
+                self.str(i)?.parse().map_err(|_| self.bad(i, "not an integer"))
+            }
             _ => Err(self.bad(i, "not an integer")),
         }
     }

@@ -195,8 +195,11 @@ async fn record_many_counts_every_report_in_its_channel_and_returns_each_minute(
     let h = harness(Clock::manual(noon()));
     let m = minute_of(noon());
     let codes = ["A", "B", "C", "D", "E"];
-    let mut reports: Vec<(ChannelCode, OutcomeCounts)> =
-        codes.iter().enumerate().map(|(i, c)| (channel(c), counts(i as u64 + 1, 1, 10 * (i as u64 + 2), i as u64 + 2))).collect();
+    let mut reports: Vec<(ChannelCode, OutcomeCounts)> = codes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (channel(c), counts(i as u64 + 1, 1, 10 * (i as u64 + 2), i as u64 + 2)))
+        .collect();
     reports.push((channel("A"), counts(100, 0, 0, 0)));
 
     // Act
@@ -209,7 +212,11 @@ async fn record_many_counts_every_report_in_its_channel_and_returns_each_minute(
     assert_eq!(h.outcomes.window(&channel("A"), m, m).await.unwrap(), vec![minute(m, 101, 1, 20, 2)]);
     for (i, c) in codes.iter().enumerate().skip(1) {
         let i = i as u64;
-        assert_eq!(h.outcomes.window(&channel(c), m, m).await.unwrap(), vec![minute(m, i + 1, 1, 10 * (i + 2), i + 2)], "{c}");
+        assert_eq!(
+            h.outcomes.window(&channel(c), m, m).await.unwrap(),
+            vec![minute(m, i + 1, 1, 10 * (i + 2), i + 2)],
+            "{c}"
+        );
     }
     assert_eq!((h.recorded("ok"), h.recorded("fail")), (115, 5));
 }

@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
 use client::pool::{Draw, DrawSource, PoolError, PoolKind, PoolName, PoolSnapshot, RefillOutcome};
 use client::{Clock, Keys, PoolAdmin, Pools, RedisHandle, RedisTimeouts};
 use engine::hashing::HashRing;
 use engine::metrics::Metrics;
 use engine::{Apportioner, BatchSize, Ordering, Weights};
+use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -250,7 +250,8 @@ async fn sixty_four_concurrent_draws_through_one_client_share_script_calls_and_t
     in_redis.extend(lrange(&h.keys().pool_standby(p.as_str())));
     assert_eq!(in_redis.len(), 200);
     let registry = prometheus::Registry::new();
-    let seconds = prometheus::HistogramVec::new(prometheus::HistogramOpts::new("script_seconds", "test"), &["script"]).unwrap();
+    let seconds =
+        prometheus::HistogramVec::new(prometheus::HistogramOpts::new("script_seconds", "test"), &["script"]).unwrap();
     let metrics = client::PoolMetrics::register(&registry, seconds.clone()).unwrap();
     let pools = Pools::new(handle(&redis_url()), h.keys().clone(), h.clock.clone(), HashMap::new(), Some(metrics));
 
@@ -282,7 +283,8 @@ async fn sixty_four_concurrent_draws_through_one_client_share_script_calls_and_t
     assert_eq!(tally(&members), expected(&[("A", 90), ("B", 60), ("C", 50)]));
     assert_eq!(h.admin.length(&p).await.unwrap() + llen(&h.keys().pool_standby(p.as_str())), 0);
     assert_eq!(hits(&h, &p, "2030-03-15"), expected(&[("A", 90), ("B", 60), ("C", 50)]));
-    let ttl: i64 = redis::cmd("PTTL").arg(h.keys().pool_hits(p.as_str(), "2030-03-15")).query(&mut raw_connection()).unwrap();
+    let ttl: i64 =
+        redis::cmd("PTTL").arg(h.keys().pool_hits(p.as_str(), "2030-03-15")).query(&mut raw_connection()).unwrap();
     assert!(ttl > 0, "the day's hits expire (48 h after the day by the script's clock): {ttl}");
     let calls = seconds.with_label_values(&["draw_ticket"]).get_sample_count();
     assert!(calls < 200, "200 draws took {calls} script calls: none were shared");
@@ -291,7 +293,12 @@ async fn sixty_four_concurrent_draws_through_one_client_share_script_calls_and_t
     keep_filled(&h.admin, &p).await;
     pools.set_coalescing(1);
     let before = seconds.with_label_values(&["draw_ticket"]).get_sample_count();
-    let tasks: Vec<_> = (0..8).map(|_| { let (pools, p) = (pools.clone(), p.clone()); tokio::spawn(async move { pools.draw(&p).await.expect("a draw") }) }).collect();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (pools, p) = (pools.clone(), p.clone());
+            tokio::spawn(async move { pools.draw(&p).await.expect("a draw") })
+        })
+        .collect();
     for task in tasks {
         assert_eq!(task.await.unwrap().source, DrawSource::Redis);
     }
@@ -317,7 +324,12 @@ async fn coalesced_draws_that_outrun_the_tickets_fall_back_one_by_one_and_skip_e
     h.admin.eject(&p, "B").await.expect("eject B");
 
     // Act: 32 concurrent draws against 20 tickets, 5 of them B's
-    let tasks: Vec<_> = (0..32).map(|_| { let (pools, p) = (pools.clone(), p.clone()); tokio::spawn(async move { pools.draw(&p).await }) }).collect();
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (pools, p) = (pools.clone(), p.clone());
+            tokio::spawn(async move { pools.draw(&p).await })
+        })
+        .collect();
     let mut draws = Vec::new();
     for task in tasks {
         draws.push(task.await.unwrap().expect("every draw is served by some level"));
@@ -340,7 +352,8 @@ async fn fifty_concurrent_refillers_at_low_water_add_exactly_one_batch() {
     keep_filled(&h.admin, &p).await;
     draw_n(&h, &p, 81).await;
     let before = h.admin.length(&p).await.unwrap();
-    let seq_before: u64 = redis::cmd("HGET").arg(h.keys().pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
+    let seq_before: u64 =
+        redis::cmd("HGET").arg(h.keys().pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
     assert_eq!(before, 19);
     assert!(h.admin.refill_flagged(&p).await.unwrap());
 
@@ -362,10 +375,13 @@ async fn fifty_concurrent_refillers_at_low_water_add_exactly_one_batch() {
     let added: Vec<_> = outcomes.iter().filter(|o| matches!(o, RefillOutcome::Added { .. })).collect();
     assert_eq!(added.len(), 1, "{outcomes:?}");
     assert!(matches!(added[0], RefillOutcome::Added { mode: "append", tickets: 100, .. }), "{:?}", added[0]);
-    assert!(outcomes.iter().all(|o| matches!(o, RefillOutcome::Added { .. } | RefillOutcome::Raced | RefillOutcome::NotNeeded)));
+    assert!(outcomes
+        .iter()
+        .all(|o| matches!(o, RefillOutcome::Added { .. } | RefillOutcome::Raced | RefillOutcome::NotNeeded)));
     assert_eq!(h.admin.length(&p).await.unwrap(), before + 100);
     assert_eq!(llen(&h.keys().pool_standby(p.as_str())), 100, "a standby batch is still ready");
-    let seq_after: u64 = redis::cmd("HGET").arg(h.keys().pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
+    let seq_after: u64 =
+        redis::cmd("HGET").arg(h.keys().pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
     assert_eq!(seq_after, seq_before + 1);
     assert!(!h.admin.refill_flagged(&p).await.unwrap());
     assert_eq!(h.admin.refill(&p).await.unwrap(), RefillOutcome::NotNeeded);
@@ -447,7 +463,12 @@ async fn every_seam_is_guarded_also_when_a_standby_batch_is_promoted_after_an_ap
         assert_eq!(tally(batch), expected(&[("A", 10), ("B", 6), ("C", 4)]), "batch {k}");
     }
     let continued: Vec<usize> = (1..seq.len() / 20).map(|k| k * 20).filter(|&i| seq[i] == seq[i - 1]).collect();
-    assert!(continued.is_empty(), "{} of {} seams continue a run, at draws {continued:?}", continued.len(), seq.len() / 20 - 1);
+    assert!(
+        continued.is_empty(),
+        "{} of {} seams continue a run, at draws {continued:?}",
+        continued.len(),
+        seq.len() / 20 - 1
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -557,7 +578,8 @@ async fn draws_count_in_the_pools_local_day_across_midnight_and_the_days_hits_ex
     let h = harness(Clock::manual(at("2030-03-15T15:59:00Z")));
     let p = pool("sg-pay");
     publish(&h, &p, &snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth)).await;
-    let state: BTreeMap<String, String> = redis::cmd("HGETALL").arg(h.keys().pool_state(p.as_str())).query(&mut raw_connection()).unwrap();
+    let state: BTreeMap<String, String> =
+        redis::cmd("HGETALL").arg(h.keys().pool_state(p.as_str())).query(&mut raw_connection()).unwrap();
 
     // Act: three draws at 23:59:59 and two at 00:00:01, no rotation in between
     h.clock.set(at("2030-03-15T15:59:59Z"));
@@ -602,7 +624,10 @@ async fn a_capped_member_stops_at_exactly_its_cap_for_the_day_and_is_drawable_ag
     // Arrange: C would get 20 of every 100 tickets; its cap is 7 a day
     let h = harness(Clock::manual(noon()));
     let p = pool("cn-pay");
-    let s = PoolSnapshot { caps: BTreeMap::from([("C".to_owned(), 7)]), ..snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth) };
+    let s = PoolSnapshot {
+        caps: BTreeMap::from([("C".to_owned(), 7)]),
+        ..snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth)
+    };
     publish(&h, &p, &s).await;
 
     // Act
@@ -930,7 +955,11 @@ async fn a_tiers_pool_draws_a_tier_then_a_channel_of_it_in_one_call_and_maps_a_t
         let expected_tier = if member.starts_with('G') { "G" } else { "N" };
         assert_eq!(tier, expected_tier, "{member} served as tier {tier}");
     }
-    assert_eq!(llen(&h.keys().pool_tier_tickets(p.as_str(), "U")), 0, "a tier with every channel ejected is not refilled");
+    assert_eq!(
+        llen(&h.keys().pool_tier_tickets(p.as_str(), "U")),
+        0,
+        "a tier with every channel ejected is not refilled"
+    );
 }
 
 #[tokio::test]

@@ -13,7 +13,6 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
-use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
 use client::quota::{
     Dimension, FallbackPolicy, Grant, GrantId, GrantKind, Part, QuotaError, QuotaUsage, Refusal, ReleaseOutcome,
     RequestId, Reservation, ReservationState, ReserveOutcome, SettleOutcome, Source, SweepOutcome, TenantId,
@@ -23,6 +22,7 @@ use client::{Clock, Keys, Period, Quotas, RedisHandle, RedisTimeouts};
 use engine::quota::{Bucket, BucketKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -140,11 +140,7 @@ async fn reserve_concurrently(h: &Harness, t: &TenantId, n: usize, each: u64) ->
             tokio::spawn(async move { quotas.reserve(&t, &rid(&format!("req-{i}")), tokens(each)).await })
         })
         .collect();
-    futures::future::join_all(tasks)
-        .await
-        .into_iter()
-        .map(|joined| joined.expect("task").expect("reserve"))
-        .collect()
+    futures::future::join_all(tasks).await.into_iter().map(|joined| joined.expect("task").expect("reserve")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -158,7 +154,8 @@ async fn sixty_four_concurrent_reserves_admit_exactly_what_the_plan_holds() {
     let outcomes = reserve_concurrently(&h, &t, 64, 10).await;
 
     // Assert
-    let (admitted, refusals): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(|o| matches!(o, ReserveOutcome::Reserved(_)));
+    let (admitted, refusals): (Vec<_>, Vec<_>) =
+        outcomes.into_iter().partition(|o| matches!(o, ReserveOutcome::Reserved(_)));
     assert_eq!(admitted.len(), 25);
     assert_eq!(refusals.len(), 39);
     for o in admitted {
@@ -245,7 +242,8 @@ async fn concurrent_pairs_through_one_client_share_script_calls_and_the_ledger_b
     assert_eq!(same.iter().filter(|r| !r.replayed).count(), 1, "{same:?}");
     assert!(same.iter().all(|r| r.tokens == 7 && r.deadline_ms == same[0].deadline_ms));
     // Fewer script calls than operations: they were shared.
-    let calls = seconds.with_label_values(&["reserve_quota"]).get_sample_count() + seconds.with_label_values(&["settle_quota"]).get_sample_count();
+    let calls = seconds.with_label_values(&["reserve_quota"]).get_sample_count()
+        + seconds.with_label_values(&["settle_quota"]).get_sample_count();
     assert!(calls < 1288, "1288 operations took {calls} script calls: none were shared");
 
     // With coalescing off, every operation is its own call.
@@ -610,7 +608,8 @@ async fn the_scripts_pay_and_charge_exactly_as_the_engine_plans_for_random_bucke
         let monthly = rng.random_range(0..=500u64);
         buckets.push(Bucket { id: "plan".into(), kind: BucketKind::Plan, left: monthly as i64, expires_at: None });
         let available = engine::quota::available(&buckets, noon());
-        let limit = monthly + grants.iter().filter(|g| g.expires_at.is_none_or(|e| e > noon())).map(|g| g.amount.get()).sum::<u64>();
+        let limit = monthly
+            + grants.iter().filter(|g| g.expires_at.is_none_or(|e| e > noon())).map(|g| g.amount.get()).sum::<u64>();
         let cost = rng.random_range(1..=available + 50);
         let actual = rng.random_range(0..=cost * 2);
         publish(&h, &t, &TenantQuota { grants, ..plan(monthly) }).await;
@@ -754,7 +753,10 @@ async fn a_new_month_refills_the_plan_and_a_reservation_of_the_old_month_is_char
     assert_eq!(december.available, 100);
     assert_eq!((bucket(&december, "plan").used, bucket(&december, "plan").reserved), (0, 0));
     assert_eq!((december.leases, december.requests_today), (1, 0));
-    assert!(matches!(settled, SettleOutcome::Settled { reserved: 30, actual: 30, overdraft: 0, late: false, ref charged, .. } if *charged == parts(&[("plan", 30)])), "{settled:?}");
+    assert!(
+        matches!(settled, SettleOutcome::Settled { reserved: 30, actual: 30, overdraft: 0, late: false, ref charged, .. } if *charged == parts(&[("plan", 30)])),
+        "{settled:?}"
+    );
     assert_eq!((after.available, bucket(&after, "plan").used, after.leases), (100, 0, 0));
 
     let mut conn = raw_connection();
@@ -801,7 +803,10 @@ async fn the_largest_amount_round_trips_through_the_scripts_exactly() {
 
     // Assert
     assert_eq!(r.parts, parts(&[("plan", max - 1)]));
-    assert!(matches!(settled, SettleOutcome::Settled { overdraft: 1, ref charged, .. } if *charged == parts(&[("plan", max)])), "{settled:?}");
+    assert!(
+        matches!(settled, SettleOutcome::Settled { overdraft: 1, ref charged, .. } if *charged == parts(&[("plan", max)])),
+        "{settled:?}"
+    );
     let usage = h.quotas.usage(&t).await.unwrap();
     assert_eq!((bucket(&usage, "plan").used, usage.available), (max, 0));
 }
@@ -903,12 +908,12 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
 
     // Assert: what was decided without Redis
     let first = reserved(first);
-    assert_eq!((first.tokens, first.source, first.state, first.replayed), (60, Source::Fallback, ReservationState::Open, false));
-    assert_eq!(refused(second), Refusal { dimension: Dimension::FallbackAllowance, available: 40, limit: 100 });
-    assert!(
-        matches!(refused_closed, Err(QuotaError::Unavailable { policy: "fail_closed", .. })),
-        "{refused_closed:?}"
+    assert_eq!(
+        (first.tokens, first.source, first.state, first.replayed),
+        (60, Source::Fallback, ReservationState::Open, false)
     );
+    assert_eq!(refused(second), Refusal { dimension: Dimension::FallbackAllowance, available: 40, limit: 100 });
+    assert!(matches!(refused_closed, Err(QuotaError::Unavailable { policy: "fail_closed", .. })), "{refused_closed:?}");
     assert_eq!(
         settled,
         SettleOutcome::Settled {
@@ -967,8 +972,10 @@ async fn an_overdraft_settled_in_a_new_month_gives_that_months_counters_their_ex
     // plus the retention; December's keeps its own.
     assert!(matches!(settled, SettleOutcome::Settled { overdraft: 50, .. }), "{settled:?}");
     let mut conn = raw_connection();
-    let january: i64 = redis::cmd("PEXPIRETIME").arg(h.keys().quota_period("turn", "2031-01")).query(&mut conn).unwrap();
-    let december: i64 = redis::cmd("PEXPIRETIME").arg(h.keys().quota_period("turn", "2030-12")).query(&mut conn).unwrap();
+    let january: i64 =
+        redis::cmd("PEXPIRETIME").arg(h.keys().quota_period("turn", "2031-01")).query(&mut conn).unwrap();
+    let december: i64 =
+        redis::cmd("PEXPIRETIME").arg(h.keys().quota_period("turn", "2030-12")).query(&mut conn).unwrap();
     assert_eq!(january, at("2031-03-03T00:00:00Z").timestamp_millis()); // Feb 1 + 30 days
     assert_eq!(december, at("2031-01-31T00:00:00Z").timestamp_millis()); // Jan 1 + 30 days
 }

@@ -38,11 +38,7 @@ pub enum ApportionerError {
     #[error("the snapshot has {carries} carries for {members} members; there must be one per member")]
     CarryCountMismatch { carries: usize, members: usize },
     #[error("carry {carry} of member `{member}` is outside (−{total}, {total}): carries stay below one ticket")]
-    CarryOutOfRange {
-        member: String,
-        carry: i64,
-        total: u64,
-    },
+    CarryOutOfRange { member: String, carry: i64, total: u64 },
     #[error("carry of zero-weight member `{member}` is {carry}; it must be 0")]
     ZeroWeightCarry { member: String, carry: i64 },
     #[error("carries sum to {sum}, not 0: the snapshot is inconsistent")]
@@ -70,44 +66,28 @@ impl TryFrom<ApportionerSnapshot> for Apportioner {
     type Error = ApportionerError;
     fn try_from(s: ApportionerSnapshot) -> Result<Self, Self::Error> {
         if s.carries.len() != s.weights.len() {
-            return Err(ApportionerError::CarryCountMismatch {
-                carries: s.carries.len(),
-                members: s.weights.len(),
-            });
+            return Err(ApportionerError::CarryCountMismatch { carries: s.carries.len(), members: s.weights.len() });
         }
         let total = s.weights.total();
         for (i, &carry) in s.carries.iter().enumerate() {
             if carry.unsigned_abs() >= total {
-                return Err(ApportionerError::CarryOutOfRange {
-                    member: s.weights.name(i).to_owned(),
-                    carry,
-                    total,
-                });
+                return Err(ApportionerError::CarryOutOfRange { member: s.weights.name(i).to_owned(), carry, total });
             }
             if s.weights.weight(i) == 0 && carry != 0 {
-                return Err(ApportionerError::ZeroWeightCarry {
-                    member: s.weights.name(i).to_owned(),
-                    carry,
-                });
+                return Err(ApportionerError::ZeroWeightCarry { member: s.weights.name(i).to_owned(), carry });
             }
         }
         let sum: i64 = s.carries.iter().sum();
         if sum != 0 {
             return Err(ApportionerError::CarriesDoNotSumToZero { sum });
         }
-        Ok(Apportioner {
-            weights: s.weights,
-            carries: s.carries,
-        })
+        Ok(Apportioner { weights: s.weights, carries: s.carries })
     }
 }
 
 impl From<Apportioner> for ApportionerSnapshot {
     fn from(a: Apportioner) -> Self {
-        ApportionerSnapshot {
-            weights: a.weights,
-            carries: a.carries,
-        }
+        ApportionerSnapshot { weights: a.weights, carries: a.carries }
     }
 }
 

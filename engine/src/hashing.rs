@@ -88,11 +88,7 @@ impl HashRing {
             }
         }
         points.sort_unstable();
-        Self {
-            members: weights.members().to_vec(),
-            scale,
-            points,
-        }
+        Self { members: weights.members().to_vec(), scale, points }
     }
 
     /// Number of points on the ring.

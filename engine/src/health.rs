@@ -65,7 +65,13 @@ pub struct PolicyError {
 impl Policy {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        let check = |ok: bool, field: &'static str, rule: &'static str| if ok { Ok(()) } else { Err(PolicyError { field, rule }) };
+        let check = |ok: bool, field: &'static str, rule: &'static str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(PolicyError { field, rule })
+            }
+        };
         check((1..=60).contains(&self.window_minutes), "window_minutes", "must be in 1..=60")?;
         check(self.min_volume >= 1, "min_volume", "must be at least 1")?;
         check((0.0..=1.0).contains(&self.min_success_rate), "min_success_rate", "must be in 0..=1")?;
@@ -226,7 +232,9 @@ pub enum Change {
 /// decided before it, so the cap holds across the pool.
 pub fn evaluate_pool(inputs: &[Input], policy: &Policy, now: i64) -> Vec<Outcome> {
     let total: u64 = inputs.iter().map(|i| i.base_weight).sum();
-    let out = |i: &Input, m: &Member| i.ejected_otherwise || i.pin == Some(Pin::Ejected) || (i.pin.is_none() && m.state == State::Ejected);
+    let out = |i: &Input, m: &Member| {
+        i.ejected_otherwise || i.pin == Some(Pin::Ejected) || (i.pin.is_none() && m.state == State::Ejected)
+    };
     let mut ejected_weight: u64 = inputs.iter().filter(|i| out(i, &i.member)).map(|i| i.base_weight).sum();
     let mut outcomes = Vec::with_capacity(inputs.len());
     for input in inputs {
@@ -266,7 +274,14 @@ fn step(input: &Input, policy: &Policy, now: i64, may_eject: &dyn Fn(u64) -> boo
     Outcome { member: m, verdict, change }
 }
 
-fn transition(m: &mut Member, verdict: Verdict, base: u64, policy: &Policy, now: i64, may_eject: &dyn Fn(u64) -> bool) -> Option<Change> {
+fn transition(
+    m: &mut Member,
+    verdict: Verdict,
+    base: u64,
+    policy: &Policy,
+    now: i64,
+    may_eject: &dyn Fn(u64) -> bool,
+) -> Option<Change> {
     if verdict == Verdict::Failing {
         m.last_failure_at = Some(now);
         if m.state == State::Ejected {
@@ -299,7 +314,14 @@ fn transition(m: &mut Member, verdict: Verdict, base: u64, policy: &Policy, now:
         State::Healthy => None,
         State::Decaying | State::Ejected if quiet => {
             let from = if m.state == State::Ejected { policy.eject_below } else { m.factor };
-            *m = Member { state: State::Recovering, factor: from, cap_bound: false, recovering_since: Some(now), recovering_from: Some(from), ..*m };
+            *m = Member {
+                state: State::Recovering,
+                factor: from,
+                cap_bound: false,
+                recovering_since: Some(now),
+                recovering_from: Some(from),
+                ..*m
+            };
             Some(Change::RecoveryStarted)
         }
         State::Decaying | State::Ejected => None,
@@ -385,7 +407,13 @@ mod tests {
     fn one(member: Member, window: Window, now: i64) -> Outcome {
         let input = Input { base_weight: 10, member, window, pin: None, ejected_otherwise: false };
         // A pool where this member is a small share, so the cap never binds.
-        let others = Input { base_weight: 90, member: Member::default(), window: passing(), pin: None, ejected_otherwise: false };
+        let others = Input {
+            base_weight: 90,
+            member: Member::default(),
+            window: passing(),
+            pin: None,
+            ejected_otherwise: false,
+        };
         evaluate_pool(&[input, others], &Policy::default(), now)[0]
     }
 
@@ -419,21 +447,47 @@ mod tests {
     #[test]
     fn recovery_ramps_linearly_and_a_relapse_decays_again() {
         let p = Policy::default();
-        let ejected = Member { state: State::Ejected, factor: 0.0, last_failure_at: Some(0), last_decay_at: Some(0), ..Member::default() };
+        let ejected = Member {
+            state: State::Ejected,
+            factor: 0.0,
+            last_failure_at: Some(0),
+            last_decay_at: Some(0),
+            ..Member::default()
+        };
         // Before the quiet period: still ejected.
         assert_eq!(one(ejected, Window::default(), p.quiet_ms - 1).member.state, State::Ejected);
         let start = one(ejected, Window::default(), p.quiet_ms);
-        assert_eq!((start.member.state, start.member.factor, start.change), (State::Recovering, p.eject_below, Some(Change::RecoveryStarted)));
+        assert_eq!(
+            (start.member.state, start.member.factor, start.change),
+            (State::Recovering, p.eject_below, Some(Change::RecoveryStarted))
+        );
         let half = one(start.member, passing(), p.quiet_ms + p.slow_start_ms / 2);
         assert!((half.member.factor - (p.eject_below + (1.0 - p.eject_below) / 2.0)).abs() < 1e-9, "{half:?}");
         let done = one(half.member, passing(), p.quiet_ms + p.slow_start_ms);
-        assert_eq!((done.member.state, done.member.factor, done.change), (State::Healthy, 1.0, Some(Change::Recovered)));
+        assert_eq!(
+            (done.member.state, done.member.factor, done.change),
+            (State::Healthy, 1.0, Some(Change::Recovered))
+        );
         // A relapse halfway through recovery (even inside a cool-down): decaying from
         // where the ramp was.
         let quick = Policy { quiet_ms: 1_000, ..p };
-        let recovering = Member { state: State::Recovering, factor: 0.5, last_decay_at: Some(0), recovering_since: Some(1_000), recovering_from: Some(0.1), ..Member::default() };
-        let input = Input { base_weight: 10, member: recovering, window: failing(), pin: None, ejected_otherwise: false };
-        let other = Input { base_weight: 90, member: Member::default(), window: passing(), pin: None, ejected_otherwise: false };
+        let recovering = Member {
+            state: State::Recovering,
+            factor: 0.5,
+            last_decay_at: Some(0),
+            recovering_since: Some(1_000),
+            recovering_from: Some(0.1),
+            ..Member::default()
+        };
+        let input =
+            Input { base_weight: 10, member: recovering, window: failing(), pin: None, ejected_otherwise: false };
+        let other = Input {
+            base_weight: 90,
+            member: Member::default(),
+            window: passing(),
+            pin: None,
+            ejected_otherwise: false,
+        };
         let o = evaluate_pool(&[input, other], &quick, 2_000)[0];
         assert_eq!((o.member.state, o.member.factor, o.change), (State::Decaying, 0.25, Some(Change::Relapsed)));
         // A relapse halfway through recovery: decaying from where the ramp was.
@@ -445,25 +499,53 @@ mod tests {
     #[test]
     fn the_cap_stops_ejections_and_keeps_a_minimum_weight() {
         let p = Policy::default();
-        let about_to_go = Member { state: State::Decaying, factor: 0.125, last_decay_at: Some(0), last_failure_at: Some(0), ..Member::default() };
+        let about_to_go = Member {
+            state: State::Decaying,
+            factor: 0.125,
+            last_decay_at: Some(0),
+            last_failure_at: Some(0),
+            ..Member::default()
+        };
         let inputs: Vec<Input> = (0..3)
-            .map(|_| Input { base_weight: 30, member: about_to_go, window: failing(), pin: None, ejected_otherwise: false })
-            .chain(std::iter::once(Input { base_weight: 10, member: Member::default(), window: passing(), pin: None, ejected_otherwise: false }))
+            .map(|_| Input {
+                base_weight: 30,
+                member: about_to_go,
+                window: failing(),
+                pin: None,
+                ejected_otherwise: false,
+            })
+            .chain(std::iter::once(Input {
+                base_weight: 10,
+                member: Member::default(),
+                window: passing(),
+                pin: None,
+                ejected_otherwise: false,
+            }))
             .collect();
         let out = evaluate_pool(&inputs, &p, MIN);
         let states: Vec<(State, bool)> = out.iter().map(|o| (o.member.state, o.member.cap_bound)).collect();
         // 30 of 100 may go (≤ 50%); a second would make 60%.
-        assert_eq!(states, vec![(State::Ejected, false), (State::Decaying, true), (State::Decaying, true), (State::Healthy, false)]);
+        assert_eq!(
+            states,
+            vec![(State::Ejected, false), (State::Decaying, true), (State::Decaying, true), (State::Healthy, false)]
+        );
         assert_eq!(out[1].member.factor, p.eject_below);
         assert_eq!(out[1].change, Some(Change::CapBound));
     }
 
     #[test]
     fn pins_override_and_ejected_otherwise_is_left_alone() {
-        let pinned = Input { base_weight: 10, member: Member { state: State::Decaying, factor: 0.25, ..Member::default() }, window: failing(), pin: Some(Pin::Healthy), ejected_otherwise: false };
+        let pinned = Input {
+            base_weight: 10,
+            member: Member { state: State::Decaying, factor: 0.25, ..Member::default() },
+            window: failing(),
+            pin: Some(Pin::Healthy),
+            ejected_otherwise: false,
+        };
         let o = evaluate_pool(&[pinned], &Policy::default(), 0)[0];
         assert_eq!((o.member.state, o.member.factor, o.change), (State::Healthy, 1.0, Some(Change::Pinned)));
-        let out = Input { base_weight: 10, member: Member::default(), window: failing(), pin: None, ejected_otherwise: true };
+        let out =
+            Input { base_weight: 10, member: Member::default(), window: failing(), pin: None, ejected_otherwise: true };
         let o = evaluate_pool(&[out], &Policy::default(), 0)[0];
         assert_eq!((o.member, o.change), (Member::default(), None));
     }

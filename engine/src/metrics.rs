@@ -52,9 +52,7 @@ impl Metrics {
             max_run[m] = max_run[m].max(run);
         }
         let draws = sequence.len();
-        let long_run_error = (0..members)
-            .map(|m| counts[m] as f64 - draws as f64 * shares[m])
-            .collect();
+        let long_run_error = (0..members).map(|m| counts[m] as f64 - draws as f64 * shares[m]).collect();
 
         let mut window_min = vec![0u64; members];
         let mut window_max = vec![0u64; members];

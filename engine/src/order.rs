@@ -125,12 +125,7 @@ pub fn guard_seam(tail: Option<TailRun>, batch: &mut [usize]) -> bool {
 }
 
 /// Builds one batch in the pool's ordering, guarding the seam with the pool's tail.
-pub fn build_batch(
-    ordering: Ordering,
-    counts: &[u64],
-    tail: Option<TailRun>,
-    rng: &mut impl Rng,
-) -> Vec<usize> {
+pub fn build_batch(ordering: Ordering, counts: &[u64], tail: Option<TailRun>, rng: &mut impl Rng) -> Vec<usize> {
     match ordering {
         Ordering::Shuffle => {
             let mut batch = shuffle(counts, rng);
@@ -191,12 +186,7 @@ mod tests {
             let counts = a.next_counts(BatchSize::DEFAULT);
             pool.extend(build_batch(Ordering::Smooth, &counts, TailRun::of(&pool), &mut rng));
         }
-        let longest_a = pool
-            .chunk_by(|x, y| x == y)
-            .filter(|run| run[0] == 0)
-            .map(<[usize]>::len)
-            .max()
-            .unwrap();
+        let longest_a = pool.chunk_by(|x, y| x == y).filter(|run| run[0] == 0).map(<[usize]>::len).max().unwrap();
         assert!(longest_a <= 3, "longest run of A is {longest_a}");
         assert!(window_deviation(&pool, &[0.5, 0.3, 0.2], 100) <= 2.0);
     }

@@ -28,11 +28,7 @@ pub enum PeakError {
     #[error("peak window starts and ends at {at}: start and end must differ (start > end crosses midnight)")]
     EmptyWindow { at: NaiveTime },
     #[error("peak window {start}–{end} has multiplier {multiplier}: the batch multiplier must be at least 1")]
-    MultiplierBelowOne {
-        start: NaiveTime,
-        end: NaiveTime,
-        multiplier: u32,
-    },
+    MultiplierBelowOne { start: NaiveTime, end: NaiveTime, multiplier: u32 },
     #[error("peak windows {first} and {second} overlap: a moment may fall in one window at most")]
     Overlap { first: String, second: String },
     #[error("timezone `{value}` is unknown: expected an IANA name such as Europe/London")]
@@ -44,9 +40,7 @@ pub fn parse_local_time(value: &str) -> Result<NaiveTime, PeakError> {
     let v = value.trim();
     NaiveTime::parse_from_str(v, "%H:%M")
         .or_else(|_| NaiveTime::parse_from_str(v, "%H:%M:%S"))
-        .map_err(|_| PeakError::InvalidTime {
-            value: value.to_owned(),
-        })
+        .map_err(|_| PeakError::InvalidTime { value: value.to_owned() })
 }
 
 /// One daily peak window.
@@ -72,12 +66,7 @@ pub struct PeakWindowRaw {
 impl TryFrom<PeakWindowRaw> for PeakWindow {
     type Error = PeakError;
     fn try_from(raw: PeakWindowRaw) -> Result<Self, Self::Error> {
-        PeakWindow::new(
-            parse_local_time(&raw.start)?,
-            parse_local_time(&raw.end)?,
-            raw.multiplier,
-            raw.weights,
-        )
+        PeakWindow::new(parse_local_time(&raw.start)?, parse_local_time(&raw.end)?, raw.multiplier, raw.weights)
     }
 }
 
@@ -102,12 +91,7 @@ impl From<PeakWindow> for PeakWindowRaw {
 
 impl PeakWindow {
     /// A window `[start, end)`; `start > end` crosses midnight; `multiplier >= 1`.
-    pub fn new(
-        start: NaiveTime,
-        end: NaiveTime,
-        multiplier: u32,
-        weights: Option<Weights>,
-    ) -> Result<Self, PeakError> {
+    pub fn new(start: NaiveTime, end: NaiveTime, multiplier: u32, weights: Option<Weights>) -> Result<Self, PeakError> {
         let (start, end) = (start.with_nanosecond(0).unwrap_or(start), end.with_nanosecond(0).unwrap_or(end));
         if start == end {
             return Err(PeakError::EmptyWindow { at: start });
@@ -115,12 +99,7 @@ impl PeakWindow {
         if multiplier < 1 {
             return Err(PeakError::MultiplierBelowOne { start, end, multiplier });
         }
-        Ok(Self {
-            start,
-            end,
-            multiplier,
-            weights,
-        })
+        Ok(Self { start, end, multiplier, weights })
     }
 
     /// Local start time (inclusive).
@@ -190,20 +169,15 @@ pub struct PeakScheduleRaw {
 impl TryFrom<PeakScheduleRaw> for PeakSchedule {
     type Error = PeakError;
     fn try_from(raw: PeakScheduleRaw) -> Result<Self, Self::Error> {
-        let timezone = raw
-            .timezone
-            .parse::<Tz>()
-            .map_err(|_| PeakError::UnknownTimezone { value: raw.timezone.clone() })?;
+        let timezone =
+            raw.timezone.parse::<Tz>().map_err(|_| PeakError::UnknownTimezone { value: raw.timezone.clone() })?;
         PeakSchedule::new(timezone, raw.windows)
     }
 }
 
 impl From<PeakSchedule> for PeakScheduleRaw {
     fn from(s: PeakSchedule) -> Self {
-        PeakScheduleRaw {
-            timezone: s.timezone.name().to_owned(),
-            windows: s.windows,
-        }
+        PeakScheduleRaw { timezone: s.timezone.name().to_owned(), windows: s.windows }
     }
 }
 
@@ -219,15 +193,10 @@ impl PeakSchedule {
     pub fn check_windows(windows: &[PeakWindow]) -> Result<(), PeakError> {
         for (i, a) in windows.iter().enumerate() {
             for b in &windows[i + 1..] {
-                let overlap = a
-                    .segments()
-                    .iter()
-                    .any(|&(s1, e1)| b.segments().iter().any(|&(s2, e2)| s1 < e2 && s2 < e1));
+                let overlap =
+                    a.segments().iter().any(|&(s1, e1)| b.segments().iter().any(|&(s2, e2)| s1 < e2 && s2 < e1));
                 if overlap {
-                    return Err(PeakError::Overlap {
-                        first: a.label(),
-                        second: b.label(),
-                    });
+                    return Err(PeakError::Overlap { first: a.label(), second: b.label() });
                 }
             }
         }
@@ -236,9 +205,7 @@ impl PeakSchedule {
 
     /// Parses an IANA timezone name, for callers holding text.
     pub fn parse_timezone(name: &str) -> Result<Tz, PeakError> {
-        name.trim()
-            .parse::<Tz>()
-            .map_err(|_| PeakError::UnknownTimezone { value: name.to_owned() })
+        name.trim().parse::<Tz>().map_err(|_| PeakError::UnknownTimezone { value: name.to_owned() })
     }
 
     /// The pool's timezone.
@@ -288,10 +255,7 @@ mod tests {
     }
 
     fn schedule(tz: &str, windows: &[(&str, &str, u32)]) -> PeakSchedule {
-        let windows = windows
-            .iter()
-            .map(|&(s, e, m)| PeakWindow::new(t(s), t(e), m, None).unwrap())
-            .collect();
+        let windows = windows.iter().map(|&(s, e, m)| PeakWindow::new(t(s), t(e), m, None).unwrap()).collect();
         PeakSchedule::new(PeakSchedule::parse_timezone(tz).unwrap(), windows).unwrap()
     }
 
@@ -337,7 +301,7 @@ mod tests {
         assert_eq!(s.multiplier_at(utc("2026-03-08T07:00:00Z")), 2); // 03:00 EDT
         assert_eq!(s.multiplier_at(utc("2026-03-08T07:59:59Z")), 2); // 03:59:59 EDT
         assert_eq!(s.multiplier_at(utc("2026-03-08T08:00:00Z")), 1); // 04:00 EDT
-        // The 02:10–02:20 window never happens that day.
+                                                                     // The 02:10–02:20 window never happens that day.
         let day = (0..24 * 60).map(|m| utc("2026-03-08T05:00:00Z") + chrono::Duration::minutes(m));
         assert!(day.clone().all(|i| s.multiplier_at(i) != 5));
         // …but does the next day.
@@ -365,10 +329,10 @@ mod tests {
         let s = schedule("Europe/London", &[("00:30", "01:30", 2), ("23:00", "00:30", 3)]);
         assert_eq!(s.multiplier_at(utc("2026-03-29T00:45:00Z")), 2); // 00:45 GMT
         assert_eq!(s.multiplier_at(utc("2026-03-29T01:00:00Z")), 1); // 02:00 BST
-        // 2026-10-25: 02:00 BST → 01:00 GMT: 01:00–01:30 local happens twice.
+                                                                     // 2026-10-25: 02:00 BST → 01:00 GMT: 01:00–01:30 local happens twice.
         assert_eq!(s.multiplier_at(utc("2026-10-25T00:15:00Z")), 2); // 01:15 BST
         assert_eq!(s.multiplier_at(utc("2026-10-25T01:15:00Z")), 2); // 01:15 GMT
-        // Crossing midnight the evening before the change, in BST.
+                                                                     // Crossing midnight the evening before the change, in BST.
         assert_eq!(s.multiplier_at(utc("2026-10-24T22:30:00Z")), 3); // 23:30 BST
     }
 

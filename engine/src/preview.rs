@@ -88,7 +88,13 @@ pub fn preview(weights: &Weights, batch: BatchSize, ordering: Ordering) -> Previ
     let spread = measure.then(|| {
         let window = PREVIEW_WINDOW.min(sequence.len());
         let m = Metrics::compute(&sequence, &shares, window);
-        let (who, run) = m.max_run.iter().enumerate().max_by_key(|&(i, r)| (*r, std::cmp::Reverse(i))).map(|(i, r)| (i, *r)).unwrap_or((0, 0));
+        let (who, run) = m
+            .max_run
+            .iter()
+            .enumerate()
+            .max_by_key(|&(i, r)| (*r, std::cmp::Reverse(i)))
+            .map(|(i, r)| (i, *r))
+            .unwrap_or((0, 0));
         OrderingPreview {
             tickets: sequence.len(),
             window,

@@ -108,11 +108,8 @@ pub fn available(buckets: &[Bucket], now: DateTime<Utc>) -> u64 {
 /// What a new reservation may take at `now`: [`available`] less any plan overdraft, so a
 /// tenant in debt is refused until its grants outweigh the debt (the Lua `reserve` rule).
 pub fn net_available(buckets: &[Bucket], now: DateTime<Utc>) -> u64 {
-    let debt: u64 = buckets
-        .iter()
-        .filter(|b| b.kind == BucketKind::Plan && b.left < 0)
-        .map(|b| b.left.unsigned_abs())
-        .sum();
+    let debt: u64 =
+        buckets.iter().filter(|b| b.kind == BucketKind::Plan && b.left < 0).map(|b| b.left.unsigned_abs()).sum();
     available(buckets, now).saturating_sub(debt)
 }
 
@@ -144,10 +141,7 @@ pub fn plan_payment(buckets: &[Bucket], cost: u64, now: DateTime<Utc>) -> Result
         }
         let amount = buckets[i].payable(now).min(due);
         if amount > 0 {
-            payments.push(Payment {
-                bucket: buckets[i].id.clone(),
-                amount,
-            });
+            payments.push(Payment { bucket: buckets[i].id.clone(), amount });
             due -= amount;
         }
     }
@@ -173,10 +167,7 @@ pub fn charge_overdraft(buckets: &[Bucket], actual: u64, now: DateTime<Utc>) -> 
         let id = &buckets[plan].id;
         match payments.iter_mut().find(|p| &p.bucket == id) {
             Some(p) => p.amount += overdraft,
-            None => payments.push(Payment {
-                bucket: id.clone(),
-                amount: overdraft,
-            }),
+            None => payments.push(Payment { bucket: id.clone(), amount: overdraft }),
         }
     }
     Ok(Charge { payments, overdraft })
@@ -196,12 +187,7 @@ mod tests {
     }
 
     fn bucket(id: &str, kind: BucketKind, left: i64, expires_at: Option<DateTime<Utc>>) -> Bucket {
-        Bucket {
-            id: id.into(),
-            kind,
-            left,
-            expires_at,
-        }
+        Bucket { id: id.into(), kind, left, expires_at }
     }
 
     fn ids(payments: &[Payment]) -> Vec<(&str, u64)> {

@@ -23,10 +23,7 @@ impl Swrr {
     /// Starts with every `current` at zero.
     pub fn new(weights: Arc<Weights>) -> Self {
         let current = vec![0; weights.len()];
-        Self {
-            snapshot: weights,
-            current,
-        }
+        Self { snapshot: weights, current }
     }
 
     /// The weights in use.
@@ -105,11 +102,7 @@ impl AliasTable {
         for i in large.into_iter().chain(small) {
             keep[i] = capacity as u64;
         }
-        Self {
-            keep,
-            alias,
-            total: weights.total(),
-        }
+        Self { keep, alias, total: weights.total() }
     }
 
     /// A member index, `w_i / W` likely.
@@ -163,11 +156,7 @@ pub struct PlainRoundRobin {
 impl PlainRoundRobin {
     /// Uses the weights divided by their gcd (`50:30:20` runs like `5:3:2`).
     pub fn new(weights: &Weights) -> Self {
-        Self {
-            weights: weights.reduced().weights().to_vec(),
-            member: 0,
-            used: 0,
-        }
+        Self { weights: weights.reduced().weights().to_vec(), member: 0, used: 0 }
     }
 
     /// Next member index.

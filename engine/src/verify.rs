@@ -90,9 +90,8 @@ fn pool(weights: &Weights, ordering: Ordering, draws: usize, rng: &mut ChaCha8Rn
 /// Runs all five strategies and measures them with windows of `window` tickets.
 pub fn verify(weights: &Weights, draws: usize, window: usize, seed: u64) -> VerifyReport {
     let shares = weights.shares();
-    let by_member = |values: Vec<f64>| -> BTreeMap<String, f64> {
-        weights.members().iter().cloned().zip(values).collect()
-    };
+    let by_member =
+        |values: Vec<f64>| -> BTreeMap<String, f64> { weights.members().iter().cloned().zip(values).collect() };
     let mut strategies = BTreeMap::new();
     for (i, name) in STRATEGIES.iter().enumerate() {
         let seq = sequence(name, weights, draws, seed.wrapping_add(i as u64)).expect("known strategy");
@@ -111,13 +110,7 @@ pub fn verify(weights: &Weights, draws: usize, window: usize, seed: u64) -> Veri
         };
         strategies.insert((*name).to_owned(), report);
     }
-    VerifyReport {
-        weights: weights.clone(),
-        draws,
-        window,
-        seed,
-        strategies,
-    }
+    VerifyReport { weights: weights.clone(), draws, window, seed, strategies }
 }
 
 /// Renders the report as a plain-text table, one row per strategy.

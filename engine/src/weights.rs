@@ -71,11 +71,7 @@ impl TryFrom<Vec<WeightEntry>> for Weights {
 
 impl From<Weights> for Vec<WeightEntry> {
     fn from(w: Weights) -> Self {
-        w.members
-            .into_iter()
-            .zip(w.weights)
-            .map(|(member, weight)| WeightEntry { member, weight })
-            .collect()
+        w.members.into_iter().zip(w.weights).map(|(member, weight)| WeightEntry { member, weight }).collect()
     }
 }
 
@@ -87,26 +83,17 @@ struct Decimal {
 
 fn parse_decimal(member: &str, raw: &str) -> Result<Decimal, WeightError> {
     let value = raw.trim();
-    let invalid = || WeightError::Invalid {
-        member: member.to_owned(),
-        value: raw.to_owned(),
-    };
+    let invalid = || WeightError::Invalid { member: member.to_owned(), value: raw.to_owned() };
     let lower = value.to_ascii_lowercase();
     let unsigned = lower.trim_start_matches(['+', '-']);
     if matches!(unsigned, "nan" | "inf" | "infinity" | "nan%" | "inf%" | "infinity%") {
-        return Err(WeightError::NotFinite {
-            member: member.to_owned(),
-            value: raw.to_owned(),
-        });
+        return Err(WeightError::NotFinite { member: member.to_owned(), value: raw.to_owned() });
     }
     if let Some(rest) = value.strip_prefix('-') {
         // "-0" and "-0.0" are zero, which is allowed; anything else below zero is not.
         let is_zero = rest.trim_end_matches('%').chars().all(|c| c == '0' || c == '.');
         if !is_zero || rest.is_empty() {
-            return Err(WeightError::Negative {
-                member: member.to_owned(),
-                value: raw.to_owned(),
-            });
+            return Err(WeightError::Negative { member: member.to_owned(), value: raw.to_owned() });
         }
         return Ok(Decimal { digits: 0, scale: 0 });
     }
@@ -127,20 +114,12 @@ fn parse_decimal(member: &str, raw: &str) -> Result<Decimal, WeightError> {
     let frac_part = frac_part.trim_end_matches('0');
     let scale = frac_part.len() as u32 + if percent { 2 } else { 0 };
     if scale > MAX_DECIMALS {
-        return Err(WeightError::TooPrecise {
-            member: member.to_owned(),
-            value: raw.to_owned(),
-        });
+        return Err(WeightError::TooPrecise { member: member.to_owned(), value: raw.to_owned() });
     }
-    let overflow = || WeightError::Overflow {
-        member: member.to_owned(),
-    };
+    let overflow = || WeightError::Overflow { member: member.to_owned() };
     let mut digits: u64 = 0;
     for b in int_part.bytes().chain(frac_part.bytes()) {
-        digits = digits
-            .checked_mul(10)
-            .and_then(|d| d.checked_add(u64::from(b - b'0')))
-            .ok_or_else(overflow)?;
+        digits = digits.checked_mul(10).and_then(|d| d.checked_add(u64::from(b - b'0'))).ok_or_else(overflow)?;
     }
     Ok(Decimal { digits, scale })
 }
@@ -154,9 +133,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 
 impl Weights {
     /// Validates integer weights as given (no scaling, no reduction).
-    pub fn from_integers<S: Into<String>>(
-        members: impl IntoIterator<Item = (S, u64)>,
-    ) -> Result<Self, WeightError> {
+    pub fn from_integers<S: Into<String>>(members: impl IntoIterator<Item = (S, u64)>) -> Result<Self, WeightError> {
         let mut names = Vec::new();
         let mut weights = Vec::new();
         for (name, weight) in members {
@@ -182,9 +159,8 @@ impl Weights {
         let mut scaled = Vec::with_capacity(decimals.len());
         for ((name, _), d) in members.iter().zip(&decimals) {
             let factor = 10u64.pow(scale - d.scale);
-            let v = d.digits.checked_mul(factor).ok_or_else(|| WeightError::Overflow {
-                member: name.trim().to_owned(),
-            })?;
+            let v =
+                d.digits.checked_mul(factor).ok_or_else(|| WeightError::Overflow { member: name.trim().to_owned() })?;
             scaled.push(v);
         }
         let common = scaled.iter().fold(denominator, |g, &v| gcd(g, v));
@@ -199,9 +175,8 @@ impl Weights {
             if entry.trim().is_empty() && spec.trim().is_empty() {
                 continue;
             }
-            let (name, weight) = entry.split_once('=').ok_or_else(|| WeightError::MalformedSpec {
-                entry: entry.trim().to_owned(),
-            })?;
+            let (name, weight) =
+                entry.split_once('=').ok_or_else(|| WeightError::MalformedSpec { entry: entry.trim().to_owned() })?;
             pairs.push((name, weight));
         }
         Self::parse(&pairs)
@@ -227,11 +202,7 @@ impl Weights {
         if total == 0 {
             return Err(WeightError::AllZero);
         }
-        Ok(Self {
-            members,
-            weights,
-            total,
-        })
+        Ok(Self { members, weights, total })
     }
 
     /// Number of members (zero-weight members included).
@@ -281,10 +252,7 @@ impl Weights {
 
     /// Each member's share of the total, as a float (for reports and metrics only).
     pub fn shares(&self) -> Vec<f64> {
-        self.weights
-            .iter()
-            .map(|&w| w as f64 / self.total as f64)
-            .collect()
+        self.weights.iter().map(|&w| w as f64 / self.total as f64).collect()
     }
 
     /// The same weights divided by their greatest common divisor (`50:30:20` → `5:3:2`).

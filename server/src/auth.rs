@@ -69,10 +69,9 @@ impl Role {
 
     /// Parses a role name, naming the field and the choices.
     pub fn parse(raw: &str) -> Result<Self, ApiError> {
-        Self::ALL
-            .into_iter()
-            .find(|r| r.as_str() == raw)
-            .ok_or_else(|| ApiError::bad_request("role", format!("must be one of viewer, operator, pm, auditor, admin; got {raw:?}")))
+        Self::ALL.into_iter().find(|r| r.as_str() == raw).ok_or_else(|| {
+            ApiError::bad_request("role", format!("must be one of viewer, operator, pm, auditor, admin; got {raw:?}"))
+        })
     }
 
     fn allows(self, p: Permission) -> bool {
@@ -214,10 +213,9 @@ impl Principal {
 
 /// The caller of a request the guard let through.
 pub fn principal(req: &HttpRequest) -> Result<Principal, ApiError> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| ApiError::Unauthorized("no credentials: sign in, or send an API token as Authorization: Bearer".into()))
+    req.extensions().get::<Principal>().cloned().ok_or_else(|| {
+        ApiError::Unauthorized("no credentials: sign in, or send an API token as Authorization: Bearer".into())
+    })
 }
 
 /// What a route needs, by method and matched pattern; `None` for a route that is not
@@ -304,7 +302,10 @@ pub fn hash_password(password: &str) -> anyhow::Result<String> {
     let mut salt = [0u8; 16];
     getrandom::fill(&mut salt).map_err(|e| anyhow::anyhow!("randomness: {e}"))?;
     let salt = SaltString::encode_b64(&salt).map_err(|e| anyhow::anyhow!("salt: {e}"))?;
-    Ok(Argon2::default().hash_password(password.as_bytes(), &salt).map_err(|e| anyhow::anyhow!("hashing: {e}"))?.to_string())
+    Ok(Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map_err(|e| anyhow::anyhow!("hashing: {e}"))?
+        .to_string())
 }
 
 fn verify_password(password: &str, phc: &str) -> bool {
@@ -347,13 +348,15 @@ pub async fn create_user(tx: &mut sqlx::PgConnection, name: &str, role: Role, pa
     check_password(password)?;
     let owned = password.to_owned();
     let hash = off_the_workers(move || hash_password(&owned)).await?;
-    let written = sqlx::query("insert into app_user (name, role, password_hash) values ($1, $2, $3) on conflict (name) do nothing")
-        .bind(name)
-        .bind(role.as_str())
-        .bind(hash)
-        .execute(tx)
-        .await
-        .map_err(crate::routes::audit::db_error)?;
+    let written = sqlx::query(
+        "insert into app_user (name, role, password_hash) values ($1, $2, $3) on conflict (name) do nothing",
+    )
+    .bind(name)
+    .bind(role.as_str())
+    .bind(hash)
+    .execute(tx)
+    .await
+    .map_err(crate::routes::audit::db_error)?;
     if written.rows_affected() == 0 {
         return Err(ApiError::Duplicate { field: "name".into(), rule: format!("user {name:?} exists") });
     }
@@ -362,7 +365,13 @@ pub async fn create_user(tx: &mut sqlx::PgConnection, name: &str, role: Role, pa
 
 /// Creates a user and its audit row (`user.create`) in one transaction, for the command
 /// line and the demo seed.
-pub async fn create_user_audited(db: &PgPool, name: &str, role: Role, password: &str, actor: &str) -> Result<(), ApiError> {
+pub async fn create_user_audited(
+    db: &PgPool,
+    name: &str,
+    role: Role,
+    password: &str,
+    actor: &str,
+) -> Result<(), ApiError> {
     let mut tx = db.begin().await.map_err(crate::routes::audit::db_error)?;
     create_user(&mut tx, name, role, password).await?;
     let after = serde_json::json!({"role": role});
@@ -464,7 +473,8 @@ pub async fn login(db: &PgPool, name: &str, password: &str, ttl: Duration) -> Re
         }
         return Err(LoginError::Invalid);
     }
-    let role = Role::parse(&row.try_get::<String, _>("role").map_err(LoginError::Db)?).map_err(|_| LoginError::Invalid)?;
+    let role =
+        Role::parse(&row.try_get::<String, _>("role").map_err(LoginError::Db)?).map_err(|_| LoginError::Invalid)?;
     let session_id = random_secret(32);
     let csrf_token = random_secret(24);
     let expires_at = Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::hours(12));
@@ -487,7 +497,6 @@ pub async fn login(db: &PgPool, name: &str, password: &str, ttl: Duration) -> Re
     tx.commit().await.map_err(LoginError::Db)?;
     Ok(Opened { session_id, user: name.to_owned(), role, csrf_token, expires_at })
 }
-
 
 /// Ends a session.
 pub async fn logout(db: &PgPool, session_id: &str) -> Result<(), sqlx::Error> {
@@ -521,20 +530,33 @@ pub struct NewToken {
 }
 
 /// Creates an API token; only its hash is kept.
-pub async fn create_token(tx: &mut sqlx::PgConnection, name: &str, scope: Scope, created_by: &str) -> Result<NewToken, ApiError> {
-    if name.trim().is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@ -".contains(c)) {
-        return Err(ApiError::bad_request("name", "must be 1..=64 of ASCII letters, digits, space, '_', '.', '@', '-'"));
+pub async fn create_token(
+    tx: &mut sqlx::PgConnection,
+    name: &str,
+    scope: Scope,
+    created_by: &str,
+) -> Result<NewToken, ApiError> {
+    if name.trim().is_empty()
+        || name.len() > 64
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@ -".contains(c))
+    {
+        return Err(ApiError::bad_request(
+            "name",
+            "must be 1..=64 of ASCII letters, digits, space, '_', '.', '@', '-'",
+        ));
     }
     let token = format!("tsr_{}", random_secret(32));
-    let id: i64 = sqlx::query_scalar("insert into api_token (name, prefix, hash, scope, created_by) values ($1, $2, $3, $4, $5) returning id")
-        .bind(name)
-        .bind(&token[..10])
-        .bind(sha256(&token))
-        .bind(scope.as_str())
-        .bind(created_by)
-        .fetch_one(tx)
-        .await
-        .map_err(crate::routes::audit::db_error)?;
+    let id: i64 = sqlx::query_scalar(
+        "insert into api_token (name, prefix, hash, scope, created_by) values ($1, $2, $3, $4, $5) returning id",
+    )
+    .bind(name)
+    .bind(&token[..10])
+    .bind(sha256(&token))
+    .bind(scope.as_str())
+    .bind(created_by)
+    .fetch_one(tx)
+    .await
+    .map_err(crate::routes::audit::db_error)?;
     Ok(NewToken { id, name: name.to_owned(), scope, token })
 }
 
@@ -548,7 +570,9 @@ pub const TOKEN_TRUST_WHILE_DOWN: Duration = Duration::from_secs(3600);
 /// API tokens verified recently, by hash: the data plane does not query Postgres on every
 /// request, and keeps serving callers it has verified while Postgres is unreachable.
 #[derive(Clone, Default)]
-pub struct TokenCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>>>);
+pub struct TokenCache(
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>>>,
+);
 
 impl TokenCache {
     /// Forgets one token (after its revocation), by its SHA-256.
@@ -683,12 +707,16 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
         if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
             // A cross-site form cannot read the CSRF token, and cannot claim our origin.
             if !same_origin(req) {
-                return Err(ApiError::Forbidden("cross-origin request refused: unsafe requests with a session must come from this site".into()));
+                return Err(ApiError::Forbidden(
+                    "cross-origin request refused: unsafe requests with a session must come from this site".into(),
+                ));
             }
             let Via::Session { csrf, .. } = &p.via else { unreachable!("a session principal") };
             let given = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
             if !constant_time_eq(given.as_bytes(), csrf.as_bytes()) {
-                return Err(ApiError::Forbidden(format!("missing or wrong {CSRF_HEADER} header (the CSRF token given at sign-in)")));
+                return Err(ApiError::Forbidden(format!(
+                    "missing or wrong {CSRF_HEADER} header (the CSRF token given at sign-in)"
+                )));
             }
         }
         return Ok(Some(p));
@@ -699,7 +727,10 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
 /// The guard in front of every route: finds the route's requirement, identifies the
 /// caller, and answers 401 (no or bad credentials) or 403 (not allowed) before the
 /// handler runs. The caller is left in the request's extensions for the handler.
-pub async fn guard(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+pub async fn guard(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // Decide on the path the router routes by: percent-decoded (all but %, / and +), so
     // `/api/v%31/users` is judged as the `/api/v1/users` it reaches, never as a stranger.
     let path = req.match_info().as_str().to_owned();
@@ -721,7 +752,10 @@ pub async fn guard(req: ServiceRequest, next: Next<impl MessageBody + 'static>) 
     let principal = match identify(&req, &state).await {
         Ok(Some(p)) => p,
         Ok(None) => {
-            return refuse(req, ApiError::Unauthorized("no credentials: sign in, or send an API token as Authorization: Bearer".into()));
+            return refuse(
+                req,
+                ApiError::Unauthorized("no credentials: sign in, or send an API token as Authorization: Bearer".into()),
+            );
         }
         Err(e) => return refuse(req, e),
     };

@@ -1,7 +1,10 @@
 //! What the admin UI's server functions call: [`app::api::Backend`] implemented by the
 //! application state, over the same service functions as the REST API.
 
-use app::api::{AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PeakWindowView, PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry};
+use app::api::{
+    AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PeakWindowView,
+    PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry,
+};
 use app::api::{BucketView, GrantView, TenantView, UsageView};
 use app::api::{TokenView, UserView};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
@@ -91,7 +94,12 @@ impl app::api::Backend for AppState {
 
     async fn verify_audit(&self) -> Result<ChainStatus, String> {
         let report = verify_audit(&self.db).await.map_err(unavailable)?;
-        Ok(ChainStatus { intact: report.intact, rows: report.rows, first_broken: report.first_broken, problem: report.problem })
+        Ok(ChainStatus {
+            intact: report.intact,
+            rows: report.rows,
+            first_broken: report.first_broken,
+            problem: report.problem,
+        })
     }
 
     async fn pools(&self) -> Result<Vec<PoolListing>, String> {
@@ -118,7 +126,11 @@ impl app::api::Backend for AppState {
         let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or_default().to_owned();
         let weights = snapshot["weights"]
             .as_array()
-            .map(|ws| ws.iter().map(|w| WeightEntry { member: text(w, "member"), weight: w["weight"].as_u64().unwrap_or(0) }).collect())
+            .map(|ws| {
+                ws.iter()
+                    .map(|w| WeightEntry { member: text(w, "member"), weight: w["weight"].as_u64().unwrap_or(0) })
+                    .collect()
+            })
             .unwrap_or_default();
         let members = member_views(&health);
         let peak_windows = snapshot["peak_windows"]
@@ -142,7 +154,10 @@ impl app::api::Backend for AppState {
             name: pool.as_str().to_owned(),
             kind: text(&snapshot, "kind"),
             version,
-            batch_size: snapshot["batch_size"].as_u64().and_then(|b| u32::try_from(b).ok()).unwrap_or(engine::BatchSize::DEFAULT.get()),
+            batch_size: snapshot["batch_size"]
+                .as_u64()
+                .and_then(|b| u32::try_from(b).ok())
+                .unwrap_or(engine::BatchSize::DEFAULT.get()),
             ordering: text(&snapshot, "ordering"),
             timezone: text(&snapshot, "timezone"),
             weights,
@@ -156,7 +171,8 @@ impl app::api::Backend for AppState {
         let channels = crate::db::config::list_channels(&self.db).await.map_err(unavailable)?;
         // Two queries for every channel's health and pin, not two per channel.
         let (members, mut pins) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
-        let mut by_channel: std::collections::HashMap<String, Vec<ChannelPoolHealth>> = std::collections::HashMap::new();
+        let mut by_channel: std::collections::HashMap<String, Vec<ChannelPoolHealth>> =
+            std::collections::HashMap::new();
         for m in members {
             by_channel.entry(m.channel).or_default().push(ChannelPoolHealth {
                 pool: m.pool,
@@ -182,8 +198,12 @@ impl app::api::Backend for AppState {
     async fn channel_history(&self, code: String) -> Result<Option<app::api::ChannelDetail>, String> {
         use app::api::{ChannelDetail, DecayPoint, PoolDecay};
         let code = crate::db::config::ChannelCode::parse(&code).map_err(|e| format!("channel: {e}"))?;
-        let Some(channel) = crate::db::config::get_channel(&self.db, &code).await.map_err(unavailable)? else { return Ok(None) };
-        let Some(health) = crate::health::channel_health(&self.db, &code).await.map_err(unavailable)? else { return Ok(None) };
+        let Some(channel) = crate::db::config::get_channel(&self.db, &code).await.map_err(unavailable)? else {
+            return Ok(None);
+        };
+        let Some(health) = crate::health::channel_health(&self.db, &code).await.map_err(unavailable)? else {
+            return Ok(None);
+        };
         let mut transitions = crate::health::history(&self.db, &code, 500).await.map_err(unavailable)?;
         transitions.reverse();
         let pools = health["pools"]
@@ -273,7 +293,14 @@ impl app::api::Backend for AppState {
                     buckets: u
                         .buckets
                         .into_iter()
-                        .map(|b| BucketView { id: b.id, kind: b.kind, amount: b.amount, used: b.used, reserved: b.reserved, live: b.live })
+                        .map(|b| BucketView {
+                            id: b.id,
+                            kind: b.kind,
+                            amount: b.amount,
+                            used: b.used,
+                            reserved: b.reserved,
+                            live: b.live,
+                        })
                         .collect(),
                 }),
                 Err(e) => {
@@ -301,8 +328,9 @@ impl app::api::Backend for AppState {
         let pools = crate::db::config::list_pools(&self.db).await.map_err(unavailable)?;
         // Every pool's samples in one read, not one per pool.
         let since = now - chrono::TimeDelta::milliseconds(SPAN_MS);
-        let mut samples =
-            crate::scheduler::sampler::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES).await.map_err(unavailable)?;
+        let mut samples = crate::scheduler::sampler::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES)
+            .await
+            .map_err(unavailable)?;
         let served = draws_by_source(&self.metrics.pool.draws);
         // Every member's health in one read, not a few queries per pool.
         let (members, _) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
@@ -321,7 +349,8 @@ impl app::api::Backend for AppState {
             .into_iter()
             .zip(health)
             .map(|(p, members)| {
-                let (taken, truncated) = samples.remove(&p.name).map_or((Vec::new(), false), |page| (page.samples, page.truncated));
+                let (taken, truncated) =
+                    samples.remove(&p.name).map_or((Vec::new(), false), |page| (page.samples, page.truncated));
                 let inputs: Vec<ssr::SampleInput> = taken.iter().map(sample_input).collect();
                 let served_here = served.get(&p.name).copied().unwrap_or_default();
                 ssr::pool_card(p.name, p.kind, &inputs, truncated, served_here, members)
@@ -424,7 +453,9 @@ fn sample_input(s: &crate::scheduler::sampler::PoolSample) -> app::api::dashboar
 
 /// This process's draws by pool and source, from its draw counter (labels `pool`,
 /// `member`, `source`): what it served itself since it started.
-fn draws_by_source(draws: &prometheus::IntCounterVec) -> std::collections::HashMap<String, app::api::dashboard::DrawsBySource> {
+fn draws_by_source(
+    draws: &prometheus::IntCounterVec,
+) -> std::collections::HashMap<String, app::api::dashboard::DrawsBySource> {
     use prometheus::core::Collector;
     let mut out: std::collections::HashMap<String, app::api::dashboard::DrawsBySource> = Default::default();
     for family in draws.collect() {

@@ -186,8 +186,7 @@ pub struct VerifyArgs {
 impl VerifyArgs {
     /// Runs the comparison and renders it (table or JSON).
     pub fn run(&self) -> anyhow::Result<String> {
-        let weights = engine::Weights::parse_spec(&self.weights)
-            .map_err(|e| anyhow::anyhow!("--weights: {e}"))?;
+        let weights = engine::Weights::parse_spec(&self.weights).map_err(|e| anyhow::anyhow!("--weights: {e}"))?;
         anyhow::ensure!(
             self.window <= self.draws,
             "--window: must not exceed --draws ({} > {})",
@@ -245,9 +244,22 @@ mod tests {
 
     #[test]
     fn the_command_line_parses_verify_flags() {
-        let cli = Cli::try_parse_from(["tessera", "verify", "--weights", "X=1,Y=1", "--draws", "10", "--window", "5", "--json"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "tessera",
+            "verify",
+            "--weights",
+            "X=1,Y=1",
+            "--draws",
+            "10",
+            "--window",
+            "5",
+            "--json",
+        ])
+        .unwrap();
         match cli.command {
-            Some(Command::Verify(a)) => assert_eq!((a.weights.as_str(), a.draws, a.window, a.json), ("X=1,Y=1", 10, 5, true)),
+            Some(Command::Verify(a)) => {
+                assert_eq!((a.weights.as_str(), a.draws, a.window, a.json), ("X=1,Y=1", 10, 5, true))
+            }
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["tessera", "verify", "--draws", "0"]).is_err());
@@ -257,9 +269,14 @@ mod tests {
     fn the_command_line_parses_bench_recover_flags() {
         let cli = Cli::try_parse_from(["tessera", "bench", "recover", "--pools", "4", "--json"]).unwrap();
         match cli.command {
-            Some(Command::Bench(BenchCommand::Recover(a))) => assert_eq!((a.pools, a.tenants, a.seconds, a.json), (4, 12, 2, true)),
+            Some(Command::Bench(BenchCommand::Recover(a))) => {
+                assert_eq!((a.pools, a.tenants, a.seconds, a.json), (4, 12, 2, true))
+            }
             other => panic!("{other:?}"),
         }
-        assert!(Cli::try_parse_from(["tessera", "bench", "recover", "--pools", "1"]).is_err(), "two demo pools at least");
+        assert!(
+            Cli::try_parse_from(["tessera", "bench", "recover", "--pools", "1"]).is_err(),
+            "two demo pools at least"
+        );
     }
 }

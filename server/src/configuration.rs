@@ -214,31 +214,22 @@ impl Settings {
     }
 
     /// Parses a TOML document plus an environment lookup; the seam the tests use.
-    pub fn from_toml_and_env(
-        toml_text: &str,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<Self> {
+    pub fn from_toml_and_env(toml_text: &str, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
         let file: FileSettings = parse_toml(toml_text).context("parsing configuration")?;
         Self::from_sources(file, env)
     }
 
-    fn from_sources(
-        file: FileSettings,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<Self> {
+    fn from_sources(file: FileSettings, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
         let pick = |var: &str, from_file: Option<String>, default: &str| {
-            env(var)
-                .filter(|v| !v.is_empty())
-                .or(from_file)
-                .unwrap_or_else(|| default.to_owned())
+            env(var).filter(|v| !v.is_empty()).or(from_file).unwrap_or_else(|| default.to_owned())
         };
         let database_url = pick("DATABASE_URL", file.database.url, defaults::DATABASE_URL);
         check_url("database.url (DATABASE_URL)", &database_url, &["postgres", "postgresql"])?;
         let redis_url = pick("REDIS_URL", file.redis.url, defaults::REDIS_URL);
         check_url("redis.url (REDIS_URL)", &redis_url, &["redis", "rediss", "redis+unix", "unix"])?;
         let prefix = pick("TESSERA_REDIS_PREFIX", file.redis.prefix, defaults::REDIS_PREFIX);
-        let redis_prefix = KeyPrefix::parse(&prefix)
-            .map_err(|e| anyhow::anyhow!("redis.prefix (TESSERA_REDIS_PREFIX): {e}"))?;
+        let redis_prefix =
+            KeyPrefix::parse(&prefix).map_err(|e| anyhow::anyhow!("redis.prefix (TESSERA_REDIS_PREFIX): {e}"))?;
         let bind_raw = pick("TESSERA_BIND", file.http.bind, defaults::BIND);
         let bind: SocketAddr = bind_raw.parse().map_err(|_| {
             anyhow::anyhow!(
@@ -259,10 +250,8 @@ impl Settings {
             file.http.site_root.or_else(|| env("LEPTOS_SITE_ROOT")),
             defaults::SITE_ROOT,
         ));
-        let log_format = LogFormat::parse(
-            "log.format (TESSERA_LOG_FORMAT)",
-            &pick("TESSERA_LOG_FORMAT", file.log.format, "text"),
-        )?;
+        let log_format =
+            LogFormat::parse("log.format (TESSERA_LOG_FORMAT)", &pick("TESSERA_LOG_FORMAT", file.log.format, "text"))?;
         let log_filter = pick("TESSERA_LOG", file.log.filter, defaults::LOG_FILTER);
         let admin = match env("TESSERA_ADMIN_TOKEN").filter(|v| !v.is_empty()).or(file.admin.token) {
             None => None,
@@ -281,11 +270,14 @@ impl Settings {
                 Some(AdminAccess { token: SecretString::from(token), actor })
             }
         };
-        let sample_retention = match (env("TESSERA_SAMPLE_RETENTION_DAYS").filter(|v| !v.is_empty()), file.samples.retention_days) {
-            (Some(raw), _) => SampleRetention::parse("samples.retention_days (TESSERA_SAMPLE_RETENTION_DAYS)", &raw)?,
-            (None, Some(days)) => SampleRetention::parse("samples.retention_days", &days.to_string())?,
-            (None, None) => SampleRetention::DEFAULT,
-        };
+        let sample_retention =
+            match (env("TESSERA_SAMPLE_RETENTION_DAYS").filter(|v| !v.is_empty()), file.samples.retention_days) {
+                (Some(raw), _) => {
+                    SampleRetention::parse("samples.retention_days (TESSERA_SAMPLE_RETENTION_DAYS)", &raw)?
+                }
+                (None, Some(days)) => SampleRetention::parse("samples.retention_days", &days.to_string())?,
+                (None, None) => SampleRetention::DEFAULT,
+            };
         let flag = |name: &str, field: &str, from_file: Option<bool>| -> anyhow::Result<bool> {
             match env(name).filter(|v| !v.is_empty()) {
                 Some(raw) => match raw.as_str() {
@@ -300,7 +292,11 @@ impl Settings {
         let session_hours = file.auth.session_hours.unwrap_or(12);
         anyhow::ensure!((1..=720).contains(&session_hours), "auth.session_hours: must be in 1..=720");
         let cookie_secure = flag("TESSERA_COOKIE_SECURE", "auth.cookie_secure", file.auth.cookie_secure)?;
-        let auth = AuthSettings { open, session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600), cookie_secure };
+        let auth = AuthSettings {
+            open,
+            session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600),
+            cookie_secure,
+        };
         Ok(Self {
             auth,
             database_url: SecretString::from(database_url),
@@ -344,8 +340,8 @@ impl Settings {
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileSettings> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading configuration file {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading configuration file {}", path.display()))?;
     parse_toml(&text).with_context(|| format!("parsing configuration file {}", path.display()))
 }
 

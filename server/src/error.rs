@@ -82,9 +82,13 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::BadRequest { field, rule } | Self::Unprocessable { field, rule } | Self::Duplicate { field, rule } => {
-                response.json(ErrorBody { error: self.to_string(), field: Some(field.clone()), rule: Some(rule.clone()) })
-            }
+            Self::BadRequest { field, rule }
+            | Self::Unprocessable { field, rule }
+            | Self::Duplicate { field, rule } => response.json(ErrorBody {
+                error: self.to_string(),
+                field: Some(field.clone()),
+                rule: Some(rule.clone()),
+            }),
             Self::QuotaRefused { dimension, available, limit } => response.json(QuotaRefusedBody {
                 error: self.to_string(),
                 result: "refused",
@@ -173,11 +177,6 @@ pub fn query_error(err: actix_web::error::QueryPayloadError, _req: &actix_web::H
     let message = err.to_string();
     let detail = message.strip_prefix("Query deserialize error: ").unwrap_or(&message).to_owned();
     // serde_urlencoded names unknown fields as "unknown field `x`, expected ..."
-    let field = detail
-        .split('`')
-        .nth(1)
-        .filter(|_| detail.starts_with("unknown field"))
-        .unwrap_or("query")
-        .to_owned();
+    let field = detail.split('`').nth(1).filter(|_| detail.starts_with("unknown field")).unwrap_or("query").to_owned();
     ApiError::BadRequest { field, rule: detail }.into()
 }

@@ -46,8 +46,11 @@ fn at(ms: Option<i64>) -> Option<DateTime<Utc>> {
 
 /// A pool's policy: its stored overrides on the defaults.
 pub fn policy_of(raw: &Value) -> Result<Policy, ChangeError> {
-    let policy: Policy = serde_json::from_value(raw.clone()).map_err(|e| ChangeError::Malformed { field: "health_policy".into(), rule: e.to_string() })?;
-    policy.validate().map_err(|e| ChangeError::Invalid { field: format!("health_policy.{}", e.field), rule: e.rule.into() })?;
+    let policy: Policy = serde_json::from_value(raw.clone())
+        .map_err(|e| ChangeError::Malformed { field: "health_policy".into(), rule: e.to_string() })?;
+    policy
+        .validate()
+        .map_err(|e| ChangeError::Invalid { field: format!("health_policy.{}", e.field), rule: e.rule.into() })?;
     Ok(policy)
 }
 
@@ -61,7 +64,11 @@ struct Measured {
 async fn measure(state: &AppState, channel: &str, policy: &Policy, now_minute: i64) -> anyhow::Result<Measured> {
     let code = client::health::ChannelCode::parse(channel).map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.rule))?;
     let from = now_minute - i64::from(policy.window_minutes) + 1;
-    let minutes = state.outcomes.window(&code, from, now_minute).await.with_context(|| format!("reading outcomes of {channel}"))?;
+    let minutes = state
+        .outcomes
+        .window(&code, from, now_minute)
+        .await
+        .with_context(|| format!("reading outcomes of {channel}"))?;
     // Buckets older than any window are of no further use; the hash would otherwise grow
     // for as long as reports keep coming (it expires only 2 h after its last write).
     if let Err(e) = state.outcomes.prune(&code, from - 60).await {
@@ -154,14 +161,21 @@ fn describe(change: Change, before: &Member, after: &Member, window: Window, pol
         Change::Relapsed => "relapsed during recovery",
         Change::Pinned => "pinned",
     };
-    format!("{what}: {} ×{:.3} → {} ×{:.3} ({rate})", before.state.as_str(), before.factor, after.state.as_str(), after.factor)
+    format!(
+        "{what}: {} ×{:.3} → {} ×{:.3} ({rate})",
+        before.state.as_str(),
+        before.factor,
+        after.state.as_str(),
+        after.factor
+    )
 }
 
 /// Evaluates every pool at `now` (the job calls it with the current time; tests inject one).
 pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Report> {
     let now_ms = now.timestamp_millis();
     let now_minute = now_ms.div_euclid(60_000);
-    let pools: Vec<(String, Value)> = sqlx::query_as("select name, health_policy from pool order by name").fetch_all(&state.db).await?;
+    let pools: Vec<(String, Value)> =
+        sqlx::query_as("select name, health_policy from pool order by name").fetch_all(&state.db).await?;
     let mut report = Report { pools: pools.len(), ..Report::default() };
     let mut measured: HashMap<(String, u32), Measured> = HashMap::new();
     for (pool, raw_policy) in pools {
@@ -173,14 +187,19 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Re
             }
         };
         // Measure before taking the pool's lock: Redis reads stay out of the transaction.
-        let channels: Vec<String> = sqlx::query_scalar("select channel from pool_member where pool = $1").bind(&pool).fetch_all(&state.db).await?;
+        let channels: Vec<String> = sqlx::query_scalar("select channel from pool_member where pool = $1")
+            .bind(&pool)
+            .fetch_all(&state.db)
+            .await?;
         for channel in channels {
             let key = (channel.clone(), policy.window_minutes);
             if let std::collections::hash_map::Entry::Vacant(slot) = measured.entry(key) {
                 slot.insert(measure(state, &channel, &policy, now_minute).await?);
             }
         }
-        let outcome = evaluate(&state.db, &pool, &policy, now_ms, &measured).await.with_context(|| format!("evaluating pool {pool}"))?;
+        let outcome = evaluate(&state.db, &pool, &policy, now_ms, &measured)
+            .await
+            .with_context(|| format!("evaluating pool {pool}"))?;
         report.changes.extend(outcome.changes);
         if let Some(written) = outcome.written {
             report.republished.push(written.entity.clone());
@@ -203,12 +222,13 @@ async fn cap_shares(tx: &mut PgConnection, pool: &str, rows: &[Row_]) -> Result<
     if rows.iter().all(|r| r.tier.is_none()) {
         return Ok(rows.iter().map(|r| r.base).collect());
     }
-    let tiers: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>("select tier, weight from pool_tier where pool = $1")
-        .bind(pool)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
+    let tiers: HashMap<String, i64> =
+        sqlx::query_as::<_, (String, i64)>("select tier, weight from pool_tier where pool = $1")
+            .bind(pool)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
     let all_tiers: f64 = tiers.values().map(|w| *w as f64).sum();
     let mut within: HashMap<&str, f64> = HashMap::new();
     for r in rows {
@@ -231,16 +251,29 @@ struct PoolOutcome {
     ejected: bool,
 }
 
-async fn evaluate(db: &PgPool, pool: &str, policy: &Policy, now_ms: i64, measured: &HashMap<(String, u32), Measured>) -> anyhow::Result<PoolOutcome> {
+async fn evaluate(
+    db: &PgPool,
+    pool: &str,
+    policy: &Policy,
+    now_ms: i64,
+    measured: &HashMap<(String, u32), Measured>,
+) -> anyhow::Result<PoolOutcome> {
     let mut tx = db.begin().await?;
     config::lock(&mut tx, &format!("pool:{pool}")).await?;
     let rows = members(&mut tx, pool).await?;
-    let window_of = |channel: &str| measured.get(&(channel.to_owned(), policy.window_minutes)).copied().unwrap_or_default();
+    let window_of =
+        |channel: &str| measured.get(&(channel.to_owned(), policy.window_minutes)).copied().unwrap_or_default();
     let shares = cap_shares(&mut tx, pool, &rows).await?;
     let inputs: Vec<Input> = rows
         .iter()
         .zip(&shares)
-        .map(|(r, share)| Input { base_weight: *share, member: r.member, window: window_of(&r.channel).window, pin: r.pin, ejected_otherwise: r.ejected_otherwise })
+        .map(|(r, share)| Input {
+            base_weight: *share,
+            member: r.member,
+            window: window_of(&r.channel).window,
+            pin: r.pin,
+            ejected_otherwise: r.ejected_otherwise,
+        })
         .collect();
     let outcomes = machine::evaluate_pool(&inputs, policy, now_ms);
     let mut changes = Vec::new();
@@ -249,7 +282,11 @@ async fn evaluate(db: &PgPool, pool: &str, policy: &Policy, now_ms: i64, measure
     for (row, outcome) in rows.iter().zip(&outcomes) {
         let m = window_of(&row.channel);
         let volume = m.window.volume();
-        let ewma_error = if volume > 0 { Some(machine::ewma(row.ewma_error, m.window.fail as f64 / volume as f64, policy.ewma_alpha)) } else { row.ewma_error };
+        let ewma_error = if volume > 0 {
+            Some(machine::ewma(row.ewma_error, m.window.fail as f64 / volume as f64, policy.ewma_alpha))
+        } else {
+            row.ewma_error
+        };
         let ewma_latency = match m.latency_ms {
             Some(l) => Some(machine::ewma(row.ewma_latency, l, policy.ewma_alpha)),
             None => row.ewma_latency,
@@ -402,7 +439,9 @@ async fn health_rows(db: &PgPool, where_sql: &str, key: &str) -> Result<Vec<Memb
         .await?;
         let inputs: Vec<(u64, Option<f64>, Option<f64>)> = all
             .iter()
-            .map(|r| Ok((r.try_get::<i64, _>("weight")? as u64, r.try_get("ewma_error")?, r.try_get("ewma_latency_ms")?)))
+            .map(|r| {
+                Ok((r.try_get::<i64, _>("weight")? as u64, r.try_get("ewma_error")?, r.try_get("ewma_latency_ms")?))
+            })
             .collect::<Result<_, sqlx::Error>>()?;
         let suggested = machine::suggested_weights(&inputs, alphas[&pool]);
         for (r, s) in all.iter().zip(suggested) {
@@ -417,7 +456,11 @@ async fn health_rows(db: &PgPool, where_sql: &str, key: &str) -> Result<Vec<Memb
 
 /// A pool's members' health, its policy, and how much of its base weight is out.
 pub async fn pool_health(db: &PgPool, pool: &PoolName) -> Result<Option<Value>, sqlx::Error> {
-    let Some(raw): Option<Value> = sqlx::query_scalar("select health_policy from pool where name = $1").bind(pool.as_str()).fetch_optional(db).await? else {
+    let Some(raw): Option<Value> = sqlx::query_scalar("select health_policy from pool where name = $1")
+        .bind(pool.as_str())
+        .fetch_optional(db)
+        .await?
+    else {
         return Ok(None);
     };
     let policy = policy_of(&raw).unwrap_or_default();
@@ -448,9 +491,15 @@ pub async fn every_member_health(db: &PgPool) -> Result<(Vec<MemberHealth>, Hash
 
 /// A channel's health in every pool that holds it, and its pin.
 pub async fn channel_health(db: &PgPool, code: &ChannelCode) -> Result<Option<Value>, sqlx::Error> {
-    let exists: Option<bool> = sqlx::query_scalar("select enabled from channel where code = $1").bind(code.as_str()).fetch_optional(db).await?;
+    let exists: Option<bool> = sqlx::query_scalar("select enabled from channel where code = $1")
+        .bind(code.as_str())
+        .fetch_optional(db)
+        .await?;
     let Some(enabled) = exists else { return Ok(None) };
-    let pin = sqlx::query("select state, reason, actor, pinned_at from channel_pin where channel = $1").bind(code.as_str()).fetch_optional(db).await?;
+    let pin = sqlx::query("select state, reason, actor, pinned_at from channel_pin where channel = $1")
+        .bind(code.as_str())
+        .fetch_optional(db)
+        .await?;
     let pin = match pin {
         Some(r) => json!({"state": r.try_get::<String, _>("state")?, "reason": r.try_get::<String, _>("reason")?,
                           "actor": r.try_get::<String, _>("actor")?, "pinned_at": r.try_get::<DateTime<Utc>, _>("pinned_at")?}),
@@ -489,15 +538,26 @@ pub async fn history(db: &PgPool, code: &ChannelCode, limit: i64) -> Result<Vec<
 
 /// Pins a channel (`Some`) or removes its pin (`None`) in one audited change; every pool
 /// holding it is republished when what it publishes changes.
-pub async fn set_pin(db: &PgPool, ctx: &Ctx<'_>, code: &ChannelCode, pin: Option<Pin>) -> Result<Vec<Written>, ChangeError> {
+pub async fn set_pin(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    code: &ChannelCode,
+    pin: Option<Pin>,
+) -> Result<Vec<Written>, ChangeError> {
     let entity = format!("channel:{code}");
     let mut tx = db.begin().await?;
     config::lock(&mut tx, &entity).await?;
-    let exists: Option<i64> = sqlx::query_scalar("select version from channel where code = $1").bind(code.as_str()).fetch_optional(&mut *tx).await?;
+    let exists: Option<i64> = sqlx::query_scalar("select version from channel where code = $1")
+        .bind(code.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     if exists.is_none() {
         return Err(ChangeError::NotFound(format!("unknown channel {:?}", code.as_str())));
     }
-    let before: Option<String> = sqlx::query_scalar("select state from channel_pin where channel = $1").bind(code.as_str()).fetch_optional(&mut *tx).await?;
+    let before: Option<String> = sqlx::query_scalar("select state from channel_pin where channel = $1")
+        .bind(code.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     let after = pin.map(|p| match p {
         Pin::Healthy => "healthy",
         Pin::Ejected => "ejected",
@@ -527,9 +587,15 @@ pub async fn set_pin(db: &PgPool, ctx: &Ctx<'_>, code: &ChannelCode, pin: Option
         }
     }
     let action = if after.is_some() { "channel.pin" } else { "channel.unpin" };
-    let audit_id = config::audit(&mut tx, ctx, &entity, action, Some(&json!({"pin": before})), Some(&json!({"pin": after}))).await?;
-    let mut written = vec![Written { entity, action: action.into(), version: exists.unwrap_or(1), audit_id, outbox_id: None }];
-    let pools: Vec<String> = sqlx::query_scalar("select pool from pool_member where channel = $1 order by pool").bind(code.as_str()).fetch_all(&mut *tx).await?;
+    let audit_id =
+        config::audit(&mut tx, ctx, &entity, action, Some(&json!({"pin": before})), Some(&json!({"pin": after})))
+            .await?;
+    let mut written =
+        vec![Written { entity, action: action.into(), version: exists.unwrap_or(1), audit_id, outbox_id: None }];
+    let pools: Vec<String> = sqlx::query_scalar("select pool from pool_member where channel = $1 order by pool")
+        .bind(code.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
     for pool in pools {
         config::lock(&mut tx, &format!("pool:{pool}")).await?;
         if let Some(w) = config::republish_pool_if_changed(&mut tx, ctx, &pool, action).await? {
@@ -542,18 +608,39 @@ pub async fn set_pin(db: &PgPool, ctx: &Ctx<'_>, code: &ChannelCode, pin: Option
 
 /// Replaces a pool's health thresholds (audited; nothing is published: the next
 /// evaluation uses them).
-pub async fn set_policy(db: &PgPool, ctx: &Ctx<'_>, pool: &PoolName, raw: &Value) -> Result<(Policy, i64), ChangeError> {
+pub async fn set_policy(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    pool: &PoolName,
+    raw: &Value,
+) -> Result<(Policy, i64), ChangeError> {
     let policy = policy_of(raw)?;
     let entity = format!("pool:{pool}");
     let mut tx = db.begin().await?;
     config::lock(&mut tx, &entity).await?;
-    let before: Option<Value> = sqlx::query_scalar("select health_policy from pool where name = $1").bind(pool.as_str()).fetch_optional(&mut *tx).await?;
+    let before: Option<Value> = sqlx::query_scalar("select health_policy from pool where name = $1")
+        .bind(pool.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
     let Some(before) = before else {
         return Err(ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())));
     };
-    let stored = serde_json::to_value(policy).map_err(|e| ChangeError::Invalid { field: "health_policy".into(), rule: e.to_string() })?;
-    sqlx::query("update pool set health_policy = $2 where name = $1").bind(pool.as_str()).bind(&stored).execute(&mut *tx).await?;
-    let audit_id = config::audit(&mut tx, ctx, &entity, "pool.health_policy", Some(&json!({"health_policy": before})), Some(&json!({"health_policy": stored}))).await?;
+    let stored = serde_json::to_value(policy)
+        .map_err(|e| ChangeError::Invalid { field: "health_policy".into(), rule: e.to_string() })?;
+    sqlx::query("update pool set health_policy = $2 where name = $1")
+        .bind(pool.as_str())
+        .bind(&stored)
+        .execute(&mut *tx)
+        .await?;
+    let audit_id = config::audit(
+        &mut tx,
+        ctx,
+        &entity,
+        "pool.health_policy",
+        Some(&json!({"health_policy": before})),
+        Some(&json!({"health_policy": stored})),
+    )
+    .await?;
     tx.commit().await?;
     Ok((policy, audit_id))
 }

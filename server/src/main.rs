@@ -47,7 +47,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 settings.bind
             );
             if settings.auth.open {
-                tracing::warn!("OPEN MODE: every /api/v1 request is served as an admin without credentials; development only");
+                tracing::warn!(
+                    "OPEN MODE: every /api/v1 request is served as an admin without credentials; development only"
+                );
             }
             tracing::info!(config = %settings.redacted_summary(), "starting");
             server::db::create_database_if_missing(&settings).await?;
@@ -91,7 +93,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let stop = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
-            let totals = server::simulate::run(&state, &args, stop, |t| println!("{}", server::simulate::render(t))).await?;
+            let totals =
+                server::simulate::run(&state, &args, stop, |t| println!("{}", server::simulate::render(t))).await?;
             println!("{}  (done)", server::simulate::render(&totals));
         }
         Command::Migrate => {
@@ -117,7 +120,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             server::db::create_database_if_missing(&settings).await?;
             let db = server::db::connect(&settings).await?;
             server::db::migrate(&db).await?;
-            server::auth::create_user_audited(&db, &args.name, role, &password, "tessera user add").await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            server::auth::create_user_audited(&db, &args.name, role, &password, "tessera user add")
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("created user {} with role {role}", args.name);
             if !args.password_stdin {
                 println!("password (shown once): {password}");

@@ -55,8 +55,9 @@ impl Metrics {
         let quota_open_reservations =
             IntGauge::new("tessera_quota_open_reservations", "Open quota reservations, as counted by the last sweep")
                 .expect("valid metric");
-        let quota_swept = IntCounter::new("tessera_quota_swept_total", "Quota reservations released after their deadline")
-            .expect("valid metric");
+        let quota_swept =
+            IntCounter::new("tessera_quota_swept_total", "Quota reservations released after their deadline")
+                .expect("valid metric");
         let job_runs = IntCounterVec::new(
             Opts::new("tessera_job_runs_total", "Scheduler job runs by outcome (skipped: another instance leads)"),
             &["job", "outcome"],
@@ -73,7 +74,8 @@ impl Metrics {
             registry.register(collector).expect("metric registered once");
         }
         let quota = client::QuotaMetrics::register(&registry).expect("quota metrics registered once");
-        let pool = client::PoolMetrics::register(&registry, quota.script_seconds.clone()).expect("pool metrics registered once");
+        let pool = client::PoolMetrics::register(&registry, quota.script_seconds.clone())
+            .expect("pool metrics registered once");
         let outcomes = client::OutcomeMetrics::register(&registry, quota.script_seconds.clone())
             .expect("outcome metrics registered once");
         let pool_refills = IntCounterVec::new(
@@ -107,9 +109,7 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut buffer = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buffer)
-            .expect("text encoding of gathered metrics");
+        TextEncoder::new().encode(&self.registry.gather(), &mut buffer).expect("text encoding of gathered metrics");
         String::from_utf8(buffer).expect("prometheus text is utf-8")
     }
 }

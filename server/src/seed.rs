@@ -34,7 +34,8 @@ impl SeedReport {
     }
 }
 
-const CTX: Ctx<'static> = Ctx { actor: "demo-seed", source: Source::System, reason: Some("demo data"), request_id: None };
+const CTX: Ctx<'static> =
+    Ctx { actor: "demo-seed", source: Source::System, reason: Some("demo data"), request_id: None };
 
 /// The demo channels: (code, name, tier, base weight).
 const CHANNELS: [(&str, &str, Option<&str>, u64); 8] = [
@@ -116,7 +117,11 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
         let outcome = config::put_pool(db, &CTX, &pool, &body, 0).await.map(|_| ());
         report.record(format!("pool:{pool}"), outcome)?;
     }
-    let plans = [("starter", 5_000_000_u64, 10_000_u64, 8_u32), ("pro", 50_000_000, 100_000, 64), ("enterprise", 500_000_000, 1_000_000, 256)];
+    let plans = [
+        ("starter", 5_000_000_u64, 10_000_u64, 8_u32),
+        ("pro", 50_000_000, 100_000, 64),
+        ("enterprise", 500_000_000, 1_000_000, 256),
+    ];
     for (name, tokens, requests, concurrency) in plans {
         let plan = PlanName::parse(name)?;
         let spec: PlanSpec = serde_json::from_value(json!({

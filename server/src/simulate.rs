@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use client::pool::{DrawSource, PoolName, Pools};
-use client::quota::{
-    Quotas, ReleaseOutcome, RequestId, ReserveOutcome, SettleOutcome, TenantId, TokenCount, Tokens,
-};
+use client::quota::{Quotas, ReleaseOutcome, RequestId, ReserveOutcome, SettleOutcome, TenantId, TokenCount, Tokens};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -150,7 +148,13 @@ impl Counters {
             draw_errors: get(&self.draw_errors),
             reserves_admitted: get(&self.reserves_admitted),
             reserves_refused: get(&self.reserves_refused),
-            refused_by: self.refused_by.lock().expect("refusals lock").iter().map(|(d, n)| ((*d).to_owned(), *n)).collect(),
+            refused_by: self
+                .refused_by
+                .lock()
+                .expect("refusals lock")
+                .iter()
+                .map(|(d, n)| ((*d).to_owned(), *n))
+                .collect(),
             reserve_errors: get(&self.reserve_errors),
             settled: get(&self.settled),
             released: get(&self.released),
@@ -199,11 +203,13 @@ impl QuotaPlan {
 
 /// Every name of one kind of entity (`pool:` or `tenant:`) that has a snapshot.
 async fn entities(db: &PgPool, kind: &str) -> anyhow::Result<Vec<String>> {
-    sqlx::query_scalar("select distinct substr(entity, length($1) + 1) from snapshot where left(entity, length($1)) = $1 order by 1")
-        .bind(kind)
-        .fetch_all(db)
-        .await
-        .with_context(|| format!("listing {kind} snapshots"))
+    sqlx::query_scalar(
+        "select distinct substr(entity, length($1) + 1) from snapshot where left(entity, length($1)) = $1 order by 1",
+    )
+    .bind(kind)
+    .fetch_all(db)
+    .await
+    .with_context(|| format!("listing {kind} snapshots"))
 }
 
 /// The pools and tenants to drive: those asked for (each must have a snapshot), else all.
@@ -269,12 +275,16 @@ async fn quota_request(quotas: Quotas, tenant: TenantId, plan: QuotaPlan, counte
     match plan.fate {
         Fate::Settle(actual) => match quotas.settle(&tenant, &request, actual, false).await {
             Ok(SettleOutcome::Settled { .. } | SettleOutcome::Queued) => Counters::add(&counters.settled),
-            Ok(other) => counters.failed(&counters.finish_errors, &format!("settle for {tenant}"), format!("{other:?}")),
+            Ok(other) => {
+                counters.failed(&counters.finish_errors, &format!("settle for {tenant}"), format!("{other:?}"))
+            }
             Err(e) => counters.failed(&counters.finish_errors, &format!("settle for {tenant}"), e),
         },
         Fate::Release => match quotas.release(&tenant, &request).await {
             Ok(ReleaseOutcome::Released { .. } | ReleaseOutcome::Queued) => Counters::add(&counters.released),
-            Ok(other) => counters.failed(&counters.finish_errors, &format!("release for {tenant}"), format!("{other:?}")),
+            Ok(other) => {
+                counters.failed(&counters.finish_errors, &format!("release for {tenant}"), format!("{other:?}"))
+            }
             Err(e) => counters.failed(&counters.finish_errors, &format!("release for {tenant}"), e),
         },
         Fate::LeaveToExpire => Counters::add(&counters.left_to_expire),
@@ -414,7 +424,9 @@ mod tests {
     fn the_command_line_has_defaults_and_takes_repeated_pools_and_tenants() {
         let a = parse(&[]).unwrap();
         assert_eq!((a.rate, a.seconds, a.report_every, a.refill), (20, None, 5, false));
-        let a = parse(&["--rate", "100", "--seconds", "30", "--pool", "cn-pay", "--pool", "sea-pay", "--tenant", "acme"]).unwrap();
+        let a =
+            parse(&["--rate", "100", "--seconds", "30", "--pool", "cn-pay", "--pool", "sea-pay", "--tenant", "acme"])
+                .unwrap();
         assert_eq!((a.rate, a.seconds), (100, Some(30)));
         assert_eq!(a.pools.iter().map(PoolName::as_str).collect::<Vec<_>>(), ["cn-pay", "sea-pay"]);
         assert_eq!(a.tenants.iter().map(TenantId::as_str).collect::<Vec<_>>(), ["acme"]);

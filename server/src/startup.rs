@@ -77,17 +77,21 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let redis_client = redis::Client::open(settings.redis_url.expose_secret())
         .context("redis.url (REDIS_URL): not a valid Redis URL")?;
     let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
-    let adopted = crate::db::config::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
+    let adopted =
+        crate::db::config::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
     if !adopted.is_empty() {
         tracing::info!(?adopted, "configuration written before the configuration tables now has rows");
     }
     if let Some(admin) = &settings.admin {
         // The admin token's actor is a user: audit rows name it.
-        crate::db::config::ensure_user(&db, &admin.actor, "admin").await.context("recording the admin actor as a user")?;
+        crate::db::config::ensure_user(&db, &admin.actor, "admin")
+            .await
+            .context("recording the admin actor as a user")?;
     }
     let keys = client::Keys::new(settings.redis_prefix.clone());
     let metrics = Metrics::new();
-    let quotas = client::Quotas::with_clock(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.quota.clone()));
+    let quotas =
+        client::Quotas::with_clock(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.quota.clone()));
     let pools = client::Pools::new(
         redis.clone(),
         keys.clone(),
@@ -96,7 +100,8 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         Some(metrics.pool.clone()),
     );
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
-    let outcomes = client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));
+    let outcomes =
+        client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));
     Ok(AppState {
         db,
         redis,

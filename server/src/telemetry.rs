@@ -14,13 +14,7 @@ pub fn init(format: LogFormat, filter: &str) {
     let result = match format {
         LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr)).try_init(),
         LogFormat::Json => registry
-            .with(
-                fmt::layer()
-                    .json()
-                    .flatten_event(true)
-                    .with_current_span(true)
-                    .with_writer(std::io::stderr),
-            )
+            .with(fmt::layer().json().flatten_event(true).with_current_span(true).with_writer(std::io::stderr))
             .try_init(),
     };
     // A second init (tests start several apps in one process) keeps the first subscriber.

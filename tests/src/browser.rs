@@ -89,8 +89,5 @@ impl Drop for Browser {
 
 /// Kills chromedriver's process group (chromedriver and its Chromium processes).
 fn kill_group(driver: &Child) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{}", driver.id())])
-        .stderr(Stdio::null())
-        .status();
+    let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", driver.id())]).stderr(Stdio::null()).status();
 }

@@ -85,8 +85,8 @@ impl Drop for Cleanup {
 /// development mode, `auth.open`), so tests of other things need no credentials; tests
 /// of access control, and tests acting as a named actor, turn it off.
 pub fn base_settings() -> Settings {
-    let mut settings = Settings::from_toml_and_env("", |name| std::env::var(name).ok())
-        .expect("test settings from the environment");
+    let mut settings =
+        Settings::from_toml_and_env("", |name| std::env::var(name).ok()).expect("test settings from the environment");
     settings.auth.open = true;
     if std::env::var_os("TESSERA_SITE_ROOT").is_none() {
         settings.site_root = workspace_root().join("target/site");
@@ -134,9 +134,7 @@ pub async fn spawn_app_sharing(first: &TestApp) -> TestApp {
 }
 
 async fn start(settings: Settings, db_name: String, prefix: String, cleanup: Arc<Cleanup>) -> TestApp {
-    let application = Application::build(&settings, Signals::Ignore)
-        .await
-        .expect("building the application");
+    let application = Application::build(&settings, Signals::Ignore).await.expect("building the application");
     let port = application.port();
     let state = application.state().clone();
     let server = StopServer(application.handle());
@@ -170,9 +168,7 @@ impl TestApp {
 
 async fn cleanup(settings: Settings, admin_url: String, db_name: String) {
     if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
-        let _ = sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#))
-            .execute(&mut admin)
-            .await;
+        let _ = sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#)).execute(&mut admin).await;
     }
     let url = base_settings().redis_url;
     if let Ok(client) = redis::Client::open(url.expose_secret()) {

@@ -95,7 +95,10 @@ mod tests {
     #[test]
     fn a_url_through_the_proxy_keeps_the_user_the_database_and_the_query() {
         let addr: SocketAddr = "127.0.0.1:40001".parse().unwrap();
-        assert_eq!(through("postgres://postgres@127.0.0.1:5432/t1?sslmode=disable", addr), "postgres://postgres@127.0.0.1:40001/t1?sslmode=disable");
+        assert_eq!(
+            through("postgres://postgres@127.0.0.1:5432/t1?sslmode=disable", addr),
+            "postgres://postgres@127.0.0.1:40001/t1?sslmode=disable"
+        );
         assert_eq!(through("postgres://u:p@db/t1", addr), "postgres://u:p@127.0.0.1:40001/t1");
         assert_eq!(postgres_address("postgres://u@db.internal/t1"), "db.internal:5432");
     }

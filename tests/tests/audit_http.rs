@@ -54,12 +54,19 @@ async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_
     assert_eq!(applied.version, 2);
     assert_eq!(applied.audit.before.as_ref().unwrap()["timezone"], "Asia/Shanghai");
     assert_eq!(applied.audit.after.as_ref(), Some(&body));
-    assert_eq!((count(&app, "audit").await, count(&app, "outbox").await), (22, 6), "the seed wrote 21 audit rows and 5 outbox rows");
+    assert_eq!(
+        (count(&app, "audit").await, count(&app, "outbox").await),
+        (22, 6),
+        "the seed wrote 21 audit rows and 5 outbox rows"
+    );
 
     let (status, report) = get_json(&app, "/api/v1/audit/verify").await;
     assert_eq!(status, 200);
     assert_eq!((&report["intact"], &report["rows"], &report["first_broken"]), (&json!(true), &json!(22), &Value::Null));
-    assert_eq!((report["head_id"].as_i64(), report["head_hash"].as_str()), (Some(applied.audit.id), Some(applied.audit.hash.as_str())));
+    assert_eq!(
+        (report["head_id"].as_i64(), report["head_hash"].as_str()),
+        (Some(applied.audit.id), Some(applied.audit.hash.as_str()))
+    );
 
     // Filters and the cursor: newest first, one per page.
     let (_, page) = get_json(&app, "/api/v1/audit?entity=pool:cn-pay&limit=1").await;

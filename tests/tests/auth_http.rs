@@ -21,7 +21,13 @@ async fn app() -> (TestApp, HashMap<String, String>) {
 }
 
 async fn login(app: &TestApp, name: &str, password: &str) -> (u16, Value, Option<String>) {
-    let response = app.http.post(format!("{}/api/v1/auth/login", app.address)).json(&json!({"name": name, "password": password})).send().await.unwrap();
+    let response = app
+        .http
+        .post(format!("{}/api/v1/auth/login", app.address))
+        .json(&json!({"name": name, "password": password}))
+        .send()
+        .await
+        .unwrap();
     let status = response.status().as_u16();
     let cookie = response.headers().get("set-cookie").map(|v| v.to_str().unwrap().to_owned());
     (status, response.json().await.unwrap_or(Value::Null), cookie)
@@ -115,12 +121,19 @@ async fn each_role_signs_in_and_the_server_enforces_what_it_may_do() {
     assert_eq!(status, 403);
 
     // Writes made through a session are audited with the user as actor and source `ui`.
-    let rows: Vec<(String, String, String)> =
-        sqlx::query_as("select actor, source, action from audit where action in ('pool.weights', 'pool.eject') order by id")
-            .fetch_all(&app.state.db)
-            .await
-            .unwrap();
-    assert_eq!(rows, vec![("demo-pm".into(), "ui".into(), "pool.weights".into()), ("demo-operator".into(), "ui".into(), "pool.eject".into())]);
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "select actor, source, action from audit where action in ('pool.weights', 'pool.eject') order by id",
+    )
+    .fetch_all(&app.state.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("demo-pm".into(), "ui".into(), "pool.weights".into()),
+            ("demo-operator".into(), "ui".into(), "pool.eject".into())
+        ]
+    );
 }
 
 #[tokio::test]
@@ -129,17 +142,40 @@ async fn session_writes_need_our_origin_and_the_csrf_token_and_sessions_expire()
     let pm = session(&app, &passwords, "pm").await;
     let url = format!("{}/api/v1/pools/cn-pay/weights", app.address);
     // A cross-origin form post carries the cookie but not our origin.
-    let forged = app.http.post(&url).header("cookie", &pm.cookie).header("origin", "https://evil.example").header("x-csrf-token", &pm.csrf).json(&weights(40)).send().await.unwrap();
+    let forged = app
+        .http
+        .post(&url)
+        .header("cookie", &pm.cookie)
+        .header("origin", "https://evil.example")
+        .header("x-csrf-token", &pm.csrf)
+        .json(&weights(40))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(forged.status(), 403);
     assert!(forged.text().await.unwrap().contains("cross-origin"));
     // Our origin without the CSRF token.
-    let no_token = app.http.post(&url).header("cookie", &pm.cookie).header("origin", &app.address).json(&weights(40)).send().await.unwrap();
+    let no_token = app
+        .http
+        .post(&url)
+        .header("cookie", &pm.cookie)
+        .header("origin", &app.address)
+        .json(&weights(40))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(no_token.status(), 403);
-    let versions: i64 = sqlx::query_scalar("select count(*) from snapshot where entity = 'pool:cn-pay'").fetch_one(&app.state.db).await.unwrap();
+    let versions: i64 = sqlx::query_scalar("select count(*) from snapshot where entity = 'pool:cn-pay'")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
     assert_eq!(versions, 1, "nothing was written");
 
     // Expired: back to sign-in (401).
-    sqlx::query("update user_session set expires_at = now() - interval '1 second'").execute(&app.state.db).await.unwrap();
+    sqlx::query("update user_session set expires_at = now() - interval '1 second'")
+        .execute(&app.state.db)
+        .await
+        .unwrap();
     let (status, body) = ui(&app, &pm, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
     assert_eq!(status, 401);
     assert!(body["error"].as_str().unwrap().contains("sign in again"), "{body}");
@@ -165,7 +201,10 @@ async fn repeated_failed_sign_ins_lock_the_account_for_a_while() {
     let (status, _, _) = login(&app, "nobody", "whatever-password").await;
     assert_eq!(status, 401, "an unknown name answers like a wrong password");
     // When the lock has passed, the right password works and the count starts over.
-    sqlx::query("update app_user set locked_until = now() - interval '1 second' where name = 'demo-viewer'").execute(&app.state.db).await.unwrap();
+    sqlx::query("update app_user set locked_until = now() - interval '1 second' where name = 'demo-viewer'")
+        .execute(&app.state.db)
+        .await
+        .unwrap();
     let (status, _, _) = login(&app, "demo-viewer", &passwords["demo-viewer"]).await;
     assert_eq!(status, 200);
 }
@@ -174,54 +213,91 @@ async fn repeated_failed_sign_ins_lock_the_account_for_a_while() {
 async fn api_tokens_have_a_scope_are_shown_once_and_can_be_revoked() {
     let (app, passwords) = app().await;
     let admin = session(&app, &passwords, "admin").await;
-    let (status, dp) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "gateway", "scope": "dataplane"})).await;
+    let (status, dp) =
+        ui(&app, &admin, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "gateway", "scope": "dataplane"}))
+            .await;
     assert_eq!(status, 201, "{dp}");
     let dataplane = dp["token"].as_str().unwrap().to_owned();
-    let (status, adm) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "ci bot", "scope": "admin"})).await;
+    let (status, adm) =
+        ui(&app, &admin, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "ci bot", "scope": "admin"})).await;
     assert_eq!(status, 201);
     let automation = adm["token"].as_str().unwrap().to_owned();
 
     // dataplane: draws, not reads of the configuration.
-    let (status, draw) = with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+    let (status, draw) =
+        with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
     assert_eq!(status, 200, "{draw}");
     let (status, _) = with_token(&app, &dataplane, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
     assert_eq!(status, 403);
     // admin scope: configuration, not the data plane, not users and tokens.
     let (status, _) = with_token(&app, &automation, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
     assert_eq!(status, 200);
-    let (status, _) = with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+    let (status, _) =
+        with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
     assert_eq!(status, 403);
     let (status, _) = with_token(&app, &automation, reqwest::Method::GET, "/api/v1/tokens", Value::Null).await;
     assert_eq!(status, 403);
     // Token writes need no CSRF token (no cookie involved) and are audited as `api`.
-    let (status, body) = with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/weights", weights(44)).await;
+    let (status, body) =
+        with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/weights", weights(44)).await;
     assert_eq!(status, 200, "{body}");
-    let source: String = sqlx::query_scalar("select source from audit where action = 'pool.weights'").fetch_one(&app.state.db).await.unwrap();
+    let source: String = sqlx::query_scalar("select source from audit where action = 'pool.weights'")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
     assert_eq!(source, "api");
 
     // Listed without secrets; revoked at once.
     let (_, list) = ui(&app, &admin, reqwest::Method::GET, "/api/v1/tokens", Value::Null).await;
     assert!(!list.to_string().contains(&dataplane), "secrets are never listed");
     let id = dp["id"].as_i64().unwrap();
-    let (status, _) = ui(&app, &admin, reqwest::Method::POST, &format!("/api/v1/tokens/{id}/revoke"), Value::Null).await;
+    let (status, _) =
+        ui(&app, &admin, reqwest::Method::POST, &format!("/api/v1/tokens/{id}/revoke"), Value::Null).await;
     assert_eq!(status, 200);
-    let (status, _) = with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+    let (status, _) =
+        with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
     assert_eq!(status, 401);
-    let stored: Vec<u8> = sqlx::query_scalar("select hash from api_token where id = $1").bind(id).fetch_one(&app.state.db).await.unwrap();
+    let stored: Vec<u8> =
+        sqlx::query_scalar("select hash from api_token where id = $1").bind(id).fetch_one(&app.state.db).await.unwrap();
     assert_eq!(stored.len(), 32, "only a SHA-256 is kept");
 
     // Users: admin creates one (password generated, shown once); others may not.
-    let (status, created) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "carol", "role": "pm"})).await;
+    let (status, created) =
+        ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "carol", "role": "pm"})).await;
     assert_eq!(status, 201, "{created}");
     let (status, _, _) = login(&app, "carol", created["password"].as_str().unwrap()).await;
     assert_eq!(status, 200);
-    let (status, body) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "carol", "role": "pm", "password": "another-long-password"})).await;
+    let (status, body) = ui(
+        &app,
+        &admin,
+        reqwest::Method::POST,
+        "/api/v1/users",
+        json!({"name": "carol", "role": "pm", "password": "another-long-password"}),
+    )
+    .await;
     assert_eq!((status, body["field"].as_str()), (409, Some("name")));
-    let (status, body) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "dave", "role": "boss", "password": "another-long-password"})).await;
+    let (status, body) = ui(
+        &app,
+        &admin,
+        reqwest::Method::POST,
+        "/api/v1/users",
+        json!({"name": "dave", "role": "boss", "password": "another-long-password"}),
+    )
+    .await;
     assert_eq!((status, body["field"].as_str()), (400, Some("role")));
-    let (status, body) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users", json!({"name": "dave", "role": "pm", "password": "short"})).await;
+    let (status, body) = ui(
+        &app,
+        &admin,
+        reqwest::Method::POST,
+        "/api/v1/users",
+        json!({"name": "dave", "role": "pm", "password": "short"}),
+    )
+    .await;
     assert_eq!((status, body["field"].as_str()), (400, Some("password")));
-    let hash: String = sqlx::query_scalar("select password_hash from app_user where name = 'carol'").fetch_one(&app.state.db).await.unwrap();
+    let hash: String = sqlx::query_scalar("select password_hash from app_user where name = 'carol'")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
     assert!(hash.starts_with("$argon2id$"), "{hash}");
 }
 
@@ -242,7 +318,10 @@ async fn a_percent_encoded_path_is_judged_as_the_route_it_reaches() {
     assert_eq!(created.status(), 401);
     let draw = app.http.post(format!("{}/api/v%31/pools/cn-pay/draw", app.address)).send().await.unwrap();
     assert_eq!(draw.status(), 401);
-    let users: i64 = sqlx::query_scalar("select count(*) from app_user where name = 'mallory'").fetch_one(&app.state.db).await.unwrap();
+    let users: i64 = sqlx::query_scalar("select count(*) from app_user where name = 'mallory'")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
     assert_eq!(users, 0, "nothing was written");
 }
 
@@ -252,7 +331,10 @@ async fn a_lock_that_has_passed_starts_the_count_over() {
     for _ in 0..5 {
         login(&app, "demo-pm", "wrong password!!").await;
     }
-    sqlx::query("update app_user set locked_until = now() - interval '1 second' where name = 'demo-pm'").execute(&app.state.db).await.unwrap();
+    sqlx::query("update app_user set locked_until = now() - interval '1 second' where name = 'demo-pm'")
+        .execute(&app.state.db)
+        .await
+        .unwrap();
     // One more wrong guess after the lock does not lock again at once.
     let (status, _, _) = login(&app, "demo-pm", "wrong password!!").await;
     assert_eq!(status, 401);
@@ -268,7 +350,8 @@ async fn an_admin_unlocks_a_locked_account_and_a_configured_secure_cookie_is_sec
     })
     .await;
     let report = server::seed::demo_seed(&app.state.db).await.unwrap();
-    let passwords: HashMap<String, String> = report.users.into_iter().map(|(name, _, password)| (name, password)).collect();
+    let passwords: HashMap<String, String> =
+        report.users.into_iter().map(|(name, _, password)| (name, password)).collect();
     for _ in 0..5 {
         login(&app, "demo-pm", "wrong password!!").await;
     }
@@ -285,6 +368,10 @@ async fn an_admin_unlocks_a_locked_account_and_a_configured_secure_cookie_is_sec
     assert_eq!(status, 200, "unlocked");
     let (status, _) = ui(&app, &admin, reqwest::Method::POST, "/api/v1/users/nobody/unlock", Value::Null).await;
     assert_eq!(status, 404);
-    let action: String = sqlx::query_scalar("select action from audit where entity = 'user:demo-pm' order by id desc limit 1").fetch_one(&app.state.db).await.unwrap();
+    let action: String =
+        sqlx::query_scalar("select action from audit where entity = 'user:demo-pm' order by id desc limit 1")
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap();
     assert_eq!(action, "user.unlock");
 }

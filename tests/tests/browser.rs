@@ -14,10 +14,7 @@ async fn the_dashboard_hydrates_and_fetches_live_status_from_the_browser() {
         "no wasm bundle under {}: run `cargo leptos build` first (scripts/test does)",
         app.settings.site_root.display()
     );
-    let expected_pg_version: String = sqlx::query_scalar("show server_version")
-        .fetch_one(&app.state.db)
-        .await
-        .unwrap();
+    let expected_pg_version: String = sqlx::query_scalar("show server_version").fetch_one(&app.state.db).await.unwrap();
     let browser = Browser::start().await.expect("headless chromium");
     let c = &browser.client;
 

@@ -42,8 +42,21 @@ async fn put(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
 /// refused change must leave exactly as it was.
 async fn footprint(app: &TestApp) -> Vec<i64> {
     let mut counts = Vec::new();
-    for table in ["channel", "pool", "pool_member", "pool_tier", "peak_window", "plan", "tenant", "quota_grant", "snapshot", "audit", "outbox"] {
-        counts.push(sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&app.state.db).await.unwrap());
+    for table in [
+        "channel",
+        "pool",
+        "pool_member",
+        "pool_tier",
+        "peak_window",
+        "plan",
+        "tenant",
+        "quota_grant",
+        "snapshot",
+        "audit",
+        "outbox",
+    ] {
+        counts
+            .push(sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&app.state.db).await.unwrap());
     }
     // Row contents too, so an update in place is seen.
     let digest: Option<String> = sqlx::query_scalar(
@@ -68,16 +81,29 @@ fn pool_body(members: &[(&str, u64)]) -> Value {
 }
 
 async fn channel(app: &TestApp, code: &str, tier: Option<&str>) {
-    let (status, reply) = post(app, "/api/v1/channels", json!({"code": code, "name": format!("{code} bank"), "tier": tier, "base_weight": 10})).await;
+    let (status, reply) = post(
+        app,
+        "/api/v1/channels",
+        json!({"code": code, "name": format!("{code} bank"), "tier": tier, "base_weight": 10}),
+    )
+    .await;
     assert_eq!(status, 201, "{reply}");
 }
 
 #[tokio::test]
 async fn channels_are_registered_listed_updated_and_invalid_ones_refused_naming_the_field() {
     let app = app().await;
-    let (status, created) = post(&app, "/api/v1/channels", json!({"code": "ALIPAY_A", "name": "Alipay A", "base_weight": 45, "reason": "onboarding"})).await;
+    let (status, created) = post(
+        &app,
+        "/api/v1/channels",
+        json!({"code": "ALIPAY_A", "name": "Alipay A", "base_weight": 45, "reason": "onboarding"}),
+    )
+    .await;
     assert_eq!(status, 201, "{created}");
-    assert_eq!((created["channel"]["enabled"].as_bool(), created["channel"]["version"].as_i64()), (Some(true), Some(1)));
+    assert_eq!(
+        (created["channel"]["enabled"].as_bool(), created["channel"]["version"].as_i64()),
+        (Some(true), Some(1))
+    );
 
     let before = footprint(&app).await;
     let refusals = [
@@ -101,18 +127,32 @@ async fn channels_are_registered_listed_updated_and_invalid_ones_refused_naming_
             assert_eq!(reply["field"].as_str(), Some("code"), "{reply}");
         }
     }
-    let (status, _) = post(&app, "/api/v1/channels", json!({"code": "T", "name": "t", "tier": "Q", "base_weight": 1})).await;
+    let (status, _) =
+        post(&app, "/api/v1/channels", json!({"code": "T", "name": "t", "tier": "Q", "base_weight": 1})).await;
     assert_eq!(status, 400);
     // No token, no change.
-    let anonymous = app.http.post(format!("{}/api/v1/channels", app.address)).json(&json!({"code": "Z", "name": "z", "base_weight": 1})).send().await.unwrap();
+    let anonymous = app
+        .http
+        .post(format!("{}/api/v1/channels", app.address))
+        .json(&json!({"code": "Z", "name": "z", "base_weight": 1}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(anonymous.status(), 401);
     assert_eq!(footprint(&app).await, before, "refused changes wrote nothing");
 
-    let (status, updated) = put(&app, "/api/v1/channels/ALIPAY_A", json!({"name": "Alipay acquirer A", "tier": "G", "base_weight": 50, "expected_version": 1})).await;
+    let (status, updated) = put(
+        &app,
+        "/api/v1/channels/ALIPAY_A",
+        json!({"name": "Alipay acquirer A", "tier": "G", "base_weight": 50, "expected_version": 1}),
+    )
+    .await;
     assert_eq!((status, updated["channel"]["version"].as_i64()), (200, Some(2)), "{updated}");
-    let (status, stale) = put(&app, "/api/v1/channels/ALIPAY_A", json!({"name": "x", "base_weight": 1, "expected_version": 1})).await;
+    let (status, stale) =
+        put(&app, "/api/v1/channels/ALIPAY_A", json!({"name": "x", "base_weight": 1, "expected_version": 1})).await;
     assert_eq!((status, stale["current_version"].as_i64()), (409, Some(2)));
-    let (status, _) = put(&app, "/api/v1/channels/NOPE", json!({"name": "x", "base_weight": 1, "expected_version": 1})).await;
+    let (status, _) =
+        put(&app, "/api/v1/channels/NOPE", json!({"name": "x", "base_weight": 1, "expected_version": 1})).await;
     assert_eq!(status, 404);
 
     let (status, list) = get(&app, "/api/v1/channels").await;
@@ -125,7 +165,14 @@ async fn channels_are_registered_listed_updated_and_invalid_ones_refused_naming_
     let (_, trail) = get(&app, "/api/v1/audit?entity=channel:ALIPAY_A").await;
     let rows = trail["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
-    assert_eq!((rows[0]["action"].as_str(), rows[0]["before"]["base_weight"].as_i64(), rows[0]["after"]["base_weight"].as_i64()), (Some("channel.update"), Some(45), Some(50)));
+    assert_eq!(
+        (
+            rows[0]["action"].as_str(),
+            rows[0]["before"]["base_weight"].as_i64(),
+            rows[0]["after"]["base_weight"].as_i64()
+        ),
+        (Some("channel.update"), Some(45), Some(50))
+    );
     assert_eq!((rows[1]["reason"].as_str(), rows[1]["request_id"].as_str()), (Some("onboarding"), Some("req-42")));
 }
 
@@ -135,7 +182,9 @@ async fn a_pool_refers_to_registered_channels_and_bad_pools_change_nothing() {
     for code in ["A", "B", "C"] {
         channel(&app, code, None).await;
     }
-    let (status, created) = put(&app, "/api/v1/pools/p", json!({"snapshot": pool_body(&[("A", 5), ("B", 3)]), "expected_version": 0})).await;
+    let (status, created) =
+        put(&app, "/api/v1/pools/p", json!({"snapshot": pool_body(&[("A", 5), ("B", 3)]), "expected_version": 0}))
+            .await;
     assert_eq!((status, created["version"].as_i64()), (200, Some(1)), "{created}");
 
     let before = footprint(&app).await;
@@ -155,21 +204,34 @@ async fn a_pool_refers_to_registered_channels_and_bad_pools_change_nothing() {
         (pool_body(&[("A", 1)]), 0, 409, ""),
     ];
     for (snapshot, expected, status, field) in cases {
-        let (got, reply) = put(&app, "/api/v1/pools/p", json!({"snapshot": snapshot, "expected_version": expected})).await;
+        let (got, reply) =
+            put(&app, "/api/v1/pools/p", json!({"snapshot": snapshot, "expected_version": expected})).await;
         assert_eq!(got, status, "{snapshot}: {reply}");
         if !field.is_empty() {
             assert_eq!(reply["field"].as_str(), Some(field), "{snapshot}: {reply}");
         }
     }
-    let (status, reply) = post(&app, "/api/v1/pools/p/weights", json!({"weights": [{"member": "A", "weight": -1}], "mode": "drain", "reason": "r", "expected_version": 1})).await;
+    let (status, reply) = post(
+        &app,
+        "/api/v1/pools/p/weights",
+        json!({"weights": [{"member": "A", "weight": -1}], "mode": "drain", "reason": "r", "expected_version": 1}),
+    )
+    .await;
     assert_eq!(status, 400, "{reply}");
     let (status, reply) = put(&app, "/api/v1/pools/p/peak_windows", json!({"peak_windows": [{"start": "25:00", "end": "23:00", "multiplier": 2}], "reason": "r", "expected_version": 1})).await;
     assert_eq!(status, 400, "{reply}");
-    let (status, reply) = put(&app, "/api/v1/pools/p/caps", json!({"caps": {"C": 10}, "reason": "r", "expected_version": 1})).await;
+    let (status, reply) =
+        put(&app, "/api/v1/pools/p/caps", json!({"caps": {"C": 10}, "reason": "r", "expected_version": 1})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("caps")), "C is not a member: {reply}");
-    let (status, reply) = put(&app, "/api/v1/pools/p/caps", json!({"caps": {"A": 0}, "reason": "r", "expected_version": 1})).await;
+    let (status, reply) =
+        put(&app, "/api/v1/pools/p/caps", json!({"caps": {"A": 0}, "reason": "r", "expected_version": 1})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("caps")), "{reply}");
-    let (status, reply) = put(&app, "/api/v1/pools/p/caps", json!({"caps": {"A": 18446744073709551615_u64}, "reason": "r", "expected_version": 1})).await;
+    let (status, reply) = put(
+        &app,
+        "/api/v1/pools/p/caps",
+        json!({"caps": {"A": 18446744073709551615_u64}, "reason": "r", "expected_version": 1}),
+    )
+    .await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("caps")), "above 2^53-1: {reply}");
     let (status, reply) = put(&app, "/api/v1/pools/p/peak_windows", json!({"peak_windows": [{"start": "19:00", "end": "23:00", "multiplier": 2, "weights": [{"member": "GHOST", "weight": 5}]}], "reason": "r", "expected_version": 1})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("peak_windows[0].weights")), "{reply}");
@@ -177,11 +239,14 @@ async fn a_pool_refers_to_registered_channels_and_bad_pools_change_nothing() {
     assert_eq!((status, reply["field"].as_str()), (422, Some("peak_windows[0].multiplier")), "{reply}");
     let (status, reply) = post(&app, "/api/v1/pools/p/rebuild", json!({"reason": "a\u{0}b"})).await;
     assert_eq!((status, reply["field"].as_str()), (400, Some("reason")), "{reply}");
-    let (status, reply) = post(&app, "/api/v1/pools/p/members", json!({"channel": "GHOST", "reason": "r", "expected_version": 1})).await;
+    let (status, reply) =
+        post(&app, "/api/v1/pools/p/members", json!({"channel": "GHOST", "reason": "r", "expected_version": 1})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("channel")), "{reply}");
-    let (status, reply) = post(&app, "/api/v1/pools/p/members", json!({"channel": "A", "reason": "r", "expected_version": 1})).await;
+    let (status, reply) =
+        post(&app, "/api/v1/pools/p/members", json!({"channel": "A", "reason": "r", "expected_version": 1})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("channel")), "already a member: {reply}");
-    let (status, _) = post(&app, "/api/v1/pools/p/members/NOPE/eject", json!({"reason": "r", "expected_version": 1})).await;
+    let (status, _) =
+        post(&app, "/api/v1/pools/p/members/NOPE/eject", json!({"reason": "r", "expected_version": 1})).await;
     assert_eq!(status, 404);
     let (status, _) = post(&app, "/api/v1/pools/p/rebuild", json!({})).await;
     assert_eq!(status, 400, "a rebuild needs a reason");
@@ -190,19 +255,31 @@ async fn a_pool_refers_to_registered_channels_and_bad_pools_change_nothing() {
     assert_eq!(footprint(&app).await, before, "refused changes wrote nothing");
 
     // Valid edits, each one version, read back from the tables.
-    let (status, added) = post(&app, "/api/v1/pools/p/members", json!({"channel": "C", "daily_cap": 7, "reason": "gray C", "expected_version": 1})).await;
+    let (status, added) = post(
+        &app,
+        "/api/v1/pools/p/members",
+        json!({"channel": "C", "daily_cap": 7, "reason": "gray C", "expected_version": 1}),
+    )
+    .await;
     assert_eq!((status, added["version"].as_i64()), (200, Some(2)), "{added}");
     let (status, reply) = put(&app, "/api/v1/pools/p/peak_windows", json!({"peak_windows": [{"start": "22:00", "end": "02:00", "multiplier": 2}], "reason": "night", "expected_version": 2})).await;
     assert_eq!(status, 200, "{reply}");
-    let (status, reply) = put(&app, "/api/v1/pools/p/caps", json!({"caps": {"A": 100, "C": 7}, "reason": "caps", "expected_version": 3})).await;
+    let (status, reply) =
+        put(&app, "/api/v1/pools/p/caps", json!({"caps": {"A": 100, "C": 7}, "reason": "caps", "expected_version": 3}))
+            .await;
     assert_eq!(status, 200, "{reply}");
     let (_, read) = get(&app, "/api/v1/pools/p").await;
     assert_eq!(read["version"], 4);
-    assert_eq!(read["snapshot"]["weights"], json!([{"member": "A", "weight": 5}, {"member": "B", "weight": 3}, {"member": "C", "weight": 10}]), "C joins with its base weight");
+    assert_eq!(
+        read["snapshot"]["weights"],
+        json!([{"member": "A", "weight": 5}, {"member": "B", "weight": 3}, {"member": "C", "weight": 10}]),
+        "C joins with its base weight"
+    );
     assert_eq!(read["snapshot"]["caps"], json!({"A": 100, "C": 7}));
     assert_eq!(read["snapshot"]["peak_windows"], json!([{"start": "22:00", "end": "02:00", "multiplier": 2}]));
     let mut conn = app.state.redis.connection().await.unwrap();
-    let published: u64 = redis::cmd("HGET").arg(app.state.keys.pool_meta("p")).arg("version").query_async(&mut conn).await.unwrap();
+    let published: u64 =
+        redis::cmd("HGET").arg(app.state.keys.pool_meta("p")).arg("version").query_async(&mut conn).await.unwrap();
     assert_eq!(published, 4, "Redis has the newest version");
 
     let (status, rebuilt) = post(&app, "/api/v1/pools/p/rebuild", json!({"reason": "fresh batch"})).await;
@@ -220,12 +297,14 @@ async fn a_tiers_pool_keeps_channels_in_their_own_tier() {
     let app = app().await;
     channel(&app, "G1", Some("G")).await;
     channel(&app, "N1", Some("N")).await;
-    let body = |g_channel: &str| json!({
-        "kind": "tiers", "ordering": "shuffle", "batch_size": 10, "low_water": 2, "timezone": "UTC",
-        "eject_rebuild_percent": 50,
-        "weights": [{"member": "G", "weight": 2}, {"member": "N", "weight": 1}],
-        "tiers": {"G": [{"member": g_channel, "weight": 1}], "N": [{"member": "N1", "weight": 1}]}
-    });
+    let body = |g_channel: &str| {
+        json!({
+            "kind": "tiers", "ordering": "shuffle", "batch_size": 10, "low_water": 2, "timezone": "UTC",
+            "eject_rebuild_percent": 50,
+            "weights": [{"member": "G", "weight": 2}, {"member": "N", "weight": 1}],
+            "tiers": {"G": [{"member": g_channel, "weight": 1}], "N": [{"member": "N1", "weight": 1}]}
+        })
+    };
     let (status, reply) = put(&app, "/api/v1/pools/t", json!({"snapshot": body("N1"), "expected_version": 0})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("tiers")), "{reply}");
     let (status, reply) = put(&app, "/api/v1/pools/t", json!({"snapshot": body("G1"), "expected_version": 0})).await;
@@ -234,7 +313,9 @@ async fn a_tiers_pool_keeps_channels_in_their_own_tier() {
     assert_eq!(read["snapshot"]["tiers"]["G"], json!([{"member": "G1", "weight": 1}]));
     assert_eq!(read["snapshot"]["weights"], json!([{"member": "G", "weight": 2}, {"member": "N", "weight": 1}]));
     // A tier change of a channel serving another tier is refused.
-    let (status, reply) = put(&app, "/api/v1/channels/G1", json!({"name": "g", "tier": "U", "base_weight": 1, "expected_version": 1})).await;
+    let (status, reply) =
+        put(&app, "/api/v1/channels/G1", json!({"name": "g", "tier": "U", "base_weight": 1, "expected_version": 1}))
+            .await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("tier")), "{reply}");
 }
 
@@ -249,18 +330,32 @@ async fn disabling_a_channel_ejects_it_from_every_pool_in_one_audited_change() {
 
     let (status, reply) = post(&app, "/api/v1/channels/B/disable", json!({})).await;
     assert_eq!((status, reply["field"].as_str()), (400, Some("reason")));
-    let (status, reply) = post(&app, "/api/v1/channels/B/disable", json!({"reason": "acquirer outage", "expected_version": 1})).await;
+    let (status, reply) =
+        post(&app, "/api/v1/channels/B/disable", json!({"reason": "acquirer outage", "expected_version": 1})).await;
     assert_eq!(status, 200, "{reply}");
-    let entities: Vec<&str> = reply["changes"].as_array().unwrap().iter().map(|c| c["entity"].as_str().unwrap()).collect();
+    let entities: Vec<&str> =
+        reply["changes"].as_array().unwrap().iter().map(|c| c["entity"].as_str().unwrap()).collect();
     assert_eq!(entities, vec!["channel:B", "pool:one", "pool:two"]);
     assert_eq!(reply["published"], true);
     for pool in ["one", "two"] {
         let (_, read) = get(&app, &format!("/api/v1/pools/{pool}")).await;
-        assert_eq!((read["published_version"].as_i64(), read["published"]["ejected"].clone()), (Some(2), json!(["B"])), "{pool}");
-        assert_eq!((read["version"].as_i64(), read["snapshot"].get("ejected")), (Some(1), None), "the configuration is unchanged: {read}");
+        assert_eq!(
+            (read["published_version"].as_i64(), read["published"]["ejected"].clone()),
+            (Some(2), json!(["B"])),
+            "{pool}"
+        );
+        assert_eq!(
+            (read["version"].as_i64(), read["snapshot"].get("ejected")),
+            (Some(1), None),
+            "the configuration is unchanged: {read}"
+        );
         let name = client::pool::PoolName::parse(pool).unwrap();
         for _ in 0..25 {
-            assert_ne!(app.state.pools.draw(&name).await.unwrap().member, "B", "{pool} never serves a disabled channel");
+            assert_ne!(
+                app.state.pools.draw(&name).await.unwrap().member,
+                "B",
+                "{pool} never serves a disabled channel"
+            );
         }
     }
     let (status, reply) = post(&app, "/api/v1/channels/B/disable", json!({"reason": "again"})).await;
@@ -272,8 +367,14 @@ async fn disabling_a_channel_ejects_it_from_every_pool_in_one_audited_change() {
             .fetch_all(&app.state.db)
             .await
             .unwrap();
-    assert_eq!(rows.iter().map(|r| (r.0.as_str(), r.1.as_str())).collect::<Vec<_>>(),
-        vec![("channel:B", "channel.disable"), ("pool:one", "pool.channel_disabled"), ("pool:two", "pool.channel_disabled")]);
+    assert_eq!(
+        rows.iter().map(|r| (r.0.as_str(), r.1.as_str())).collect::<Vec<_>>(),
+        vec![
+            ("channel:B", "channel.disable"),
+            ("pool:one", "pool.channel_disabled"),
+            ("pool:two", "pool.channel_disabled")
+        ]
+    );
     assert!(rows.iter().all(|r| r.2.as_deref() == Some("acquirer outage")));
 
     // An edit of the pool keeps the channel ejected while it is disabled; enabling it
@@ -285,7 +386,8 @@ async fn disabling_a_channel_ejects_it_from_every_pool_in_one_audited_change() {
     assert_eq!((read["snapshot"].get("ejected"), &read["published"]["ejected"]), (None, &json!(["B"])), "{read}");
     // A read-modify-write of the configuration does not turn the disabled channel into
     // the pool's own ejection.
-    let (status, reply) = put(&app, "/api/v1/pools/one", json!({"snapshot": read["snapshot"], "expected_version": 2})).await;
+    let (status, reply) =
+        put(&app, "/api/v1/pools/one", json!({"snapshot": read["snapshot"], "expected_version": 2})).await;
     assert_eq!(status, 200, "{reply}");
     let (status, reply) = post(&app, "/api/v1/channels/B/enable", json!({"reason": "recovered"})).await;
     assert_eq!(status, 200, "{reply}");
@@ -296,14 +398,22 @@ async fn disabling_a_channel_ejects_it_from_every_pool_in_one_audited_change() {
 #[tokio::test]
 async fn plans_tenants_and_grants_are_validated_published_and_revocable() {
     let app = app().await;
-    let (status, reply) = post(&app, "/api/v1/plans", json!({"name": "pro", "monthly_tokens": 1000, "daily_requests": 50, "concurrency": 4})).await;
+    let (status, reply) = post(
+        &app,
+        "/api/v1/plans",
+        json!({"name": "pro", "monthly_tokens": 1000, "daily_requests": 50, "concurrency": 4}),
+    )
+    .await;
     assert_eq!(status, 201, "{reply}");
 
     let before = footprint(&app).await;
     for (body, field) in [
         (json!({"name": "pro", "monthly_tokens": 1, "daily_requests": 1, "concurrency": 1}), "name"),
         (json!({"name": "neg", "monthly_tokens": -1, "daily_requests": 1, "concurrency": 1}), "monthly_tokens"),
-        (json!({"name": "big", "monthly_tokens": 9007199254740992_u64, "daily_requests": 1, "concurrency": 1}), "monthly_tokens"),
+        (
+            json!({"name": "big", "monthly_tokens": 9007199254740992_u64, "daily_requests": 1, "concurrency": 1}),
+            "monthly_tokens",
+        ),
         (json!({"name": "c", "monthly_tokens": 1, "daily_requests": 1, "concurrency": 3000000000_u64}), "concurrency"),
         (json!({"name": "bad name", "monthly_tokens": 1, "daily_requests": 1, "concurrency": 1}), "plan"),
     ] {
@@ -329,7 +439,8 @@ async fn plans_tenants_and_grants_are_validated_published_and_revocable() {
     }
     assert_eq!(footprint(&app).await, before, "refused changes wrote nothing");
 
-    let (status, reply) = put(&app, "/api/v1/tenants/newco", json!({"plan": "pro", "expected_version": 0, "reason": "signed"})).await;
+    let (status, reply) =
+        put(&app, "/api/v1/tenants/newco", json!({"plan": "pro", "expected_version": 0, "reason": "signed"})).await;
     assert_eq!((status, reply["version"].as_i64()), (200, Some(1)), "{reply}");
     let tenant = client::quota::TenantId::parse("newco").unwrap();
     let usage = app.state.quotas.usage(&tenant).await.unwrap();
@@ -350,19 +461,26 @@ async fn plans_tenants_and_grants_are_validated_published_and_revocable() {
         assert_eq!(got, status, "{body}: {reply}");
         assert_eq!(reply["field"].as_str(), Some(field), "{body}: {reply}");
     }
-    let (status, _) = post(&app, "/api/v1/tenants/nobody/grants", json!({"id": "g", "kind": "bonus", "amount": 5})).await;
+    let (status, _) =
+        post(&app, "/api/v1/tenants/nobody/grants", json!({"id": "g", "kind": "bonus", "amount": 5})).await;
     assert_eq!(status, 404);
     assert_eq!(footprint(&app).await, before, "refused grants wrote nothing");
 
     let (status, reply) = post(&app, "/api/v1/tenants/newco/grants", json!({"id": "launch", "kind": "bonus", "priority": 1, "amount": 500, "expires_at": future, "reason": "launch"})).await;
     assert_eq!((status, reply["version"].as_i64()), (201, Some(2)), "{reply}");
-    let (status, reply) = post(&app, "/api/v1/tenants/newco/grants", json!({"id": "launch", "kind": "bonus", "amount": 5})).await;
+    let (status, reply) =
+        post(&app, "/api/v1/tenants/newco/grants", json!({"id": "launch", "kind": "bonus", "amount": 5})).await;
     assert_eq!((status, reply["field"].as_str()), (409, Some("id")), "{reply}");
     let usage = app.state.quotas.usage(&tenant).await.unwrap();
     assert_eq!((usage.version, usage.buckets.len()), (2, 2), "{usage:?}");
 
     // A plan change republishes its tenants.
-    let (status, reply) = put(&app, "/api/v1/plans/pro", json!({"monthly_tokens": 2000, "daily_requests": 50, "concurrency": 4, "expected_version": 1})).await;
+    let (status, reply) = put(
+        &app,
+        "/api/v1/plans/pro",
+        json!({"monthly_tokens": 2000, "daily_requests": 50, "concurrency": 4, "expected_version": 1}),
+    )
+    .await;
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["changes"][1]["entity"], "tenant:newco");
     let usage = app.state.quotas.usage(&tenant).await.unwrap();
@@ -400,24 +518,39 @@ async fn snapshots_written_before_the_configuration_tables_are_adopted_into_them
         "retention_days": 30, "fallback": {"policy": "fail_closed"},
         "grants": [{"id": "g1", "kind": "bonus", "priority": 2, "amount": 50, "starts_at": null, "expires_at": null}]});
     for (entity, body) in [("pool:legacy", &pool), ("tenant:legacy", &tenant)] {
-        sqlx::query("insert into snapshot (entity, version, body) values ($1, 3, $2)").bind(entity).bind(body).execute(&app.state.db).await.unwrap();
+        sqlx::query("insert into snapshot (entity, version, body) values ($1, 3, $2)")
+            .bind(entity)
+            .bind(body)
+            .execute(&app.state.db)
+            .await
+            .unwrap();
     }
     let adopted = server::db::config::adopt_snapshots(&app.state.db).await.unwrap();
     assert_eq!(adopted, vec!["pool:legacy", "tenant:legacy"]);
     assert!(server::db::config::adopt_snapshots(&app.state.db).await.unwrap().is_empty(), "once");
 
     let (_, read) = get(&app, "/api/v1/pools/legacy").await;
-    assert_eq!((read["published_version"].as_i64(), &read["snapshot"]["weights"], &read["snapshot"]["caps"]),
-        (Some(3), &pool["weights"], &pool["caps"]), "{read}");
+    assert_eq!(
+        (read["published_version"].as_i64(), &read["snapshot"]["weights"], &read["snapshot"]["caps"]),
+        (Some(3), &pool["weights"], &pool["caps"]),
+        "{read}"
+    );
     let (_, channel) = get(&app, "/api/v1/channels/OLD_A").await;
     assert_eq!((channel["base_weight"].as_i64(), channel["pools"].clone()), (Some(3), json!(["legacy"])));
     let (_, t) = get(&app, "/api/v1/tenants/legacy").await;
-    assert_eq!((t["plan"].as_str(), t["version"].as_i64(), t["grants"][0]["id"].as_str()), (Some("legacy"), Some(3), Some("g1")), "{t}");
+    assert_eq!(
+        (t["plan"].as_str(), t["version"].as_i64(), t["grants"][0]["id"].as_str()),
+        (Some("legacy"), Some(3), Some("g1")),
+        "{t}"
+    );
     let (_, plan) = get(&app, "/api/v1/plans/legacy").await;
     assert_eq!((plan["monthly_tokens"].as_i64(), plan["concurrency"].as_i64()), (Some(1000), Some(2)));
     // The next change continues the versions and the trail says where the rows came from.
     let (status, reply) = post(&app, "/api/v1/pools/legacy/weights", json!({"weights": [{"member": "OLD_A", "weight": 1}, {"member": "OLD_B", "weight": 1}], "mode": "drain", "reason": "r", "expected_version": 1})).await;
     assert_eq!((status, reply["published_version"].as_i64()), (200, Some(4)), "{reply}");
-    let actions: Vec<String> = sqlx::query_scalar("select action from audit where entity = 'pool:legacy' order by id").fetch_all(&app.state.db).await.unwrap();
+    let actions: Vec<String> = sqlx::query_scalar("select action from audit where entity = 'pool:legacy' order by id")
+        .fetch_all(&app.state.db)
+        .await
+        .unwrap();
     assert_eq!(actions, vec!["adopt", "pool.weights"]);
 }

@@ -77,10 +77,7 @@ async fn metrics_are_served_in_prometheus_text_format_with_request_counts() {
     assert_eq!(response.status(), 200);
     assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
     let text = response.text().await.unwrap();
-    assert!(
-        text.contains(r#"tessera_http_requests_total{method="GET",route="/readyz",status="200"} 1"#),
-        "{text}"
-    );
+    assert!(text.contains(r#"tessera_http_requests_total{method="GET",route="/readyz",status="200"} 1"#), "{text}");
     assert!(text.contains(r#"tessera_dependency_up{dependency="redis"} 1"#), "{text}");
 }
 
@@ -126,7 +123,12 @@ async fn demo_seed_twice_changes_nothing_the_second_time() {
     let first = server::seed::demo_seed(&app.state.db).await.unwrap();
     let second = server::seed::demo_seed(&app.state.db).await.unwrap();
     assert!(first.created.iter().any(|e| e == "pool:cn-pay"), "{:?}", first.created);
-    assert_eq!(first.created.len(), 21, "8 channels, 2 pools, 3 plans, 2 tenants, 1 grant, 5 users: {:?}", first.created);
+    assert_eq!(
+        first.created.len(),
+        21,
+        "8 channels, 2 pools, 3 plans, 2 tenants, 1 grant, 5 users: {:?}",
+        first.created
+    );
     assert_eq!(second.kept.len(), 21);
     assert!(second.created.is_empty());
     assert_eq!(server::db::snapshot::count_for(&app.state.db, "pool:cn-pay").await.unwrap(), 1);

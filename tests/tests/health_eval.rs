@@ -43,14 +43,20 @@ async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -
 /// Registers the channels and a pool of them (weights as given).
 async fn pool(b: &Bench, name: &str, members: &[(&str, u64)]) {
     for (code, _) in members {
-        send(&b.app, reqwest::Method::POST, "/api/v1/channels", json!({"code": code, "name": code, "base_weight": 1})).await;
+        send(&b.app, reqwest::Method::POST, "/api/v1/channels", json!({"code": code, "name": code, "base_weight": 1}))
+            .await;
     }
     let weights: Vec<Value> = members.iter().map(|(m, w)| json!({"member": m, "weight": w})).collect();
-    let (status, reply) = send(&b.app, reqwest::Method::PUT, &format!("/api/v1/pools/{name}"), json!({
-        "snapshot": {"kind": "channels", "ordering": "smooth", "batch_size": 100, "low_water": 10,
-                     "timezone": "UTC", "eject_rebuild_percent": 90, "weights": weights},
-        "expected_version": 0,
-    }))
+    let (status, reply) = send(
+        &b.app,
+        reqwest::Method::PUT,
+        &format!("/api/v1/pools/{name}"),
+        json!({
+            "snapshot": {"kind": "channels", "ordering": "smooth", "batch_size": 100, "low_water": 10,
+                         "timezone": "UTC", "eject_rebuild_percent": 90, "weights": weights},
+            "expected_version": 0,
+        }),
+    )
     .await;
     assert_eq!(status, 200, "{reply}");
 }
@@ -68,7 +74,8 @@ async fn evaluate(b: &Bench, at: DateTime<Utc>) -> server::health::Report {
 }
 
 async fn member(b: &Bench, pool: &str, channel: &str) -> Value {
-    let (status, health) = send(&b.app, reqwest::Method::GET, &format!("/api/v1/pools/{pool}/health"), Value::Null).await;
+    let (status, health) =
+        send(&b.app, reqwest::Method::GET, &format!("/api/v1/pools/{pool}/health"), Value::Null).await;
     assert_eq!(status, 200, "{health}");
     health["members"].as_array().unwrap().iter().find(|m| m["channel"] == channel).cloned().unwrap()
 }
@@ -116,11 +123,12 @@ async fn a_failing_channel_decays_per_cool_down_is_ejected_and_recovers_with_a_s
     }
 
     // Every transition has an audit row with source `health` and the rates as the reason.
-    let rows: Vec<(String, String, Option<String>)> =
-        sqlx::query_as("select actor, action, reason from audit where source = 'health' and entity = 'pool:h' order by id")
-            .fetch_all(&b.app.state.db)
-            .await
-            .unwrap();
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "select actor, action, reason from audit where source = 'health' and entity = 'pool:h' order by id",
+    )
+    .fetch_all(&b.app.state.db)
+    .await
+    .unwrap();
     assert_eq!(rows.len(), 4, "{rows:?}");
     assert!(rows.iter().all(|r| r.0 == "health" && r.1 == "pool.health"));
     assert!(rows[0].2.as_deref().unwrap().contains("success 20.0% of 100"), "{rows:?}");
@@ -170,9 +178,24 @@ async fn with_three_channels_failing_ejection_stops_at_the_cap_and_says_so() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["state"].as_str().unwrap().to_owned(), m["cap_bound"].as_bool().unwrap(), m["effective_weight"].as_u64().unwrap()))
+        .map(|m| {
+            (
+                m["state"].as_str().unwrap().to_owned(),
+                m["cap_bound"].as_bool().unwrap(),
+                m["effective_weight"].as_u64().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(states, vec![("ejected".into(), false, 0), ("decaying".into(), true, 3), ("decaying".into(), true, 3), ("healthy".into(), false, 10)], "{health}");
+    assert_eq!(
+        states,
+        vec![
+            ("ejected".into(), false, 0),
+            ("decaying".into(), true, 3),
+            ("decaying".into(), true, 3),
+            ("healthy".into(), false, 10)
+        ],
+        "{health}"
+    );
     assert_eq!((health["cap"]["bound"].as_bool(), health["cap"]["ejected_percent"].as_f64()), (Some(true), Some(30.0)));
     let reason = health["members"][1]["last_reason"].as_str().unwrap();
     assert!(reason.contains("cap"), "{reason}");
@@ -188,9 +211,16 @@ async fn low_volume_decides_nothing_and_pins_are_respected() {
     assert_eq!(member(&b, "p", "A").await["success_rate"], Value::Null, "too few outcomes to judge");
 
     // Pinned healthy: failing windows change nothing.
-    let (status, reply) = send(&b.app, reqwest::Method::POST, "/api/v1/channels/A/health/pin", json!({"state": "healthy"})).await;
+    let (status, reply) =
+        send(&b.app, reqwest::Method::POST, "/api/v1/channels/A/health/pin", json!({"state": "healthy"})).await;
     assert_eq!((status, reply["field"].as_str()), (400, Some("reason")));
-    let (status, reply) = send(&b.app, reqwest::Method::POST, "/api/v1/channels/A/health/pin", json!({"state": "healthy", "reason": "known flaky probe"})).await;
+    let (status, reply) = send(
+        &b.app,
+        reqwest::Method::POST,
+        "/api/v1/channels/A/health/pin",
+        json!({"state": "healthy", "reason": "known flaky probe"}),
+    )
+    .await;
     assert_eq!(status, 200, "{reply}");
     for n in 0..3 {
         let at = t0() + Duration::minutes(n + 1);
@@ -201,21 +231,46 @@ async fn low_volume_decides_nothing_and_pins_are_respected() {
     assert_eq!(member(&b, "p", "A").await["pinned"], "healthy");
 
     // Pinned ejected: out of the published pool at once, whatever the outcomes.
-    let (status, reply) = send(&b.app, reqwest::Method::POST, "/api/v1/channels/B/health/pin", json!({"state": "ejected", "reason": "maintenance"})).await;
+    let (status, reply) = send(
+        &b.app,
+        reqwest::Method::POST,
+        "/api/v1/channels/B/health/pin",
+        json!({"state": "ejected", "reason": "maintenance"}),
+    )
+    .await;
     assert_eq!(status, 200, "{reply}");
     let (_, read) = send(&b.app, reqwest::Method::GET, "/api/v1/pools/p", Value::Null).await;
     assert_eq!(read["published"]["ejected"], json!(["B"]), "{read}");
-    let (status, again) = send(&b.app, reqwest::Method::POST, "/api/v1/channels/B/health/pin", json!({"state": "ejected", "reason": "again"})).await;
+    let (status, again) = send(
+        &b.app,
+        reqwest::Method::POST,
+        "/api/v1/channels/B/health/pin",
+        json!({"state": "ejected", "reason": "again"}),
+    )
+    .await;
     assert_eq!((status, again["field"].as_str()), (422, Some("state")));
-    let (status, _) = send(&b.app, reqwest::Method::POST, "/api/v1/channels/B/health/unpin", json!({"reason": "done"})).await;
+    let (status, _) =
+        send(&b.app, reqwest::Method::POST, "/api/v1/channels/B/health/unpin", json!({"reason": "done"})).await;
     assert_eq!(status, 200);
     let (_, read) = send(&b.app, reqwest::Method::GET, "/api/v1/pools/p", Value::Null).await;
     assert_eq!(read["published"].get("ejected"), None, "{read}");
 
     // Thresholds per pool, validated.
-    let (status, reply) = send(&b.app, reqwest::Method::PUT, "/api/v1/pools/p/health_policy", json!({"policy": {"decay_factor": 2}, "reason": "r"})).await;
+    let (status, reply) = send(
+        &b.app,
+        reqwest::Method::PUT,
+        "/api/v1/pools/p/health_policy",
+        json!({"policy": {"decay_factor": 2}, "reason": "r"}),
+    )
+    .await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("health_policy.decay_factor")), "{reply}");
-    let (status, reply) = send(&b.app, reqwest::Method::PUT, "/api/v1/pools/p/health_policy", json!({"policy": {"min_volume": 5}, "reason": "small pool"})).await;
+    let (status, reply) = send(
+        &b.app,
+        reqwest::Method::PUT,
+        "/api/v1/pools/p/health_policy",
+        json!({"policy": {"min_volume": 5}, "reason": "small pool"}),
+    )
+    .await;
     assert_eq!(status, 200, "{reply}");
     let (_, channel) = send(&b.app, reqwest::Method::GET, "/api/v1/channels/A/health", Value::Null).await;
     assert_eq!(channel["pin"]["state"], "healthy");
@@ -226,7 +281,13 @@ async fn low_volume_decides_nothing_and_pins_are_respected() {
 async fn in_a_tiers_pool_the_cap_counts_each_channels_share_of_the_traffic() {
     let b = bench().await;
     for (code, tier) in [("G1", "G"), ("G2", "G"), ("N1", "N")] {
-        send(&b.app, reqwest::Method::POST, "/api/v1/channels", json!({"code": code, "name": code, "tier": tier, "base_weight": 1})).await;
+        send(
+            &b.app,
+            reqwest::Method::POST,
+            "/api/v1/channels",
+            json!({"code": code, "name": code, "tier": tier, "base_weight": 1}),
+        )
+        .await;
     }
     // Tier G carries 60% of the traffic, split evenly: each G channel is 30%.
     let (status, reply) = send(&b.app, reqwest::Method::PUT, "/api/v1/pools/t", json!({
@@ -246,6 +307,9 @@ async fn in_a_tiers_pool_the_cap_counts_each_channels_share_of_the_traffic() {
     }
     let g1 = member(&b, "t", "G1").await;
     let g2 = member(&b, "t", "G2").await;
-    assert_eq!((g1["state"].as_str(), g2["state"].as_str(), g2["cap_bound"].as_bool()), (Some("ejected"), Some("decaying"), Some(true)),
-        "30% may go, a second 30% may not: {g1} {g2}");
+    assert_eq!(
+        (g1["state"].as_str(), g2["state"].as_str(), g2["cap_bound"].as_bool()),
+        (Some("ejected"), Some("decaying"), Some(true)),
+        "30% may go, a second 30% may not: {g1} {g2}"
+    );
 }

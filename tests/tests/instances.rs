@@ -41,7 +41,8 @@ fn job_runs(app: &TestApp) -> BTreeMap<String, BTreeMap<String, u64>> {
                 .map(|v| v.trim_end_matches('"').to_owned())
                 .expect("labelled sample")
         };
-        *runs.entry(label("job")).or_default().entry(label("outcome")).or_default() += value.parse::<u64>().expect("a count");
+        *runs.entry(label("job")).or_default().entry(label("outcome")).or_default() +=
+            value.parse::<u64>().expect("a count");
     }
     runs
 }
@@ -68,7 +69,10 @@ async fn each_job_runs_on_one_instance_only_and_the_other_takes_over_within_an_i
     server::seed::demo_seed(&first.state.db).await.unwrap();
     let first_scheduler = Scheduler::start(first.state.clone()).await.unwrap();
     // The first instance takes every fast job before the second one starts ticking.
-    wait_for("the first instance leads every fast job", || FAST_JOBS.iter().all(|(job, _)| count(&first, job, "ok") >= 1)).await;
+    wait_for("the first instance leads every fast job", || {
+        FAST_JOBS.iter().all(|(job, _)| count(&first, job, "ok") >= 1)
+    })
+    .await;
     let second_scheduler = Scheduler::start(second.state.clone()).await.unwrap();
 
     // Act: both tick side by side.
@@ -87,9 +91,15 @@ async fn each_job_runs_on_one_instance_only_and_the_other_takes_over_within_an_i
         let job = job.as_str();
         // Never on both. (A slow job may still be running on the leader while the other
         // instance has already skipped it: then it shows on neither yet.)
-        assert!(!(ran(&on_first, job) && ran(&on_second, job)), "{job} ran on both instances: {on_first:?} / {on_second:?}");
+        assert!(
+            !(ran(&on_first, job) && ran(&on_second, job)),
+            "{job} ran on both instances: {on_first:?} / {on_second:?}"
+        );
         for runs in [&on_first, &on_second] {
-            assert!(!runs.get(job).is_some_and(|o| o.contains_key("ok_unled")), "{job}: leadership undecided: {runs:?}");
+            assert!(
+                !runs.get(job).is_some_and(|o| o.contains_key("ok_unled")),
+                "{job}: leadership undecided: {runs:?}"
+            );
         }
     }
     for (job, _) in FAST_JOBS {
@@ -120,7 +130,10 @@ async fn each_job_runs_on_one_instance_only_and_the_other_takes_over_within_an_i
     .await;
     for (job, interval) in FAST_JOBS {
         let took = taken_over[job];
-        assert!(took <= interval + TAKEOVER_MARGIN, "{job} taken over after {took:?} (interval {interval:?} + margin {TAKEOVER_MARGIN:?})");
+        assert!(
+            took <= interval + TAKEOVER_MARGIN,
+            "{job} taken over after {took:?} (interval {interval:?} + margin {TAKEOVER_MARGIN:?})"
+        );
     }
     let ran_before: u64 = FAST_JOBS.iter().map(|(job, _)| count(&first, job, "ok")).sum();
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -297,7 +297,10 @@ async fn the_document_is_openapi_3_with_every_reference_resolved() {
     let mut ids = BTreeSet::new();
     for (method, path) in &operations {
         let id = doc["paths"][path][method]["operationId"].as_str().unwrap_or("");
-        assert!(!id.is_empty() && ids.insert(id.to_owned()), "{method} {path}: operationId {id:?} is empty or repeated");
+        assert!(
+            !id.is_empty() && ids.insert(id.to_owned()),
+            "{method} {path}: operationId {id:?} is empty or repeated"
+        );
     }
     let mut refs = Vec::new();
     references(&doc, String::new(), &mut refs);

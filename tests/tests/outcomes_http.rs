@@ -11,13 +11,8 @@ use serde_json::{json, Value};
 use client::health::{ChannelCode, MinuteCounts, Totals};
 
 async fn report(app: &TestApp, code: &str, body: Value) -> (u16, Value) {
-    let response = app
-        .http
-        .post(format!("{}/api/v1/channels/{code}/outcomes", app.address))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response =
+        app.http.post(format!("{}/api/v1/channels/{code}/outcomes", app.address)).json(&body).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
@@ -43,7 +38,8 @@ async fn a_report_is_accepted_and_counted_in_the_minute_it_names() {
     let a = channel("ALIPAY_A");
 
     // Act
-    let (first_status, first) = report(&app, "ALIPAY_A", json!({"ok": 7, "fail": 2, "latency_ms_sum": 900, "latency_count": 9})).await;
+    let (first_status, first) =
+        report(&app, "ALIPAY_A", json!({"ok": 7, "fail": 2, "latency_ms_sum": 900, "latency_count": 9})).await;
     let (second_status, second) = report(&app, "ALIPAY_A", json!({"ok": 0, "fail": 1})).await;
 
     // Assert
@@ -90,7 +86,11 @@ async fn bad_reports_are_400_naming_the_field_and_write_nothing() {
         ("ALIPAY_A", json!({"ok": 1_000_000_001u64, "fail": 0}), "ok"),
         ("ALIPAY_A", json!({"ok": 1, "fail": 1, "latency_ms_sum": 50, "latency_count": 3}), "latency_count"),
         ("ALIPAY_A", json!({"ok": 1, "fail": 1, "latency_ms_sum": 50}), "latency_count"),
-        ("ALIPAY_A", json!({"ok": 1, "fail": 0, "latency_ms_sum": 2_000_000_000u64, "latency_count": 1}), "latency_ms_sum"),
+        (
+            "ALIPAY_A",
+            json!({"ok": 1, "fail": 0, "latency_ms_sum": 2_000_000_000u64, "latency_count": 1}),
+            "latency_ms_sum",
+        ),
         ("ALIPAY_A", json!({"ok": 1, "fail": 0, "latncy_count": 1}), "latncy_count"),
         ("ALIPAY_A", json!([1, 0]), "body"),
         ("ALIPAY:A", json!({"ok": 1, "fail": 0}), "channel"),

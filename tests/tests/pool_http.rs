@@ -9,12 +9,7 @@ use integration::{spawn_app, TestApp};
 use serde_json::Value;
 
 async fn draw(app: &TestApp, pool: &str) -> (u16, Value) {
-    let response = app
-        .http
-        .post(format!("{}/api/v1/pools/{pool}/draw", app.address))
-        .send()
-        .await
-        .unwrap();
+    let response = app.http.post(format!("{}/api/v1/pools/{pool}/draw", app.address)).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
@@ -47,7 +42,10 @@ async fn the_demo_pool_is_published_and_drawn_over_http_by_its_weights() {
     for _ in 0..100 {
         let (status, body) = draw(&app, "cn-pay").await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!((body["pool"].as_str(), body["version"].as_u64(), body["source"].as_str()), (Some("cn-pay"), Some(1), Some("redis")));
+        assert_eq!(
+            (body["pool"].as_str(), body["version"].as_u64(), body["source"].as_str()),
+            (Some("cn-pay"), Some(1), Some("redis"))
+        );
         *counts.entry(body["member"].as_str().unwrap().to_owned()).or_default() += 1;
     }
     // A smooth batch keeps every prefix within a ticket or two of the shares 45/30/25.

@@ -42,14 +42,8 @@ async fn direct(app: &TestApp) -> PgConnection {
 }
 
 async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let response = app
-        .http
-        .request(method, format!("{}{path}", app.address))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response =
+        app.http.request(method, format!("{}{path}", app.address)).bearer_auth(TOKEN).json(&body).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
@@ -62,7 +56,8 @@ async fn written(db: &mut PgConnection) -> (i64, i64, i64, String) {
     .fetch_one(&mut *db)
     .await
     .unwrap();
-    let plan: String = sqlx::query_scalar("select plan from tenant where name = 'acme'").fetch_one(&mut *db).await.unwrap();
+    let plan: String =
+        sqlx::query_scalar("select plan from tenant where name = 'acme'").fetch_one(&mut *db).await.unwrap();
     (snapshots, audits, outboxes, plan)
 }
 
@@ -91,7 +86,8 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
     // Draws over HTTP, from both demo pools, from Redis.
     for pool in ["cn-pay", "sea-pay"] {
         for _ in 0..50 {
-            let (status, draw) = send(&app, reqwest::Method::POST, &format!("/api/v1/pools/{pool}/draw"), Value::Null).await;
+            let (status, draw) =
+                send(&app, reqwest::Method::POST, &format!("/api/v1/pools/{pool}/draw"), Value::Null).await;
             assert_eq!((status, draw["source"].as_str()), (200, Some("redis")), "{pool}: {draw}");
         }
     }
@@ -105,11 +101,25 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
     // Quota reserve and settle.
     for i in 0..20 {
         let request_id = format!("pg-down-{i}");
-        let (status, reserved) = send(&app, reqwest::Method::POST, "/api/v1/tenants/acme/quota/reserve",
-            json!({"request_id": request_id, "tokens": 1_000})).await;
-        assert_eq!((status, reserved["result"].as_str(), reserved["source"].as_str()), (200, Some("reserved"), Some("redis")), "{reserved}");
-        let (status, settled) = send(&app, reqwest::Method::POST, "/api/v1/tenants/acme/quota/settle",
-            json!({"request_id": request_id, "actual_tokens": 600})).await;
+        let (status, reserved) = send(
+            &app,
+            reqwest::Method::POST,
+            "/api/v1/tenants/acme/quota/reserve",
+            json!({"request_id": request_id, "tokens": 1_000}),
+        )
+        .await;
+        assert_eq!(
+            (status, reserved["result"].as_str(), reserved["source"].as_str()),
+            (200, Some("reserved"), Some("redis")),
+            "{reserved}"
+        );
+        let (status, settled) = send(
+            &app,
+            reqwest::Method::POST,
+            "/api/v1/tenants/acme/quota/settle",
+            json!({"request_id": request_id, "actual_tokens": 600}),
+        )
+        .await;
         assert_eq!(status, 200, "{settled}");
     }
 
@@ -152,7 +162,8 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     let mut hold = blocker.begin().await.unwrap();
     sqlx::query("lock table snapshot in share mode").execute(&mut *hold).await.unwrap();
     let write = tokio::spawn({
-        let (http, url, body) = (app.http.clone(), format!("{}/api/v1/tenants/acme", app.address), change("upgrade, halfway"));
+        let (http, url, body) =
+            (app.http.clone(), format!("{}/api/v1/tenants/acme", app.address), change("upgrade, halfway"));
         async move {
             let response = http.put(url).bearer_auth(TOKEN).json(&body).send().await.unwrap();
             (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
@@ -188,7 +199,11 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     // And writes work again.
     let (status, applied) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/acme", change("upgrade, again")).await;
     assert_eq!(status, 200, "{applied}");
-    assert_eq!((applied["version"].as_i64(), applied["published"].as_bool()), (Some(version + 1), Some(true)), "{applied}");
+    assert_eq!(
+        (applied["version"].as_i64(), applied["published"].as_bool()),
+        (Some(version + 1), Some(true)),
+        "{applied}"
+    );
     assert_eq!(written(&mut db).await.3, "enterprise");
     assert_eq!(published_version(&app, meta).await, Some(version + 1));
 }
@@ -204,7 +219,8 @@ async fn with_access_control_on_a_verified_data_plane_token_keeps_drawing_while_
     .await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
     server::publish::drain_outbox(&app.state).await.unwrap();
-    let (status, minted) = send(&app, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "gateway", "scope": "dataplane"})).await;
+    let (status, minted) =
+        send(&app, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "gateway", "scope": "dataplane"})).await;
     assert_eq!(status, 201, "{minted}");
     let token = minted["token"].as_str().unwrap().to_owned();
     let draw = |token: String| {

@@ -34,8 +34,10 @@ async fn the_outbox_delivers_each_change_once_and_a_change_moves_the_published_v
     // A plan change republishes its tenants: acme's v3 reaches Redis through the outbox.
     let ctx = Ctx { actor: "alice", source: Source::Api, reason: Some("upgrade"), request_id: None };
     let spec: PlanSpec =
-        serde_json::from_value(json!({"monthly_tokens": 60_000_000, "daily_requests": 100_000, "concurrency": 64})).unwrap();
-    let (written, _) = config::update_plan(&app.state.db, &ctx, &PlanName::parse("pro").unwrap(), &spec, 1).await.unwrap();
+        serde_json::from_value(json!({"monthly_tokens": 60_000_000, "daily_requests": 100_000, "concurrency": 64}))
+            .unwrap();
+    let (written, _) =
+        config::update_plan(&app.state.db, &ctx, &PlanName::parse("pro").unwrap(), &spec, 1).await.unwrap();
     assert_eq!(written.iter().map(|w| w.entity.as_str()).collect::<Vec<_>>(), vec!["plan:pro", "tenant:acme"]);
     let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
     assert_eq!(delivered.published, vec!["tenant:acme v3"]);
@@ -55,13 +57,19 @@ async fn a_change_made_while_redis_is_down_stays_in_the_outbox_and_is_counted_as
     assert_eq!(outcome.failed.len(), 4);
     assert_eq!(pending(&app).await, 5);
     let (attempts, error): (i32, Option<String>) =
-        sqlx::query_as("select attempts, last_error from outbox order by id limit 1").fetch_one(&app.state.db).await.unwrap();
+        sqlx::query_as("select attempts, last_error from outbox order by id limit 1")
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap();
     assert_eq!(attempts, 1);
     assert!(error.unwrap().contains("publishing"));
     // Backoff: the next run leaves the rows alone until they are due again.
     let again = server::publish::drain_outbox(&app.state).await.unwrap();
     assert!(again.failed.is_empty() && again.published.is_empty(), "{again:?}");
-    let waiting: i64 = sqlx::query_scalar("select count(*) from outbox where next_attempt_at > now()").fetch_one(&app.state.db).await.unwrap();
+    let waiting: i64 = sqlx::query_scalar("select count(*) from outbox where next_attempt_at > now()")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
     assert_eq!(waiting, 5);
 }
 

@@ -34,13 +34,7 @@ async fn tenant(app: &TestApp, name: &str, q: TenantQuota) -> TenantId {
 }
 
 async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
-    let response = app
-        .http
-        .post(format!("{}{path}", app.address))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = app.http.post(format!("{}{path}", app.address)).json(&body).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
@@ -50,14 +44,16 @@ async fn a_reservation_is_taken_bonus_first_settled_and_shown_in_the_usage() {
     let app = spawn_app().await;
     tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;
 
-    let (status, body) = post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "r-1", "tokens": 300})).await;
+    let (status, body) =
+        post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "r-1", "tokens": 300})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"], "reserved");
     assert_eq!(body["tokens"], 300);
     assert_eq!(body["parts"], json!([{"bucket": "welcome", "tokens": 100}, {"bucket": "plan", "tokens": 200}]));
     assert_eq!(body["replayed"], false);
 
-    let (status, body) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 250})).await;
+    let (status, body) =
+        post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 250})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"], "settled");
     assert_eq!(body["overdraft"], 0);
@@ -70,7 +66,8 @@ async fn a_reservation_is_taken_bonus_first_settled_and_shown_in_the_usage() {
     assert_eq!((plan["used"].as_u64(), plan["reserved"].as_u64()), (Some(150), Some(0)));
 
     // Settled twice: the second changes nothing and says so.
-    let (status, body) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 999})).await;
+    let (status, body) =
+        post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 999})).await;
     assert_eq!((status, body["result"].as_str()), (200, Some("already_settled")));
     let again: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
     assert_eq!(again["available"], usage["available"]);
@@ -81,13 +78,19 @@ async fn a_refusal_is_429_with_the_dimension_and_what_is_left() {
     let app = spawn_app().await;
     tenant(&app, "small", quota(50, 1, Duration::from_secs(60))).await;
 
-    let (status, body) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "big", "tokens": 151})).await;
+    let (status, body) =
+        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "big", "tokens": 151})).await;
     assert_eq!(status, 429, "{body}");
-    assert_eq!((body["dimension"].as_str(), body["available"].as_u64(), body["limit"].as_u64()), (Some("tokens"), Some(150), Some(150)));
+    assert_eq!(
+        (body["dimension"].as_str(), body["available"].as_u64(), body["limit"].as_u64()),
+        (Some("tokens"), Some(150), Some(150))
+    );
 
-    let (status, _) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "one", "tokens": 10})).await;
+    let (status, _) =
+        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "one", "tokens": 10})).await;
     assert_eq!(status, 200);
-    let (status, body) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
+    let (status, body) =
+        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
     assert_eq!((status, body["dimension"].as_str()), (429, Some("concurrency")));
 
     // Released, the lease is free again; a second release changes nothing.
@@ -95,7 +98,8 @@ async fn a_refusal_is_429_with_the_dimension_and_what_is_left() {
     assert_eq!((status, body["result"].as_str(), body["reserved"].as_u64()), (200, Some("released"), Some(10)));
     let (_, body) = post(&app, "/api/v1/tenants/small/quota/release", json!({"request_id": "one"})).await;
     assert_eq!(body["result"], "already_released");
-    let (status, _) = post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
+    let (status, _) =
+        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
     assert_eq!(status, 200);
 }
 
@@ -120,14 +124,18 @@ async fn bad_amounts_ids_and_unknown_names_are_refused_before_redis_is_touched()
     let usage: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
     assert_eq!((usage["requests_today"].as_u64(), usage["leases"].as_u64()), (Some(0), Some(0)));
 
-    let (status, body) = post(&app, "/api/v1/tenants/nobody/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
+    let (status, body) =
+        post(&app, "/api/v1/tenants/nobody/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
     assert_eq!(status, 404, "{body}");
-    let (status, _) = post(&app, "/api/v1/tenants/bad%7Bname/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
+    let (status, _) =
+        post(&app, "/api/v1/tenants/bad%7Bname/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
     assert_eq!(status, 400);
-    let (status, _) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "never", "actual_tokens": 5})).await;
+    let (status, _) =
+        post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "never", "actual_tokens": 5})).await;
     assert_eq!(status, 404);
     for actual in [json!(-1), json!(9007199254740992u64), json!(1.5)] {
-        let (status, body) = post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "a", "actual_tokens": actual})).await;
+        let (status, body) =
+            post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "a", "actual_tokens": actual})).await;
         assert_eq!((status, body["field"].as_str()), (400, Some("actual_tokens")), "{actual} -> {body}");
     }
     assert_eq!(app.get("/api/v1/tenants/nobody/quota").await.status(), 404);
@@ -153,7 +161,8 @@ async fn a_prompt_is_estimated_with_the_models_tokenizer_and_a_margin() {
 async fn the_sweeper_returns_an_abandoned_reservation_and_counts_it() {
     let app = spawn_app().await;
     tenant(&app, "acme", quota(1000, 10, Duration::from_millis(50))).await;
-    let (status, _) = post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "lost", "tokens": 40})).await;
+    let (status, _) =
+        post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "lost", "tokens": 40})).await;
     assert_eq!(status, 200);
 
     tokio::time::sleep(Duration::from_millis(120)).await;

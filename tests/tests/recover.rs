@@ -41,7 +41,9 @@ async fn versions(app: &TestApp) -> Vec<(String, i64, Option<i64>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_every_key_is_wiped_under_load_all_pools_and_quotas_are_served_within_5_s_with_no_config_lost() {
-    let app = spawn_app_with(|s| s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() })).await;
+    let app =
+        spawn_app_with(|s| s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() }))
+            .await;
     let scheduler = server::scheduler::Scheduler::start(app.state.clone()).await.unwrap();
     let args = BenchRecoverArgs { pools: 6, tenants: 4, concurrency: 8, seconds: 1, timeout: 30, json: false };
 
@@ -50,7 +52,11 @@ async fn after_every_key_is_wiped_under_load_all_pools_and_quotas_are_served_wit
     eprintln!("{}", server::bench::recover::render(&report));
     assert!(report.keys_wiped > 0 && report.refused_while_recovering > 0, "the wipe took everything away: {report:?}");
     assert!(report.pools >= 6 && report.tenants >= 4, "{report:?}");
-    assert!(report.recover_ms <= RECOVER_WITHIN.as_secs_f64() * 1000.0, "served again after {} ms: {report:?}", report.recover_ms);
+    assert!(
+        report.recover_ms <= RECOVER_WITHIN.as_secs_f64() * 1000.0,
+        "served again after {} ms: {report:?}",
+        report.recover_ms
+    );
     assert_eq!(report.errors_while_recovering, 0, "{report:?}");
     assert!(report.versions_match, "{report:?}");
     // Checked here again, not only by the benchmark: every meta hash is at Postgres's version.

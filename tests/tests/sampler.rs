@@ -85,11 +85,13 @@ async fn a_sample_records_list_length_day_hits_and_the_last_minutes_shares_again
     let taken = samples(&app, "sea-pay", earlier - TimeDelta::seconds(1)).await;
     let (before, after) = (&taken[0], &taken[1]);
     assert_eq!(after.tickets, before.tickets - 20);
-    let channels = |s: &sampler::PoolSample| s.tiers.as_ref().unwrap().values().map(|l| l.tickets + l.standby).sum::<u64>();
+    let channels =
+        |s: &sampler::PoolSample| s.tiers.as_ref().unwrap().values().map(|l| l.tickets + l.standby).sum::<u64>();
     assert_eq!(channels(after), channels(before) - 20);
     assert_eq!(before.tiers.as_ref().unwrap().keys().collect::<Vec<_>>(), ["G", "N", "U"]);
     assert_eq!(after.draws, Some(20));
-    for (member, weight) in [("GRAB_G1", 0.3), ("DBS_G2", 0.3), ("OCBC_N1", 0.21), ("UOB_N2", 0.09), ("SHOPEE_U1", 0.1)] {
+    for (member, weight) in [("GRAB_G1", 0.3), ("DBS_G2", 0.3), ("OCBC_N1", 0.21), ("UOB_N2", 0.09), ("SHOPEE_U1", 0.1)]
+    {
         let drawn = sea.get(member).copied().unwrap_or(0);
         let a = &after.members[member];
         assert_eq!((a.hits, a.window_hits), (drawn, Some(drawn)), "{member}");

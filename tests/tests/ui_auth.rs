@@ -55,7 +55,9 @@ async fn a_session_reads_server_functions_and_only_auditors_verify_the_chain() {
     };
     let viewer = cookie("demo-viewer").await;
     let auditor = cookie("demo-auditor").await;
-    let get = |path: &str, cookie: &str| plain.get(format!("{}{path}", app.address)).header("cookie", cookie.to_owned()).send();
+    let get = |path: &str, cookie: &str| {
+        plain.get(format!("{}{path}", app.address)).header("cookie", cookie.to_owned()).send()
+    };
     let status = get("/sfn/system_status", &viewer).await.unwrap();
     assert_eq!(status.status(), 200, "{:?}", status.text().await);
     assert_eq!(get("/sfn/audit", &viewer).await.unwrap().status(), 200);
@@ -143,7 +145,8 @@ async fn a_pm_changes_weights_and_a_stale_edit_names_the_current_version() {
     sign_in(c, &app, "demo-pm", &passwords["demo-pm"]).await;
 
     c.goto(&format!("{}/pools", app.address)).await.unwrap();
-    let list = c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("pools")).await.expect("the pool list");
+    let list =
+        c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("pools")).await.expect("the pool list");
     let list = list.text().await.unwrap();
     assert!(list.contains("cn-pay") && list.contains("sea-pay") && list.contains("tiers"), "{list}");
     screenshot(c, "pools").await;
@@ -162,7 +165,11 @@ async fn a_pm_changes_weights_and_a_stale_edit_names_the_current_version() {
     c.find(Locator::Id("weights-reason")).await.unwrap().send_keys("gray release step").await.unwrap();
     c.find(Locator::Id("weights-submit")).await.unwrap().click().await.unwrap();
     let next = format!("//strong[@id='pool-version' and text()='{}']", version + 1);
-    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::XPath(&next)).await.expect("saved: the next version");
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&next))
+        .await
+        .expect("saved: the next version");
     let row = c.find(Locator::Css("#members tr[data-channel='ALIPAY_A']")).await.unwrap().text().await.unwrap();
     assert!(row.contains("50"), "{row}");
     hydrated(c).await;
@@ -208,7 +215,10 @@ async fn a_pm_changes_weights_and_a_stale_edit_names_the_current_version() {
         .unwrap();
     assert!(message.contains(&format!("now at version {}", version + 2)), "{message}");
     // … with the change that came in between: who, why, what.
-    assert!(message.contains("demo-admin") && message.contains("\"meanwhile\"") && message.contains("pool.weights"), "{message}");
+    assert!(
+        message.contains("demo-admin") && message.contains("\"meanwhile\"") && message.contains("pool.weights"),
+        "{message}"
+    );
     screenshot(c, "pool-conflict").await;
     sign_out(c).await;
 

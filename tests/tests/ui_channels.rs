@@ -130,7 +130,8 @@ async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_li
         clock.set(at);
         for (channel, ok, fail) in [("ALIPAY_A", 20, 80), ("WECHAT_B", 100, 0), ("UNION_C", 100, 0)] {
             let code = client::health::ChannelCode::parse(channel).unwrap();
-            let counts = client::health::OutcomeCounts { ok, fail, latency_ms_sum: (ok + fail) * 20, latency_count: ok + fail };
+            let counts =
+                client::health::OutcomeCounts { ok, fail, latency_ms_sum: (ok + fail) * 20, latency_count: ok + fail };
             outcomes.record_counts(&code, &counts).await.unwrap();
         }
         server::health::run_once(&app.state, at + TimeDelta::seconds(10)).await.unwrap();

@@ -35,7 +35,9 @@ async fn js(c: &Client, script: &str) -> Value {
 
 /// How many points the polyline of `chart` has.
 async fn polyline_points(c: &Client, chart: &str) -> u64 {
-    let script = format!("return document.querySelector('#{chart} polyline').getAttribute('points').trim().split(/\\s+/).length");
+    let script = format!(
+        "return document.querySelector('#{chart} polyline').getAttribute('points').trim().split(/\\s+/).length"
+    );
     js(c, &script).await.as_u64().unwrap()
 }
 
@@ -72,7 +74,10 @@ async fn the_dashboard_charts_a_running_simulation_and_brings_in_new_samples_wit
     assert_eq!(chart.attr("data-points").await.unwrap().as_deref(), Some("7"));
     assert_eq!(polyline_points(c, "length-cn-pay").await, 7);
     let summary = text(c, "length-cn-pay-summary").await;
-    assert!(summary.starts_with("7 points") && summary.contains(&format!("newest {} tickets", newest.length)), "{summary}");
+    assert!(
+        summary.starts_with("7 points") && summary.contains(&format!("newest {} tickets", newest.length)),
+        "{summary}"
+    );
     assert_eq!(chart.attr("aria-describedby").await.unwrap().as_deref(), Some("length-cn-pay-summary"));
 
     // The last minute's shares: every member, measured, as numbers and bars.
@@ -121,7 +126,8 @@ async fn the_dashboard_charts_a_running_simulation_and_brings_in_new_samples_wit
         .expect("the chart shows the new sample without a reload");
     assert_eq!(polyline_points(c, "length-cn-pay").await, 8);
     assert_eq!(js(c, "return window.dashboardMarker").await, json!("kept"));
-    let refreshes: u64 = c.find(Locator::Id("dashboard")).await.unwrap().attr("data-refreshes").await.unwrap().unwrap().parse().unwrap();
+    let refreshes: u64 =
+        c.find(Locator::Id("dashboard")).await.unwrap().attr("data-refreshes").await.unwrap().unwrap().parse().unwrap();
     assert!(refreshes >= 1, "{refreshes}");
 
     // Narrow: nothing runs off the side of the page.
@@ -158,8 +164,12 @@ async fn percents_of(rows: &[fantoccini::elements::Element]) -> Vec<f64> {
     out
 }
 
-const CTX: server::db::config::Ctx<'static> =
-    server::db::config::Ctx { actor: "test", source: server::db::audit::Source::System, reason: Some("scale test"), request_id: None };
+const CTX: server::db::config::Ctx<'static> = server::db::config::Ctx {
+    actor: "test",
+    source: server::db::audit::Source::System,
+    reason: Some("scale test"),
+    request_id: None,
+};
 
 #[tokio::test]
 async fn one_dashboard_read_covers_twenty_pools_of_ten_channels_with_their_samples() {
@@ -170,7 +180,8 @@ async fn one_dashboard_read_covers_twenty_pools_of_ten_channels_with_their_sampl
         server::db::config::create_channel(&app.state.db, &CTX, &code, &spec, true).await.unwrap();
     }
     for p in 0..20 {
-        let weights: Vec<Value> = (0..10).map(|m| json!({"member": format!("CH_{:03}", p * 10 + m), "weight": m + 1})).collect();
+        let weights: Vec<Value> =
+            (0..10).map(|m| json!({"member": format!("CH_{:03}", p * 10 + m), "weight": m + 1})).collect();
         let body = json!({"kind": "channels", "ordering": "smooth", "batch_size": 256, "low_water": 32, "timezone": "UTC",
                           "weights": weights, "eject_rebuild_percent": 50});
         let pool = PoolName::parse(&format!("pool-{p:02}")).unwrap();

@@ -69,7 +69,13 @@ async fn a_pm_adds_a_bonus_grant_that_reaches_redis_and_revokes_it() {
         .text()
         .await
         .unwrap();
-    assert!(row.contains("bonus (priority 3)") && row.contains("750000") && row.contains("active") && row.contains("2030-01-01"), "{row}");
+    assert!(
+        row.contains("bonus (priority 3)")
+            && row.contains("750000")
+            && row.contains("active")
+            && row.contains("2030-01-01"),
+        "{row}"
+    );
     assert!(text(c, "tenants-message").await.contains("Grant spring-promo added to globex"));
     let meter = text(c, "meter-globex-spring-promo").await;
     assert!(meter.contains("0 used + 0 reserved of 750000"), "{meter}");
@@ -94,7 +100,9 @@ async fn a_pm_adds_a_bonus_grant_that_reaches_redis_and_revokes_it() {
     c.find(Locator::Id("revoke-globex-spring-promo")).await.unwrap().click().await.unwrap();
     c.wait()
         .at_most(Duration::from_secs(10))
-        .for_element(Locator::XPath("//table[@id='grants-globex']//tr[@data-grant='spring-promo' and contains(., 'revoked')]"))
+        .for_element(Locator::XPath(
+            "//table[@id='grants-globex']//tr[@data-grant='spring-promo' and contains(., 'revoked')]",
+        ))
         .await
         .expect("the grant reads revoked");
     assert!(c.find(Locator::Id("revoke-globex-spring-promo")).await.is_err(), "nothing left to revoke");
@@ -113,7 +121,10 @@ async fn a_viewer_sees_no_grant_form_and_a_forged_grant_is_refused() {
     sign_in(c, &app, "demo-viewer", &passwords["demo-viewer"]).await;
     tenants_page(c, &app).await;
     assert!(c.find_all(Locator::Css("#tenants form")).await.unwrap().is_empty(), "no forms for a viewer");
-    assert!(c.find(Locator::Id("grant-form-acme")).await.is_err() && c.find(Locator::Id("revoke-acme-launch-bonus")).await.is_err());
+    assert!(
+        c.find(Locator::Id("grant-form-acme")).await.is_err()
+            && c.find(Locator::Id("revoke-acme-launch-bonus")).await.is_err()
+    );
     let why = text(c, "grants-restricted").await;
     assert!(why.contains("pm and admin") && why.contains("viewer"), "{why}");
     let meter = text(c, "meter-acme-launch-bonus").await;

@@ -106,24 +106,37 @@ async fn a_pm_sees_the_preview_follow_the_typing_and_applies_weights_that_reach_
     c.find(Locator::Id("weights-reason")).await.unwrap().send_keys("gray release: 50/30/20").await.unwrap();
     c.find(Locator::Id("weights-submit")).await.unwrap().click().await.unwrap();
     let next = format!("//strong[@id='pool-version' and text()='{}']", version + 1);
-    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::XPath(&next)).await.expect("saved: the next version");
-    let configured = c.find(Locator::Css("#members tr[data-channel='ALIPAY_A'] td:nth-child(2)")).await.unwrap().text().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&next))
+        .await
+        .expect("saved: the next version");
+    let configured = c
+        .find(Locator::Css("#members tr[data-channel='ALIPAY_A'] td:nth-child(2)"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert_eq!(configured, "5", "the configured weight, made exact from 50 %");
 
     // Redis holds the new snapshot: its version is the newest published one.
     server::publish::drain_outbox(&app.state).await.unwrap();
-    let published = server::db::config::get_published_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap())
-        .await
-        .unwrap()
-        .expect("published");
+    let published =
+        server::db::config::get_published_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap())
+            .await
+            .unwrap()
+            .expect("published");
     assert_eq!(published.weights.weight(published.weights.index_of("ALIPAY_A").unwrap()), 5);
     let mut conn = app.state.redis.connection().await.unwrap();
-    let in_redis: i64 = redis::cmd("HGET").arg(app.state.keys.pool_meta("cn-pay")).arg("version").query_async(&mut conn).await.unwrap();
+    let in_redis: i64 =
+        redis::cmd("HGET").arg(app.state.keys.pool_meta("cn-pay")).arg("version").query_async(&mut conn).await.unwrap();
     assert_eq!(in_redis as u64, published.version, "the meta hash has the newest version");
 
     // The audit page shows who, why and the difference.
     c.goto(&format!("{}/audit?entity=pool:cn-pay&action=pool.weights", app.address)).await.unwrap();
-    let rows = c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("audit-rows")).await.expect("the audit rows");
+    let rows =
+        c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("audit-rows")).await.expect("the audit rows");
     let rows = rows.text().await.unwrap();
     assert!(rows.contains("demo-pm") && rows.contains("gray release: 50/30/20") && rows.contains("ui"), "{rows}");
     assert!(rows.contains("ALIPAY_A") && rows.contains('5'), "{rows}");
@@ -172,7 +185,11 @@ async fn peak_windows_and_caps_are_checked_beside_their_fields_and_saved() {
     wait_text(c, "peak-error", "").await;
     c.find(Locator::Id("peak-submit")).await.unwrap().click().await.unwrap();
     let next = format!("//strong[@id='pool-version' and text()='{}']", version + 1);
-    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::XPath(&next)).await.expect("saved: the next version");
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&next))
+        .await
+        .expect("saved: the next version");
     hydrated(c).await;
 
     // Caps: zero is refused beside the field; a valid cap is saved.
@@ -183,14 +200,25 @@ async fn peak_windows_and_caps_are_checked_beside_their_fields_and_saved() {
     c.find(Locator::Id("caps-reason")).await.unwrap().send_keys("acquirer daily limit").await.unwrap();
     c.find(Locator::Id("caps-submit")).await.unwrap().click().await.unwrap();
     let next = format!("//strong[@id='pool-version' and text()='{}']", version + 2);
-    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::XPath(&next)).await.expect("saved: the version after");
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&next))
+        .await
+        .expect("saved: the version after");
     hydrated(c).await;
     screenshot(c, "pool-limits").await;
 
-    let (_, configured) = server::db::config::get_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap()).await.unwrap().unwrap();
+    let (_, configured) =
+        server::db::config::get_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
     assert_eq!(configured["caps"], serde_json::json!({"ALIPAY_A": 250000}));
     let windows = configured["peak_windows"].as_array().unwrap();
-    assert!(windows.iter().any(|w| w["start"] == "19:00" && w["end"] == "23:00" && w["multiplier"] == 3), "{windows:?}");
+    assert!(
+        windows.iter().any(|w| w["start"] == "19:00" && w["end"] == "23:00" && w["multiplier"] == 3),
+        "{windows:?}"
+    );
     assert_eq!(windows.len(), existing + 1);
 
     // A viewer sees the limits, and no editor.

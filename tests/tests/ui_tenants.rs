@@ -19,7 +19,8 @@ async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {
     // A second grant for acme, revoked: it stays listed, marked.
     let ctx = Ctx { actor: "test", source: Source::System, reason: Some("test"), request_id: None };
     let acme = client::quota::TenantId::parse("acme").unwrap();
-    let grant: NewGrant = serde_json::from_value(serde_json::json!({"id": "trial", "kind": "temporary", "amount": 1000})).unwrap();
+    let grant: NewGrant =
+        serde_json::from_value(serde_json::json!({"id": "trial", "kind": "temporary", "amount": 1000})).unwrap();
     server::db::config::add_grant(&app.state.db, &ctx, &acme, &grant, None, chrono::Utc::now()).await.unwrap();
     server::db::config::revoke_grant(&app.state.db, &ctx, &acme, &grant.id, None).await.unwrap();
     server::publish::drain_outbox(&app.state).await.unwrap();

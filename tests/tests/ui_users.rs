@@ -18,12 +18,25 @@ async fn users_page(c: &Client, app: &TestApp) {
 }
 
 async fn login_status(app: &TestApp, name: &str, password: &str) -> u16 {
-    let response = app.http.post(format!("{}/api/v1/auth/login", app.address)).json(&serde_json::json!({"name": name, "password": password})).send().await.unwrap();
+    let response = app
+        .http
+        .post(format!("{}/api/v1/auth/login", app.address))
+        .json(&serde_json::json!({"name": name, "password": password}))
+        .send()
+        .await
+        .unwrap();
     response.status().as_u16()
 }
 
 async fn draw_with(app: &TestApp, token: &str) -> u16 {
-    app.http.post(format!("{}/api/v1/pools/cn-pay/draw", app.address)).bearer_auth(token).send().await.unwrap().status().as_u16()
+    app.http
+        .post(format!("{}/api/v1/pools/cn-pay/draw", app.address))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
 }
 
 #[tokio::test]
@@ -76,7 +89,10 @@ async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_
         .for_element(Locator::XPath("//td[@id='user-role-ops-alice' and normalize-space(.)='pm']"))
         .await
         .expect("the role reads pm");
-    let role: String = sqlx::query_scalar("select role from app_user where name = 'ops-alice'").fetch_one(&app.state.db).await.unwrap();
+    let role: String = sqlx::query_scalar("select role from app_user where name = 'ops-alice'")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
     assert_eq!(role, "pm");
 
     // A data-plane token: its secret is shown once and it draws.
@@ -92,7 +108,8 @@ async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_
         .await
         .unwrap();
     assert!(text(c, "revealed-warning").await.contains("will not be shown again"));
-    let id: i64 = sqlx::query_scalar("select id from api_token where name = 'gateway'").fetch_one(&app.state.db).await.unwrap();
+    let id: i64 =
+        sqlx::query_scalar("select id from api_token where name = 'gateway'").fetch_one(&app.state.db).await.unwrap();
     let row = c
         .wait()
         .at_most(Duration::from_secs(10))
@@ -102,7 +119,10 @@ async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_
         .text()
         .await
         .unwrap();
-    assert!(row.contains("gateway") && row.contains("dataplane") && row.contains("demo-admin") && row.contains("live"), "{row}");
+    assert!(
+        row.contains("gateway") && row.contains("dataplane") && row.contains("demo-admin") && row.contains("live"),
+        "{row}"
+    );
     assert!(!row.contains(&secret), "the list never shows the secret: {row}");
     assert_eq!(draw_with(&app, &secret).await, 200, "the token draws");
     screenshot(c, "users-admin-token").await;

@@ -213,8 +213,8 @@ pub mod ssr {
         // The newest sample's window reaches back to an earlier sample: the refills in
         // between are the batch counter's growth over the samples since that one.
         let window_start = newest.and_then(|n| n.window_seconds.map(|w| n.at_ms - (w * 1000.0).round() as i64));
-        let refills_minute = window_start
-            .and_then(|start| increase(samples.iter().filter(|s| s.at_ms >= start - 1).map(|s| s.batches)));
+        let refills_minute =
+            window_start.and_then(|start| increase(samples.iter().filter(|s| s.at_ms >= start - 1).map(|s| s.batches)));
         let refills_hour = increase(samples.iter().map(|s| s.batches));
         let counted: Vec<i64> = samples.iter().filter(|s| s.batches.is_some()).map(|s| s.at_ms).collect();
         let refills_per_minute = match (refills_hour, counted.first(), counted.last()) {
@@ -224,7 +224,8 @@ pub mod ssr {
 
         let hour_draws = draws_between(samples);
         let draws_hour = (samples.len() >= 2).then(|| hour_draws.values().sum::<u64>());
-        let mut names: Vec<String> = newest.map(|n| n.members.iter().map(|m| m.member.clone()).collect()).unwrap_or_default();
+        let mut names: Vec<String> =
+            newest.map(|n| n.members.iter().map(|m| m.member.clone()).collect()).unwrap_or_default();
         names.extend(hour_draws.iter().filter(|(_, n)| **n > 0).map(|(m, _)| m.clone()));
         names.sort();
         names.dedup();
@@ -282,7 +283,8 @@ pub mod ssr {
         let mut out = Vec::with_capacity(MAX_CHART_POINTS);
         for bucket in points.chunks(per_bucket) {
             let low = bucket.iter().min_by_key(|p| (p.length, p.at_ms)).expect("a non-empty bucket");
-            let high = bucket.iter().max_by_key(|p| (p.length, std::cmp::Reverse(p.at_ms))).expect("a non-empty bucket");
+            let high =
+                bucket.iter().max_by_key(|p| (p.length, std::cmp::Reverse(p.at_ms))).expect("a non-empty bucket");
             let (first, second) = if low.at_ms <= high.at_ms { (low, high) } else { (high, low) };
             out.push(*first);
             if second != first {
@@ -370,7 +372,8 @@ pub mod ssr {
         fn an_hour_of_samples_is_thinned_to_the_chart_limit_keeping_extremes_and_the_newest() {
             use super::super::LengthPoint;
             // A sawtooth: drains from 1024 to 24 over 100 samples, refilled, again and again.
-            let points: Vec<LengthPoint> = (0..360).map(|i| LengthPoint { at_ms: i * 10_000, length: 1024 - (i as u64 % 100) * 10 }).collect();
+            let points: Vec<LengthPoint> =
+                (0..360).map(|i| LengthPoint { at_ms: i * 10_000, length: 1024 - (i as u64 % 100) * 10 }).collect();
             let thinned = thin(points.clone());
             assert!(thinned.len() <= MAX_CHART_POINTS, "{}", thinned.len());
             assert!(thinned.windows(2).all(|w| w[0].at_ms < w[1].at_ms), "in time order");

@@ -14,7 +14,9 @@ pub mod tenants;
 
 pub use access::{list_access, AccessView, TokenView, UserView};
 pub use audit::{list_audit, verify_audit_chain, AuditQuery, AuditRecord, AuditRecords, AuditView, ChainStatus};
-pub use channels::{channel_history, list_channels, ChannelDetail, ChannelPoolHealth, ChannelView, DecayPoint, PoolDecay};
+pub use channels::{
+    channel_history, list_channels, ChannelDetail, ChannelPoolHealth, ChannelView, DecayPoint, PoolDecay,
+};
 pub use dashboard::{get_dashboard, Dashboard};
 pub use pools::{get_pool, list_pools, MemberView, PeakWindowView, PoolDetail, PoolListing, WeightEntry};
 pub use session::{whoami, SessionInfo, SESSION_COOKIE};
@@ -31,7 +33,10 @@ pub use backend::{Backend, SharedBackend};
 mod backend {
     use std::sync::Arc;
 
-    use super::{AuditQuery, AuditRecords, ChainStatus, ChannelView, PoolDetail, PoolListing, SessionInfo, SystemStatus, TenantView};
+    use super::{
+        AuditQuery, AuditRecords, ChainStatus, ChannelView, PoolDetail, PoolListing, SessionInfo, SystemStatus,
+        TenantView,
+    };
     use super::{TokenView, UserView};
 
     /// What the server offers the UI. Implemented by the server's application state.
@@ -83,9 +88,8 @@ mod backend {
 
     /// The backend provided for this request.
     pub fn backend() -> Result<SharedBackend, leptos::prelude::ServerFnError> {
-        leptos::prelude::use_context::<SharedBackend>().ok_or_else(|| {
-            leptos::prelude::ServerFnError::new("the server did not provide its backend")
-        })
+        leptos::prelude::use_context::<SharedBackend>()
+            .ok_or_else(|| leptos::prelude::ServerFnError::new("the server did not provide its backend"))
     }
 }
 

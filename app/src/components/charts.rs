@@ -288,6 +288,9 @@ mod tests {
         assert_eq!(points_text(0.0123), "+1.2 pp");
         assert_eq!(points_text(-0.004), "−0.4 pp");
         assert_eq!(points_text(0.0001), "±0.0 pp");
-        assert_eq!((grouped(0), grouped(999), grouped(1000), grouped(52_000_000)), ("0".into(), "999".into(), "1,000".into(), "52,000,000".into()));
+        assert_eq!(
+            (grouped(0), grouped(999), grouped(1000), grouped(52_000_000)),
+            ("0".into(), "999".into(), "1,000".into(), "52,000,000".into())
+        );
     }
 }

@@ -26,10 +26,8 @@ pub fn Audit() -> impl IntoView {
             }
         })
     });
-    let page = Resource::new(
-        move || query.get(),
-        |q| list_audit(q.entity, q.actor, q.action, q.from, q.to, q.before_id),
-    );
+    let page =
+        Resource::new(move || query.get(), |q| list_audit(q.entity, q.actor, q.action, q.from, q.to, q.before_id));
     let session = expect_context::<CurrentSession>().0;
     // Asked only for those allowed to: others see why instead.
     let chain = Resource::new(
@@ -110,7 +108,11 @@ fn with_query(filters: &str, before_id: Option<i64>) -> String {
     if let Some(id) = before_id {
         parts.push(format!("before_id={id}"));
     }
-    if parts.is_empty() { String::new() } else { format!("?{}", parts.join("&")) }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
 }
 
 /// A server function error's message without the "error running server function" prefix.

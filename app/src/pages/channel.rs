@@ -55,7 +55,12 @@ fn PoolHistory(pool: PoolDecay, now: i64) -> impl IntoView {
     let steps: Vec<Step> = pool
         .points
         .iter()
-        .map(|p| Step { x: p.at_ms, before: p.weight_before as f64, after: p.effective_weight as f64, label: format!("{} → {} at {}", p.from, p.to, p.at) })
+        .map(|p| Step {
+            x: p.at_ms,
+            before: p.weight_before as f64,
+            after: p.effective_weight as f64,
+            label: format!("{} → {} at {}", p.from, p.to, p.at),
+        })
         .collect();
     let id = format!("decay-{}", pool.pool);
     let title = format!(

@@ -44,7 +44,12 @@ fn health_class(state: &str) -> &'static str {
 }
 
 #[component]
-fn ChannelTable(channels: Vec<ChannelView>, session: Option<SessionInfo>, resource: ChannelsResource, done: RwSignal<Option<String>>) -> impl IntoView {
+fn ChannelTable(
+    channels: Vec<ChannelView>,
+    session: Option<SessionInfo>,
+    resource: ChannelsResource,
+    done: RwSignal<Option<String>>,
+) -> impl IntoView {
     let may_operate = session.as_ref().is_some_and(|s| s.may_operate);
     let role = session.as_ref().map(|s| s.role.clone()).unwrap_or_default();
     let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
@@ -141,7 +146,14 @@ impl Change {
 /// A required reason and the changes that apply to the channel now, posted to the REST API
 /// with the session's CSRF token; the table is read again afterwards.
 #[component]
-fn ChannelActions(code: String, enabled: bool, pin: Option<String>, csrf: String, resource: ChannelsResource, done: RwSignal<Option<String>>) -> impl IntoView {
+fn ChannelActions(
+    code: String,
+    enabled: bool,
+    pin: Option<String>,
+    csrf: String,
+    resource: ChannelsResource,
+    done: RwSignal<Option<String>>,
+) -> impl IntoView {
     let reason = RwSignal::new(String::new());
     let message = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
@@ -184,8 +196,10 @@ fn ChannelActions(code: String, enabled: bool, pin: Option<String>, csrf: String
     } else {
         button(Change::Enable, id("enable"), format!("Enable {code}"), "Enable")
     };
-    let pin_healthy = (pin.as_deref() != Some("healthy")).then(|| button(Change::PinHealthy, id("pin-healthy"), format!("Pin {code} healthy"), "Pin healthy"));
-    let pin_ejected = (pin.as_deref() != Some("ejected")).then(|| button(Change::PinEjected, id("pin-ejected"), format!("Pin {code} ejected"), "Pin ejected"));
+    let pin_healthy = (pin.as_deref() != Some("healthy"))
+        .then(|| button(Change::PinHealthy, id("pin-healthy"), format!("Pin {code} healthy"), "Pin healthy"));
+    let pin_ejected = (pin.as_deref() != Some("ejected"))
+        .then(|| button(Change::PinEjected, id("pin-ejected"), format!("Pin {code} ejected"), "Pin ejected"));
     let unpin = pin.is_some().then(|| button(Change::Unpin, id("unpin"), format!("Unpin {code}"), "Unpin"));
     view! {
         <form class="channel-actions" id=id("actions") on:submit=|ev: leptos::ev::SubmitEvent| ev.prevent_default()>

@@ -255,10 +255,7 @@ fn TenantRow(tenant: TenantQuota) -> impl IntoView {
 
 #[component]
 fn StatusTable(status: SystemStatus, checks: u32) -> impl IntoView {
-    let version = status
-        .snapshot_version
-        .map(|v| v.to_string())
-        .unwrap_or_else(|| "none yet".to_owned());
+    let version = status.snapshot_version.map(|v| v.to_string()).unwrap_or_else(|| "none yet".to_owned());
     view! {
         <table class="kv" id="system-status" data-checks=checks>
             <tbody>
@@ -288,11 +285,7 @@ fn StatusTable(status: SystemStatus, checks: u32) -> impl IntoView {
 #[component]
 fn DependencyRow(name: &'static str, id: &'static str, dep: DependencyStatus) -> impl IntoView {
     let (label, class) = if dep.up { ("up", "badge ok") } else { ("down", "badge bad") };
-    let detail = if dep.up {
-        dep.version.unwrap_or_default()
-    } else {
-        dep.error.unwrap_or_default()
-    };
+    let detail = if dep.up { dep.version.unwrap_or_default() } else { dep.error.unwrap_or_default() };
     view! {
         <tr>
             <th scope="row">{name}</th>

@@ -85,7 +85,12 @@ impl WindowErrors {
 }
 
 /// Checks one window with the engine's rules; the window when it is valid.
-fn check_window(start: &str, end: &str, multiplier: &str, weights: Option<&serde_json::Value>) -> (WindowErrors, Option<PeakWindow>) {
+fn check_window(
+    start: &str,
+    end: &str,
+    multiplier: &str,
+    weights: Option<&serde_json::Value>,
+) -> (WindowErrors, Option<PeakWindow>) {
     let mut errors = WindowErrors::default();
     let s = parse_local_time(start.trim()).map_err(|e| errors.start = Some(e.to_string())).ok();
     let e = parse_local_time(end.trim()).map_err(|e| errors.end = Some(e.to_string())).ok();
@@ -139,7 +144,9 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
             valid.extend(w);
         }
         let schedule = if errors.iter().all(|(_, e)| !e.any()) {
-            PeakSchedule::check_windows(&valid).map(|()| valid.iter().map(window_json).collect::<Vec<_>>()).map_err(|e| e.to_string())
+            PeakSchedule::check_windows(&valid)
+                .map(|()| valid.iter().map(window_json).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())
         } else {
             Err("fix the fields marked above".to_owned())
         };
@@ -157,12 +164,19 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
         let key = next_key.get_value();
         next_key.set_value(key + 1);
         rows.update(|r| {
-            r.push(WindowRow { key, start: RwSignal::new(String::new()), end: RwSignal::new(String::new()), multiplier: RwSignal::new("2".into()), weights: None })
+            r.push(WindowRow {
+                key,
+                start: RwSignal::new(String::new()),
+                end: RwSignal::new(String::new()),
+                multiplier: RwSignal::new("2".into()),
+                weights: None,
+            })
         });
     };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let fields = checked.with_untracked(|(_, s)| s.clone()).map(|windows| fields_of("peak_windows", windows.into()));
+        let fields =
+            checked.with_untracked(|(_, s)| s.clone()).map(|windows| fields_of("peak_windows", windows.into()));
         submit_change(&target, Change { method: "PUT", what: "peak_windows" }, fields, reason, message, busy);
     };
     view! {

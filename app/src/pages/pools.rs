@@ -193,7 +193,8 @@ fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, o
     let current = Weights::from_integers(weights.iter().map(|w| (w.member.clone(), w.weight)))
         .ok()
         .map(|w| preview(&w, batch, ordering));
-    let rows: Vec<(String, RwSignal<String>)> = weights.into_iter().map(|w| (w.member, RwSignal::new(w.weight.to_string()))).collect();
+    let rows: Vec<(String, RwSignal<String>)> =
+        weights.into_iter().map(|w| (w.member, RwSignal::new(w.weight.to_string()))).collect();
     let typed = rows.clone();
     let parsed = Memo::new(move |_| {
         let pairs: Vec<(String, String)> = typed.iter().map(|(m, v)| (m.clone(), v.get())).collect();
@@ -211,7 +212,8 @@ fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, o
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let fields = parsed.get_untracked().map_err(|e| e.to_string()).map(|weights| {
-            let entries: Vec<serde_json::Value> = weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
+            let entries: Vec<serde_json::Value> =
+                weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
             let mut fields = serde_json::Map::new();
             fields.insert("weights".into(), entries.into());
             fields.insert("mode".into(), mode.get_untracked().into());
@@ -331,7 +333,9 @@ fn batch_count(m: &MemberPreview) -> String {
 }
 
 fn deviation(spread: Option<&OrderingPreview>) -> String {
-    spread.map(|s| format!("{:.1} tickets", s.max_window_dev)).unwrap_or_else(|| "not measured (batch too large to preview)".into())
+    spread
+        .map(|s| format!("{:.1} tickets", s.max_window_dev))
+        .unwrap_or_else(|| "not measured (batch too large to preview)".into())
 }
 
 fn longest_run(spread: Option<&OrderingPreview>) -> String {

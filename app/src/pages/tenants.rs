@@ -148,7 +148,8 @@ fn RevokeGrant(tenant: String, grant: String, editor: Editor) -> impl IntoView {
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
     let key = format!("{tenant}-{grant}");
-    let (reason_id, button_id, message_id) = (format!("revoke-reason-{key}"), format!("revoke-{key}"), format!("revoke-message-{key}"));
+    let (reason_id, button_id, message_id) =
+        (format!("revoke-reason-{key}"), format!("revoke-{key}"), format!("revoke-message-{key}"));
     let target = StoredValue::new((tenant, grant.clone()));
     let revoke = move |_| {
         let why = reason.get_untracked().trim().to_owned();
@@ -218,16 +219,28 @@ fn GrantForm(tenant: String, editor: Editor) -> impl IntoView {
         busy.set(true);
         errors.set(Vec::new());
         // A server refusal lands in the same list as the checks made here.
-        save(editor, format!("/api/v1/tenants/{tenant}/grants"), body, said, busy, move |refusal| errors.set(vec![refusal]));
+        save(editor, format!("/api/v1/tenants/{tenant}/grants"), body, said, busy, move |refusal| {
+            errors.set(vec![refusal])
+        });
     };
     let field = |key: &'static str| format!("grant-{key}-{tenant}");
     let error_of = move |key: &'static str| {
-        move || errors.with(|es| es.iter().find(|e| e.field.as_deref().map(field_key) == Some(key)).map(|e| e.text.clone()))
+        move || {
+            errors.with(|es| es.iter().find(|e| e.field.as_deref().map(field_key) == Some(key)).map(|e| e.text.clone()))
+        }
     };
     let general = move || {
-        errors.with(|es| es.iter().find(|e| !e.field.as_deref().map(field_key).is_some_and(|f| GRANT_FIELDS.contains(&f))).map(|e| e.text.clone()))
+        errors.with(|es| {
+            es.iter()
+                .find(|e| !e.field.as_deref().map(field_key).is_some_and(|f| GRANT_FIELDS.contains(&f)))
+                .map(|e| e.text.clone())
+        })
     };
-    let input = move |key: &'static str, label: &'static str, input_type: &'static str, value: RwSignal<String>, hint: &'static str| {
+    let input = move |key: &'static str,
+                      label: &'static str,
+                      input_type: &'static str,
+                      value: RwSignal<String>,
+                      hint: &'static str| {
         let (input_id, error_id) = (field(key), format!("{}-error", field(key)));
         view! {
             <div class="field">
@@ -314,7 +327,8 @@ impl TypedGrant {
         let amount = match self.amount.trim().parse::<u64>() {
             Ok(n) if (1..=MAX_TOKENS).contains(&n) => Some(n),
             _ => {
-                errors.push(Refusal::field("amount", format!("must be a whole number of tokens from 1 to {MAX_TOKENS}")));
+                errors
+                    .push(Refusal::field("amount", format!("must be a whole number of tokens from 1 to {MAX_TOKENS}")));
                 None
             }
         };
@@ -379,8 +393,11 @@ fn parse_instant(raw: &str) -> Result<Option<(i64, String)>, String> {
     if raw.is_empty() {
         return Ok(None);
     }
-    let bad = || format!("{raw:?} is not a time: write 2026-12-01T09:00 (UTC) or RFC 3339, e.g. 2026-12-01T09:00:00+01:00");
-    let digits = |s: &str, n: usize| -> Option<i64> { (s.len() == n && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten() };
+    let bad =
+        || format!("{raw:?} is not a time: write 2026-12-01T09:00 (UTC) or RFC 3339, e.g. 2026-12-01T09:00:00+01:00");
+    let digits = |s: &str, n: usize| -> Option<i64> {
+        (s.len() == n && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
+    };
     let (date, rest) = raw.split_at_checked(10).ok_or_else(bad)?;
     let rest = rest.strip_prefix(['T', 't', ' ']).ok_or_else(bad)?;
     let (y, m, d) = match date.split('-').collect::<Vec<_>>()[..] {
@@ -434,7 +451,14 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 
 /// Posts one change; once done, says `said` and reads the tenants again; otherwise hands
 /// the refusal to `refused`.
-fn save(editor: Editor, path: String, body: serde_json::Value, said: String, busy: RwSignal<bool>, refused: impl FnOnce(Refusal) + 'static) {
+fn save(
+    editor: Editor,
+    path: String,
+    body: serde_json::Value,
+    said: String,
+    busy: RwSignal<bool>,
+    refused: impl FnOnce(Refusal) + 'static,
+) {
     #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(async move {
         match crate::api::rest::send("POST", &path, &editor.csrf.get_value(), &body).await {
@@ -537,9 +561,19 @@ mod tests {
 
     #[test]
     fn a_grant_is_checked_field_by_field_before_it_is_sent() {
-        let typed = TypedGrant { id: "spring".into(), kind: "bonus".into(), amount: "5000".into(), priority: "2".into(), reason: "promo".into(), ..Default::default() };
+        let typed = TypedGrant {
+            id: "spring".into(),
+            kind: "bonus".into(),
+            amount: "5000".into(),
+            priority: "2".into(),
+            reason: "promo".into(),
+            ..Default::default()
+        };
         let body = typed.check().unwrap();
-        assert_eq!(body, serde_json::json!({"id": "spring", "kind": "bonus", "amount": 5000, "priority": 2, "reason": "promo"}));
+        assert_eq!(
+            body,
+            serde_json::json!({"id": "spring", "kind": "bonus", "amount": 5000, "priority": 2, "reason": "promo"})
+        );
 
         let wrong = TypedGrant {
             id: "plan".into(),

@@ -154,7 +154,14 @@ fn UserActions(user: UserView, page: Page) -> impl IntoView {
         let said = format!("{} is now {chosen}.", name.get_value());
         act("PUT", "role", serde_json::json!({ "role": chosen }), said);
     };
-    let disable = move |_| act("POST", "disable", serde_json::Value::Null, format!("{} disabled and signed out everywhere.", name.get_value()));
+    let disable = move |_| {
+        act(
+            "POST",
+            "disable",
+            serde_json::Value::Null,
+            format!("{} disabled and signed out everywhere.", name.get_value()),
+        )
+    };
     let unlock = move |_| act("POST", "unlock", serde_json::Value::Null, format!("{} unlocked.", name.get_value()));
     let current = user.role.clone();
     view! {
@@ -270,11 +277,15 @@ fn NewUserForm(page: Page) -> impl IntoView {
         error.set(None);
         let said = format!("User {n} created with role {r}.");
         run(page, "POST", "/api/v1/users".to_owned(), body, said, error, busy, move |reply| {
-            reply["password"].as_str().map(|secret| Revealed { what: format!("the password of {n}"), secret: secret.to_owned() })
+            reply["password"]
+                .as_str()
+                .map(|secret| Revealed { what: format!("the password of {n}"), secret: secret.to_owned() })
         });
     };
     let field_error = move |field: &'static str| move || error.get().and_then(|r| r.about(field));
-    let other_error = move || error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "role" | "password"))).map(|r| r.text);
+    let other_error = move || {
+        error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "role" | "password"))).map(|r| r.text)
+    };
     view! {
         <form id="new-user-form" class="inline-form" on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
@@ -328,15 +339,25 @@ fn NewTokenForm(page: Page) -> impl IntoView {
         busy.set(true);
         error.set(None);
         let said = format!("Token {n:?} created with scope {s}.");
-        run(page, "POST", "/api/v1/tokens".to_owned(), serde_json::json!({ "name": n, "scope": s }), said, error, busy, move |reply| {
-            reply["token"].as_str().map(|secret| Revealed {
-                what: format!("the secret of token {} ({n})", reply["id"]),
-                secret: secret.to_owned(),
-            })
-        });
+        run(
+            page,
+            "POST",
+            "/api/v1/tokens".to_owned(),
+            serde_json::json!({ "name": n, "scope": s }),
+            said,
+            error,
+            busy,
+            move |reply| {
+                reply["token"].as_str().map(|secret| Revealed {
+                    what: format!("the secret of token {} ({n})", reply["id"]),
+                    secret: secret.to_owned(),
+                })
+            },
+        );
     };
     let field_error = move |field: &'static str| move || error.get().and_then(|r| r.about(field));
-    let other_error = move || error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "scope"))).map(|r| r.text);
+    let other_error =
+        move || error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "scope"))).map(|r| r.text);
     view! {
         <form id="new-token-form" class="inline-form" on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
@@ -375,7 +396,10 @@ fn check_user_name(name: &str) -> Result<(), Refusal> {
 fn check_password(password: &str) -> Result<(), Refusal> {
     let n = password.chars().count();
     if n != 0 && !(12..=256).contains(&n) {
-        return Err(Refusal::field("password", format!("must be 12 to 256 characters (or empty, to generate one); got {n}")));
+        return Err(Refusal::field(
+            "password",
+            format!("must be 12 to 256 characters (or empty, to generate one); got {n}"),
+        ));
     }
     Ok(())
 }

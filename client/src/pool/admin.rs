@@ -66,15 +66,8 @@ pub struct EjectOutcome {
 /// What a refill reads in one round trip: the snapshot, `seq` and the apportioner, the
 /// list's length, whether a standby batch exists, the last tickets of the list and of the
 /// standby batch, and the ejected members.
-type PoolReadout = (
-    Option<String>,
-    (Option<u64>, Option<String>),
-    u64,
-    bool,
-    Vec<String>,
-    Vec<String>,
-    HashSet<String>,
-);
+type PoolReadout =
+    (Option<String>, (Option<u64>, Option<String>), u64, bool, Vec<String>, Vec<String>, HashSet<String>);
 
 /// Control-plane operations on pools.
 #[derive(Clone)]
@@ -120,7 +113,8 @@ impl PoolAdmin {
         if let Clock::Manual(_) = self.clock {
             return Ok(self.clock.guess());
         }
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut self.conn().await?).await.map_err(PoolError::Redis)?;
+        let (secs, micros): (i64, i64) =
+            redis::cmd("TIME").query_async(&mut self.conn().await?).await.map_err(PoolError::Redis)?;
         Utc.timestamp_opt(secs, (micros * 1000) as u32)
             .single()
             .ok_or_else(|| PoolError::Protocol { script: "TIME", detail: format!("{secs}.{micros}") })
@@ -161,7 +155,12 @@ impl PoolAdmin {
 
     /// Publishes a snapshot with new weights and applies it by `mode`. Returns whether the
     /// snapshot was newer than the one Redis holds (nothing changes otherwise).
-    pub async fn reweight(&self, pool: &PoolName, snapshot: &PoolSnapshot, mode: ReweightMode) -> Result<bool, PoolError> {
+    pub async fn reweight(
+        &self,
+        pool: &PoolName,
+        snapshot: &PoolSnapshot,
+        mode: ReweightMode,
+    ) -> Result<bool, PoolError> {
         let written = self.publish(pool, snapshot).await?;
         if written && mode == ReweightMode::Immediate {
             self.rebuild(pool).await?;
@@ -246,10 +245,18 @@ impl PoolAdmin {
                 done => return Ok(done),
             }
         }
-        Err(PoolError::Protocol { script: "refill_pool", detail: format!("rebuild of {pool} kept racing with refills") })
+        Err(PoolError::Protocol {
+            script: "refill_pool",
+            detail: format!("rebuild of {pool} kept racing with refills"),
+        })
     }
 
-    async fn add_batch(&self, pool: &PoolName, lane: Option<Tier>, forced: Option<&'static str>) -> Result<RefillOutcome, PoolError> {
+    async fn add_batch(
+        &self,
+        pool: &PoolName,
+        lane: Option<Tier>,
+        forced: Option<&'static str>,
+    ) -> Result<RefillOutcome, PoolError> {
         let k = &self.keys;
         let p = pool.as_str();
         let (tickets_key, standby_key, seq_field, apportioner_field) = match lane {
@@ -263,13 +270,27 @@ impl PoolAdmin {
         };
         let mut conn = self.conn().await?;
         let (snapshot_json, state, length, standby, list_tail, standby_tail, ejected): PoolReadout = redis::pipe()
-            .cmd("HGET").arg(k.pool_meta(p)).arg("snapshot")
-            .cmd("HMGET").arg(k.pool_state(p)).arg(&seq_field).arg(&apportioner_field)
-            .cmd("LLEN").arg(&tickets_key)
-            .cmd("EXISTS").arg(&standby_key)
-            .cmd("LRANGE").arg(&tickets_key).arg(-64).arg(-1)
-            .cmd("LRANGE").arg(&standby_key).arg(-64).arg(-1)
-            .cmd("SMEMBERS").arg(k.pool_ejected(p))
+            .cmd("HGET")
+            .arg(k.pool_meta(p))
+            .arg("snapshot")
+            .cmd("HMGET")
+            .arg(k.pool_state(p))
+            .arg(&seq_field)
+            .arg(&apportioner_field)
+            .cmd("LLEN")
+            .arg(&tickets_key)
+            .cmd("EXISTS")
+            .arg(&standby_key)
+            .cmd("LRANGE")
+            .arg(&tickets_key)
+            .arg(-64)
+            .arg(-1)
+            .cmd("LRANGE")
+            .arg(&standby_key)
+            .arg(-64)
+            .arg(-1)
+            .cmd("SMEMBERS")
+            .arg(k.pool_ejected(p))
             .query_async(&mut conn)
             .await
             .map_err(PoolError::Redis)?;
@@ -288,7 +309,9 @@ impl PoolAdmin {
         let schedule = snapshot.schedule().map_err(PoolError::Invalid)?;
         let base = match lane {
             None => schedule.weights_at(now, &snapshot.weights),
-            Some(t) => snapshot.tiers.get(&t).ok_or_else(|| PoolError::NothingDrawable(format!("tier {t} has no channels")))?,
+            Some(t) => {
+                snapshot.tiers.get(&t).ok_or_else(|| PoolError::NothingDrawable(format!("tier {t} has no channels")))?
+            }
         };
         let weights = effective_weights(base, &ejected)?;
         let batch = BatchSize::new(u64::from(snapshot.batch_size), MAX_BATCH)
@@ -343,7 +366,9 @@ impl PoolAdmin {
         let reply: Vec<Value> = call.invoke_async(&mut conn).await.map_err(PoolError::Redis)?;
         let f = super::reply::Fields::new("refill_pool", &reply);
         match f.str(0)? {
-            "ok" => Ok(RefillOutcome::Added { mode, tickets: tickets.len() as u64, seq: f.uint(1)?, length: f.uint(2)? }),
+            "ok" => {
+                Ok(RefillOutcome::Added { mode, tickets: tickets.len() as u64, seq: f.uint(1)?, length: f.uint(2)? })
+            }
             "stale" | "stale_version" => Ok(RefillOutcome::Raced),
             "not_needed" => Ok(RefillOutcome::NotNeeded),
             "unknown_pool" => Err(PoolError::UnknownPool(pool.clone())),
@@ -358,7 +383,10 @@ impl PoolAdmin {
         let snapshot = self.snapshot(pool).await?.ok_or_else(|| PoolError::UnknownPool(pool.clone()))?;
         let channels = snapshot.channels();
         if channels.index_of(member).is_none() {
-            return Err(PoolError::Invalid(crate::quota::InvalidInput::new("member", format!("{member:?} is not a member of {pool}"))));
+            return Err(PoolError::Invalid(crate::quota::InvalidInput::new(
+                "member",
+                format!("{member:?} is not a member of {pool}"),
+            )));
         }
         let ejected = self.set_ejected(pool, "eject", member).await?;
         let total = channels.total() as f64;
@@ -403,7 +431,9 @@ impl PoolAdmin {
                 .query_async(&mut conn)
                 .await
                 .map_err(PoolError::Redis)?;
-            pools.extend(batch.iter().filter_map(|key| self.keys.pool_of_key(key)).filter_map(|p| PoolName::parse(p).ok()));
+            pools.extend(
+                batch.iter().filter_map(|key| self.keys.pool_of_key(key)).filter_map(|p| PoolName::parse(p).ok()),
+            );
             if next == 0 {
                 break;
             }
@@ -445,8 +475,10 @@ pub(super) async fn read_snapshot(
         .query_async(conn)
         .await
         .map_err(PoolError::Redis)?;
-    json.map(|j| serde_json::from_str(&j).map_err(|e| PoolError::Protocol { script: "pool meta", detail: e.to_string() }))
-        .transpose()
+    json.map(|j| {
+        serde_json::from_str(&j).map_err(|e| PoolError::Protocol { script: "pool meta", detail: e.to_string() })
+    })
+    .transpose()
 }
 
 /// The weights a new batch uses: ejected members at zero. Refused when nothing is left.
@@ -454,8 +486,6 @@ pub(super) fn effective_weights(weights: &Weights, ejected: &HashSet<String>) ->
     if ejected.is_empty() {
         return Ok(weights.clone());
     }
-    Weights::from_integers(
-        weights.iter().map(|(m, w)| (m.to_owned(), if ejected.contains(m) { 0 } else { w })),
-    )
-    .map_err(|e| PoolError::NothingDrawable(e.to_string()))
+    Weights::from_integers(weights.iter().map(|(m, w)| (m.to_owned(), if ejected.contains(m) { 0 } else { w })))
+        .map_err(|e| PoolError::NothingDrawable(e.to_string()))
 }

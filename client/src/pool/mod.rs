@@ -68,7 +68,9 @@ pub enum PoolError {
     #[error("unknown pool {0:?}")]
     UnknownPool(PoolName),
     /// Every ticket looked at belonged to an ejected or capped member.
-    #[error("pool {pool:?}: no drawable member ({skipped_ejected} ejected and {skipped_capped} capped tickets skipped)")]
+    #[error(
+        "pool {pool:?}: no drawable member ({skipped_ejected} ejected and {skipped_capped} capped tickets skipped)"
+    )]
     Exhausted { pool: PoolName, skipped_ejected: u64, skipped_capped: u64 },
     /// Redis is unreachable and this client has neither a snapshot nor static weights.
     #[error("pool {pool:?}: redis unreachable and no local snapshot or static weights: {source}")]
@@ -301,7 +303,9 @@ impl Pools {
         };
         if entry.level != Some(draw.source) {
             match draw.source {
-                DrawSource::Redis if entry.level.is_some() => tracing::info!(pool = %draw.pool, "draws served by redis again"),
+                DrawSource::Redis if entry.level.is_some() => {
+                    tracing::info!(pool = %draw.pool, "draws served by redis again")
+                }
                 DrawSource::Redis => {}
                 other => tracing::warn!(pool = %draw.pool, source = other.name(), "draws degraded"),
             }
@@ -439,7 +443,8 @@ impl Pools {
                 Ok("day") => {
                     if let (Ok(d0), Ok(d1)) = (f.str(1), f.str(2)) {
                         let days = (d0.to_owned(), d1.to_owned());
-                        self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days = Some(days);
+                        self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days =
+                            Some(days);
                         continue;
                     }
                     return Vec::new();
@@ -457,7 +462,17 @@ impl Pools {
         if let Some(m) = &self.inner.metrics {
             m.list_length.with_label_values(&[pool.as_str()]).set(f.int(2)?);
         }
-        (6..len).map(|i| Ok(Draw { member: f.str(i)?.to_owned(), pool: pool.clone(), version, source: DrawSource::Redis, tier: None })).collect()
+        (6..len)
+            .map(|i| {
+                Ok(Draw {
+                    member: f.str(i)?.to_owned(),
+                    pool: pool.clone(),
+                    version,
+                    source: DrawSource::Redis,
+                    tier: None,
+                })
+            })
+            .collect()
     }
 
     /// The draw script's call for `n` draws of `pool`, with the days this client last saw.
@@ -549,7 +564,8 @@ impl Pools {
                 }
                 "day" => {
                     let days = (f.str(1)?.to_owned(), f.str(2)?.to_owned());
-                    self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days = Some(days);
+                    self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days =
+                        Some(days);
                     continue;
                 }
                 "empty" => {
@@ -565,7 +581,11 @@ impl Pools {
                     return Ok(Err(Degrade::Empty));
                 }
                 "exhausted" => {
-                    return Err(PoolError::Exhausted { pool: pool.clone(), skipped_ejected: f.uint(2)?, skipped_capped: f.uint(3)? })
+                    return Err(PoolError::Exhausted {
+                        pool: pool.clone(),
+                        skipped_ejected: f.uint(2)?,
+                        skipped_capped: f.uint(3)?,
+                    })
                 }
                 "unknown_pool" => return Err(PoolError::UnknownPool(pool.clone())),
                 other => return Err(f.unexpected(other).into()),
@@ -600,7 +620,8 @@ impl Pools {
             .map_err(PoolError::Redis)?;
         let mut cache = self.inner.cache.lock().expect("pool cache lock");
         let entry = cache.entry(pool.clone()).or_default();
-        let changed = entry.snapshot.as_ref().map(|s| s.version) != snapshot.as_ref().map(|s| s.version) || entry.ejected != ejected;
+        let changed = entry.snapshot.as_ref().map(|s| s.version) != snapshot.as_ref().map(|s| s.version)
+            || entry.ejected != ejected;
         if changed {
             entry.local = None;
             entry.ring = None;
@@ -662,7 +683,8 @@ impl Pools {
                 "capped" | "ejected" | "no_day" => return Ok(false),
                 "day" => {
                     let days = (f.str(1)?.to_owned(), f.str(2)?.to_owned());
-                    self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days = Some(days);
+                    self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days =
+                        Some(days);
                 }
                 "unknown_pool" => return Err(PoolError::UnknownPool(pool.clone())),
                 other => return Err(f.unexpected(other).into()),
@@ -695,14 +717,26 @@ impl Pools {
             }
             if let Some(local) = entry.local.as_mut() {
                 let i = local.next(&mut rng);
-                let draw = Draw { member: local.weights.name(i).to_owned(), pool: pool.clone(), version: local.version, source: DrawSource::Local, tier: None };
+                let draw = Draw {
+                    member: local.weights.name(i).to_owned(),
+                    pool: pool.clone(),
+                    version: local.version,
+                    source: DrawSource::Local,
+                    tier: None,
+                };
                 drop(cache);
                 return Ok(self.served(draw));
             }
         }
         if let (Some(table), Some(weights)) = (self.inner.statics.get(pool), self.inner.static_weights.get(pool)) {
             let i = table.pick(&mut *rng);
-            let draw = Draw { member: weights.name(i).to_owned(), pool: pool.clone(), version: 0, source: DrawSource::Static, tier: None };
+            let draw = Draw {
+                member: weights.name(i).to_owned(),
+                pool: pool.clone(),
+                version: 0,
+                source: DrawSource::Static,
+                tier: None,
+            };
             return Ok(self.served(draw));
         }
         match why {

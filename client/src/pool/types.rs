@@ -23,7 +23,10 @@ impl PoolName {
             return Err(InvalidInput::new("pool", format!("must be 1..=64 characters, got {}", raw.len())));
         }
         if let Some(bad) = raw.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
-            return Err(InvalidInput::new("pool", format!("may hold only ASCII letters, digits, '_' and '-'; found {bad:?}")));
+            return Err(InvalidInput::new(
+                "pool",
+                format!("may hold only ASCII letters, digits, '_' and '-'; found {bad:?}"),
+            ));
         }
         Ok(Self(raw.to_owned()))
     }
@@ -111,8 +114,12 @@ impl PoolSnapshot {
             PoolKind::Channels => {}
             PoolKind::Tiers => {
                 for name in self.weights.members() {
-                    let tier: Tier = name.parse().map_err(|e: engine::tier::TierError| InvalidInput::new("weights", e.to_string()))?;
-                    if self.weights.weight(self.weights.index_of(name).expect("a member")) > 0 && !self.tiers.contains_key(&tier) {
+                    let tier: Tier = name
+                        .parse()
+                        .map_err(|e: engine::tier::TierError| InvalidInput::new("weights", e.to_string()))?;
+                    if self.weights.weight(self.weights.index_of(name).expect("a member")) > 0
+                        && !self.tiers.contains_key(&tier)
+                    {
                         return Err(InvalidInput::new("tiers", format!("tier {tier} has weight but no channels")));
                     }
                 }
@@ -123,14 +130,20 @@ impl PoolSnapshot {
                     }
                     for name in channels.members() {
                         if !seen.insert(name.as_str()) {
-                            return Err(InvalidInput::new("tiers", format!("channel {name:?} is in more than one tier")));
+                            return Err(InvalidInput::new(
+                                "tiers",
+                                format!("channel {name:?} is in more than one tier"),
+                            ));
                         }
                     }
                 }
             }
         }
         for name in self.channels().members() {
-            if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
+            if name.is_empty()
+                || name.len() > 64
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            {
                 return Err(InvalidInput::new("weights", format!("member {name:?} must be 1..=64 of [A-Za-z0-9_.-]")));
             }
         }
@@ -146,7 +159,10 @@ impl PoolSnapshot {
                 return Err(InvalidInput::new("caps", format!("{member:?} is not a member of the pool")));
             }
             if *cap == 0 || *cap > engine::quota::MAX_AMOUNT {
-                return Err(InvalidInput::new("caps", format!("cap of {member:?} must be in 1..={}", engine::quota::MAX_AMOUNT)));
+                return Err(InvalidInput::new(
+                    "caps",
+                    format!("cap of {member:?} must be in 1..={}", engine::quota::MAX_AMOUNT),
+                ));
             }
         }
         for member in &self.ejected {
@@ -156,7 +172,10 @@ impl PoolSnapshot {
         }
         for (i, window) in self.peak_windows.iter().enumerate() {
             if window.multiplier() > MAX_PEAK_MULTIPLIER {
-                return Err(InvalidInput::new(format!("peak_windows[{i}].multiplier"), format!("must be in 1..={MAX_PEAK_MULTIPLIER}")));
+                return Err(InvalidInput::new(
+                    format!("peak_windows[{i}].multiplier"),
+                    format!("must be in 1..={MAX_PEAK_MULTIPLIER}"),
+                ));
             }
             // Overrides name the pool's own members (a tiers pool's tiers), nothing else.
             if let Some(weights) = window.weights() {
@@ -202,7 +221,8 @@ impl PoolSnapshot {
 
     /// The peak schedule in the pool's timezone.
     pub fn schedule(&self) -> Result<PeakSchedule, InvalidInput> {
-        let tz = PeakSchedule::parse_timezone(&self.timezone).map_err(|e| InvalidInput::new("timezone", e.to_string()))?;
+        let tz =
+            PeakSchedule::parse_timezone(&self.timezone).map_err(|e| InvalidInput::new("timezone", e.to_string()))?;
         PeakSchedule::new(tz, self.peak_windows.clone()).map_err(|e| InvalidInput::new("peak_windows", e.to_string()))
     }
 

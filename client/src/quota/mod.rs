@@ -21,9 +21,8 @@ use std::time::Instant;
 use redis::{Script, Value};
 use serde::Serialize;
 
-pub use self::offline::OfflineSummary;
 use self::offline::Offline;
-use crate::reply::{Fields, ReplyError};
+pub use self::offline::OfflineSummary;
 pub use self::types::{
     FallbackPolicy, Grant, GrantId, GrantKind, InvalidInput, RequestId, TenantId, TenantQuota, TokenCount, Tokens,
     MAX_RESERVATION_TTL,
@@ -32,6 +31,7 @@ use crate::clock::{Clock, Period};
 use crate::connection::{is_unreachable, Breaker, RedisHandle};
 use crate::keys::Keys;
 use crate::metrics::QuotaMetrics;
+use crate::reply::{Fields, ReplyError};
 use crate::scripts;
 
 /// Why a quota operation failed (a refusal is not a failure: see [`ReserveOutcome`]).
@@ -172,9 +172,18 @@ pub enum SettleOutcome {
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum ReleaseOutcome {
-    Released { reserved: u64, source: Source },
-    AlreadyReleased { reserved: u64 },
-    AlreadySettled { reserved: u64, actual: u64, charged: Vec<Part> },
+    Released {
+        reserved: u64,
+        source: Source,
+    },
+    AlreadyReleased {
+        reserved: u64,
+    },
+    AlreadySettled {
+        reserved: u64,
+        actual: u64,
+        charged: Vec<Part>,
+    },
     /// Redis is unreachable: the release is kept and applied when it answers.
     Queued,
     Unknown,
@@ -332,7 +341,12 @@ impl Quotas {
     /// lease — or refuses, saying which dimension ran out. Retrying with the same request
     /// id returns the first result and reserves nothing more.
     #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request), err)]
-    pub async fn reserve(&self, tenant: &TenantId, request: &RequestId, tokens: Tokens) -> Result<ReserveOutcome, QuotaError> {
+    pub async fn reserve(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        tokens: Tokens,
+    ) -> Result<ReserveOutcome, QuotaError> {
         let extra = vec![request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned()];
         let reply = match self.coalesced("reserve_quota", tenant, &extra).await {
             Some(reply) => reply,
@@ -371,7 +385,9 @@ impl Quotas {
                 ReserveOutcome::Reserved(r) if !r.replayed => {
                     m.reserves.with_label_values(&["admitted", "none", "redis"]).inc()
                 }
-                ReserveOutcome::Refused(r) => m.reserves.with_label_values(&["refused", r.dimension.name(), "redis"]).inc(),
+                ReserveOutcome::Refused(r) => {
+                    m.reserves.with_label_values(&["refused", r.dimension.name(), "redis"]).inc()
+                }
                 _ => {}
             }
         }
@@ -381,18 +397,27 @@ impl Quotas {
     /// Closes a reservation with the tokens actually used (`partial`: the stream broke and
     /// `actual` is what was consumed before it did). A repeated settle changes nothing.
     #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get(), partial), err)]
-    pub async fn settle(&self, tenant: &TenantId, request: &RequestId, actual: TokenCount, partial: bool) -> Result<SettleOutcome, QuotaError> {
+    pub async fn settle(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        actual: TokenCount,
+        partial: bool,
+    ) -> Result<SettleOutcome, QuotaError> {
         if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
             // Admitted without Redis and not replayed yet: the journal closes it.
             let mut journal = self.inner.offline.lock().expect("offline journal lock");
             return Ok(journal.settle(tenant, request, actual, partial));
         }
-        let extra = vec![request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()];
+        let extra =
+            vec![request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()];
         let reply = match self.coalesced("settle_quota", tenant, &extra).await {
             Some(reply) => reply,
             None => match self.call("settle_quota", &scripts::quota().settle, tenant, &extra).await {
                 Ok(reply) => reply,
-                Err(CallError::Unreachable(error)) => return Ok(self.settle_offline(tenant, request, actual, partial, error)),
+                Err(CallError::Unreachable(error)) => {
+                    return Ok(self.settle_offline(tenant, request, actual, partial, error))
+                }
                 Err(other) => return Err(other.into_quota_error()),
             },
         };
@@ -406,7 +431,9 @@ impl Quotas {
                 late: f.int(6)? == 1,
                 source: Source::Redis,
             },
-            "already_settled" => SettleOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? },
+            "already_settled" => {
+                SettleOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? }
+            }
             "already_released" => SettleOutcome::AlreadyReleased { reserved: f.uint(2)? },
             "unknown" => SettleOutcome::Unknown,
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
@@ -435,7 +462,9 @@ impl Quotas {
         Ok(match f.str(0)? {
             "released" => ReleaseOutcome::Released { reserved: f.uint(2)?, source: Source::Redis },
             "already_released" => ReleaseOutcome::AlreadyReleased { reserved: f.uint(2)? },
-            "already_settled" => ReleaseOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? },
+            "already_settled" => {
+                ReleaseOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? }
+            }
             "unknown" => ReleaseOutcome::Unknown,
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
             other => return Err(f.unexpected(other).into()),
@@ -455,10 +484,8 @@ impl Quotas {
 
     /// A tenant's quota as it stands now.
     pub async fn usage(&self, tenant: &TenantId) -> Result<QuotaUsage, QuotaError> {
-        let reply = self
-            .call("read_quota", &scripts::quota().read, tenant, &[])
-            .await
-            .map_err(CallError::into_quota_error)?;
+        let reply =
+            self.call("read_quota", &scripts::quota().read, tenant, &[]).await.map_err(CallError::into_quota_error)?;
         let f = Fields::new("read_quota", &reply);
         match f.str(0)? {
             "quota" => {}
@@ -554,23 +581,43 @@ impl Quotas {
                     self.call_direct("reserve_quota", &scripts::quota().reserve, &tenant, &extra).await?;
                     match close {
                         Some(offline::Close::Settle { actual, partial }) => {
-                            let extra = [request.as_str().to_owned(), actual.get().to_string(), if *partial { "1" } else { "0" }.to_owned()];
+                            let extra = [
+                                request.as_str().to_owned(),
+                                actual.get().to_string(),
+                                if *partial { "1" } else { "0" }.to_owned(),
+                            ];
                             self.call_direct("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
                         }
                         Some(offline::Close::Release) => {
-                            self.call_direct("release_quota", &scripts::quota().release, &tenant, &[request.as_str().to_owned()]).await?;
+                            self.call_direct(
+                                "release_quota",
+                                &scripts::quota().release,
+                                &tenant,
+                                &[request.as_str().to_owned()],
+                            )
+                            .await?;
                         }
                         None => {}
                     }
                     true
                 }
                 offline::Op::Settle { request, actual, partial } => {
-                    let extra = [request.as_str().to_owned(), actual.get().to_string(), if *partial { "1" } else { "0" }.to_owned()];
+                    let extra = [
+                        request.as_str().to_owned(),
+                        actual.get().to_string(),
+                        if *partial { "1" } else { "0" }.to_owned(),
+                    ];
                     self.call_direct("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
                     true
                 }
                 offline::Op::Release { request } => {
-                    self.call_direct("release_quota", &scripts::quota().release, &tenant, &[request.as_str().to_owned()]).await?;
+                    self.call_direct(
+                        "release_quota",
+                        &scripts::quota().release,
+                        &tenant,
+                        &[request.as_str().to_owned()],
+                    )
+                    .await?;
                     true
                 }
             };
@@ -662,7 +709,13 @@ impl Quotas {
 
     /// Runs a script once (with one retry when the period turned), flushing the offline
     /// journal first when there is one.
-    async fn call(&self, name: &'static str, script: &Script, tenant: &TenantId, extra: &[String]) -> Result<Vec<Value>, CallError> {
+    async fn call(
+        &self,
+        name: &'static str,
+        script: &Script,
+        tenant: &TenantId,
+        extra: &[String],
+    ) -> Result<Vec<Value>, CallError> {
         if self.inner.breaker.is_open() {
             return Err(CallError::Unreachable(Breaker::skipped_error()));
         }
@@ -672,7 +725,9 @@ impl Quotas {
                 Err(QuotaError::Redis(e)) if is_unreachable(&e) => return Err(self.went_down(e)),
                 Err(QuotaError::Unavailable { source, .. }) => return Err(self.went_down(source)),
                 // Kept for the next attempt; this caller's own operation is not held up.
-                Err(other) => tracing::error!(error = %other, "replaying the offline journal failed; kept for the next attempt"),
+                Err(other) => {
+                    tracing::error!(error = %other, "replaying the offline journal failed; kept for the next attempt")
+                }
             }
         }
         let mut result = self.call_direct(name, script, tenant, extra).await;
@@ -705,7 +760,13 @@ impl Quotas {
         CallError::Unreachable(error)
     }
 
-    async fn call_direct(&self, name: &'static str, script: &Script, tenant: &TenantId, extra: &[String]) -> Result<Vec<Value>, QuotaError> {
+    async fn call_direct(
+        &self,
+        name: &'static str,
+        script: &Script,
+        tenant: &TenantId,
+        extra: &[String],
+    ) -> Result<Vec<Value>, QuotaError> {
         let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
         let mut period = Period::of(self.inner.clock.guess());
         for _attempt in 0..2 {
@@ -758,18 +819,16 @@ impl Quotas {
             .query_async(&mut conn)
             .await;
         let policy = match fields {
-            Ok((Some(p), Some(allowance))) if p == "fail_open_limited" => match Tokens::parse("fallback_allowance", allowance as i128) {
-                Ok(allowance) => FallbackPolicy::FailOpenLimited { allowance },
-                Err(_) => FallbackPolicy::FailClosed,
-            },
+            Ok((Some(p), Some(allowance))) if p == "fail_open_limited" => {
+                match Tokens::parse("fallback_allowance", allowance as i128) {
+                    Ok(allowance) => FallbackPolicy::FailOpenLimited { allowance },
+                    Err(_) => FallbackPolicy::FailClosed,
+                }
+            }
             Ok(_) => FallbackPolicy::FailClosed,
             Err(_) => return,
         };
-        self.inner
-            .policies
-            .lock()
-            .expect("policy lock")
-            .insert(tenant.clone(), KnownPolicy { version, policy });
+        self.inner.policies.lock().expect("policy lock").insert(tenant.clone(), KnownPolicy { version, policy });
     }
 
     fn policy(&self, tenant: &TenantId) -> FallbackPolicy {
@@ -782,7 +841,13 @@ impl Quotas {
             .unwrap_or(FallbackPolicy::FailClosed)
     }
 
-    fn reserve_offline(&self, tenant: &TenantId, request: &RequestId, tokens: Tokens, error: redis::RedisError) -> Result<ReserveOutcome, QuotaError> {
+    fn reserve_offline(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        tokens: Tokens,
+        error: redis::RedisError,
+    ) -> Result<ReserveOutcome, QuotaError> {
         let policy = self.policy(tenant);
         let FallbackPolicy::FailOpenLimited { allowance } = policy else {
             if let Some(m) = &self.inner.metrics {
@@ -811,7 +876,14 @@ impl Quotas {
         Ok(outcome)
     }
 
-    fn settle_offline(&self, tenant: &TenantId, request: &RequestId, actual: TokenCount, partial: bool, error: redis::RedisError) -> SettleOutcome {
+    fn settle_offline(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        actual: TokenCount,
+        partial: bool,
+        error: redis::RedisError,
+    ) -> SettleOutcome {
         let mut journal = self.inner.offline.lock().expect("offline journal lock");
         let outcome = journal.settle(tenant, request, actual, partial);
         tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: settle kept until it answers");

@@ -68,15 +68,18 @@ impl Offline {
     }
 
     fn find(&mut self, tenant: &TenantId, request: &RequestId) -> Option<&mut Op> {
-        self.ops
-            .iter_mut()
-            .find(|(t, op)| t == tenant && op.request() == request)
-            .map(|(_, op)| op)
+        self.ops.iter_mut().find(|(t, op)| t == tenant && op.request() == request).map(|(_, op)| op)
     }
 
     /// Admits `tokens` if the tenant's admissions since Redis went away stay within
     /// `allowance`; a retried request id gets its first answer.
-    pub(super) fn admit(&mut self, tenant: &TenantId, request: &RequestId, tokens: Tokens, allowance: u64) -> ReserveOutcome {
+    pub(super) fn admit(
+        &mut self,
+        tenant: &TenantId,
+        request: &RequestId,
+        tokens: Tokens,
+        allowance: u64,
+    ) -> ReserveOutcome {
         if let Some(Op::Admit { tokens, close, .. }) = self.find(tenant, request) {
             let state = match close {
                 None => ReservationState::Open,
@@ -108,12 +111,16 @@ impl Offline {
     /// Whether this request id was admitted here and is not yet charged to Redis (its
     /// settle or release must then go to the journal, not to Redis).
     pub(super) fn holds_admission(&self, tenant: &TenantId, request: &RequestId) -> bool {
-        self.ops
-            .iter()
-            .any(|(t, op)| t == tenant && matches!(op, Op::Admit { request: r, .. } if r == request))
+        self.ops.iter().any(|(t, op)| t == tenant && matches!(op, Op::Admit { request: r, .. } if r == request))
     }
 
-    pub(super) fn settle(&mut self, tenant: &TenantId, request: &RequestId, actual: TokenCount, partial: bool) -> SettleOutcome {
+    pub(super) fn settle(
+        &mut self,
+        tenant: &TenantId,
+        request: &RequestId,
+        actual: TokenCount,
+        partial: bool,
+    ) -> SettleOutcome {
         match self.find(tenant, request) {
             Some(Op::Admit { tokens, close, .. }) => match close {
                 None => {

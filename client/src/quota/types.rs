@@ -31,9 +31,7 @@ fn identifier(field: &str, raw: &str, max: usize, extra: &[char]) -> Result<Stri
     if raw.len() > max {
         return Err(InvalidInput::new(field, format!("must be at most {max} characters, got {}", raw.len())));
     }
-    if let Some(bad) = raw
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || extra.contains(c)))
+    if let Some(bad) = raw.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || extra.contains(c)))
     {
         let allowed: String = extra.iter().map(|c| format!(" '{c}'")).collect();
         return Err(InvalidInput::new(
@@ -306,7 +304,10 @@ impl TenantQuota {
         let mut seen = std::collections::HashSet::new();
         for (i, grant) in self.grants.iter().enumerate() {
             if !seen.insert(grant.id.as_str()) {
-                return Err(InvalidInput::new(format!("grants[{i}].id"), format!("duplicate grant id {:?}", grant.id.as_str())));
+                return Err(InvalidInput::new(
+                    format!("grants[{i}].id"),
+                    format!("duplicate grant id {:?}", grant.id.as_str()),
+                ));
             }
             if let (Some(starts), Some(expires)) = (grant.starts_at, grant.expires_at) {
                 if expires <= starts {

@@ -81,11 +81,7 @@ struct Tuning {
     enumerate_max: i64,
 }
 
-const TUNING: Tuning = Tuning {
-    few_max: FEW_MAX,
-    scan_max: SCAN_MAX,
-    enumerate_max: ENUMERATE_MAX,
-};
+const TUNING: Tuning = Tuning { few_max: FEW_MAX, scan_max: SCAN_MAX, enumerate_max: ENUMERATE_MAX };
 
 /// See [`super::smooth`].
 pub(super) fn smooth(counts: &[u64], avoid_first: Option<usize>, rng: &mut impl Rng) -> Vec<usize> {
@@ -224,12 +220,7 @@ fn by_scan<const N: usize>(weight: &[i64], avoid: Option<usize>, rng: &mut impl 
     let mut lanes = [Lane::UNUSED; N];
     for (lane, &c) in lanes.iter_mut().zip(weight) {
         let clock = DueClock::new(c, b);
-        *lane = Lane {
-            credit: 0,
-            count: c,
-            due: clock.due(),
-            clock,
-        };
+        *lane = Lane { credit: 0, count: c, due: clock.due(), clock };
     }
     let mut value = [0i64; N];
     for step in 0..b as usize {
@@ -282,13 +273,7 @@ impl Lane {
         credit: 0,
         count: 0,
         due: i64::MAX,
-        clock: DueClock {
-            whole: 0,
-            part: 0,
-            step_whole: 0,
-            step_part: 0,
-            count: 1,
-        },
+        clock: DueClock { whole: 0, part: 0, step_whole: 0, step_part: 0, count: 1 },
     };
 }
 
@@ -455,13 +440,7 @@ impl DueClock {
     /// The clock of a member's first ticket.
     fn new(count: i64, b: i64) -> Self {
         let (step_whole, step_part) = (b / count, b % count);
-        DueClock {
-            whole: step_whole,
-            part: step_part,
-            step_whole,
-            step_part,
-            count,
-        }
+        DueClock { whole: step_whole, part: step_part, step_whole, step_part, count }
     }
 
     /// The 1-based step by which the current ticket must have been handed out.
@@ -513,11 +492,7 @@ impl Deadlines {
             due_so_far += *s;
             *s = t as i32 - due_so_far;
         }
-        Deadlines {
-            slack,
-            covered: 0,
-            first_tight: usize::MAX,
-        }
+        Deadlines { slack, covered: 0, first_tight: usize::MAX }
     }
 
     /// The binding horizon for the ticket at `step` (0-based): the first absolute step
@@ -600,11 +575,7 @@ impl CreditTree {
             }
         }
         let top = if len == 0 { 0 } else { 1 << len.ilog2() };
-        CreditTree {
-            nodes,
-            top,
-            sum: (weight.iter().sum(), 0),
-        }
+        CreditTree { nodes, top, sum: (weight.iter().sum(), 0) }
     }
 
     fn add(&mut self, member: usize, count: i64, given: i64) {
@@ -773,26 +744,10 @@ mod tests {
         prop::option::of(0usize..9)
     }
 
-    const FEW: Tuning = Tuning {
-        few_max: usize::MAX,
-        scan_max: 0,
-        enumerate_max: ENUMERATE_MAX,
-    };
-    const SCAN: Tuning = Tuning {
-        few_max: 0,
-        scan_max: usize::MAX,
-        enumerate_max: ENUMERATE_MAX,
-    };
-    const INDEX_BY_BUCKETS: Tuning = Tuning {
-        few_max: 0,
-        scan_max: 0,
-        enumerate_max: i64::MAX,
-    };
-    const INDEX_BY_SCAN: Tuning = Tuning {
-        few_max: 0,
-        scan_max: 0,
-        enumerate_max: 0,
-    };
+    const FEW: Tuning = Tuning { few_max: usize::MAX, scan_max: 0, enumerate_max: ENUMERATE_MAX };
+    const SCAN: Tuning = Tuning { few_max: 0, scan_max: usize::MAX, enumerate_max: ENUMERATE_MAX };
+    const INDEX_BY_BUCKETS: Tuning = Tuning { few_max: 0, scan_max: 0, enumerate_max: i64::MAX };
+    const INDEX_BY_SCAN: Tuning = Tuning { few_max: 0, scan_max: 0, enumerate_max: 0 };
     const EVERY_PATH: [Tuning; 5] = [FEW, SCAN, INDEX_BY_BUCKETS, INDEX_BY_SCAN, TUNING];
 
     /// Each path gives the reference's batch and leaves the generator where it does (the
@@ -814,12 +769,8 @@ mod tests {
         let bench_weights = |members: usize| {
             Weights::from_integers((0..members).map(|i| (format!("m{i}"), 1 + (i as u64 * 7) % 13))).unwrap()
         };
-        let batches = [
-            Weights::parse_spec("A=5,B=3,C=2").unwrap(),
-            bench_weights(30),
-            bench_weights(300),
-        ]
-        .map(|w| Apportioner::new(w).next_counts(BatchSize::DEFAULT));
+        let batches = [Weights::parse_spec("A=5,B=3,C=2").unwrap(), bench_weights(30), bench_weights(300)]
+            .map(|w| Apportioner::new(w).next_counts(BatchSize::DEFAULT));
         for (counts, seeds) in batches.iter().zip([20, 5, 1]) {
             for seed in 0..seeds {
                 same_as_reference(counts, Some(0), seed).unwrap();

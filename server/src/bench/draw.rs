@@ -241,16 +241,27 @@ where
 
 /// The report as a table for people.
 pub fn render(r: &Report) -> String {
-    let row = |name: &str, ops: f64, p50: f64, p99: f64, ratio: f64| format!("{name:<26} {ops:>10.0} {p50:>10.0} {p99:>10.0} {ratio:>8.3}\n");
+    let row = |name: &str, ops: f64, p50: f64, p99: f64, ratio: f64| {
+        format!("{name:<26} {ops:>10.0} {p50:>10.0} {p99:>10.0} {ratio:>8.3}\n")
+    };
     let mut out = format!(
         "draw bench: {} in flight, {} s per phase (refiller in-process)\n{:<26} {:>10} {:>10} {:>10} {:>8}\n",
         r.concurrency, r.seconds, "", "ops/s", "p50 µs", "p99 µs", "ratio"
     );
     out.push_str(&row("raw LPOP (baseline)", r.baseline_ops, r.baseline_p50_us, r.baseline_p99_us, 1.0));
     out.push_str(&row("client draw (coalesced)", r.client_ops, r.client_p50_us, r.client_p99_us, r.client_ratio));
-    out.push_str(&format!("{:<26} {:>10.0} {:>10} {:>10.0} {:>8.3}\n", "client draw (one call each)", r.client_single_ops, "", r.client_single_p99_us, r.client_single_ratio));
+    out.push_str(&format!(
+        "{:<26} {:>10.0} {:>10} {:>10.0} {:>8.3}\n",
+        "client draw (one call each)", r.client_single_ops, "", r.client_single_p99_us, r.client_single_ratio
+    ));
     out.push_str(&row("HTTP draw", r.http_ops, r.http_p50_us, r.http_p99_us, r.http_ratio));
-    out.push_str(&format!("{:<26} {:>10.0} {:>10} {:>10} {:>8.3}\n", "HTTP GET /healthz (ceiling)", r.healthz_ops, "", "", r.healthz_ratio));
-    out.push_str(&format!("client draws not from redis: {}   batches added: {}\n", r.client_not_from_redis, r.batches_added));
+    out.push_str(&format!(
+        "{:<26} {:>10.0} {:>10} {:>10} {:>8.3}\n",
+        "HTTP GET /healthz (ceiling)", r.healthz_ops, "", "", r.healthz_ratio
+    ));
+    out.push_str(&format!(
+        "client draws not from redis: {}   batches added: {}\n",
+        r.client_not_from_redis, r.batches_added
+    ));
     out
 }

@@ -98,7 +98,8 @@ where
         let address = format!("http://127.0.0.1:{}", application.port());
         let handle = application.handle();
         let server = tokio::spawn(application.run_until_stopped());
-        let scheduler = if with_scheduler { Some(crate::scheduler::Scheduler::start(state.clone()).await?) } else { None };
+        let scheduler =
+            if with_scheduler { Some(crate::scheduler::Scheduler::start(state.clone()).await?) } else { None };
         let measured = measure(OwnServer { state: state.clone(), address, token }).await;
         if let Some(scheduler) = scheduler {
             scheduler.shutdown().await;
@@ -113,7 +114,8 @@ where
     .await;
 
     use sqlx::Connection;
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.context("connecting to drop the benchmark database")?;
+    let mut admin =
+        sqlx::PgConnection::connect(&admin_url).await.context("connecting to drop the benchmark database")?;
     sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#))
         .execute(&mut admin)
         .await

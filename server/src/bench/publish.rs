@@ -22,7 +22,14 @@ pub struct Report {
 
 /// Runs the benchmark; removes its database and keys afterwards.
 pub async fn run(settings: &Settings, args: &BenchPublishArgs) -> anyhow::Result<Report> {
-    super::on_own_server(settings, "publish", false, |_| {}, |s| async move { measure(&s.state, &s.address, &s.token, args.changes).await }).await
+    super::on_own_server(
+        settings,
+        "publish",
+        false,
+        |_| {},
+        |s| async move { measure(&s.state, &s.address, &s.token, args.changes).await },
+    )
+    .await
 }
 
 async fn measure(state: &crate::state::AppState, address: &str, token: &str, changes: u32) -> anyhow::Result<Report> {

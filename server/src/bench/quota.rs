@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use client::quota::{FallbackPolicy, RequestId, ReserveOutcome, SettleOutcome, TenantId, TenantQuota, TokenCount, Tokens};
+use client::quota::{
+    FallbackPolicy, RequestId, ReserveOutcome, SettleOutcome, TenantId, TenantQuota, TokenCount, Tokens,
+};
 use client::{Keys, Quotas, RedisHandle};
 use rand::Rng;
 use secrecy::ExposeSecret;
@@ -180,7 +182,13 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
     })
 }
 
-async fn settle(quotas: &Quotas, tenant: &TenantId, request: &RequestId, reserved: u64, charged: &AtomicU64) -> anyhow::Result<()> {
+async fn settle(
+    quotas: &Quotas,
+    tenant: &TenantId,
+    request: &RequestId,
+    reserved: u64,
+    charged: &AtomicU64,
+) -> anyhow::Result<()> {
     let actual = rand::rng().random_range(0..=reserved);
     let count = TokenCount::parse("actual_tokens", actual as i128).expect("valid");
     match quotas.settle(tenant, request, count, false).await? {

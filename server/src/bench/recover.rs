@@ -62,7 +62,14 @@ pub struct Report {
 
 /// Runs the benchmark; removes its database and keys afterwards.
 pub async fn run(settings: &Settings, args: &BenchRecoverArgs) -> anyhow::Result<Report> {
-    super::on_own_server(settings, "recover", true, |_| {}, |s| async move { measure(&s.state, &s.address, &s.token, args).await }).await
+    super::on_own_server(
+        settings,
+        "recover",
+        true,
+        |_| {},
+        |s| async move { measure(&s.state, &s.address, &s.token, args).await },
+    )
+    .await
 }
 
 /// The pools and tenants the load runs over.
@@ -87,7 +94,8 @@ pub async fn measure(state: &AppState, address: &str, token: &str, args: &BenchR
         // The refusals after the wipe are expected and counted in the report; the client
         // would log each one as an error.
         let quiet = tracing::subscriber::NoSubscriber::default();
-        let worker = load(state.clone(), targets.clone(), tracker.clone(), worker, stopped.clone()).with_subscriber(quiet);
+        let worker =
+            load(state.clone(), targets.clone(), tracker.clone(), worker, stopped.clone()).with_subscriber(quiet);
         workers.push(tokio::spawn(worker));
     }
 
@@ -158,7 +166,12 @@ async fn configure(state: &AppState, address: &str, token: &str, args: &BenchRec
         let http = http.clone();
         async move {
             let response = http.put(format!("{address}{path}")).bearer_auth(token).json(&body).send().await?;
-            anyhow::ensure!(response.status().is_success(), "PUT {path}: {} {}", response.status(), response.text().await?);
+            anyhow::ensure!(
+                response.status().is_success(),
+                "PUT {path}: {} {}",
+                response.status(),
+                response.text().await?
+            );
             Ok::<_, anyhow::Error>(())
         }
     };
@@ -301,7 +314,13 @@ fn last_served<K>(map: &Mutex<BTreeMap<K, Option<Instant>>>, wiped_at: Instant) 
 
 /// One worker: a draw from the next pool, a reserve and a settle for the next tenant, over
 /// and over until stopped.
-async fn load(state: AppState, targets: Arc<Targets>, tracker: Arc<Tracker>, worker: u32, stop: tokio::sync::watch::Receiver<bool>) {
+async fn load(
+    state: AppState,
+    targets: Arc<Targets>,
+    tracker: Arc<Tracker>,
+    worker: u32,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let tokens = Tokens::parse("tokens", 100).expect("valid");
     let actual = TokenCount::parse("actual_tokens", 60).expect("valid");
     let mut i: u64 = 0;
@@ -405,10 +424,11 @@ async fn wipe(state: &AppState) -> anyhow::Result<u64> {
 /// Every published entity's newest version in Postgres against its meta hash in Redis:
 /// how many were compared, and the ones that differ.
 async fn compare_versions(state: &AppState) -> anyhow::Result<(u32, Vec<String>)> {
-    let newest: Vec<(String, i64)> = sqlx::query_as("select entity, max(version) from snapshot group by entity order by entity")
-        .fetch_all(&state.db)
-        .await
-        .context("reading the newest versions")?;
+    let newest: Vec<(String, i64)> =
+        sqlx::query_as("select entity, max(version) from snapshot group by entity order by entity")
+            .fetch_all(&state.db)
+            .await
+            .context("reading the newest versions")?;
     let mut conn = state.redis.connection().await?;
     let mut compared = 0;
     let mut mismatched = Vec::new();
@@ -438,12 +458,19 @@ pub fn render(r: &Report) -> String {
          served again after {:.0} ms (pools {:.0} ms, tenants {:.0} ms)   (target < 5000 ms)\n\
          refused while recovering: {}   other errors: {}{}\n\
          config: {} of {} entities at Postgres's version{}\n",
-        r.pools, r.tenants, r.concurrency, r.ops_before,
+        r.pools,
+        r.tenants,
+        r.concurrency,
+        r.ops_before,
         r.keys_wiped,
-        r.recover_ms, r.pools_recover_ms, r.tenants_recover_ms,
-        r.refused_while_recovering, r.errors_while_recovering,
+        r.recover_ms,
+        r.pools_recover_ms,
+        r.tenants_recover_ms,
+        r.refused_while_recovering,
+        r.errors_while_recovering,
         if r.error_samples.is_empty() { String::new() } else { format!(" ({})", r.error_samples.join("; ")) },
-        r.entities as usize - r.mismatched.len(), r.entities,
+        r.entities as usize - r.mismatched.len(),
+        r.entities,
         if r.versions_match { " (none lost)".to_owned() } else { format!(": MISMATCH {}", r.mismatched.join("; ")) },
     )
 }

@@ -45,7 +45,14 @@ const PAGES: [&str; 5] = ["/", "/pools", "/pools/p00", "/channels", "/tenants"];
 
 /// Runs the benchmark; removes its database and keys afterwards.
 pub async fn run(settings: &Settings, args: &BenchUiArgs) -> anyhow::Result<Report> {
-    super::on_own_server(settings, "ui", false, |s| s.auth.open = true, |s| async move { measure(&s.state, &s.address, &s.token, args).await }).await
+    super::on_own_server(
+        settings,
+        "ui",
+        false,
+        |s| s.auth.open = true,
+        |s| async move { measure(&s.state, &s.address, &s.token, args).await },
+    )
+    .await
 }
 
 async fn measure(state: &AppState, address: &str, token: &str, args: &BenchUiArgs) -> anyhow::Result<Report> {
@@ -54,12 +61,18 @@ async fn measure(state: &AppState, address: &str, token: &str, args: &BenchUiArg
     // benchmark's own up to the sizes asked for.
     crate::seed::demo_seed(&state.db).await.context("seeding the demo configuration")?;
     let count = |table: &'static str| async move {
-        sqlx::query_scalar::<_, i64>(&format!("select count(*) from {table}")).fetch_one(&state.db).await.map(|n| n as u32)
+        sqlx::query_scalar::<_, i64>(&format!("select count(*) from {table}"))
+            .fetch_one(&state.db)
+            .await
+            .map(|n| n as u32)
     };
     let (seeded_pools, seeded_channels) = (count("pool").await?, count("channel").await?);
     anyhow::ensure!(args.pools > seeded_pools, "--pools must exceed the {seeded_pools} demo pools");
     let (new_pools, new_channels) = (args.pools - seeded_pools, args.channels.saturating_sub(seeded_channels));
-    anyhow::ensure!(new_channels >= new_pools, "--channels must leave at least one channel for each pool beyond the demo's");
+    anyhow::ensure!(
+        new_channels >= new_pools,
+        "--channels must leave at least one channel for each pool beyond the demo's"
+    );
     configure(&http, address, token, new_pools, new_channels).await?;
     crate::publish::drain_outbox(state).await.context("publishing the configuration")?;
     let pools = crate::scheduler::sampler::list_pools(&state.db).await?;
@@ -116,7 +129,13 @@ async fn fetch(http: &reqwest::Client, url: &str) -> anyhow::Result<usize> {
 
 /// `channels` channels `C000…` and `pools` pools `p00…` through the admin API, the
 /// channels dealt out evenly (no channel in two pools).
-async fn configure(http: &reqwest::Client, address: &str, token: &str, pools: u32, channels: u32) -> anyhow::Result<()> {
+async fn configure(
+    http: &reqwest::Client,
+    address: &str,
+    token: &str,
+    pools: u32,
+    channels: u32,
+) -> anyhow::Result<()> {
     for c in 0..channels {
         let code = format!("C{c:03}");
         let created = http
@@ -130,7 +149,9 @@ async fn configure(http: &reqwest::Client, address: &str, token: &str, pools: u3
     let per_pool = channels / pools;
     for p in 0..pools {
         let name = format!("p{p:02}");
-        let weights: Vec<_> = (p * per_pool..(p + 1) * per_pool).map(|c| json!({"member": format!("C{c:03}"), "weight": 10 + c % 7})).collect();
+        let weights: Vec<_> = (p * per_pool..(p + 1) * per_pool)
+            .map(|c| json!({"member": format!("C{c:03}"), "weight": 10 + c % 7}))
+            .collect();
         let snapshot = json!({
             "kind": "channels", "ordering": "smooth", "batch_size": 1024, "low_water": 128,
             "timezone": "UTC", "eject_rebuild_percent": 50, "weights": weights,
@@ -153,7 +174,10 @@ pub fn render(r: &Report) -> String {
         r.pools, r.channels, r.tenants, r.samples_per_pool, r.requests
     );
     for p in &r.pages {
-        out.push_str(&format!("{:<12} {:>8} bytes   p50 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms\n", p.path, p.bytes, p.p50_ms, p.p99_ms, p.max_ms));
+        out.push_str(&format!(
+            "{:<12} {:>8} bytes   p50 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms\n",
+            p.path, p.bytes, p.p50_ms, p.p99_ms, p.max_ms
+        ));
     }
     out
 }

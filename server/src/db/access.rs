@@ -48,7 +48,9 @@ pub async fn list_users(db: &PgPool) -> Result<Vec<UserListing>, sqlx::Error> {
 /// Every API token, by id.
 #[tracing::instrument(skip_all, err)]
 pub async fn list_tokens(db: &PgPool) -> Result<Vec<TokenListing>, sqlx::Error> {
-    sqlx::query_as("select id, name, prefix, scope, created_by, created_at, last_used_at, revoked_at from api_token order by id")
-        .fetch_all(db)
-        .await
+    sqlx::query_as(
+        "select id, name, prefix, scope, created_by, created_at, last_used_at, revoked_at from api_token order by id",
+    )
+    .fetch_all(db)
+    .await
 }

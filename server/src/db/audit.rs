@@ -150,11 +150,7 @@ pub async fn list_audit(db: &PgPool, filter: &AuditFilter) -> Result<AuditPage, 
         "select {COLUMNS} from audit where {FILTERS} and ($6::bigint is null or id < $6)
          order by id desc limit $7"
     );
-    let rows = bind_filters(sqlx::query(&sql), filter)
-        .bind(filter.before_id)
-        .bind(limit + 1)
-        .fetch_all(db)
-        .await?;
+    let rows = bind_filters(sqlx::query(&sql), filter).bind(filter.before_id).bind(limit + 1).fetch_all(db).await?;
     let mut rows = rows.iter().map(row).collect::<Result<Vec<_>, _>>()?;
     let next = if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
@@ -219,8 +215,7 @@ pub async fn export_audit_csv(db: &PgPool, filter: &AuditFilter) -> Result<Strin
         "select {COLUMNS}, before::text as before_text, after::text as after_text from audit
          where {FILTERS} order by id"
     );
-    let rows = bind_filters(sqlx::query(&sql), filter).fetch_all(db)
-        .await?;
+    let rows = bind_filters(sqlx::query(&sql), filter).fetch_all(db).await?;
     let mut out = String::from("id,at,actor,source,action,entity,before,after,reason,request_id,prev_hash,hash\n");
     for r in &rows {
         let a = row(r)?;

@@ -86,7 +86,10 @@ pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, C
     let Some(pool) = change.entity.strip_prefix("pool:") else {
         return Err(ChangeError::Invalid {
             field: "entity".into(),
-            rule: format!("{:?}: only pools are changed by body; tenants change through their plan, settings and grants", change.entity),
+            rule: format!(
+                "{:?}: only pools are changed by body; tenants change through their plan, settings and grants",
+                change.entity
+            ),
         });
     };
     validate_body(change.entity, change.body)?;
@@ -97,7 +100,9 @@ pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, C
         request_id: change.request_id,
     };
     let mut tx = db.begin().await?;
-    let written = super::config::put_pool_tx(&mut tx, &ctx, pool, change.action, change.body, change.expected_version).await?.written;
+    let written = super::config::put_pool_tx(&mut tx, &ctx, pool, change.action, change.body, change.expected_version)
+        .await?
+        .written;
     let audit = super::audit::get_audit(&mut tx, written.audit_id).await?;
     tx.commit().await?;
     Ok(Applied { version: written.version, audit, outbox_id: written.outbox_id.unwrap_or_default() })

@@ -128,7 +128,9 @@ fn identifier(field: &str, raw: &str, extra: &str) -> Result<String, ChangeError
     if raw.is_empty() || raw.len() > 64 {
         return Err(invalid(field, format!("must be 1..=64 characters, got {}", raw.chars().count())));
     }
-    if let Some(bad) = raw.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || extra.contains(*c))) {
+    if let Some(bad) =
+        raw.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || extra.contains(*c)))
+    {
         return Err(invalid(field, format!("may hold only ASCII letters, digits, '_', '-'{extra}; found {bad:?}")));
     }
     Ok(raw.to_owned())
@@ -425,10 +427,11 @@ pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolSummary>, sqlx::Error> {
 
 /// The newest snapshot a pool published (what Redis has or is about to have), parsed.
 pub async fn get_published_pool(db: &PgPool, pool: &PoolName) -> Result<Option<PoolSnapshot>, ChangeError> {
-    let row: Option<(i64, Value)> = sqlx::query_as("select version, body from snapshot where entity = $1 order by version desc limit 1")
-        .bind(format!("pool:{pool}"))
-        .fetch_optional(db)
-        .await?;
+    let row: Option<(i64, Value)> =
+        sqlx::query_as("select version, body from snapshot where entity = $1 order by version desc limit 1")
+            .bind(format!("pool:{pool}"))
+            .fetch_optional(db)
+            .await?;
     let Some((version, body)) = row else { return Ok(None) };
     let mut snapshot = parse_pool_body(&body)?;
     snapshot.version = version as u64;
@@ -494,10 +497,11 @@ async fn compile_pool(tx: &mut PgConnection, pool: &str) -> Result<Option<(i64, 
     } else {
         channel_weights
     };
-    let peaks = sqlx::query("select start_at, end_at, multiplier, weights from peak_window where pool = $1 order by position")
-        .bind(pool)
-        .fetch_all(&mut *tx)
-        .await?;
+    let peaks =
+        sqlx::query("select start_at, end_at, multiplier, weights from peak_window where pool = $1 order by position")
+            .bind(pool)
+            .fetch_all(&mut *tx)
+            .await?;
     let peak_windows = peaks
         .iter()
         .map(|r| {
@@ -567,7 +571,8 @@ fn pool_field_error(body: &Value, whole: serde_json::Error) -> ChangeError {
         .unwrap_or_else(|| {
             let message = whole.to_string();
             // "missing field `batch_size`" names its field between backquotes.
-            let field = message.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()).unwrap_or("snapshot");
+            let field =
+                message.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()).unwrap_or("snapshot");
             invalid(field, message.clone())
         })
 }
@@ -578,7 +583,12 @@ fn ordering_name(snapshot: &PoolSnapshot) -> String {
 
 /// Replaces a pool's rows with what `snapshot` says. Every member must be a registered
 /// channel, and a channel with a tier serves only in that tier.
-async fn store_pool(tx: &mut PgConnection, pool: &str, snapshot: &PoolSnapshot, version: i64) -> Result<(), ChangeError> {
+async fn store_pool(
+    tx: &mut PgConnection,
+    pool: &str,
+    snapshot: &PoolSnapshot,
+    version: i64,
+) -> Result<(), ChangeError> {
     let tiers_kind = matches!(snapshot.kind, client::pool::PoolKind::Tiers);
     // (channel, tier within a tiers pool, weight)
     let mut members: Vec<(String, Option<String>, u64)> = Vec::new();
@@ -594,16 +604,17 @@ async fn store_pool(tx: &mut PgConnection, pool: &str, snapshot: &PoolSnapshot, 
         }
     }
     let codes: Vec<String> = members.iter().map(|(c, _, _)| c.clone()).collect();
-    let known: Vec<(String, Option<String>)> = sqlx::query_as("select code, tier from channel where code = any($1)")
-        .bind(&codes)
-        .fetch_all(&mut *tx)
-        .await?;
+    let known: Vec<(String, Option<String>)> =
+        sqlx::query_as("select code, tier from channel where code = any($1)").bind(&codes).fetch_all(&mut *tx).await?;
     let known: BTreeMap<String, Option<String>> = known.into_iter().collect();
     for (channel, tier, _) in &members {
         let field = if tier.is_some() { "tiers" } else { "weights" };
         match known.get(channel) {
             None => {
-                return Err(invalid(field, format!("unknown channel {channel:?}: register it first (POST /api/v1/channels)")))
+                return Err(invalid(
+                    field,
+                    format!("unknown channel {channel:?}: register it first (POST /api/v1/channels)"),
+                ))
             }
             Some(Some(own)) if tier.as_ref().is_some_and(|t| t != own) => {
                 return Err(invalid(
@@ -741,13 +752,24 @@ async fn effective_body(tx: &mut PgConnection, pool: &str, mut body: Value) -> R
 }
 
 /// Compiles a pool from its rows (health applied) and publishes it as its next version.
-pub(crate) async fn republish_pool(tx: &mut PgConnection, ctx: &Ctx<'_>, pool: &str, action: &str) -> Result<Written, ChangeError> {
+pub(crate) async fn republish_pool(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    pool: &str,
+    action: &str,
+) -> Result<Written, ChangeError> {
     republish_pool_body(tx, ctx, pool, action).await.map(|(written, _)| written)
 }
 
 /// [`republish_pool`], also answering the published snapshot.
-async fn republish_pool_body(tx: &mut PgConnection, ctx: &Ctx<'_>, pool: &str, action: &str) -> Result<(Written, PoolSnapshot), ChangeError> {
-    let (_, base) = compile_pool(tx, pool).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown pool {pool:?}")))?;
+async fn republish_pool_body(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    pool: &str,
+    action: &str,
+) -> Result<(Written, PoolSnapshot), ChangeError> {
+    let (_, base) =
+        compile_pool(tx, pool).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown pool {pool:?}")))?;
     let body = effective_body(tx, pool, base).await?;
     let entity = format!("pool:{pool}");
     let written = publish(tx, ctx, &entity, action, &body).await?;
@@ -763,15 +785,21 @@ async fn republish_pool_body(tx: &mut PgConnection, ctx: &Ctx<'_>, pool: &str, a
 
 /// Like [`republish_pool`], but only when what the pool publishes differs from its newest
 /// snapshot (a health change that rounds to the same weights writes nothing).
-pub(crate) async fn republish_pool_if_changed(tx: &mut PgConnection, ctx: &Ctx<'_>, pool: &str, action: &str) -> Result<Option<Written>, ChangeError> {
+pub(crate) async fn republish_pool_if_changed(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    pool: &str,
+    action: &str,
+) -> Result<Option<Written>, ChangeError> {
     let Some((_, base)) = compile_pool(tx, pool).await? else {
         return Ok(None);
     };
     let body = effective_body(tx, pool, base).await?;
-    let latest: Option<Value> = sqlx::query_scalar("select body from snapshot where entity = $1 order by version desc limit 1")
-        .bind(format!("pool:{pool}"))
-        .fetch_optional(&mut *tx)
-        .await?;
+    let latest: Option<Value> =
+        sqlx::query_scalar("select body from snapshot where entity = $1 order by version desc limit 1")
+            .bind(format!("pool:{pool}"))
+            .fetch_optional(&mut *tx)
+            .await?;
     if latest.as_ref() == Some(&body) {
         return Ok(None);
     }
@@ -816,7 +844,13 @@ pub async fn put_pool_tx(
 }
 
 /// Creates or replaces a pool (see [`put_pool_tx`]).
-pub async fn put_pool(db: &PgPool, ctx: &Ctx<'_>, pool: &PoolName, body: &Value, expected_version: i64) -> Result<PoolWritten, ChangeError> {
+pub async fn put_pool(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    pool: &PoolName,
+    body: &Value,
+    expected_version: i64,
+) -> Result<PoolWritten, ChangeError> {
     let mut tx = db.begin().await?;
     let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.put", body, Some(expected_version)).await?;
     tx.commit().await?;
@@ -837,8 +871,9 @@ pub async fn modify_pool(
     let mut tx = db.begin().await?;
     let entity = format!("pool:{pool}");
     lock(&mut tx, &entity).await?;
-    let (config_version, body) =
-        compile_pool(&mut tx, pool.as_str()).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
+    let (config_version, body) = compile_pool(&mut tx, pool.as_str())
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
     check_version(&entity, expected_version, config_version)?;
     let mut snapshot = parse_pool_body(&body)?;
     edit(&mut snapshot)?;
@@ -849,7 +884,6 @@ pub async fn modify_pool(
     tx.commit().await?;
     Ok(PoolWritten { written, config_version: config_version + 1, published })
 }
-
 
 // ---------------------------------------------------------------------------------------
 // Channels
@@ -897,12 +931,21 @@ pub async fn get_channel(db: &PgPool, code: &ChannelCode) -> Result<Option<Chann
 }
 
 /// Registers a channel; 409 when the code is taken.
-pub async fn create_channel(db: &PgPool, ctx: &Ctx<'_>, code: &ChannelCode, spec: &ChannelSpec, enabled: bool) -> Result<(Written, Channel), ChangeError> {
+pub async fn create_channel(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    code: &ChannelCode,
+    spec: &ChannelSpec,
+    enabled: bool,
+) -> Result<(Written, Channel), ChangeError> {
     let entity = format!("channel:{code}");
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
     if channel_in(&mut tx, code.as_str()).await?.is_some() {
-        return Err(ChangeError::Duplicate { field: "code".into(), rule: format!("channel {:?} exists", code.as_str()) });
+        return Err(ChangeError::Duplicate {
+            field: "code".into(),
+            rule: format!("channel {:?} exists", code.as_str()),
+        });
     }
     sqlx::query("insert into channel (code, name, tier, enabled, base_weight) values ($1, $2, $3, $4, $5)")
         .bind(code.as_str())
@@ -930,7 +973,9 @@ pub async fn update_channel(
     let entity = format!("channel:{code}");
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
-    let before = channel_in(&mut tx, code.as_str()).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown channel {:?}", code.as_str())))?;
+    let before = channel_in(&mut tx, code.as_str())
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("unknown channel {:?}", code.as_str())))?;
     check_version(&entity, Some(expected_version), before.version)?;
     if let Some(tier) = spec.tier {
         let elsewhere: Option<String> = sqlx::query_scalar(
@@ -941,7 +986,10 @@ pub async fn update_channel(
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(pool) = elsewhere {
-            return Err(invalid("tier", format!("the channel serves another tier in pool {pool:?}; move it there first")));
+            return Err(invalid(
+                "tier",
+                format!("the channel serves another tier in pool {pool:?}; move it there first"),
+            ));
         }
     }
     sqlx::query("update channel set name = $2, tier = $3, base_weight = $4, version = version + 1, updated_at = now() where code = $1")
@@ -952,7 +1000,9 @@ pub async fn update_channel(
         .execute(&mut *tx)
         .await?;
     let after = channel_in(&mut tx, code.as_str()).await?.expect("exists");
-    let audit_id = audit(&mut tx, ctx, &entity, "channel.update", Some(&channel_json(&before)), Some(&channel_json(&after))).await?;
+    let audit_id =
+        audit(&mut tx, ctx, &entity, "channel.update", Some(&channel_json(&before)), Some(&channel_json(&after)))
+            .await?;
     tx.commit().await?;
     Ok((Written { entity, action: "channel.update".into(), version: after.version, audit_id, outbox_id: None }, after))
 }
@@ -971,7 +1021,9 @@ pub async fn set_channel_enabled(
     let action = if enabled { "channel.enable" } else { "channel.disable" };
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
-    let before = channel_in(&mut tx, code.as_str()).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown channel {:?}", code.as_str())))?;
+    let before = channel_in(&mut tx, code.as_str())
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("unknown channel {:?}", code.as_str())))?;
     check_version(&entity, expected_version, before.version)?;
     if before.enabled == enabled {
         let word = if enabled { "enabled" } else { "disabled" };
@@ -983,8 +1035,10 @@ pub async fn set_channel_enabled(
         .execute(&mut *tx)
         .await?;
     let after = channel_in(&mut tx, code.as_str()).await?.expect("exists");
-    let audit_id = audit(&mut tx, ctx, &entity, action, Some(&channel_json(&before)), Some(&channel_json(&after))).await?;
-    let mut written = vec![Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }];
+    let audit_id =
+        audit(&mut tx, ctx, &entity, action, Some(&channel_json(&before)), Some(&channel_json(&after))).await?;
+    let mut written =
+        vec![Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }];
     // Pools in name order, so two such changes never wait on each other in a circle.
     for pool in &after.pools {
         lock(&mut tx, &format!("pool:{pool}")).await?;
@@ -1012,7 +1066,8 @@ fn plan_row(r: &sqlx::postgres::PgRow) -> Result<Plan, sqlx::Error> {
     })
 }
 
-const PLAN_COLUMNS: &str = "p.name, p.monthly_tokens, p.daily_requests, p.concurrency, p.version, p.created_at, p.updated_at,
+const PLAN_COLUMNS: &str =
+    "p.name, p.monthly_tokens, p.daily_requests, p.concurrency, p.version, p.created_at, p.updated_at,
      (select count(*) from tenant t where t.plan = p.name) as tenants";
 
 fn plan_json(p: &Plan) -> Value {
@@ -1027,7 +1082,10 @@ pub async fn list_plans(db: &PgPool) -> Result<Vec<Plan>, sqlx::Error> {
 }
 
 async fn plan_in(tx: &mut PgConnection, name: &str) -> Result<Option<Plan>, sqlx::Error> {
-    let row = sqlx::query(&format!("select {PLAN_COLUMNS} from plan p where p.name = $1")).bind(name).fetch_optional(tx).await?;
+    let row = sqlx::query(&format!("select {PLAN_COLUMNS} from plan p where p.name = $1"))
+        .bind(name)
+        .fetch_optional(tx)
+        .await?;
     row.as_ref().map(plan_row).transpose()
 }
 
@@ -1038,7 +1096,12 @@ pub async fn get_plan(db: &PgPool, name: &PlanName) -> Result<Option<Plan>, sqlx
 }
 
 /// Creates a plan; 409 when the name is taken.
-pub async fn create_plan(db: &PgPool, ctx: &Ctx<'_>, name: &PlanName, spec: &PlanSpec) -> Result<(Written, Plan), ChangeError> {
+pub async fn create_plan(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    spec: &PlanSpec,
+) -> Result<(Written, Plan), ChangeError> {
     let entity = format!("plan:{name}");
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
@@ -1069,7 +1132,9 @@ pub async fn update_plan(
     let entity = format!("plan:{name}");
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
-    let before = plan_in(&mut tx, name.as_str()).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
+    let before = plan_in(&mut tx, name.as_str())
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
     check_version(&entity, Some(expected_version), before.version)?;
     sqlx::query(
         "update plan set monthly_tokens = $2, daily_requests = $3, concurrency = $4, version = version + 1, updated_at = now()
@@ -1082,8 +1147,10 @@ pub async fn update_plan(
     .execute(&mut *tx)
     .await?;
     let after = plan_in(&mut tx, name.as_str()).await?.expect("exists");
-    let audit_id = audit(&mut tx, ctx, &entity, "plan.update", Some(&plan_json(&before)), Some(&plan_json(&after))).await?;
-    let mut written = vec![Written { entity, action: "plan.update".into(), version: after.version, audit_id, outbox_id: None }];
+    let audit_id =
+        audit(&mut tx, ctx, &entity, "plan.update", Some(&plan_json(&before)), Some(&plan_json(&after))).await?;
+    let mut written =
+        vec![Written { entity, action: "plan.update".into(), version: after.version, audit_id, outbox_id: None }];
     let tenants: Vec<String> = sqlx::query_scalar("select name from tenant where plan = $1 order by name")
         .bind(name.as_str())
         .fetch_all(&mut *tx)
@@ -1155,8 +1222,14 @@ async fn compile_tenant(tx: &mut PgConnection, tenant: &str) -> Result<Option<(i
     )))
 }
 
-async fn republish_tenant(tx: &mut PgConnection, ctx: &Ctx<'_>, tenant: &str, action: &str) -> Result<Written, ChangeError> {
-    let (_, body) = compile_tenant(tx, tenant).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {tenant:?}")))?;
+async fn republish_tenant(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    tenant: &str,
+    action: &str,
+) -> Result<Written, ChangeError> {
+    let (_, body) =
+        compile_tenant(tx, tenant).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {tenant:?}")))?;
     let written = publish(tx, ctx, &format!("tenant:{tenant}"), action, &body).await?;
     sqlx::query("update tenant set version = $2, updated_at = now() where name = $1")
         .bind(tenant)
@@ -1240,7 +1313,10 @@ pub async fn put_tenant(
         .await?;
     check_version(&entity, Some(expected_version), current.unwrap_or(0))?;
     if plan_in(&mut tx, spec.plan.as_str()).await?.is_none() {
-        return Err(invalid("plan", format!("unknown plan {:?}: create it first (POST /api/v1/plans)", spec.plan.as_str())));
+        return Err(invalid(
+            "plan",
+            format!("unknown plan {:?}: create it first (POST /api/v1/plans)", spec.plan.as_str()),
+        ));
     }
     let (policy, allowance) = match spec.fallback {
         FallbackPolicy::FailClosed => ("fail_closed", None),
@@ -1279,14 +1355,23 @@ pub async fn add_grant(
 ) -> Result<Written, ChangeError> {
     if let Some(expires) = grant.expires_at {
         if expires <= now {
-            return Err(invalid("expires_at", format!("the grant has already expired ({expires} is not after now, {now})")));
+            return Err(invalid(
+                "expires_at",
+                format!("the grant has already expired ({expires} is not after now, {now})"),
+            ));
         }
         if grant.starts_at.is_some_and(|starts| expires <= starts) {
             return Err(invalid("expires_at", "must be after starts_at"));
         }
     }
     // The same rules as the published quota (a kind, a live window), checked once more.
-    let as_grant = Grant { id: grant.id.clone(), kind: grant.kind, amount: grant.amount, starts_at: grant.starts_at, expires_at: grant.expires_at };
+    let as_grant = Grant {
+        id: grant.id.clone(),
+        kind: grant.kind,
+        amount: grant.amount,
+        starts_at: grant.starts_at,
+        expires_at: grant.expires_at,
+    };
     let entity = format!("tenant:{tenant}");
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
@@ -1296,14 +1381,18 @@ pub async fn add_grant(
         .await?;
     let current = current.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {:?}", tenant.as_str())))?;
     check_version(&entity, expected_version, current)?;
-    let taken: Option<Option<DateTime<Utc>>> = sqlx::query_scalar("select revoked_at from quota_grant where tenant = $1 and id = $2")
-        .bind(tenant.as_str())
-        .bind(grant.id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
+    let taken: Option<Option<DateTime<Utc>>> =
+        sqlx::query_scalar("select revoked_at from quota_grant where tenant = $1 and id = $2")
+            .bind(tenant.as_str())
+            .bind(grant.id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
     if let Some(revoked) = taken {
         let state = if revoked.is_some() { "a revoked grant" } else { "a grant" };
-        return Err(ChangeError::Duplicate { field: "id".into(), rule: format!("{state} with id {:?} exists; ids are never reused", grant.id.as_str()) });
+        return Err(ChangeError::Duplicate {
+            field: "id".into(),
+            rule: format!("{state} with id {:?} exists; ids are never reused", grant.id.as_str()),
+        });
     }
     let (kind, priority) = match as_grant.kind {
         GrantKind::Temporary => ("temporary", 0),
@@ -1347,13 +1436,16 @@ pub async fn revoke_grant(
         .await?;
     let current = current.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {:?}", tenant.as_str())))?;
     check_version(&entity, expected_version, current)?;
-    let revoked: Option<Option<DateTime<Utc>>> = sqlx::query_scalar("select revoked_at from quota_grant where tenant = $1 and id = $2")
-        .bind(tenant.as_str())
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
+    let revoked: Option<Option<DateTime<Utc>>> =
+        sqlx::query_scalar("select revoked_at from quota_grant where tenant = $1 and id = $2")
+            .bind(tenant.as_str())
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
     match revoked {
-        None => return Err(ChangeError::NotFound(format!("tenant {:?} has no grant {:?}", tenant.as_str(), id.as_str()))),
+        None => {
+            return Err(ChangeError::NotFound(format!("tenant {:?} has no grant {:?}", tenant.as_str(), id.as_str())))
+        }
         Some(Some(at)) => return Err(invalid("id", format!("grant {:?} was already revoked at {at}", id.as_str()))),
         Some(None) => {}
     }
@@ -1392,7 +1484,12 @@ pub async fn adopt_snapshots(db: &PgPool) -> anyhow::Result<Vec<String>> {
     )
     .fetch_all(db)
     .await?;
-    let ctx = Ctx { actor: "migration", source: Source::System, reason: Some("adopted from a snapshot written before the configuration tables"), request_id: None };
+    let ctx = Ctx {
+        actor: "migration",
+        source: Source::System,
+        reason: Some("adopted from a snapshot written before the configuration tables"),
+        request_id: None,
+    };
     let mut adopted = Vec::new();
     for (entity, version, body) in orphans {
         // One entity that cannot be adopted is logged and left as a snapshot (still
@@ -1400,7 +1497,12 @@ pub async fn adopt_snapshots(db: &PgPool) -> anyhow::Result<Vec<String>> {
         match adopt_one(db, &ctx, &entity, version, &body).await {
             Ok(true) => adopted.push(entity),
             Ok(false) => {}
-            Err(e) => tracing::error!(entity, version, error = format!("{e:#}"), "cannot adopt this snapshot into the configuration tables"),
+            Err(e) => tracing::error!(
+                entity,
+                version,
+                error = format!("{e:#}"),
+                "cannot adopt this snapshot into the configuration tables"
+            ),
         }
     }
     Ok(adopted)
@@ -1427,7 +1529,9 @@ async fn adopt_one(db: &PgPool, ctx: &Ctx<'_>, entity: &str, version: i64, body:
                     .execute(&mut *tx)
                     .await?;
             }
-            store_pool(&mut tx, pool, &snapshot, version).await.with_context(|| format!("adopting {entity} v{version}"))?;
+            store_pool(&mut tx, pool, &snapshot, version)
+                .await
+                .with_context(|| format!("adopting {entity} v{version}"))?;
         } else if let Some(tenant) = entity.strip_prefix("tenant:") {
             let mut versioned = body.clone();
             versioned["version"] = json!(version);
@@ -1479,7 +1583,9 @@ async fn adopt_one(db: &PgPool, ctx: &Ctx<'_>, entity: &str, version: i64, body:
             for grant in &quota.grants {
                 let (kind, priority) = match grant.kind {
                     GrantKind::Temporary => ("temporary", 0),
-                    GrantKind::Bonus { priority } => ("bonus", i32::try_from(priority).context("grant priority above 2^31-1")?),
+                    GrantKind::Bonus { priority } => {
+                        ("bonus", i32::try_from(priority).context("grant priority above 2^31-1")?)
+                    }
                 };
                 sqlx::query(
                     "insert into quota_grant (tenant, id, kind, priority, amount, starts_at, expires_at) values ($1, $2, $3, $4, $5, $6, $7)",

@@ -32,16 +32,18 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<PgPool> {
         .acquire_timeout(Duration::from_secs(3))
         .connect_with(options)
         .await
-        .with_context(|| format!("connecting to Postgres at {}", crate::configuration::redact(settings.database_url.expose_secret())))
+        .with_context(|| {
+            format!("connecting to Postgres at {}", crate::configuration::redact(settings.database_url.expose_secret()))
+        })
 }
 
 /// Creates the configured database when it does not exist yet.
 #[tracing::instrument(skip_all, err)]
 pub async fn create_database_if_missing(settings: &Settings) -> anyhow::Result<bool> {
     let url = settings.database_url.expose_secret();
-    let exists = Postgres::database_exists(url)
-        .await
-        .with_context(|| format!("checking whether database {} exists", settings.database_name().unwrap_or_default()))?;
+    let exists = Postgres::database_exists(url).await.with_context(|| {
+        format!("checking whether database {} exists", settings.database_name().unwrap_or_default())
+    })?;
     if exists {
         return Ok(false);
     }

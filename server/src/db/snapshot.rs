@@ -5,9 +5,7 @@ use sqlx::PgPool;
 /// The newest snapshot version and how many snapshots are stored.
 #[tracing::instrument(skip_all, err)]
 pub async fn get_latest_version(db: &PgPool) -> Result<(Option<i64>, i64), sqlx::Error> {
-    sqlx::query_as::<_, (Option<i64>, i64)>("select max(version), count(*) from snapshot")
-        .fetch_one(db)
-        .await
+    sqlx::query_as::<_, (Option<i64>, i64)>("select max(version), count(*) from snapshot").fetch_one(db).await
 }
 
 /// Stores `body` as the next version of `entity`; returns that version.
@@ -31,8 +29,5 @@ pub async fn insert_next(
 /// How many snapshots `entity` has.
 #[tracing::instrument(skip_all, fields(entity = %entity), err)]
 pub async fn count_for(db: &PgPool, entity: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar::<_, i64>("select count(*) from snapshot where entity = $1")
-        .bind(entity)
-        .fetch_one(db)
-        .await
+    sqlx::query_scalar::<_, i64>("select count(*) from snapshot where entity = $1").bind(entity).fetch_one(db).await
 }

@@ -34,7 +34,12 @@ async fn newest(db: &PgPool, entity: &str) -> Result<Option<(i64, serde_json::Va
 
 /// Writes one snapshot to Redis under its entity's kind; entities of other kinds are
 /// acknowledged without a write (nothing in Redis reads them).
-async fn publish_snapshot(state: &AppState, entity: &str, version: i64, mut body: serde_json::Value) -> anyhow::Result<()> {
+async fn publish_snapshot(
+    state: &AppState,
+    entity: &str,
+    version: i64,
+    mut body: serde_json::Value,
+) -> anyhow::Result<()> {
     body.as_object_mut()
         .with_context(|| format!("snapshot of {entity} v{version} is not a JSON object"))?
         .insert("version".to_owned(), serde_json::json!(version));
@@ -81,7 +86,11 @@ pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
                 outcome.published.push(format!("{entity} v{version}"));
             }
             Err(e) => {
-                tracing::warn!(entity, error = format!("{e:#}"), "publishing failed; retried with backoff (at most 30 s)");
+                tracing::warn!(
+                    entity,
+                    error = format!("{e:#}"),
+                    "publishing failed; retried with backoff (at most 30 s)"
+                );
                 sqlx::query(
                     "update outbox set attempts = attempts + 1, last_error = $2,
                          next_attempt_at = now() + least(power(2, least(attempts + 1, 5)), 30) * interval '1 second'

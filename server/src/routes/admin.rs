@@ -60,7 +60,9 @@ pub(crate) fn expected(field_value: i64) -> Result<i64, ApiError> {
 /// A path or body value that does not parse: 400, naming the field.
 pub(crate) fn malformed(e: ChangeError) -> ApiError {
     match e {
-        ChangeError::Invalid { field, rule } | ChangeError::Malformed { field, rule } => ApiError::BadRequest { field, rule },
+        ChangeError::Invalid { field, rule } | ChangeError::Malformed { field, rule } => {
+            ApiError::BadRequest { field, rule }
+        }
         other => change_error(other),
     }
 }
@@ -86,15 +88,30 @@ pub(crate) struct Actor {
 
 impl Actor {
     pub fn ctx(&self) -> Ctx<'_> {
-        Ctx { actor: &self.actor, source: self.source, reason: self.reason.as_deref(), request_id: self.request_id.as_deref() }
+        Ctx {
+            actor: &self.actor,
+            source: self.source,
+            reason: self.reason.as_deref(),
+            request_id: self.request_id.as_deref(),
+        }
     }
 }
 
 /// The caller of a write (the guard already checked what they may do) and its reason.
 /// Writes made with a login session are audited as made through the UI.
-pub(crate) fn actor(req: &HttpRequest, _state: &AppState, raw_reason: &Option<String>, required: bool) -> Result<Actor, ApiError> {
+pub(crate) fn actor(
+    req: &HttpRequest,
+    _state: &AppState,
+    raw_reason: &Option<String>,
+    required: bool,
+) -> Result<Actor, ApiError> {
     let principal = crate::auth::principal(req)?;
-    Ok(Actor { source: principal.source(), actor: principal.name, reason: reason(raw_reason, required)?, request_id: request_id(req) })
+    Ok(Actor {
+        source: principal.source(),
+        actor: principal.name,
+        reason: reason(raw_reason, required)?,
+        request_id: request_id(req),
+    })
 }
 
 /// Publishes right away (best effort: the outbox delivers it otherwise); says whether it did.
@@ -227,7 +244,12 @@ pub struct PutBody {
     ),
 )]
 #[put("/api/v1/pools/{pool}")]
-pub async fn put_pool(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PutBody>) -> Result<HttpResponse, ApiError> {
+pub async fn put_pool(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PutBody>,
+) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, false)?;
     let w = config::put_pool(&state.db, &who.ctx(), &pool, &body.snapshot, expected(body.expected_version)?)
@@ -268,9 +290,8 @@ async fn change_pool(
     mode: ReweightMode,
     edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
 ) -> Result<Value, ApiError> {
-    let w = config::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit)
-        .await
-        .map_err(change_error)?;
+    let w =
+        config::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit).await.map_err(change_error)?;
     let published = publish_now(state).await;
     // Decided on what the pool publishes: health's ejections count too.
     let rebuilt = published && rebuild_if_needed(state, pool, &w.published, mode).await;
@@ -284,8 +305,14 @@ async fn change_pool(
 /// Replaces the remaining tickets with a fresh batch when the change asks for it at once,
 /// or when ejected members hold more than the pool's limit (so draws do not skip most
 /// tickets). Says whether it did.
-pub(crate) async fn rebuild_if_needed(state: &AppState, pool: &PoolName, snapshot: &PoolSnapshot, mode: ReweightMode) -> bool {
-    let needed = mode == ReweightMode::Immediate || snapshot.ejected_percent() > f64::from(snapshot.eject_rebuild_percent);
+pub(crate) async fn rebuild_if_needed(
+    state: &AppState,
+    pool: &PoolName,
+    snapshot: &PoolSnapshot,
+    mode: ReweightMode,
+) -> bool {
+    let needed =
+        mode == ReweightMode::Immediate || snapshot.ejected_percent() > f64::from(snapshot.eject_rebuild_percent);
     if !needed {
         return false;
     }
@@ -383,53 +410,79 @@ pub struct MemberAddBody {
     ),
 )]
 #[post("/api/v1/pools/{pool}/members")]
-pub async fn add_member(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<MemberAddBody>) -> Result<HttpResponse, ApiError> {
+pub async fn add_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<MemberAddBody>,
+) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let body = body.into_inner();
-    let channel = config::get_channel(&state.db, &body.channel)
-        .await
-        .map_err(db_error)?
-        .ok_or_else(|| ApiError::Unprocessable { field: "channel".into(), rule: format!("unknown channel {:?}: register it first", body.channel.as_str()) })?;
+    let channel = config::get_channel(&state.db, &body.channel).await.map_err(db_error)?.ok_or_else(|| {
+        ApiError::Unprocessable {
+            field: "channel".into(),
+            rule: format!("unknown channel {:?}: register it first", body.channel.as_str()),
+        }
+    })?;
     let weight = body.weight.unwrap_or(channel.base_weight as u64);
     let code = channel.code.clone();
     let channel_tier: Option<Tier> = channel.tier.as_deref().and_then(|t| t.parse().ok());
-    let reply = change_pool(&state, &pool, "pool.member_add", &who, Some(body.expected_version), ReweightMode::Drain, move |s| {
-        let add = |weights: &Weights| -> Result<Weights, ChangeError> {
-            if weights.index_of(&code).is_some() {
-                return Err(ChangeError::Invalid { field: "channel".into(), rule: format!("{code:?} is already a member") });
-            }
-            let mut pairs: Vec<(String, u64)> = weights.iter().map(|(m, w)| (m.to_owned(), w)).collect();
-            pairs.push((code.clone(), weight));
-            Weights::from_integers(pairs).map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })
-        };
-        match s.kind {
-            client::pool::PoolKind::Channels => {
-                if body.tier.is_some() {
-                    return Err(ChangeError::Invalid { field: "tier".into(), rule: "only a tiers pool places channels in tiers".into() });
+    let reply = change_pool(
+        &state,
+        &pool,
+        "pool.member_add",
+        &who,
+        Some(body.expected_version),
+        ReweightMode::Drain,
+        move |s| {
+            let add = |weights: &Weights| -> Result<Weights, ChangeError> {
+                if weights.index_of(&code).is_some() {
+                    return Err(ChangeError::Invalid {
+                        field: "channel".into(),
+                        rule: format!("{code:?} is already a member"),
+                    });
                 }
-                s.weights = add(&s.weights)?;
-            }
-            client::pool::PoolKind::Tiers => {
-                let tier = body.tier.or(channel_tier).ok_or_else(|| ChangeError::Invalid {
-                    field: "tier".into(),
-                    rule: "is required: the channel has no tier of its own".into(),
-                })?;
-                if s.channels().index_of(&code).is_some() {
-                    return Err(ChangeError::Invalid { field: "channel".into(), rule: format!("{code:?} is already a member") });
+                let mut pairs: Vec<(String, u64)> = weights.iter().map(|(m, w)| (m.to_owned(), w)).collect();
+                pairs.push((code.clone(), weight));
+                Weights::from_integers(pairs)
+                    .map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })
+            };
+            match s.kind {
+                client::pool::PoolKind::Channels => {
+                    if body.tier.is_some() {
+                        return Err(ChangeError::Invalid {
+                            field: "tier".into(),
+                            rule: "only a tiers pool places channels in tiers".into(),
+                        });
+                    }
+                    s.weights = add(&s.weights)?;
                 }
-                let updated = match s.tiers.get(&tier) {
-                    Some(existing) => add(existing)?,
-                    None => Weights::from_integers([(code.clone(), weight)]).map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })?,
-                };
-                s.tiers.insert(tier, updated);
+                client::pool::PoolKind::Tiers => {
+                    let tier = body.tier.or(channel_tier).ok_or_else(|| ChangeError::Invalid {
+                        field: "tier".into(),
+                        rule: "is required: the channel has no tier of its own".into(),
+                    })?;
+                    if s.channels().index_of(&code).is_some() {
+                        return Err(ChangeError::Invalid {
+                            field: "channel".into(),
+                            rule: format!("{code:?} is already a member"),
+                        });
+                    }
+                    let updated = match s.tiers.get(&tier) {
+                        Some(existing) => add(existing)?,
+                        None => Weights::from_integers([(code.clone(), weight)])
+                            .map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })?,
+                    };
+                    s.tiers.insert(tier, updated);
+                }
             }
-        }
-        if let Some(cap) = body.daily_cap {
-            s.caps.insert(code.clone(), cap);
-        }
-        Ok(())
-    })
+            if let Some(cap) = body.daily_cap {
+                s.caps.insert(code.clone(), cap);
+            }
+            Ok(())
+        },
+    )
     .await?;
     Ok(HttpResponse::Ok().json(reply))
 }
@@ -447,7 +500,14 @@ pub struct MemberBody {
     expected_version: i64,
 }
 
-async fn set_member_ejected(req: HttpRequest, state: &AppState, pool: String, member: String, body: MemberBody, eject: bool) -> Result<HttpResponse, ApiError> {
+async fn set_member_ejected(
+    req: HttpRequest,
+    state: &AppState,
+    pool: String,
+    member: String,
+    body: MemberBody,
+    eject: bool,
+) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&pool)?;
     let who = actor(&req, state, &body.reason, true)?;
     let action = if eject { "pool.eject" } else { "pool.restore" };
@@ -486,7 +546,12 @@ async fn set_member_ejected(req: HttpRequest, state: &AppState, pool: String, me
     ),
 )]
 #[post("/api/v1/pools/{pool}/members/{member}/eject")]
-pub async fn eject_member(req: HttpRequest, state: web::Data<AppState>, path: web::Path<(String, String)>, body: web::Json<MemberBody>) -> Result<HttpResponse, ApiError> {
+pub async fn eject_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<MemberBody>,
+) -> Result<HttpResponse, ApiError> {
     let (pool, member) = path.into_inner();
     set_member_ejected(req, &state, pool, member, body.into_inner(), true).await
 }
@@ -508,7 +573,12 @@ pub async fn eject_member(req: HttpRequest, state: web::Data<AppState>, path: we
     ),
 )]
 #[post("/api/v1/pools/{pool}/members/{member}/restore")]
-pub async fn restore_member(req: HttpRequest, state: web::Data<AppState>, path: web::Path<(String, String)>, body: web::Json<MemberBody>) -> Result<HttpResponse, ApiError> {
+pub async fn restore_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<MemberBody>,
+) -> Result<HttpResponse, ApiError> {
     let (pool, member) = path.into_inner();
     set_member_ejected(req, &state, pool, member, body.into_inner(), false).await
 }
@@ -548,15 +618,28 @@ pub struct PeakWindowsBody {
     ),
 )]
 #[put("/api/v1/pools/{pool}/peak_windows")]
-pub async fn put_peak_windows(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PeakWindowsBody>) -> Result<HttpResponse, ApiError> {
+pub async fn put_peak_windows(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PeakWindowsBody>,
+) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let body = body.into_inner();
     let windows = body.peak_windows;
-    let reply = change_pool(&state, &pool, "pool.peak_windows", &who, Some(body.expected_version), ReweightMode::Drain, move |s| {
-        s.peak_windows = windows;
-        Ok(())
-    })
+    let reply = change_pool(
+        &state,
+        &pool,
+        "pool.peak_windows",
+        &who,
+        Some(body.expected_version),
+        ReweightMode::Drain,
+        move |s| {
+            s.peak_windows = windows;
+            Ok(())
+        },
+    )
     .await?;
     Ok(HttpResponse::Ok().json(reply))
 }
@@ -595,16 +678,22 @@ pub struct CapsBody {
     ),
 )]
 #[put("/api/v1/pools/{pool}/caps")]
-pub async fn put_caps(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<CapsBody>) -> Result<HttpResponse, ApiError> {
+pub async fn put_caps(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<CapsBody>,
+) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let body = body.into_inner();
     let caps = body.caps;
-    let reply = change_pool(&state, &pool, "pool.caps", &who, Some(body.expected_version), ReweightMode::Drain, move |s| {
-        s.caps = caps;
-        Ok(())
-    })
-    .await?;
+    let reply =
+        change_pool(&state, &pool, "pool.caps", &who, Some(body.expected_version), ReweightMode::Drain, move |s| {
+            s.caps = caps;
+            Ok(())
+        })
+        .await?;
     Ok(HttpResponse::Ok().json(reply))
 }
 
@@ -633,7 +722,12 @@ pub struct RebuildBody {
     ),
 )]
 #[post("/api/v1/pools/{pool}/rebuild")]
-pub async fn rebuild_pool(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<RebuildBody>) -> Result<HttpResponse, ApiError> {
+pub async fn rebuild_pool(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<RebuildBody>,
+) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let Some((version, _)) = config::get_pool(&state.db, &pool).await.map_err(db_error)? else {
@@ -642,14 +736,22 @@ pub async fn rebuild_pool(req: HttpRequest, state: web::Data<AppState>, path: we
     // The audit row is written first and committed only once the rebuild is done: a
     // failed rebuild leaves no row, and a rebuild never happens without one being ready.
     let mut tx = state.db.begin().await.map_err(db_error)?;
-    let audit_id = config::audit(&mut tx, &who.ctx(), &format!("pool:{pool}"), "pool.rebuild", None, Some(&json!({"version": version})))
-        .await
-        .map_err(db_error)?;
+    let audit_id = config::audit(
+        &mut tx,
+        &who.ctx(),
+        &format!("pool:{pool}"),
+        "pool.rebuild",
+        None,
+        Some(&json!({"version": version})),
+    )
+    .await
+    .map_err(db_error)?;
     state
         .pool_admin
         .rebuild(&pool)
         .await
         .map_err(|e| ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())))?;
     tx.commit().await.map_err(db_error)?;
-    Ok(HttpResponse::Ok().json(json!({"entity": format!("pool:{pool}"), "version": version, "audit_id": audit_id, "rebuilt": true})))
+    Ok(HttpResponse::Ok()
+        .json(json!({"entity": format!("pool:{pool}"), "version": version, "audit_id": audit_id, "rebuilt": true})))
 }

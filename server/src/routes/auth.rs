@@ -56,7 +56,11 @@ pub struct LoginBody {
     ),
 )]
 #[post("/api/v1/auth/login")]
-pub async fn login(req: HttpRequest, state: web::Data<AppState>, body: web::Json<LoginBody>) -> Result<HttpResponse, ApiError> {
+pub async fn login(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<LoginBody>,
+) -> Result<HttpResponse, ApiError> {
     match auth::login(&state.db, &body.name, &body.password, state.auth.session_ttl).await {
         Ok(opened) => {
             // Secure when served over TLS (as the request says, or a proxy's
@@ -104,7 +108,8 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<Http
     if let Some(cookie) = req.cookie(auth::SESSION_COOKIE) {
         auth::logout(&state.db, cookie.value()).await.map_err(db_error)?;
     }
-    let mut gone = Cookie::build(auth::SESSION_COOKIE, "").path("/").http_only(true).same_site(SameSite::Strict).finish();
+    let mut gone =
+        Cookie::build(auth::SESSION_COOKIE, "").path("/").http_only(true).same_site(SameSite::Strict).finish();
     gone.make_removal();
     Ok(HttpResponse::Ok().cookie(gone).json(json!({"signed_out": true})))
 }
@@ -164,7 +169,14 @@ pub struct NewUserBody {
 }
 
 /// Audits a change of users or tokens in the change's own transaction.
-async fn audit_access(tx: &mut sqlx::PgConnection, req: &HttpRequest, p: &auth::Principal, entity: &str, action: &str, after: serde_json::Value) -> Result<(), ApiError> {
+async fn audit_access(
+    tx: &mut sqlx::PgConnection,
+    req: &HttpRequest,
+    p: &auth::Principal,
+    entity: &str,
+    action: &str,
+    after: serde_json::Value,
+) -> Result<(), ApiError> {
     let source = p.source();
     crate::db::audit::insert_audit(
         tx,
@@ -199,7 +211,11 @@ async fn audit_access(tx: &mut sqlx::PgConnection, req: &HttpRequest, p: &auth::
     ),
 )]
 #[post("/api/v1/users")]
-pub async fn add_user(req: HttpRequest, state: web::Data<AppState>, body: web::Json<NewUserBody>) -> Result<HttpResponse, ApiError> {
+pub async fn add_user(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<NewUserBody>,
+) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     let role = Role::parse(&body.role)?;
     let generated = body.password.is_none();
@@ -239,7 +255,12 @@ pub struct RoleBody {
     ),
 )]
 #[put("/api/v1/users/{name}/role")]
-pub async fn set_role(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<RoleBody>) -> Result<HttpResponse, ApiError> {
+pub async fn set_role(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<RoleBody>,
+) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     auth::check_user_name(&path)?;
     let role = Role::parse(&body.role)?;
@@ -273,20 +294,31 @@ pub async fn set_role(req: HttpRequest, state: web::Data<AppState>, path: web::P
     ),
 )]
 #[post("/api/v1/users/{name}/disable")]
-pub async fn disable_user(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn disable_user(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     auth::check_user_name(&path)?;
     let mut tx = state.db.begin().await.map_err(db_error)?;
-    let done = sqlx::query("update app_user set disabled_at = now(), updated_at = now() where name = $1 and disabled_at is null")
+    let done = sqlx::query(
+        "update app_user set disabled_at = now(), updated_at = now() where name = $1 and disabled_at is null",
+    )
+    .bind(path.as_str())
+    .execute(&mut *tx)
+    .await
+    .map_err(db_error)?;
+    if done.rows_affected() == 0 {
+        return Err(ApiError::NotFound(format!("no enabled user {:?}", path.as_str())));
+    }
+    sqlx::query("delete from user_session where user_name = $1")
         .bind(path.as_str())
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-    if done.rows_affected() == 0 {
-        return Err(ApiError::NotFound(format!("no enabled user {:?}", path.as_str())));
-    }
-    sqlx::query("delete from user_session where user_name = $1").bind(path.as_str()).execute(&mut *tx).await.map_err(db_error)?;
-    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true})).await?;
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true}))
+        .await?;
     tx.commit().await.map_err(db_error)?;
     Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "disabled": true})))
 }
@@ -307,19 +339,25 @@ pub async fn disable_user(req: HttpRequest, state: web::Data<AppState>, path: we
     ),
 )]
 #[post("/api/v1/users/{name}/unlock")]
-pub async fn unlock_user(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn unlock_user(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     auth::check_user_name(&path)?;
     let mut tx = state.db.begin().await.map_err(db_error)?;
-    let done = sqlx::query("update app_user set locked_until = null, failed_logins = 0, updated_at = now() where name = $1")
-        .bind(path.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+    let done =
+        sqlx::query("update app_user set locked_until = null, failed_logins = 0, updated_at = now() where name = $1")
+            .bind(path.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
     if done.rows_affected() == 0 {
         return Err(ApiError::NotFound(format!("unknown user {:?}", path.as_str())));
     }
-    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.unlock", json!({"unlocked": true})).await?;
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.unlock", json!({"unlocked": true}))
+        .await?;
     tx.commit().await.map_err(db_error)?;
     Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "unlocked": true})))
 }
@@ -367,11 +405,23 @@ pub struct NewTokenBody {
     ),
 )]
 #[post("/api/v1/tokens")]
-pub async fn add_token(req: HttpRequest, state: web::Data<AppState>, body: web::Json<NewTokenBody>) -> Result<HttpResponse, ApiError> {
+pub async fn add_token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<NewTokenBody>,
+) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     let mut tx = state.db.begin().await.map_err(db_error)?;
     let created = auth::create_token(&mut tx, &body.name, body.scope, &p.name).await?;
-    audit_access(&mut tx, &req, &p, &format!("token:{}", created.id), "token.create", json!({"name": created.name, "scope": created.scope})).await?;
+    audit_access(
+        &mut tx,
+        &req,
+        &p,
+        &format!("token:{}", created.id),
+        "token.create",
+        json!({"name": created.name, "scope": created.scope}),
+    )
+    .await?;
     tx.commit().await.map_err(db_error)?;
     Ok(HttpResponse::Created().json(created))
 }
@@ -391,15 +441,21 @@ pub async fn add_token(req: HttpRequest, state: web::Data<AppState>, body: web::
     ),
 )]
 #[post("/api/v1/tokens/{id}/revoke")]
-pub async fn revoke_token(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn revoke_token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     let id: i64 = path.parse().map_err(|_| ApiError::bad_request("id", "must be an integer"))?;
     let mut tx = state.db.begin().await.map_err(db_error)?;
-    let hash: Option<Vec<u8>> = sqlx::query_scalar("update api_token set revoked_at = now() where id = $1 and revoked_at is null returning hash")
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
+    let hash: Option<Vec<u8>> = sqlx::query_scalar(
+        "update api_token set revoked_at = now() where id = $1 and revoked_at is null returning hash",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db_error)?;
     let Some(hash) = hash else {
         return Err(ApiError::NotFound(format!("no live token {id}")));
     };

@@ -95,11 +95,19 @@ pub struct HistoryQuery {
     ),
 )]
 #[get("/api/v1/channels/{code}/health/history")]
-pub async fn history(state: web::Data<AppState>, path: web::Path<String>, query: web::Query<HistoryQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn history(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    query: web::Query<HistoryQuery>,
+) -> Result<HttpResponse, ApiError> {
     let code = ChannelCode::parse(&path).map_err(malformed)?;
     let limit = match query.limit.as_deref() {
         None => 200,
-        Some(raw) => raw.parse::<i64>().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| ApiError::bad_request("limit", "must be an integer in 1..=1000"))?,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| ApiError::bad_request("limit", "must be an integer in 1..=1000"))?,
     };
     if config::get_channel(&state.db, &code).await.map_err(db_error)?.is_none() {
         return Err(ApiError::NotFound(format!("unknown channel {:?}", code.as_str())));
@@ -140,7 +148,12 @@ pub struct PinBody {
     ),
 )]
 #[post("/api/v1/channels/{code}/health/pin")]
-pub async fn pin(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PinBody>) -> Result<HttpResponse, ApiError> {
+pub async fn pin(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PinBody>,
+) -> Result<HttpResponse, ApiError> {
     let code = ChannelCode::parse(&path).map_err(malformed)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let written = crate::health::set_pin(&state.db, &who.ctx(), &code, Some(body.state)).await.map_err(change_error)?;
@@ -174,7 +187,12 @@ pub struct UnpinBody {
     ),
 )]
 #[post("/api/v1/channels/{code}/health/unpin")]
-pub async fn unpin(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<UnpinBody>) -> Result<HttpResponse, ApiError> {
+pub async fn unpin(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<UnpinBody>,
+) -> Result<HttpResponse, ApiError> {
     let code = ChannelCode::parse(&path).map_err(malformed)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let written = crate::health::set_pin(&state.db, &who.ctx(), &code, None).await.map_err(change_error)?;
@@ -229,9 +247,15 @@ pub struct PolicyBody {
     ),
 )]
 #[put("/api/v1/pools/{pool}/health_policy")]
-pub async fn put_policy(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PolicyBody>) -> Result<HttpResponse, ApiError> {
+pub async fn put_policy(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PolicyBody>,
+) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
-    let (policy, audit_id) = crate::health::set_policy(&state.db, &who.ctx(), &pool, &body.policy).await.map_err(change_error)?;
+    let (policy, audit_id) =
+        crate::health::set_policy(&state.db, &who.ctx(), &pool, &body.policy).await.map_err(change_error)?;
     Ok(HttpResponse::Ok().json(json!({"pool": pool.as_str(), "policy": policy, "audit_id": audit_id})))
 }

@@ -10,8 +10,10 @@ use engine::Tier;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::admin::{actor, change_error, malformed, expected, publish_now, rebuild_published_if_needed, written_json};
-use crate::db::config::{self, ChannelCode, ChannelSpec, DisplayName, NewGrant, PlanName, PlanSpec, TenantSpec, Weight};
+use super::admin::{actor, change_error, expected, malformed, publish_now, rebuild_published_if_needed, written_json};
+use crate::db::config::{
+    self, ChannelCode, ChannelSpec, DisplayName, NewGrant, PlanName, PlanSpec, TenantSpec, Weight,
+};
 use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::routes::audit::db_error;
 use crate::state::AppState;
@@ -121,12 +123,18 @@ fn yes() -> bool {
     ),
 )]
 #[post("/api/v1/channels")]
-pub async fn create_channel(req: HttpRequest, state: web::Data<AppState>, body: web::Json<NewChannelBody>) -> Result<HttpResponse, ApiError> {
+pub async fn create_channel(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<NewChannelBody>,
+) -> Result<HttpResponse, ApiError> {
     let who = actor(&req, &state, &body.reason, false)?;
     let body = body.into_inner();
     let spec = ChannelSpec { name: body.name, tier: body.tier, base_weight: body.base_weight };
-    let (written, channel) = config::create_channel(&state.db, &who.ctx(), &body.code, &spec, body.enabled).await.map_err(change_error)?;
-    Ok(HttpResponse::Created().json(json!({"channel": channel, "audit_id": written.audit_id, "version": written.version})))
+    let (written, channel) =
+        config::create_channel(&state.db, &who.ctx(), &body.code, &spec, body.enabled).await.map_err(change_error)?;
+    Ok(HttpResponse::Created()
+        .json(json!({"channel": channel, "audit_id": written.audit_id, "version": written.version})))
 }
 
 /// A channel's new name, tier and base weight.
@@ -169,14 +177,20 @@ pub struct ChannelBody {
     ),
 )]
 #[put("/api/v1/channels/{code}")]
-pub async fn update_channel(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ChannelBody>) -> Result<HttpResponse, ApiError> {
+pub async fn update_channel(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ChannelBody>,
+) -> Result<HttpResponse, ApiError> {
     let code = ChannelCode::parse(&path).map_err(malformed)?;
     let who = actor(&req, &state, &body.reason, false)?;
     let body = body.into_inner();
     let spec = ChannelSpec { name: body.name, tier: body.tier, base_weight: body.base_weight };
-    let (written, channel) = config::update_channel(&state.db, &who.ctx(), &code, &spec, expected(body.expected_version)?)
-        .await
-        .map_err(change_error)?;
+    let (written, channel) =
+        config::update_channel(&state.db, &who.ctx(), &code, &spec, expected(body.expected_version)?)
+            .await
+            .map_err(change_error)?;
     Ok(HttpResponse::Ok().json(json!({"channel": channel, "audit_id": written.audit_id, "version": written.version})))
 }
 
@@ -192,7 +206,13 @@ pub struct SwitchBody {
     expected_version: Option<i64>,
 }
 
-async fn switch_channel(req: HttpRequest, state: &AppState, code: &str, body: SwitchBody, enabled: bool) -> Result<HttpResponse, ApiError> {
+async fn switch_channel(
+    req: HttpRequest,
+    state: &AppState,
+    code: &str,
+    body: SwitchBody,
+    enabled: bool,
+) -> Result<HttpResponse, ApiError> {
     let code = ChannelCode::parse(code).map_err(malformed)?;
     let who = actor(&req, state, &body.reason, true)?;
     let expected_version = body.expected_version.map(expected).transpose()?;
@@ -234,7 +254,12 @@ async fn switch_channel(req: HttpRequest, state: &AppState, code: &str, body: Sw
     ),
 )]
 #[post("/api/v1/channels/{code}/disable")]
-pub async fn disable_channel(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<SwitchBody>) -> Result<HttpResponse, ApiError> {
+pub async fn disable_channel(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<SwitchBody>,
+) -> Result<HttpResponse, ApiError> {
     switch_channel(req, &state, &path, body.into_inner(), false).await
 }
 
@@ -256,7 +281,12 @@ pub async fn disable_channel(req: HttpRequest, state: web::Data<AppState>, path:
     ),
 )]
 #[post("/api/v1/channels/{code}/enable")]
-pub async fn enable_channel(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<SwitchBody>) -> Result<HttpResponse, ApiError> {
+pub async fn enable_channel(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<SwitchBody>,
+) -> Result<HttpResponse, ApiError> {
     switch_channel(req, &state, &path, body.into_inner(), true).await
 }
 
@@ -353,7 +383,11 @@ impl PlanBody {
     ),
 )]
 #[post("/api/v1/plans")]
-pub async fn create_plan(req: HttpRequest, state: web::Data<AppState>, body: web::Json<PlanBody>) -> Result<HttpResponse, ApiError> {
+pub async fn create_plan(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<PlanBody>,
+) -> Result<HttpResponse, ApiError> {
     let who = actor(&req, &state, &body.reason, false)?;
     let name = body.name.clone().ok_or_else(|| ApiError::bad_request("name", "is required"))?;
     if body.expected_version.is_some() {
@@ -382,15 +416,22 @@ pub async fn create_plan(req: HttpRequest, state: web::Data<AppState>, body: web
     ),
 )]
 #[put("/api/v1/plans/{plan}")]
-pub async fn update_plan(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<PlanBody>) -> Result<HttpResponse, ApiError> {
+pub async fn update_plan(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PlanBody>,
+) -> Result<HttpResponse, ApiError> {
     let name = PlanName::parse(&path).map_err(malformed)?;
     let who = actor(&req, &state, &body.reason, false)?;
     if body.name.as_ref().is_some_and(|n| n != &name) {
         return Err(ApiError::bad_request("name", "a plan cannot be renamed"));
     }
-    let expected_version = expected(body.expected_version.ok_or_else(|| ApiError::bad_request("expected_version", "is required"))?)?;
+    let expected_version =
+        expected(body.expected_version.ok_or_else(|| ApiError::bad_request("expected_version", "is required"))?)?;
     let spec = body.spec()?;
-    let (written, plan) = config::update_plan(&state.db, &who.ctx(), &name, &spec, expected_version).await.map_err(change_error)?;
+    let (written, plan) =
+        config::update_plan(&state.db, &who.ctx(), &name, &spec, expected_version).await.map_err(change_error)?;
     let published = publish_now(&state).await;
     let mut reply = written_json(&written, published);
     reply["plan"] = json!(plan);
@@ -470,7 +511,12 @@ pub struct TenantBody {
     ),
 )]
 #[put("/api/v1/tenants/{tenant}")]
-pub async fn put_tenant(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<TenantBody>) -> Result<HttpResponse, ApiError> {
+pub async fn put_tenant(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<TenantBody>,
+) -> Result<HttpResponse, ApiError> {
     let tenant = tenant_id(&path)?;
     let mut fields = body.into_inner().spec;
     let reason_raw = match fields.remove("reason") {
@@ -480,16 +526,22 @@ pub async fn put_tenant(req: HttpRequest, state: web::Data<AppState>, path: web:
     };
     let who = actor(&req, &state, &reason_raw, false)?;
     let expected_version = match fields.remove("expected_version") {
-        Some(v) => expected(v.as_i64().ok_or_else(|| ApiError::bad_request("expected_version", "must be an integer"))?)?,
+        Some(v) => {
+            expected(v.as_i64().ok_or_else(|| ApiError::bad_request("expected_version", "must be an integer"))?)?
+        }
         None => return Err(ApiError::bad_request("expected_version", "is required (0 to create)")),
     };
     const KNOWN: [&str; 4] = ["plan", "reservation_ttl_ms", "retention_days", "fallback"];
     if let Some(unknown) = fields.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(ApiError::bad_request(unknown.clone(), format!("unknown field; expected one of {KNOWN:?}, expected_version, reason")));
+        return Err(ApiError::bad_request(
+            unknown.clone(),
+            format!("unknown field; expected one of {KNOWN:?}, expected_version, reason"),
+        ));
     }
-    let spec: TenantSpec =
-        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| ApiError::from_serde_message(&e.to_string()))?;
-    let written = config::put_tenant(&state.db, &who.ctx(), &tenant, &spec, expected_version).await.map_err(change_error)?;
+    let spec: TenantSpec = serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|e| ApiError::from_serde_message(&e.to_string()))?;
+    let written =
+        config::put_tenant(&state.db, &who.ctx(), &tenant, &spec, expected_version).await.map_err(change_error)?;
     let published = publish_now(&state).await;
     Ok(HttpResponse::Ok().json(written_json(&[written], published)))
 }
@@ -541,7 +593,12 @@ pub struct GrantBody {
     ),
 )]
 #[post("/api/v1/tenants/{tenant}/grants")]
-pub async fn add_grant(req: HttpRequest, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<GrantBody>) -> Result<HttpResponse, ApiError> {
+pub async fn add_grant(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<GrantBody>,
+) -> Result<HttpResponse, ApiError> {
     let tenant = tenant_id(&path)?;
     let who = actor(&req, &state, &body.reason, false)?;
     let body = body.into_inner();
@@ -555,10 +612,19 @@ pub async fn add_grant(req: HttpRequest, state: web::Data<AppState>, path: web::
             }
             GrantKind::Bonus { priority }
         }
-        (other, _) => return Err(ApiError::bad_request("kind", format!("must be \"temporary\" or \"bonus\", got {other:?}"))),
+        (other, _) => {
+            return Err(ApiError::bad_request("kind", format!("must be \"temporary\" or \"bonus\", got {other:?}")))
+        }
     };
-    let amount = body.amount.as_i64().map(i128::from).ok_or_else(|| ApiError::bad_request("amount", "must be an integer"))?;
-    let grant = NewGrant { id: body.id, kind, amount: Tokens::parse("amount", amount)?, starts_at: body.starts_at, expires_at: body.expires_at };
+    let amount =
+        body.amount.as_i64().map(i128::from).ok_or_else(|| ApiError::bad_request("amount", "must be an integer"))?;
+    let grant = NewGrant {
+        id: body.id,
+        kind,
+        amount: Tokens::parse("amount", amount)?,
+        starts_at: body.starts_at,
+        expires_at: body.expires_at,
+    };
     let expected_version = body.expected_version.map(expected).transpose()?;
     let written = config::add_grant(&state.db, &who.ctx(), &tenant, &grant, expected_version, chrono::Utc::now())
         .await
@@ -597,13 +663,19 @@ pub struct RevokeBody {
     ),
 )]
 #[post("/api/v1/tenants/{tenant}/grants/{id}/revoke")]
-pub async fn revoke_grant(req: HttpRequest, state: web::Data<AppState>, path: web::Path<(String, String)>, body: web::Json<RevokeBody>) -> Result<HttpResponse, ApiError> {
+pub async fn revoke_grant(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<RevokeBody>,
+) -> Result<HttpResponse, ApiError> {
     let (tenant, id) = path.into_inner();
     let tenant = tenant_id(&tenant)?;
     let id = GrantId::parse(&id)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let expected_version = body.expected_version.map(expected).transpose()?;
-    let written = config::revoke_grant(&state.db, &who.ctx(), &tenant, &id, expected_version).await.map_err(change_error)?;
+    let written =
+        config::revoke_grant(&state.db, &who.ctx(), &tenant, &id, expected_version).await.map_err(change_error)?;
     let published = publish_now(&state).await;
     Ok(HttpResponse::Ok().json(written_json(&[written], published)))
 }

@@ -17,9 +17,7 @@ use crate::state::AppState;
 )]
 #[get("/metrics")]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(state.metrics.render())
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.metrics.render())
 }
 
 /// Counts and times every request by its matched route pattern (not the raw path, which
@@ -39,10 +37,7 @@ pub async fn record(
     };
     if let Some(recorder) = recorder {
         recorder.http_requests.with_label_values(&[&method, &route, &status]).inc();
-        recorder
-            .http_duration
-            .with_label_values(&[&method, &route])
-            .observe(started.elapsed().as_secs_f64());
+        recorder.http_duration.with_label_values(&[&method, &route]).observe(started.elapsed().as_secs_f64());
     }
     response
 }

@@ -5,9 +5,8 @@ use std::sync::LazyLock;
 use actix_web::{get, HttpResponse};
 
 /// The document, rendered once: it is fixed at compile time.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    crate::openapi::document().to_json().expect("the OpenAPI document serialises to JSON")
-});
+static DOCUMENT: LazyLock<String> =
+    LazyLock::new(|| crate::openapi::document().to_json().expect("the OpenAPI document serialises to JSON"));
 
 /// The OpenAPI 3.1 document of every endpoint, generated from the handlers' annotations.
 #[utoipa::path(

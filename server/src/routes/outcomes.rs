@@ -97,7 +97,10 @@ fn parse_counts(body: &[u8]) -> Result<OutcomeCounts, ApiError> {
         return Err(ApiError::bad_request("body", "must be a JSON object with ok and fail"));
     };
     if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::bad_request(unknown.as_str(), format!("unknown field; expected one of {}", FIELDS.join(", "))));
+        return Err(ApiError::bad_request(
+            unknown.as_str(),
+            format!("unknown field; expected one of {}", FIELDS.join(", ")),
+        ));
     }
     let mut numbers = [0u64; 4];
     for (slot, field) in numbers.iter_mut().zip(FIELDS) {
@@ -106,9 +109,9 @@ fn parse_counts(body: &[u8]) -> Result<OutcomeCounts, ApiError> {
                 return Err(ApiError::bad_request(field, "is required"))
             }
             None | Some(Value::Null) => 0,
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| ApiError::bad_request(field, format!("must be an integer from 0 to {MAX_COUNT}, got {v}")))?,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                ApiError::bad_request(field, format!("must be an integer from 0 to {MAX_COUNT}, got {v}"))
+            })?,
         };
     }
     let [ok, fail, latency_ms_sum, latency_count] = numbers;

@@ -1,11 +1,11 @@
 //! The quota data plane over HTTP: reserve, settle, release, and the tenant's usage.
 
 use actix_web::{get, post, web, HttpResponse};
-use client::estimate::{estimate, DEFAULT_MARGIN};
 use client::estimate::Estimate;
+use client::estimate::{estimate, DEFAULT_MARGIN};
 use client::quota::{
-    QuotaError, QuotaUsage, ReleaseOutcome, RequestId, Reservation, ReserveOutcome, SettleOutcome, TenantId, TokenCount,
-    Tokens,
+    QuotaError, QuotaUsage, ReleaseOutcome, RequestId, Reservation, ReserveOutcome, SettleOutcome, TenantId,
+    TokenCount, Tokens,
 };
 use serde::{Deserialize, Serialize};
 
@@ -98,7 +98,8 @@ pub async fn reserve_quota(
             if prompt.len() > MAX_PROMPT_BYTES {
                 return Err(ApiError::bad_request("prompt", format!("must be at most {MAX_PROMPT_BYTES} bytes")));
             }
-            let max_tokens = body.max_tokens.ok_or_else(|| ApiError::bad_request("max_tokens", "is required with prompt"))?;
+            let max_tokens =
+                body.max_tokens.ok_or_else(|| ApiError::bad_request("max_tokens", "is required with prompt"))?;
             if max_tokens > MAX_OUTPUT_TOKENS {
                 return Err(ApiError::bad_request("max_tokens", format!("must be at most {MAX_OUTPUT_TOKENS}")));
             }
@@ -109,7 +110,9 @@ pub async fn reserve_quota(
             (e.tokens, Some(e))
         }
         (Some(_), Some(_)) => return Err(ApiError::bad_request("tokens", "give either tokens or prompt, not both")),
-        (None, None) => return Err(ApiError::bad_request("tokens", "is required (or prompt with max_tokens and model)")),
+        (None, None) => {
+            return Err(ApiError::bad_request("tokens", "is required (or prompt with max_tokens and model)"))
+        }
     };
     let request_id = body.request_id;
     match state.quotas.reserve(&tenant, &request_id, tokens).await.map_err(quota_error)? {
@@ -173,11 +176,8 @@ pub async fn settle_quota(
     body: web::Json<SettleBody>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
-    let outcome = state
-        .quotas
-        .settle(&tenant, &body.request_id, body.actual_tokens, body.partial)
-        .await
-        .map_err(quota_error)?;
+    let outcome =
+        state.quotas.settle(&tenant, &body.request_id, body.actual_tokens, body.partial).await.map_err(quota_error)?;
     if outcome == SettleOutcome::Unknown {
         return Err(ApiError::NotFound(format!("no reservation with request_id {:?}", body.request_id.as_str())));
     }

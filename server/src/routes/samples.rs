@@ -40,9 +40,9 @@ struct SamplesFilter {
 fn parse(query: &SamplesQuery, now: DateTime<Utc>) -> Result<SamplesFilter, ApiError> {
     let since = match &query.since {
         None => now - DEFAULT_SPAN,
-        Some(raw) => DateTime::parse_from_rfc3339(raw)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| ApiError::bad_request("since", format!("must be an RFC 3339 time such as 2026-05-01T12:00:00Z ({e})")))?,
+        Some(raw) => DateTime::parse_from_rfc3339(raw).map(|t| t.with_timezone(&Utc)).map_err(|e| {
+            ApiError::bad_request("since", format!("must be an RFC 3339 time such as 2026-05-01T12:00:00Z ({e})"))
+        })?,
     };
     let limit = match &query.limit {
         None => DEFAULT_LIMIT,

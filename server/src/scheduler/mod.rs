@@ -139,7 +139,11 @@ where
                 // than let the data plane starve (DESIGN §2: Redis keeps serving while
                 // Postgres is down; the Postgres-reading jobs then fail and retry).
                 Err(e) => {
-                    tracing::warn!(job = name, error = format!("{e:#}"), "cannot tell who leads the job; running it anyway");
+                    tracing::warn!(
+                        job = name,
+                        error = format!("{e:#}"),
+                        "cannot tell who leads the job; running it anyway"
+                    );
                     match run(state.clone()).await {
                         Ok(()) => "ok_unled",
                         Err(e) => {

@@ -165,7 +165,12 @@ fn value<T: redis::FromRedisValue>(values: &[redis::Value], i: usize) -> anyhow:
     Ok(redis::from_redis_value(v)?)
 }
 
-async fn read_pool(state: &AppState, pool: &PoolName, snapshot: &PoolSnapshot, day: NaiveDate) -> anyhow::Result<Readout> {
+async fn read_pool(
+    state: &AppState,
+    pool: &PoolName,
+    snapshot: &PoolSnapshot,
+    day: NaiveDate,
+) -> anyhow::Result<Readout> {
     let (k, p) = (&state.keys, pool.as_str());
     let tiers: Vec<Tier> = match snapshot.kind {
         PoolKind::Tiers => snapshot.tiers.keys().copied().collect(),
@@ -186,10 +191,14 @@ async fn read_pool(state: &AppState, pool: &PoolName, snapshot: &PoolSnapshot, d
         pipe.arg(format!("seq:{}", tier.as_str()));
     }
     let mut conn = state.redis.connection().await.context("connecting to redis")?;
-    let values: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the pool's lists and counters")?;
+    let values: Vec<redis::Value> =
+        pipe.query_async(&mut conn).await.context("reading the pool's lists and counters")?;
     let mut lanes = BTreeMap::new();
     for (i, tier) in tiers.iter().enumerate() {
-        lanes.insert(tier.as_str().to_owned(), ListLength { tickets: value(&values, 4 + 2 * i)?, standby: value(&values, 5 + 2 * i)? });
+        lanes.insert(
+            tier.as_str().to_owned(),
+            ListLength { tickets: value(&values, 4 + 2 * i)?, standby: value(&values, 5 + 2 * i)? },
+        );
     }
     let seqs: Vec<Option<u64>> = value(&values, 4 + 2 * tiers.len())?;
     Ok(Readout {
@@ -223,7 +232,8 @@ async fn sample_pool(state: &AppState, pool: &PoolName, now: DateTime<Utc>) -> a
         Some(earlier) => {
             // After a pool-local midnight the earlier day's hash still holds its final
             // counts (it expires 48 h after its day).
-            let earlier_day_now = if earlier.day == day { None } else { Some(read_hits(state, pool, earlier.day).await?) };
+            let earlier_day_now =
+                if earlier.day == day { None } else { Some(read_hits(state, pool, earlier.day).await?) };
             let hits = window_hits(&earlier.hits, earlier_day_now.as_ref(), &readout.hits);
             Some(((now - earlier.taken_at).as_seconds_f64(), hits))
         }
@@ -345,7 +355,8 @@ pub fn expected_shares(
             let tiers_total: u64 = lanes.iter().map(|(w, _, _)| *w).sum();
             for (tier_weight, within, channels) in lanes {
                 for (member, weight) in channels.iter() {
-                    let share = (tier_weight as f64 * drawable(member, weight) as f64) / (tiers_total as f64 * within as f64);
+                    let share =
+                        (tier_weight as f64 * drawable(member, weight) as f64) / (tiers_total as f64 * within as f64);
                     shares.insert(member.to_owned(), share.clamp(0.0, 1.0));
                 }
             }
@@ -375,10 +386,11 @@ async fn get_earlier_sample(db: &PgPool, pool: &PoolName, now: DateTime<Utc>) ->
     .fetch_optional(db)
     .await?;
     let Some((id, taken_at, day)) = row else { return Ok(None) };
-    let members: Vec<(String, i64)> = sqlx::query_as("select member, hits from pool_sample_member where sample_id = $1")
-        .bind(id)
-        .fetch_all(db)
-        .await?;
+    let members: Vec<(String, i64)> =
+        sqlx::query_as("select member, hits from pool_sample_member where sample_id = $1")
+            .bind(id)
+            .fetch_all(db)
+            .await?;
     let hits = members.into_iter().map(|(m, h)| (m, h.max(0) as u64)).collect();
     Ok(Some(Earlier { taken_at, day, hits }))
 }
@@ -470,7 +482,12 @@ struct MemberRow {
 
 /// The newest `limit` samples of `pool` taken at or after `since`, oldest first.
 #[tracing::instrument(skip_all, fields(pool = %pool, limit), err)]
-pub async fn list_samples(db: &PgPool, pool: &PoolName, since: DateTime<Utc>, limit: u32) -> Result<SamplePage, sqlx::Error> {
+pub async fn list_samples(
+    db: &PgPool,
+    pool: &PoolName,
+    since: DateTime<Utc>,
+    limit: u32,
+) -> Result<SamplePage, sqlx::Error> {
     let mut rows: Vec<SampleRow> = sqlx::query_as(
         "select id, taken_at, version, day, tickets, standby, tiers, window_seconds, draws, batches
          from pool_sample where pool = $1 and taken_at >= $2
@@ -492,7 +509,11 @@ pub async fn list_samples(db: &PgPool, pool: &PoolName, since: DateTime<Utc>, li
 /// Every pool's newest `limit` samples taken at or after `since`, oldest first, by pool
 /// name: what the dashboard charts, in two queries whatever the number of pools.
 #[tracing::instrument(skip_all, fields(limit), err)]
-pub async fn list_samples_of_every_pool(db: &PgPool, since: DateTime<Utc>, limit: u32) -> Result<BTreeMap<String, SamplePage>, sqlx::Error> {
+pub async fn list_samples_of_every_pool(
+    db: &PgPool,
+    since: DateTime<Utc>,
+    limit: u32,
+) -> Result<BTreeMap<String, SamplePage>, sqlx::Error> {
     #[derive(sqlx::FromRow)]
     struct Ranked {
         pool: String,
