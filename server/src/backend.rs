@@ -9,21 +9,21 @@ use app::api::{BucketView, GrantView, TenantView, UsageView};
 use app::api::{TokenView, UserView};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 
-use crate::auth::{Permission, Principal, Role, Via};
-use crate::db::audit::{list_audit, verify_audit, AuditFilter};
+use crate::access::{Permission, Principal, Role, Via};
+use crate::audit::store::{list_audit, verify_audit, AuditFilter};
 use crate::state::AppState;
 
 #[async_trait::async_trait]
 impl app::api::Backend for AppState {
     async fn system_status(&self) -> SystemStatus {
-        crate::status::check(self).await
+        crate::probes::check(self).await
     }
 
     async fn whoami(&self, session_cookie: Option<String>) -> Result<Option<SessionInfo>, String> {
         let principal = if self.auth.open {
             Some(Principal { name: "open-mode".into(), via: Via::Open })
         } else if let Some(id) = session_cookie {
-            crate::auth::session(&self.db, &id).await.map_err(unavailable)?
+            crate::access::session(&self.db, &id).await.map_err(unavailable)?
         } else {
             None
         };
@@ -103,7 +103,7 @@ impl app::api::Backend for AppState {
     }
 
     async fn pools(&self) -> Result<Vec<PoolListing>, String> {
-        let pools = crate::db::config::list_pools(&self.db).await.map_err(unavailable)?;
+        let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
         Ok(pools
             .into_iter()
             .map(|p| PoolListing {
@@ -119,7 +119,8 @@ impl app::api::Backend for AppState {
 
     async fn pool(&self, name: String) -> Result<Option<PoolDetail>, String> {
         let pool = client::pool::PoolName::parse(&name).map_err(|e| format!("pool: {e}"))?;
-        let Some((version, snapshot)) = crate::db::config::get_pool(&self.db, &pool).await.map_err(unavailable)? else {
+        let Some((version, snapshot)) = crate::pools::store::get_pool(&self.db, &pool).await.map_err(unavailable)?
+        else {
             return Ok(None);
         };
         let health = crate::health::pool_health(&self.db, &pool).await.map_err(unavailable)?.unwrap_or_default();
@@ -168,7 +169,7 @@ impl app::api::Backend for AppState {
     }
 
     async fn channels(&self) -> Result<Vec<ChannelView>, String> {
-        let channels = crate::db::config::list_channels(&self.db).await.map_err(unavailable)?;
+        let channels = crate::channels::store::list_channels(&self.db).await.map_err(unavailable)?;
         // Two queries for every channel's health and pin, not two per channel.
         let (members, mut pins) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
         let mut by_channel: std::collections::HashMap<String, Vec<ChannelPoolHealth>> =
@@ -197,8 +198,8 @@ impl app::api::Backend for AppState {
 
     async fn channel_history(&self, code: String) -> Result<Option<app::api::ChannelDetail>, String> {
         use app::api::{ChannelDetail, DecayPoint, PoolDecay};
-        let code = crate::db::config::ChannelCode::parse(&code).map_err(|e| format!("channel: {e}"))?;
-        let Some(channel) = crate::db::config::get_channel(&self.db, &code).await.map_err(unavailable)? else {
+        let code = crate::channels::ChannelCode::parse(&code).map_err(|e| format!("channel: {e}"))?;
+        let Some(channel) = crate::channels::store::get_channel(&self.db, &code).await.map_err(unavailable)? else {
             return Ok(None);
         };
         let Some(health) = crate::health::channel_health(&self.db, &code).await.map_err(unavailable)? else {
@@ -256,13 +257,15 @@ impl app::api::Backend for AppState {
     }
 
     async fn tenants(&self) -> Result<Vec<TenantView>, String> {
-        let listed = crate::db::config::list_tenants(&self.db).await.map_err(unavailable)?;
+        let listed = crate::tenants::store::list_tenants(&self.db).await.map_err(unavailable)?;
         let mut out = Vec::with_capacity(listed.len());
         for entry in listed {
             let raw = entry["name"].as_str().unwrap_or_default();
             let name = client::quota::TenantId::parse(raw).map_err(|_| format!("tenant {raw:?}: a malformed name"))?;
             // A tenant deleted between the two reads is left out.
-            let Some(t) = crate::db::config::get_tenant(&self.db, &name).await.map_err(unavailable)? else { continue };
+            let Some(t) = crate::tenants::store::get_tenant(&self.db, &name).await.map_err(unavailable)? else {
+                continue;
+            };
             let time = |v: &serde_json::Value| {
                 v.as_str().map(|raw| match DateTime::parse_from_rfc3339(raw) {
                     Ok(t) => t.with_timezone(&Utc).format("%Y-%m-%d %H:%M UTC").to_string(),
@@ -325,10 +328,10 @@ impl app::api::Backend for AppState {
     async fn dashboard(&self) -> Result<app::api::Dashboard, String> {
         use app::api::dashboard::{ssr, QuotaOverview, MAX_SAMPLES, SPAN_MS};
         let now = Utc::now();
-        let pools = crate::db::config::list_pools(&self.db).await.map_err(unavailable)?;
+        let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
         // Every pool's samples in one read, not one per pool.
         let since = now - chrono::TimeDelta::milliseconds(SPAN_MS);
-        let mut samples = crate::scheduler::sampler::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES)
+        let mut samples = crate::jobs::pool_sampler::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES)
             .await
             .map_err(unavailable)?;
         let served = draws_by_source(&self.metrics.pool.draws);
@@ -370,7 +373,7 @@ impl app::api::Backend for AppState {
     }
 
     async fn users(&self) -> Result<Vec<UserView>, String> {
-        let users = crate::db::access::list_users(&self.db).await.map_err(unavailable)?;
+        let users = crate::access::store::list_users(&self.db).await.map_err(unavailable)?;
         let now = Utc::now();
         Ok(users
             .into_iter()
@@ -387,7 +390,7 @@ impl app::api::Backend for AppState {
     }
 
     async fn tokens(&self) -> Result<Vec<TokenView>, String> {
-        let tokens = crate::db::access::list_tokens(&self.db).await.map_err(unavailable)?;
+        let tokens = crate::access::store::list_tokens(&self.db).await.map_err(unavailable)?;
         Ok(tokens
             .into_iter()
             .map(|t| TokenView {
@@ -429,7 +432,7 @@ fn member_views(health: &serde_json::Value) -> Vec<MemberView> {
 }
 
 /// A stored sample as the dashboard's summaries take it.
-fn sample_input(s: &crate::scheduler::sampler::PoolSample) -> app::api::dashboard::ssr::SampleInput {
+fn sample_input(s: &crate::jobs::pool_sampler::PoolSample) -> app::api::dashboard::ssr::SampleInput {
     app::api::dashboard::ssr::SampleInput {
         at_ms: s.taken_at.timestamp_millis(),
         day: s.day.to_string(),

@@ -4,6 +4,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::change::ChangeError;
+
 /// What went wrong, mapped to a status. Unexpected errors are logged with their chain and
 /// answered 500 without internals.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +56,54 @@ impl ApiError {
         match message.split_once(": ") {
             Some((field, rule)) if !field.contains(' ') => Self::bad_request(field, rule),
             _ => Self::bad_request("body", message),
+        }
+    }
+}
+
+/// Postgres errors: unreachable → 503; anything else → 500.
+/// Whether Postgres could not be reached (refused, cut, timed out, TLS failed, pool gone,
+/// or the server shutting down or losing the connection mid-query).
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
+fn db_error(e: sqlx::Error) -> ApiError {
+    // Unreachable, or a deadlock or serialisation failure: the same request may succeed
+    // when retried.
+    let retry = matches!(&e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c == "40P01" || c == "40001"));
+    let unavailable = is_unavailable(&e) || retry;
+    if unavailable {
+        ApiError::Unavailable(format!("postgres unavailable: {e}"))
+    } else {
+        ApiError::Unexpected(anyhow::Error::new(e))
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        db_error(e)
+    }
+}
+
+/// A change that was not written: a version conflict or a duplicate is 409, a broken rule
+/// 422, malformed input 400, a missing entity 404, the database as for [`sqlx::Error`].
+impl From<ChangeError> for ApiError {
+    fn from(e: ChangeError) -> Self {
+        match e {
+            ChangeError::Conflict { entity, expected, current } => Self::Conflict { entity, expected, current },
+            ChangeError::Invalid { field, rule } => Self::Unprocessable { field, rule },
+            ChangeError::Duplicate { field, rule } => Self::Duplicate { field, rule },
+            ChangeError::Malformed { field, rule } => Self::BadRequest { field, rule },
+            ChangeError::NotFound(what) => Self::NotFound(what),
+            ChangeError::Db(e) => db_error(e),
         }
     }
 }

@@ -1,31 +1,43 @@
-//! The `tessera` server: configuration, HTTP API, the Leptos SSR host, the Postgres store,
-//! and the command line (see `DESIGN.md` §2).
+//! The `tessera` server: configuration, the HTTP API, the Leptos SSR host, the Postgres
+//! store, the jobs and the command line. ARCHITECTURE.md at the repository root maps every
+//! route to its module, store, Lua script and job.
 //!
-//! Layout: [`configuration`] and [`telemetry`] set the process up; [`startup`] builds the
-//! application from [`state`]; [`routes`] hold the HTTP handlers; [`db`] the repository
-//! functions; [`status`] the readiness check; [`cli`] and [`seed`] the subcommands;
-//! [`error`] the one HTTP error type; [`scheduler`] the leader-elected jobs; [`bench`] the
-//! `tessera bench` measurements; [`simulate`] the `tessera simulate` traffic; [`backend`] what
-//! the UI's server functions call; [`openapi`]
-//! the OpenAPI document of the HTTP API.
+//! One folder per resource — [`pools`], [`channels`], [`plans`], [`tenants`] (with grants),
+//! [`quota`], [`health`], [`access`] (guard, sessions, tokens, passwords), [`audit`],
+//! [`probes`] — each with `routes.rs` (HTTP only: parse, authorize, call down) and
+//! `store.rs` (its SQL, and the only SQL). Below the routes: [`http`] (what every route
+//! shares), [`change`] (one audited transaction per change), [`publish`] (snapshots to
+//! Redis, keyed by a typed entity), [`error`], [`inputs`], [`schema`]. [`jobs`] holds one
+//! module per scheduled job, named by its id. [`startup`] wires it all; [`cli`], [`seed`],
+//! [`bench`] and [`simulate`] are the command line; [`backend`] is what the UI's server
+//! functions call; [`openapi`] the document.
 #![forbid(unsafe_code)]
 
-pub mod auth;
+pub mod access;
+pub mod audit;
 pub mod backend;
 pub mod bench;
+pub mod change;
+pub mod channels;
 pub mod cli;
 pub mod configuration;
-pub mod db;
 pub mod error;
 pub mod health;
+pub mod http;
+pub mod inputs;
+pub mod jobs;
 pub mod metrics;
 pub mod openapi;
+pub mod plans;
+pub mod pools;
+pub mod probes;
 pub mod publish;
-pub mod routes;
-pub mod scheduler;
+pub mod quota;
+pub mod schema;
 pub mod seed;
 pub mod simulate;
 pub mod startup;
 pub mod state;
-pub mod status;
+pub mod store;
 pub mod telemetry;
+pub mod tenants;

@@ -52,7 +52,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             tracing::info!(config = %settings.redacted_summary(), "starting");
-            server::db::create_database_if_missing(&settings).await?;
+            server::store::create_database_if_missing(&settings).await?;
             let application = Application::build(&settings, Signals::Handle).await?;
             tracing::info!(port = application.port(), "serving http://{}", settings.bind);
             let state = application.state().clone();
@@ -60,7 +60,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(done) => tracing::info!(count = done.published.len(), "published what redis was missing"),
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "could not publish snapshots to redis yet"),
             }
-            let scheduler = server::scheduler::Scheduler::start(state).await?;
+            let scheduler = server::jobs::Scheduler::start(state).await?;
             // The HTTP server stops on SIGINT/SIGTERM; the scheduler stops with it.
             let stopped = application.run_until_stopped().await;
             scheduler.shutdown().await;
@@ -88,7 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print_report(args.json, &report, server::bench::ui::render)?;
         }
         Command::Simulate(args) => {
-            server::db::create_database_if_missing(&settings).await?;
+            server::store::create_database_if_missing(&settings).await?;
             let state = server::startup::build_state(&settings).await?;
             let stop = async {
                 let _ = tokio::signal::ctrl_c().await;
@@ -98,9 +98,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}  (done)", server::simulate::render(&totals));
         }
         Command::Migrate => {
-            let created = server::db::create_database_if_missing(&settings).await?;
-            let db = server::db::connect(&settings).await?;
-            server::db::migrate(&db).await?;
+            let created = server::store::create_database_if_missing(&settings).await?;
+            let db = server::store::connect(&settings).await?;
+            server::store::migrate(&db).await?;
             let name = settings.database_name()?;
             if created {
                 println!("created database {name} and applied all migrations");
@@ -109,18 +109,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::User(UserCommand::Add(args)) => {
-            let role = server::auth::Role::parse(&args.role).map_err(|e| anyhow::anyhow!("--role: {e}"))?;
+            let role = server::access::Role::parse(&args.role).map_err(|e| anyhow::anyhow!("--role: {e}"))?;
             let password = if args.password_stdin {
                 let mut line = String::new();
                 std::io::stdin().read_line(&mut line)?;
                 line.trim_end_matches(['\r', '\n']).to_owned()
             } else {
-                server::auth::random_secret(18)
+                server::access::random_secret(18)
             };
-            server::db::create_database_if_missing(&settings).await?;
-            let db = server::db::connect(&settings).await?;
-            server::db::migrate(&db).await?;
-            server::auth::create_user_audited(&db, &args.name, role, &password, "tessera user add")
+            server::store::create_database_if_missing(&settings).await?;
+            let db = server::store::connect(&settings).await?;
+            server::store::migrate(&db).await?;
+            server::access::create_user_audited(&db, &args.name, role, &password, "tessera user add")
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("created user {} with role {role}", args.name);
@@ -129,9 +129,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::DemoSeed => {
-            server::db::create_database_if_missing(&settings).await?;
-            let db = server::db::connect(&settings).await?;
-            server::db::migrate(&db).await?;
+            server::store::create_database_if_missing(&settings).await?;
+            let db = server::store::connect(&settings).await?;
+            server::store::migrate(&db).await?;
             let report = server::seed::demo_seed(&db).await?;
             for entity in &report.created {
                 println!("seeded {entity}");

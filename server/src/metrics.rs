@@ -1,5 +1,11 @@
 //! Prometheus metrics: one registry per application, exposed at `/metrics`.
 
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::web;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
@@ -118,4 +124,26 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Counts and times every request by its matched route pattern (not the raw path, which
+/// would give one series per pool name or id).
+pub async fn record(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let recorder: Option<Metrics> = req.app_data::<web::Data<crate::state::AppState>>().map(|s| s.metrics.clone());
+    let method = req.method().to_string();
+    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let response = next.call(req).await;
+    let status = match &response {
+        Ok(res) => res.status().as_u16().to_string(),
+        Err(e) => e.as_response_error().status_code().as_u16().to_string(),
+    };
+    if let Some(recorder) = recorder {
+        recorder.http_requests.with_label_values(&[&method, &route, &status]).inc();
+        recorder.http_duration.with_label_values(&[&method, &route]).observe(started.elapsed().as_secs_f64());
+    }
+    response
 }

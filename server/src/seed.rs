@@ -8,9 +8,15 @@ use client::quota::TenantId;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::db::audit::Source;
-use crate::db::change::ChangeError;
-use crate::db::config::{self, ChannelCode, ChannelSpec, Ctx, NewGrant, PlanName, PlanSpec, TenantSpec};
+use crate::audit::store::Source;
+use crate::change::ChangeError;
+use crate::change::Ctx;
+use crate::channels::ChannelCode;
+use crate::channels::ChannelSpec;
+use crate::plans::PlanName;
+use crate::plans::PlanSpec;
+use crate::tenants::NewGrant;
+use crate::tenants::TenantSpec;
 
 /// What the seed did.
 #[derive(Debug, Default)]
@@ -109,12 +115,12 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
     for (code, name, tier, weight) in CHANNELS {
         let code = ChannelCode::parse(code)?;
         let spec: ChannelSpec = serde_json::from_value(json!({"name": name, "tier": tier, "base_weight": weight}))?;
-        let outcome = config::create_channel(db, &CTX, &code, &spec, true).await.map(|_| ());
+        let outcome = crate::channels::store::create_channel(db, &CTX, &code, &spec, true).await.map(|_| ());
         report.record(format!("channel:{code}"), outcome)?;
     }
     for (name, body) in pools() {
         let pool = PoolName::parse(name)?;
-        let outcome = config::put_pool(db, &CTX, &pool, &body, 0).await.map(|_| ());
+        let outcome = crate::pools::store::put_pool(db, &CTX, &pool, &body, 0).await.map(|_| ());
         report.record(format!("pool:{pool}"), outcome)?;
     }
     let plans = [
@@ -127,7 +133,7 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
         let spec: PlanSpec = serde_json::from_value(json!({
             "monthly_tokens": tokens, "daily_requests": requests, "concurrency": concurrency,
         }))?;
-        let outcome = config::create_plan(db, &CTX, &plan, &spec).await.map(|_| ());
+        let outcome = crate::plans::store::create_plan(db, &CTX, &plan, &spec).await.map(|_| ());
         report.record(format!("plan:{plan}"), outcome)?;
     }
     let tenants = [
@@ -137,7 +143,7 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
     for (name, spec) in tenants {
         let tenant = TenantId::parse(name)?;
         let spec: TenantSpec = serde_json::from_value(spec)?;
-        let outcome = config::put_tenant(db, &CTX, &tenant, &spec, 0).await.map(|_| ());
+        let outcome = crate::tenants::store::put_tenant(db, &CTX, &tenant, &spec, 0).await.map(|_| ());
         report.record(format!("tenant:{tenant}"), outcome)?;
     }
     let now = Utc::now();
@@ -146,13 +152,13 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
         "expires_at": now + Duration::days(120),
     }))?;
     let acme = TenantId::parse("acme")?;
-    let outcome = config::add_grant(db, &CTX, &acme, &grant, None, now).await.map(|_| ());
+    let outcome = crate::tenants::store::add_grant(db, &CTX, &acme, &grant, None, now).await.map(|_| ());
     report.record("grant:acme/launch-bonus".to_owned(), outcome)?;
     // One user per role, with a generated password printed once.
-    for role in crate::auth::Role::ALL {
+    for role in crate::access::Role::ALL {
         let name = format!("demo-{role}");
-        let password = crate::auth::random_secret(18);
-        match crate::auth::create_user_audited(db, &name, role, &password, "demo-seed").await {
+        let password = crate::access::random_secret(18);
+        match crate::access::create_user_audited(db, &name, role, &password, "demo-seed").await {
             Ok(()) => {
                 report.created.push(format!("user:{name}"));
                 report.users.push((name, role.to_string(), password));

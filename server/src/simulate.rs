@@ -309,7 +309,7 @@ pub async fn run(
     );
     let (stop_refill, refill_stopped) = tokio::sync::watch::channel(false);
     let refiller =
-        args.refill.then(|| tokio::spawn(crate::scheduler::pool_refill::listen(state.clone(), None, refill_stopped)));
+        args.refill.then(|| tokio::spawn(crate::jobs::pool_refill::listen(state.clone(), None, refill_stopped)));
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     });

@@ -17,7 +17,6 @@ use secrecy::ExposeSecret;
 
 use crate::configuration::Settings;
 use crate::metrics::Metrics;
-use crate::routes;
 use crate::state::AppState;
 
 /// A built application: listening, migrated, not yet serving.
@@ -72,19 +71,19 @@ impl Application {
 /// Connects to Postgres (required: migrations run now) and prepares Redis (connected on
 /// first use) and every shared service: the state the server, its jobs and the CLI share.
 pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
-    let db = crate::db::connect(settings).await?;
-    crate::db::migrate(&db).await?;
+    let db = crate::store::connect(settings).await?;
+    crate::store::migrate(&db).await?;
     let redis_client = redis::Client::open(settings.redis_url.expose_secret())
         .context("redis.url (REDIS_URL): not a valid Redis URL")?;
     let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
     let adopted =
-        crate::db::config::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
+        crate::change::store::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
     if !adopted.is_empty() {
         tracing::info!(?adopted, "configuration written before the configuration tables now has rows");
     }
     if let Some(admin) = &settings.admin {
         // The admin token's actor is a user: audit rows name it.
-        crate::db::config::ensure_user(&db, &admin.actor, "admin")
+        crate::access::store::ensure_user(&db, &admin.actor, "admin")
             .await
             .context("recording the admin actor as a user")?;
     }
@@ -150,26 +149,12 @@ fn http_server(
         actix_web::App::new()
             .app_data(data.clone())
             // Who may call which /api/v1 route (inner: runs after the request is logged and counted).
-            .wrap(from_fn(crate::auth::guard))
-            .wrap(from_fn(routes::metrics::record))
+            .wrap(from_fn(crate::access::guard))
+            .wrap(from_fn(crate::metrics::record))
             .wrap(tracing_actix_web::TracingLogger::default())
-            .service(routes::health::healthz)
-            .service(routes::health::readyz)
-            .service(routes::metrics::metrics)
-            .service(routes::openapi::get_openapi)
             .app_data(web::JsonConfig::default().limit(8 * 1024 * 1024).error_handler(crate::error::json_error))
-            .service(routes::quota::reserve_quota)
-            .service(routes::quota::settle_quota)
-            .service(routes::quota::release_quota)
-            .service(routes::quota::get_quota)
-            .service(routes::pool::draw_ticket)
-            .service(routes::outcomes::record_outcomes)
-            .configure(routes::admin::configure)
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
-            .service(routes::audit::verify)
-            .service(routes::audit::export)
-            .service(routes::audit::list)
-            .service(routes::samples::list_pool_samples)
+            .configure(api_routes)
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),
@@ -198,4 +183,29 @@ fn http_server(
         server = server.disable_signals();
     }
     Ok(server.run())
+}
+
+/// Every HTTP API route, resource by resource (the order matters only where two patterns
+/// could match one path: the more specific first).
+pub fn api_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(crate::probes::routes::healthz)
+        .service(crate::probes::routes::readyz)
+        .service(crate::probes::routes::metrics)
+        .service(crate::openapi::get_openapi)
+        .service(crate::quota::routes::reserve_quota)
+        .service(crate::quota::routes::settle_quota)
+        .service(crate::quota::routes::release_quota)
+        .service(crate::quota::routes::get_quota)
+        .service(crate::pools::draw::draw_ticket)
+        .service(crate::channels::outcomes::record_outcomes);
+    crate::pools::routes::configure(cfg);
+    crate::channels::routes::configure(cfg);
+    crate::plans::routes::configure(cfg);
+    crate::tenants::routes::configure(cfg);
+    crate::health::routes::configure(cfg);
+    crate::access::routes::configure(cfg);
+    cfg.service(crate::audit::routes::verify)
+        .service(crate::audit::routes::export)
+        .service(crate::audit::routes::list)
+        .service(crate::pools::samples::list_pool_samples);
 }

@@ -30,7 +30,7 @@ pub struct AppState {
     /// Sessions, and whether the API is open (development only).
     pub auth: crate::configuration::AuthSettings,
     /// API tokens verified recently.
-    pub tokens: crate::auth::TokenCache,
+    pub tokens: crate::access::TokenCache,
     /// How long pool samples are kept (the daily prune deletes older ones).
     pub sample_retention: crate::configuration::SampleRetention,
 }

@@ -3,8 +3,9 @@
 
 use integration::{spawn_app, TestApp};
 use serde_json::{json, Value};
-use server::db::audit::Source;
-use server::db::change::{apply_change, Change, ChangeError};
+use server::audit::store::Source;
+use server::change::ChangeError;
+use server::pools::{apply_change, Change};
 use sqlx::Connection;
 
 async fn get_json(app: &TestApp, path: &str) -> (u16, Value) {

@@ -131,7 +131,7 @@ async fn demo_seed_twice_changes_nothing_the_second_time() {
     );
     assert_eq!(second.kept.len(), 21);
     assert!(second.created.is_empty());
-    assert_eq!(server::db::snapshot::count_for(&app.state.db, "pool:cn-pay").await.unwrap(), 1);
+    assert_eq!(server::change::store::count_for(&app.state.db, "pool:cn-pay").await.unwrap(), 1);
 }
 
 async fn admin_connection() -> sqlx::PgConnection {

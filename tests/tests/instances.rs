@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use integration::{spawn_app, spawn_app_sharing, TestApp};
-use server::scheduler::leader::{lock_key, Leadership};
-use server::scheduler::Scheduler;
+use server::jobs::leader::{lock_key, Leadership};
+use server::jobs::Scheduler;
 
 /// The jobs that tick at least every two seconds, with their interval: these are the ones
 /// the test waits for (the minute and ten-second jobs are checked too when they happened to
@@ -16,7 +16,7 @@ use server::scheduler::Scheduler;
 const FAST_JOBS: [(&str, Duration); 3] = [
     ("outbox", Duration::from_secs(1)),
     ("reconcile", Duration::from_secs(2)),
-    ("pool_refill", server::scheduler::pool_refill::SWEEP_EVERY),
+    ("pool_refill", server::jobs::pool_refill::SWEEP_EVERY),
 ];
 
 /// The documented margin on "within one job interval": the stopping instance's shutdown

@@ -77,7 +77,7 @@ async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keep
     let pool = PoolName::parse("small").unwrap();
     app.state.pool_admin.publish(&pool, &small_pool(1)).await.unwrap();
     // Publishing filled the list with one batch; the job adds the standby batch.
-    let first = server::scheduler::pool_refill::run_once(&app.state).await.unwrap();
+    let first = server::jobs::pool_refill::run_once(&app.state).await.unwrap();
     assert_eq!((first.batches, first.tickets), (1, 20));
     assert_eq!(app.state.pool_admin.length(&pool).await.unwrap(), 20);
 
@@ -87,7 +87,7 @@ async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keep
     assert_eq!(app.state.pool_admin.length(&pool).await.unwrap(), 4);
     assert!(app.state.pool_admin.refill_flagged(&pool).await.unwrap());
 
-    let outcome = server::scheduler::pool_refill::run_once(&app.state).await.unwrap();
+    let outcome = server::jobs::pool_refill::run_once(&app.state).await.unwrap();
     assert_eq!((outcome.batches, outcome.tickets), (1, 20));
     assert_eq!(app.state.pool_admin.length(&pool).await.unwrap(), 24);
     assert!(!app.state.pool_admin.refill_flagged(&pool).await.unwrap());
@@ -95,7 +95,7 @@ async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keep
     assert!(metrics.contains(r#"tessera_pool_refills_total{mode="append",pool="small"} 1"#), "{metrics}");
     assert!(metrics.contains(r#"tessera_pool_draws_total{member="A",pool="small",source="redis"}"#), "{metrics}");
 
-    assert_eq!(server::scheduler::pool_rotation::run_once(&app.state).await.unwrap(), 1);
+    assert_eq!(server::jobs::pool_rotation::run_once(&app.state).await.unwrap(), 1);
 }
 
 #[tokio::test]

@@ -70,7 +70,7 @@ async fn published_version(app: &TestApp, meta: String) -> Option<i64> {
 async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_names_postgres() {
     let proxy = proxy_to_postgres().await;
     let app = app_behind(&proxy).await;
-    let scheduler = server::scheduler::Scheduler::start(app.state.clone()).await.unwrap();
+    let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
     assert_eq!(app.get("/readyz").await.status(), 200);
 
     proxy.cut();

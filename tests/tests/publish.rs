@@ -3,8 +3,9 @@
 
 use integration::{spawn_app, spawn_app_with, TestApp};
 use serde_json::json;
-use server::db::audit::Source;
-use server::db::config::{self, Ctx, PlanName, PlanSpec};
+use server::audit::store::Source;
+use server::change::Ctx;
+use server::plans::{store as config, PlanName, PlanSpec};
 
 async fn pending(app: &TestApp) -> i64 {
     sqlx::query_scalar("select count(*) from outbox where delivered_at is null").fetch_one(&app.state.db).await.unwrap()

@@ -6,7 +6,7 @@ use std::time::Duration;
 use client::quota::{FallbackPolicy, Grant, GrantId, GrantKind, TenantId, TenantQuota, TokenCount, Tokens};
 use integration::{spawn_app, TestApp};
 use serde_json::{json, Value};
-use server::scheduler::leader::Leadership;
+use server::jobs::leader::Leadership;
 
 fn quota(monthly: u64, concurrency: u32, ttl: Duration) -> TenantQuota {
     TenantQuota {
@@ -166,7 +166,7 @@ async fn the_sweeper_returns_an_abandoned_reservation_and_counts_it() {
     assert_eq!(status, 200);
 
     tokio::time::sleep(Duration::from_millis(120)).await;
-    let outcome = server::scheduler::sweep_quota::run_once(&app.state).await.unwrap();
+    let outcome = server::jobs::quota_sweep::run_once(&app.state).await.unwrap();
     assert_eq!((outcome.released, outcome.tokens, outcome.open), (1, 40, 0));
 
     let usage: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
@@ -174,7 +174,7 @@ async fn the_sweeper_returns_an_abandoned_reservation_and_counts_it() {
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(metrics.contains("tessera_quota_swept_total 1"), "{metrics}");
     // A second run finds nothing more.
-    let outcome = server::scheduler::sweep_quota::run_once(&app.state).await.unwrap();
+    let outcome = server::jobs::quota_sweep::run_once(&app.state).await.unwrap();
     assert_eq!(outcome.released, 0);
 }
 

@@ -44,7 +44,7 @@ async fn after_every_key_is_wiped_under_load_all_pools_and_quotas_are_served_wit
     let app =
         spawn_app_with(|s| s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() }))
             .await;
-    let scheduler = server::scheduler::Scheduler::start(app.state.clone()).await.unwrap();
+    let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
     let args = BenchRecoverArgs { pools: 6, tenants: 4, concurrency: 8, seconds: 1, timeout: 30, json: false };
 
     let report = server::bench::recover::measure(&app.state, &app.address, TOKEN, &args).await.unwrap();

@@ -10,7 +10,7 @@ use client::Clock;
 use integration::{spawn_app, TestApp};
 use serde_json::Value;
 use server::configuration::SampleRetention;
-use server::scheduler::{sample_prune, sampler};
+use server::jobs::{pool_sampler as sampler, sample_prune};
 
 /// The demo data (pools `cn-pay` and `sea-pay`, tenant `acme`, …), published to Redis as
 /// the outbox delivers it.

@@ -109,8 +109,8 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
         .await
         .unwrap();
     assert_eq!(forged.status(), 403);
-    let wechat = server::db::config::ChannelCode::parse("WECHAT_B").unwrap();
-    let wechat = server::db::config::get_channel(&app.state.db, &wechat).await.unwrap().unwrap();
+    let wechat = server::channels::ChannelCode::parse("WECHAT_B").unwrap();
+    let wechat = server::channels::store::get_channel(&app.state.db, &wechat).await.unwrap().unwrap();
     assert!(wechat.enabled, "the forged write changed nothing");
 
     browser.close().await;

@@ -12,7 +12,7 @@ use integration::browser::Browser;
 use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text};
 use integration::{spawn_app, TestApp};
 use serde_json::{json, Value};
-use server::scheduler::sampler;
+use server::jobs::pool_sampler as sampler;
 
 /// Drives `tessera simulate` for a few seconds against every seeded pool and tenant, with
 /// its refiller on (which also builds each pool's standby batch: a refill to count).
@@ -164,9 +164,9 @@ async fn percents_of(rows: &[fantoccini::elements::Element]) -> Vec<f64> {
     out
 }
 
-const CTX: server::db::config::Ctx<'static> = server::db::config::Ctx {
+const CTX: server::change::Ctx<'static> = server::change::Ctx {
     actor: "test",
-    source: server::db::audit::Source::System,
+    source: server::audit::store::Source::System,
     reason: Some("scale test"),
     request_id: None,
 };
@@ -175,9 +175,9 @@ const CTX: server::db::config::Ctx<'static> = server::db::config::Ctx {
 async fn one_dashboard_read_covers_twenty_pools_of_ten_channels_with_their_samples() {
     let app = spawn_app().await;
     for i in 0..200 {
-        let code = server::db::config::ChannelCode::parse(&format!("CH_{i:03}")).unwrap();
+        let code = server::channels::ChannelCode::parse(&format!("CH_{i:03}")).unwrap();
         let spec = serde_json::from_value(json!({"name": format!("channel {i}"), "base_weight": 10})).unwrap();
-        server::db::config::create_channel(&app.state.db, &CTX, &code, &spec, true).await.unwrap();
+        server::channels::store::create_channel(&app.state.db, &CTX, &code, &spec, true).await.unwrap();
     }
     for p in 0..20 {
         let weights: Vec<Value> =
@@ -185,7 +185,7 @@ async fn one_dashboard_read_covers_twenty_pools_of_ten_channels_with_their_sampl
         let body = json!({"kind": "channels", "ordering": "smooth", "batch_size": 256, "low_water": 32, "timezone": "UTC",
                           "weights": weights, "eject_rebuild_percent": 50});
         let pool = PoolName::parse(&format!("pool-{p:02}")).unwrap();
-        server::db::config::put_pool(&app.state.db, &CTX, &pool, &body, 0).await.unwrap();
+        server::pools::store::put_pool(&app.state.db, &CTX, &pool, &body, 0).await.unwrap();
     }
     let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
     assert!(delivered.failed.is_empty(), "{delivered:?}");

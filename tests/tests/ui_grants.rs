@@ -145,7 +145,7 @@ async fn a_viewer_sees_no_grant_form_and_a_forged_grant_is_refused() {
         .unwrap();
     assert_eq!(forged.status(), 403);
     let acme = TenantId::parse("acme").unwrap();
-    let stored = server::db::config::get_tenant(&app.state.db, &acme).await.unwrap().unwrap();
+    let stored = server::tenants::store::get_tenant(&app.state.db, &acme).await.unwrap().unwrap();
     assert!(stored.grants.iter().all(|g| g["id"] != "forged"), "the forged grant changed nothing");
 
     browser.close().await;

@@ -123,7 +123,7 @@ async fn a_pm_sees_the_preview_follow_the_typing_and_applies_weights_that_reach_
     // Redis holds the new snapshot: its version is the newest published one.
     server::publish::drain_outbox(&app.state).await.unwrap();
     let published =
-        server::db::config::get_published_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap())
+        server::pools::store::get_published_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap())
             .await
             .unwrap()
             .expect("published");
@@ -209,7 +209,7 @@ async fn peak_windows_and_caps_are_checked_beside_their_fields_and_saved() {
     screenshot(c, "pool-limits").await;
 
     let (_, configured) =
-        server::db::config::get_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap())
+        server::pools::store::get_pool(&app.state.db, &client::pool::PoolName::parse("cn-pay").unwrap())
             .await
             .unwrap()
             .unwrap();

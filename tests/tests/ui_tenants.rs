@@ -7,8 +7,9 @@ use fantoccini::Locator;
 use integration::browser::Browser;
 use integration::spawn_app_with;
 use integration::ui::hydrated;
-use server::db::audit::Source;
-use server::db::config::{Ctx, NewGrant};
+use server::audit::store::Source;
+use server::change::Ctx;
+use server::tenants::NewGrant;
 
 #[tokio::test]
 async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {
@@ -21,8 +22,8 @@ async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {
     let acme = client::quota::TenantId::parse("acme").unwrap();
     let grant: NewGrant =
         serde_json::from_value(serde_json::json!({"id": "trial", "kind": "temporary", "amount": 1000})).unwrap();
-    server::db::config::add_grant(&app.state.db, &ctx, &acme, &grant, None, chrono::Utc::now()).await.unwrap();
-    server::db::config::revoke_grant(&app.state.db, &ctx, &acme, &grant.id, None).await.unwrap();
+    server::tenants::store::add_grant(&app.state.db, &ctx, &acme, &grant, None, chrono::Utc::now()).await.unwrap();
+    server::tenants::store::revoke_grant(&app.state.db, &ctx, &acme, &grant.id, None).await.unwrap();
     server::publish::drain_outbox(&app.state).await.unwrap();
 
     let browser = Browser::start().await.expect("headless chromium");

@@ -57,14 +57,14 @@ pub async fn run(settings: &Settings, args: &BenchQuotaArgs) -> anyhow::Result<R
     let mut settings = settings.clone();
     settings.redis_prefix = super::run_prefix("draw");
     settings.bind = "127.0.0.1:0".parse().expect("valid address");
-    crate::db::create_database_if_missing(&settings).await?;
+    crate::store::create_database_if_missing(&settings).await?;
     let application = Application::build(&settings, Signals::Ignore).await?;
     let state = application.state().clone();
     let address = format!("http://127.0.0.1:{}", application.port());
     let handle = application.handle();
     let server = tokio::spawn(application.run_until_stopped());
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let refiller = tokio::spawn(crate::scheduler::pool_refill::listen(state.clone(), None, stopped));
+    let refiller = tokio::spawn(crate::jobs::pool_refill::listen(state.clone(), None, stopped));
 
     let result = measure(&state, &address, args).await;
 
@@ -147,7 +147,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     let url = format!("{address}/api/v1/pools/bench/draw");
     // A data-plane token, as an application would send (revoked when the phase is done).
     let mut conn = state.db.acquire().await?;
-    let token = crate::auth::create_token(&mut conn, "bench draw", crate::auth::Scope::Dataplane, "bench")
+    let token = crate::access::create_token(&mut conn, "bench draw", crate::access::Scope::Dataplane, "bench")
         .await
         .map_err(|e| anyhow::anyhow!("creating the benchmark's API token: {e}"))?;
     drop(conn);

@@ -90,7 +90,7 @@ where
     let token = format!("bench-{:032x}", rand::random::<u128>());
     settings.admin = Some(AdminAccess { token: SecretString::from(token.clone()), actor: "bench".into() });
     adjust(&mut settings);
-    crate::db::create_database_if_missing(&settings).await?;
+    crate::store::create_database_if_missing(&settings).await?;
 
     let result = async {
         let application = Application::build(&settings, Signals::Ignore).await?;
@@ -98,8 +98,7 @@ where
         let address = format!("http://127.0.0.1:{}", application.port());
         let handle = application.handle();
         let server = tokio::spawn(application.run_until_stopped());
-        let scheduler =
-            if with_scheduler { Some(crate::scheduler::Scheduler::start(state.clone()).await?) } else { None };
+        let scheduler = if with_scheduler { Some(crate::jobs::Scheduler::start(state.clone()).await?) } else { None };
         let measured = measure(OwnServer { state: state.clone(), address, token }).await;
         if let Some(scheduler) = scheduler {
             scheduler.shutdown().await;

@@ -9,9 +9,12 @@
 //!   meta hash holds and republishes what is missing or older (after a Redis restart or a
 //!   FLUSHALL); publishing a pool also writes its days and fills its lists.
 
+pub mod store;
+
 use anyhow::Context;
 use serde::Serialize;
-use sqlx::PgPool;
+
+use client::pool::{PoolName, PoolSnapshot, ReweightMode};
 
 use crate::state::AppState;
 
@@ -22,14 +25,6 @@ pub struct Published {
     pub published: Vec<String>,
     /// Entities whose publication failed (kept for the next run).
     pub failed: Vec<String>,
-}
-
-/// The newest snapshot of an entity.
-async fn newest(db: &PgPool, entity: &str) -> Result<Option<(i64, serde_json::Value)>, sqlx::Error> {
-    sqlx::query_as("select version, body from snapshot where entity = $1 order by version desc limit 1")
-        .bind(entity)
-        .fetch_optional(db)
-        .await
 }
 
 /// Writes one snapshot to Redis under its entity's kind; entities of other kinds are
@@ -62,27 +57,13 @@ async fn publish_snapshot(
 /// its attempts and last error); a newer change of the entity is tried at once.
 #[tracing::instrument(name = "job.outbox", skip_all, err)]
 pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
-    let pending: Vec<String> = sqlx::query_scalar(
-        "select entity from outbox
-         where delivered_at is null and (next_attempt_at is null or next_attempt_at <= now())
-         group by entity order by min(id) limit 200",
-    )
-    .fetch_all(&state.db)
-    .await
-    .context("reading the outbox")?;
+    let pending = store::due_entities(&state.db).await.context("reading the outbox")?;
     let mut outcome = Published::default();
     for entity in pending {
-        let Some((version, body)) = newest(&state.db, &entity).await? else { continue };
+        let Some((version, body)) = store::newest(&state.db, &entity).await? else { continue };
         match publish_snapshot(state, &entity, version, body).await {
             Ok(()) => {
-                sqlx::query(
-                    "update outbox set delivered_at = now(), attempts = attempts + 1, last_error = null
-                     where entity = $1 and version <= $2 and delivered_at is null",
-                )
-                .bind(&entity)
-                .bind(version)
-                .execute(&state.db)
-                .await?;
+                store::mark_delivered(&state.db, &entity, version).await?;
                 outcome.published.push(format!("{entity} v{version}"));
             }
             Err(e) => {
@@ -91,15 +72,7 @@ pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
                     error = format!("{e:#}"),
                     "publishing failed; retried with backoff (at most 30 s)"
                 );
-                sqlx::query(
-                    "update outbox set attempts = attempts + 1, last_error = $2,
-                         next_attempt_at = now() + least(power(2, least(attempts + 1, 5)), 30) * interval '1 second'
-                     where entity = $1 and delivered_at is null",
-                )
-                .bind(&entity)
-                .bind(format!("{e:#}"))
-                .execute(&state.db)
-                .await?;
+                store::mark_failed(&state.db, &entity, &format!("{e:#}")).await?;
                 outcome.failed.push(entity);
             }
         }
@@ -111,11 +84,7 @@ pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
 #[tracing::instrument(name = "job.reconcile", skip_all, err)]
 pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
     // Versions only (bodies are loaded for the stale entities alone).
-    let newest: Vec<(String, i64)> =
-        sqlx::query_as("select entity, max(version) from snapshot group by entity order by entity")
-            .fetch_all(&state.db)
-            .await
-            .context("reading the newest versions")?;
+    let newest = store::newest_versions(&state.db).await.context("reading the newest versions")?;
     let mut conn = state.redis.connection().await.context("connecting to redis")?;
     let mut pipe = redis::pipe();
     let mut published_kinds = Vec::new();
@@ -143,13 +112,9 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
         if current.is_some_and(|v| v >= version) {
             continue;
         }
-        let body: serde_json::Value =
-            sqlx::query_scalar("select body from snapshot where entity = $1 and version = $2")
-                .bind(&entity)
-                .bind(version)
-                .fetch_one(&state.db)
-                .await
-                .with_context(|| format!("reading {entity} v{version}"))?;
+        let body = store::body_at(&state.db, &entity, version)
+            .await
+            .with_context(|| format!("reading {entity} v{version}"))?;
         match publish_snapshot(state, &entity, version, body).await {
             Ok(()) => outcome.published.push(format!("{entity} v{version}")),
             Err(e) => {
@@ -162,4 +127,47 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
         tracing::info!(published = ?outcome.published, "reconciled redis with postgres");
     }
     Ok(outcome)
+}
+
+/// Publishes right away (best effort: the outbox delivers it otherwise); says whether it did.
+pub(crate) async fn publish_now(state: &AppState) -> bool {
+    match drain_outbox(state).await {
+        Ok(done) => done.failed.is_empty(),
+        Err(e) => {
+            tracing::warn!(error = format!("{e:#}"), "publishing after a change failed; the outbox retries");
+            false
+        }
+    }
+}
+
+/// [`rebuild_if_needed`] for a pool as it is published now (after a change that was not
+/// made through [`change_pool`]: a channel switch, a pin, a health decision).
+pub(crate) async fn rebuild_published_if_needed(state: &AppState, pool: &PoolName, mode: ReweightMode) -> bool {
+    match crate::pools::store::get_published_pool(&state.db, pool).await {
+        Ok(Some(snapshot)) => rebuild_if_needed(state, pool, &snapshot, mode).await,
+        _ => false,
+    }
+}
+
+/// Replaces the remaining tickets with a fresh batch when the change asks for it at once,
+/// or when ejected members hold more than the pool's limit (so draws do not skip most
+/// tickets). Says whether it did.
+pub(crate) async fn rebuild_if_needed(
+    state: &AppState,
+    pool: &PoolName,
+    snapshot: &PoolSnapshot,
+    mode: ReweightMode,
+) -> bool {
+    let needed =
+        mode == ReweightMode::Immediate || snapshot.ejected_percent() > f64::from(snapshot.eject_rebuild_percent);
+    if !needed {
+        return false;
+    }
+    match state.pool_admin.rebuild(pool).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(pool = %pool, error = %e, "rebuild after a change failed; the next batch uses the new configuration");
+            false
+        }
+    }
 }

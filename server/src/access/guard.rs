@@ -1,0 +1,137 @@
+//! The guard in front of every route: who is calling (bearer token, configured admin token
+//! or session cookie with its CSRF token) and whether they may.
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::Method;
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, ResponseError};
+use secrecy::ExposeSecret;
+
+use super::sessions::session;
+use super::tokens::verify_token;
+use super::{
+    is_server_fn, requirement, server_fn_requirement, Permission, Principal, Via, CSRF_HEADER, SESSION_COOKIE,
+};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn cookie_value<'r>(req: &'r ServiceRequest, name: &str) -> Option<String> {
+    req.cookie(name).map(|c| c.value().to_owned())
+}
+
+/// Whether an unsafe request made with a session cookie comes from this site: its Origin
+/// (or, without one, its Referer) names the host the request was sent to.
+fn same_origin(req: &ServiceRequest) -> bool {
+    let headers = req.headers();
+    let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("");
+    let source = headers
+        .get("origin")
+        .or_else(|| headers.get("referer"))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| url::Url::parse(v).ok());
+    match source {
+        Some(url) => {
+            let origin_host = match url.port() {
+                Some(port) => format!("{}:{port}", url.host_str().unwrap_or("")),
+                None => url.host_str().unwrap_or("").to_owned(),
+            };
+            !host.is_empty() && origin_host.eq_ignore_ascii_case(host)
+        }
+        None => false,
+    }
+}
+
+async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Principal>, ApiError> {
+    if state.auth.open {
+        return Ok(Some(Principal { name: "open-mode".into(), via: Via::Open }));
+    }
+    let bearer = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    if let Some(given) = bearer {
+        if let Some(admin) = &state.admin {
+            if constant_time_eq(given.as_bytes(), admin.token.expose_secret().as_bytes()) {
+                return Ok(Some(Principal { name: admin.actor.clone(), via: Via::Configured }));
+            }
+        }
+        return match verify_token(state, given).await? {
+            Some(p) => Ok(Some(p)),
+            None => Err(ApiError::Unauthorized("the bearer token is unknown or revoked".into())),
+        };
+    }
+    if let Some(id) = cookie_value(req, SESSION_COOKIE) {
+        let found = session(&state.db, &id).await?;
+        let Some(p) = found else {
+            return Err(ApiError::Unauthorized("the session has expired or ended: sign in again".into()));
+        };
+        if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+            // A cross-site form cannot read the CSRF token, and cannot claim our origin.
+            if !same_origin(req) {
+                return Err(ApiError::Forbidden(
+                    "cross-origin request refused: unsafe requests with a session must come from this site".into(),
+                ));
+            }
+            let Via::Session { csrf, .. } = &p.via else { unreachable!("a session principal") };
+            let given = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if !constant_time_eq(given.as_bytes(), csrf.as_bytes()) {
+                return Err(ApiError::Forbidden(format!(
+                    "missing or wrong {CSRF_HEADER} header (the CSRF token given at sign-in)"
+                )));
+            }
+        }
+        return Ok(Some(p));
+    }
+    Ok(None)
+}
+
+/// The guard in front of every route: finds the route's requirement, identifies the
+/// caller, and answers 401 (no or bad credentials) or 403 (not allowed) before the
+/// handler runs. The caller is left in the request's extensions for the handler.
+pub async fn guard(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    // Decide on the path the router routes by: percent-decoded (all but %, / and +), so
+    // `/api/v%31/users` is judged as the `/api/v1/users` it reaches, never as a stranger.
+    let path = req.match_info().as_str().to_owned();
+    let pattern = req.resource_map().match_pattern(&path);
+    let needed = match pattern.as_deref() {
+        _ if is_server_fn(&path) => server_fn_requirement(&path),
+        Some(p) => requirement(req.method(), p),
+        // Unmatched paths under the API: admins only (they 404 after the guard).
+        None if path.starts_with("/api/") || req.path().starts_with("/api/") => Some(Permission::ManageAccess),
+        None => None,
+    };
+    let Some(needed) = needed else {
+        return next.call(req).await.map(ServiceResponse::map_into_boxed_body);
+    };
+    let Some(state) = req.app_data::<actix_web::web::Data<AppState>>().cloned() else {
+        return next.call(req).await.map(ServiceResponse::map_into_boxed_body);
+    };
+    let refuse = |req: ServiceRequest, e: ApiError| Ok(req.into_response(e.error_response()));
+    let principal = match identify(&req, &state).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return refuse(
+                req,
+                ApiError::Unauthorized("no credentials: sign in, or send an API token as Authorization: Bearer".into()),
+            );
+        }
+        Err(e) => return refuse(req, e),
+    };
+    if !principal.may(needed) {
+        let e = ApiError::Forbidden(format!("{} may not {needed} ({} {path})", principal.describe(), req.method()));
+        return refuse(req, e);
+    }
+    req.extensions_mut().insert(principal);
+    next.call(req).await.map(ServiceResponse::map_into_boxed_body)
+}

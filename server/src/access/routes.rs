@@ -1,0 +1,436 @@
+//! Sign-in, sign-out, who am I; users and API tokens (admins).
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::store;
+use crate::access::{self as auth, LoginError, Role, Scope, Via};
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(login)
+        .service(logout)
+        .service(me)
+        .service(list_users)
+        .service(add_user)
+        .service(set_role)
+        .service(disable_user)
+        .service(unlock_user)
+        .service(list_tokens)
+        .service(add_token)
+        .service(revoke_token);
+}
+
+/// How long every failed sign-in waits before it is answered.
+const FAILED_SIGN_IN_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The one answer to a failed sign-in.
+const WRONG: &str = "wrong name or password (after 5 failures in a row an account is locked for 15 minutes)";
+
+/// A sign-in.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginBody {
+    /// The user's name.
+    name: String,
+    /// The user's password.
+    #[schema(format = Password)]
+    password: String,
+}
+
+/// `POST /api/v1/auth/login` with `{"name", "password"}` → `200 {"user","role",
+/// "csrf_token","expires_at"}` and the session cookie (HttpOnly, SameSite=Strict, Secure
+/// over TLS); `401` for a wrong name or password (slower with each failure), and while
+/// the account is locked after 5 failures in a row (15 minutes; the password is then not
+/// checked at all).
+#[utoipa::path(
+    tag = "auth",
+    responses(
+        (status = 200, description = "Signed in: `{\"user\", \"role\", \"csrf_token\" (repeat it in X-CSRF-Token on unsafe requests), \"expires_at\"}`, and the session cookie `tessera_session` (HttpOnly, SameSite=Strict, Secure over TLS)", body = Object),
+        (status = 400, description = "A malformed body, naming the field", body = ErrorBody),
+        (status = 401, description = "A wrong name or password, or a locked account (5 failures in a row lock it for 15 minutes); answered more slowly after each failure, at most 2 s", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/auth/login")]
+pub async fn login(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<LoginBody>,
+) -> Result<HttpResponse, ApiError> {
+    match auth::login(&state.db, &body.name, &body.password, state.auth.session_ttl).await {
+        Ok(opened) => {
+            // Secure when served over TLS (as the request says, or a proxy's
+            // X-Forwarded-Proto), or always when configured (a TLS proxy that does not say so).
+            let secure = state.auth.cookie_secure || req.connection_info().scheme() == "https";
+            let cookie = Cookie::build(auth::SESSION_COOKIE, opened.session_id.clone())
+                .path("/")
+                .http_only(true)
+                .same_site(SameSite::Strict)
+                .secure(secure)
+                .max_age(actix_web::cookie::time::Duration::seconds(state.auth.session_ttl.as_secs() as i64))
+                .finish();
+            tracing::info!(user = opened.user, role = %opened.role, "signed in");
+            Ok(HttpResponse::Ok().cookie(cookie).json(&opened))
+        }
+        // Every failure is answered alike, after the same pause: a lock, an unknown name and
+        // a wrong password tell a stranger nothing about which names exist.
+        Err(LoginError::Locked { until }) => {
+            tracing::warn!(user = body.name.chars().take(64).collect::<String>(), %until, "sign-in to a locked account");
+            tokio::time::sleep(FAILED_SIGN_IN_PAUSE).await;
+            Err(ApiError::Unauthorized(WRONG.into()))
+        }
+        Err(LoginError::Invalid) => {
+            tracing::warn!(user = body.name.chars().take(64).collect::<String>(), "failed sign-in");
+            tokio::time::sleep(FAILED_SIGN_IN_PAUSE).await;
+            Err(ApiError::Unauthorized(WRONG.into()))
+        }
+        Err(LoginError::Db(e)) => Err(e.into()),
+    }
+}
+
+/// `POST /api/v1/auth/logout`: ends the session and clears the cookie.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "The session (if the request carried one) is ended and the cookie cleared: `{\"signed_out\": true}`", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs a session (any role), an admin-scope API token or the configured admin token (permission read); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/auth/logout")]
+pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    if let Some(cookie) = req.cookie(auth::SESSION_COOKIE) {
+        auth::logout(&state.db, cookie.value()).await?;
+    }
+    let mut gone =
+        Cookie::build(auth::SESSION_COOKIE, "").path("/").http_only(true).same_site(SameSite::Strict).finish();
+    gone.make_removal();
+    Ok(HttpResponse::Ok().cookie(gone).json(json!({"signed_out": true})))
+}
+
+/// `GET /api/v1/auth/me` → who the caller is and how: `{"name","via","role"?,"scope"?}`.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"name\", \"via\": \"session\" | \"token\" | \"configured_token\" | \"open\", \"role\"?, \"scope\"?}`: a session and the configured token name a role, an API token its scope", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/auth/me")]
+pub async fn me(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    let body = match &p.via {
+        Via::Session { role, .. } => json!({"name": p.name, "via": "session", "role": role}),
+        Via::Token { scope } => json!({"name": p.name, "via": "token", "scope": scope}),
+        Via::Configured => json!({"name": p.name, "via": "configured_token", "role": "admin"}),
+        Via::Open => json!({"name": p.name, "via": "open", "role": "admin"}),
+    };
+    Ok(HttpResponse::Ok().json(body))
+}
+
+/// `GET /api/v1/users` (admin) → every user: name, role, created, disabled, locked.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"users\": [{\"name\", \"role\", \"created_at\", \"disabled_at\", \"locked_until\", \"can_sign_in\"}]}`, by name", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/users")]
+pub async fn list_users(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let users = store::list_users(&state.db).await?;
+    Ok(HttpResponse::Ok().json(json!({ "users": users })))
+}
+
+/// A user to create.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewUserBody {
+    /// 1..=64 of `[A-Za-z0-9_.@-]`.
+    #[schema(pattern = "^[A-Za-z0-9_.@-]{1,64}$")]
+    name: String,
+    #[schema(value_type = crate::schema::Role)]
+    role: String,
+    /// 12..=256 characters; generated (and answered once) when left out.
+    #[schema(format = Password, min_length = 12, max_length = 256)]
+    password: Option<String>,
+}
+
+/// Audits a change of users or tokens in the change's own transaction.
+async fn audit_access(
+    tx: &mut sqlx::PgConnection,
+    req: &HttpRequest,
+    p: &auth::Principal,
+    entity: &str,
+    action: &str,
+    after: serde_json::Value,
+) -> Result<(), ApiError> {
+    let source = p.source();
+    crate::audit::store::insert_audit(
+        tx,
+        &crate::audit::store::NewAudit {
+            actor: &p.name,
+            source,
+            action,
+            entity,
+            before: None,
+            after: Some(&after),
+            reason: None,
+            request_id: crate::http::request_id(req).as_deref(),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// `POST /api/v1/users` (admin) with `{"name","role","password"?}` → `201` (with the
+/// generated password, once, when none was given); `409` when the name is taken.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 201, description = "Created (audited): `{\"name\", \"role\", \"password\"?}`; `password` is the generated one, shown this once, when none was given", body = Object),
+        (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of `[A-Za-z0-9_.@-]`, an unknown role, a password not 12..=256 characters", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 409, description = "A user with this name and a password exists (naming `name`)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/users")]
+pub async fn add_user(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<NewUserBody>,
+) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    let role = Role::parse(&body.role)?;
+    let generated = body.password.is_none();
+    let password = body.password.clone().unwrap_or_else(|| auth::random_secret(18));
+    let mut tx = state.db.begin().await?;
+    auth::create_user(&mut tx, &body.name, role, &password).await?;
+    audit_access(&mut tx, &req, &p, &format!("user:{}", body.name), "user.create", json!({"role": role})).await?;
+    tx.commit().await?;
+    let mut reply = json!({"name": body.name, "role": role});
+    if generated {
+        reply["password"] = json!(password);
+    }
+    Ok(HttpResponse::Created().json(reply))
+}
+
+/// A user's new role.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoleBody {
+    #[schema(value_type = crate::schema::Role)]
+    role: String,
+}
+
+/// `PUT /api/v1/users/{name}/role` (admin) with `{"role"}`.
+#[utoipa::path(
+    tag = "auth",
+    operation_id = "set_user_role",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("name" = String, Path, description = "The user's name")),
+    responses(
+        (status = 200, description = "Changed (audited), effective on the user's next request: `{\"name\", \"role\"}`", body = Object),
+        (status = 400, description = "A malformed body or an unknown role", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown user", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/users/{name}/role")]
+pub async fn set_role(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<RoleBody>,
+) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    auth::check_user_name(&path)?;
+    let role = Role::parse(&body.role)?;
+    let mut tx = state.db.begin().await?;
+    if !store::set_role(&mut tx, path.as_str(), role.as_str()).await? {
+        return Err(ApiError::NotFound(format!("unknown user {:?}", path.as_str())));
+    }
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.role", json!({"role": role})).await?;
+    tx.commit().await?;
+    Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "role": role})))
+}
+
+/// `POST /api/v1/users/{name}/disable` (admin): the user can no longer sign in and their
+/// sessions end.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("name" = String, Path, description = "The user's name")),
+    responses(
+        (status = 200, description = "Disabled and signed out everywhere (audited): `{\"name\", \"disabled\": true}`", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "No enabled user with this name (unknown, or disabled already)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/users/{name}/disable")]
+pub async fn disable_user(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    auth::check_user_name(&path)?;
+    let mut tx = state.db.begin().await?;
+    if !store::disable_user(&mut tx, path.as_str()).await? {
+        return Err(ApiError::NotFound(format!("no enabled user {:?}", path.as_str())));
+    }
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true}))
+        .await?;
+    tx.commit().await?;
+    Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "disabled": true})))
+}
+
+/// `POST /api/v1/users/{name}/unlock` (admin): ends a lock-out after repeated failed
+/// sign-ins, and starts the count over.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("name" = String, Path, description = "The user's name")),
+    responses(
+        (status = 200, description = "Unlocked (audited): `{\"name\", \"unlocked\": true}`", body = Object),
+        (status = 400, description = "A malformed name", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown user", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/users/{name}/unlock")]
+pub async fn unlock_user(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    auth::check_user_name(&path)?;
+    let mut tx = state.db.begin().await?;
+    if !store::unlock_user(&mut tx, path.as_str()).await? {
+        return Err(ApiError::NotFound(format!("unknown user {:?}", path.as_str())));
+    }
+    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.unlock", json!({"unlocked": true}))
+        .await?;
+    tx.commit().await?;
+    Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "unlocked": true})))
+}
+
+/// `GET /api/v1/tokens` (admin) → every API token: id, name, prefix, scope, created,
+/// last used, revoked (never the secret).
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"tokens\": [{\"id\", \"name\", \"prefix\", \"scope\", \"created_by\", \"created_at\", \"last_used_at\", \"revoked_at\"}]}`, by id; never the secret", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/tokens")]
+pub async fn list_tokens(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let tokens = store::list_tokens(&state.db).await?;
+    Ok(HttpResponse::Ok().json(json!({ "tokens": tokens })))
+}
+
+/// An API token to create.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTokenBody {
+    /// 1..=64 of ASCII letters, digits, space, `_.@-`, not blank.
+    name: String,
+    /// `dataplane` or `admin`.
+    #[schema(value_type = crate::schema::TokenScope)]
+    scope: Scope,
+}
+
+/// `POST /api/v1/tokens` (admin) with `{"name","scope"}` → `201 {"id","name","scope",
+/// "token"}`: the token is shown this once; only its hash is kept.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 201, description = "Created (audited): `{\"id\", \"name\", \"scope\", \"token\"}`; the token (`tsr_…`) is shown this once, only its hash is kept", body = Object),
+        (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of ASCII letters, digits, space, `_.@-`; an unknown scope", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/tokens")]
+pub async fn add_token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<NewTokenBody>,
+) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    let mut tx = state.db.begin().await?;
+    let created = auth::create_token(&mut tx, &body.name, body.scope, &p.name).await?;
+    audit_access(
+        &mut tx,
+        &req,
+        &p,
+        &format!("token:{}", created.id),
+        "token.create",
+        json!({"name": created.name, "scope": created.scope}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(HttpResponse::Created().json(created))
+}
+
+/// `POST /api/v1/tokens/{id}/revoke` (admin): the token stops working at once.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = i64, Path, description = "The token's id")),
+    responses(
+        (status = 200, description = "Revoked at once (audited): `{\"id\", \"revoked\": true}`", body = Object),
+        (status = 400, description = "An id that is not an integer", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "No live token with this id (unknown, or revoked already)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/tokens/{id}/revoke")]
+pub async fn revoke_token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    let id: i64 = path.parse().map_err(|_| ApiError::bad_request("id", "must be an integer"))?;
+    let mut tx = state.db.begin().await?;
+    let hash = store::revoke_token(&mut tx, id).await?;
+    let Some(hash) = hash else {
+        return Err(ApiError::NotFound(format!("no live token {id}")));
+    };
+    audit_access(&mut tx, &req, &p, &format!("token:{id}"), "token.revoke", json!({"revoked": true})).await?;
+    tx.commit().await?;
+    // This instance forgets it at once; others within auth::TOKEN_CACHE_TTL.
+    state.tokens.remove(&hash);
+    Ok(HttpResponse::Ok().json(json!({"id": id, "revoked": true})))
+}

@@ -1,0 +1,84 @@
+//! One transaction per change (DESIGN §5): the new snapshot version, its audit row and its
+//! outbox row are written together, or nothing is.
+
+pub mod store;
+
+use serde::Serialize;
+
+use crate::audit::store::Source;
+
+/// Why a change was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The entity is at another version than the change expected (someone else changed it).
+    #[error("{entity} is at version {current}, not {expected}")]
+    Conflict { entity: String, expected: i64, current: i64 },
+    /// The body is not a valid snapshot of the entity's kind (or the kind is unknown).
+    #[error("{field}: {rule}")]
+    Invalid { field: String, rule: String },
+    /// The input does not parse (400), naming the field.
+    #[error("{field}: {rule}")]
+    Malformed { field: String, rule: String },
+    /// Something with that identity exists already (and identities are never reused).
+    #[error("{field}: {rule}")]
+    Duplicate { field: String, rule: String },
+    /// The entity the change is about does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Checks that `body` is a publishable snapshot of the entity's kind, so that nothing the
+/// publisher cannot deliver ever reaches the outbox.
+pub fn validate_body(entity: &str, body: &serde_json::Value) -> Result<(), ChangeError> {
+    let invalid = |field: &str, rule: String| ChangeError::Invalid { field: field.to_owned(), rule };
+    let mut versioned = body.clone();
+    versioned
+        .as_object_mut()
+        .ok_or_else(|| invalid("body", "must be a JSON object".to_owned()))?
+        .insert("version".to_owned(), serde_json::json!(1));
+    if let Some(name) = entity.strip_prefix("pool:") {
+        client::pool::PoolName::parse(name).map_err(|e| invalid("pool", e.rule))?;
+        let snapshot: client::pool::PoolSnapshot =
+            serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
+        snapshot.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
+    } else if let Some(name) = entity.strip_prefix("tenant:") {
+        client::quota::TenantId::parse(name).map_err(|e| invalid("tenant", e.rule))?;
+        let quota: client::quota::TenantQuota =
+            serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
+        quota.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
+    } else {
+        Err(invalid("entity", format!("{entity:?} is not a pool:<name> or tenant:<name>")))
+    }
+}
+
+/// Who makes a change, from where, and why: shared by every row the change writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    pub actor: &'a str,
+    pub source: Source,
+    pub reason: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+}
+
+/// One entity a change wrote: its new version, its audit row and, when it is published,
+/// its outbox row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Written {
+    pub entity: String,
+    pub action: String,
+    pub version: i64,
+    pub audit_id: i64,
+    /// The outbox row of a published entity (pools, tenants); `None` for the others.
+    pub outbox_id: Option<i64>,
+}
+
+pub(crate) fn check_version(entity: &str, expected: Option<i64>, current: i64) -> Result<(), ChangeError> {
+    match expected {
+        Some(expected) if expected != current => {
+            Err(ChangeError::Conflict { entity: entity.to_owned(), expected, current })
+        }
+        _ => Ok(()),
+    }
+}

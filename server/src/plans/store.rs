@@ -1,0 +1,124 @@
+//! The plan table; a change to a plan republishes every tenant on it.
+
+use serde_json::{json, Value};
+use sqlx::{PgConnection, PgPool, Row};
+
+use super::*;
+use crate::change::store::{audit, lock};
+use crate::change::{check_version, ChangeError, Ctx, Written};
+use crate::inputs::*;
+use crate::tenants::store::*;
+
+// ---------------------------------------------------------------------------------------
+// Plans and tenants
+// ---------------------------------------------------------------------------------------
+
+pub(crate) fn plan_row(r: &sqlx::postgres::PgRow) -> Result<Plan, sqlx::Error> {
+    Ok(Plan {
+        name: r.try_get("name")?,
+        monthly_tokens: r.try_get("monthly_tokens")?,
+        daily_requests: r.try_get("daily_requests")?,
+        concurrency: r.try_get("concurrency")?,
+        version: r.try_get("version")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        tenants: r.try_get("tenants")?,
+    })
+}
+
+pub(crate) const PLAN_COLUMNS: &str =
+    "p.name, p.monthly_tokens, p.daily_requests, p.concurrency, p.version, p.created_at, p.updated_at,
+     (select count(*) from tenant t where t.plan = p.name) as tenants";
+
+pub(crate) fn plan_json(p: &Plan) -> Value {
+    json!({"name": p.name, "monthly_tokens": p.monthly_tokens, "daily_requests": p.daily_requests,
+           "concurrency": p.concurrency, "version": p.version})
+}
+
+/// Every plan, by name.
+pub async fn list_plans(db: &PgPool) -> Result<Vec<Plan>, sqlx::Error> {
+    let rows = sqlx::query(&format!("select {PLAN_COLUMNS} from plan p order by p.name")).fetch_all(db).await?;
+    rows.iter().map(plan_row).collect()
+}
+
+pub(crate) async fn plan_in(tx: &mut PgConnection, name: &str) -> Result<Option<Plan>, sqlx::Error> {
+    let row = sqlx::query(&format!("select {PLAN_COLUMNS} from plan p where p.name = $1"))
+        .bind(name)
+        .fetch_optional(tx)
+        .await?;
+    row.as_ref().map(plan_row).transpose()
+}
+
+/// One plan.
+pub async fn get_plan(db: &PgPool, name: &PlanName) -> Result<Option<Plan>, sqlx::Error> {
+    let mut conn = db.acquire().await?;
+    plan_in(&mut conn, name.as_str()).await
+}
+
+/// Creates a plan; 409 when the name is taken.
+pub async fn create_plan(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    spec: &PlanSpec,
+) -> Result<(Written, Plan), ChangeError> {
+    let entity = format!("plan:{name}");
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &entity).await?;
+    if plan_in(&mut tx, name.as_str()).await?.is_some() {
+        return Err(ChangeError::Duplicate { field: "name".into(), rule: format!("plan {:?} exists", name.as_str()) });
+    }
+    sqlx::query("insert into plan (name, monthly_tokens, daily_requests, concurrency) values ($1, $2, $3, $4)")
+        .bind(name.as_str())
+        .bind(spec.monthly_tokens.get() as i64)
+        .bind(spec.daily_requests.get() as i64)
+        .bind(spec.concurrency as i32)
+        .execute(&mut *tx)
+        .await?;
+    let plan = plan_in(&mut tx, name.as_str()).await?.expect("just inserted");
+    let audit_id = audit(&mut tx, ctx, &entity, "plan.create", None, Some(&plan_json(&plan))).await?;
+    tx.commit().await?;
+    Ok((Written { entity, action: "plan.create".into(), version: 1, audit_id, outbox_id: None }, plan))
+}
+
+/// Changes a plan's limits; every tenant on it is republished in the same transaction.
+pub async fn update_plan(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    spec: &PlanSpec,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan), ChangeError> {
+    let entity = format!("plan:{name}");
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &entity).await?;
+    let before = plan_in(&mut tx, name.as_str())
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
+    check_version(&entity, Some(expected_version), before.version)?;
+    sqlx::query(
+        "update plan set monthly_tokens = $2, daily_requests = $3, concurrency = $4, version = version + 1, updated_at = now()
+         where name = $1",
+    )
+    .bind(name.as_str())
+    .bind(spec.monthly_tokens.get() as i64)
+    .bind(spec.daily_requests.get() as i64)
+    .bind(spec.concurrency as i32)
+    .execute(&mut *tx)
+    .await?;
+    let after = plan_in(&mut tx, name.as_str()).await?.expect("exists");
+    let audit_id =
+        audit(&mut tx, ctx, &entity, "plan.update", Some(&plan_json(&before)), Some(&plan_json(&after))).await?;
+    let mut written =
+        vec![Written { entity, action: "plan.update".into(), version: after.version, audit_id, outbox_id: None }];
+    let tenants: Vec<String> = sqlx::query_scalar("select name from tenant where plan = $1 order by name")
+        .bind(name.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+    for tenant in tenants {
+        lock(&mut tx, &format!("tenant:{tenant}")).await?;
+        written.push(republish_tenant(&mut tx, ctx, &tenant, "tenant.plan_changed").await?);
+    }
+    tx.commit().await?;
+    Ok((written, after))
+}

@@ -1,0 +1,618 @@
+//! The admin API for pools: list, read, create or replace, change weights (`drain` or
+//! `immediate`), members, peak windows, caps, eject and restore, rebuild. Every write is
+//! one audited change ([`super::store`]), published to Redis at once and through the outbox
+//! if that fails.
+
+use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use client::pool::{PoolName, PoolSnapshot, ReweightMode};
+use engine::{Tier, Weights};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::change::ChangeError;
+use crate::channels::ChannelCode;
+use crate::error::{ApiError, ConflictBody, ErrorBody};
+use crate::http::{actor, expected, written_json, Actor};
+use crate::publish::{publish_now, rebuild_if_needed};
+use crate::state::AppState;
+
+/// Every admin route, for the app's service list.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(list_pools)
+        .service(get_pool)
+        .service(put_pool)
+        .service(update_pool_weights)
+        .service(add_member)
+        .service(eject_member)
+        .service(restore_member)
+        .service(put_peak_windows)
+        .service(put_caps)
+        .service(rebuild_pool);
+}
+
+/// The reply to a pool change: `version` is the configuration version (the next change's
+/// `expected_version`), `published_version` the snapshot Redis gets.
+fn pool_reply(w: &crate::pools::PoolWritten, published: bool) -> Value {
+    let mut reply = written_json(std::slice::from_ref(&w.written), published);
+    reply["version"] = json!(w.config_version);
+    reply["published_version"] = json!(w.written.version);
+    reply
+}
+
+fn unknown_pool(pool: &PoolName) -> ApiError {
+    ApiError::NotFound(format!("unknown pool {:?}", pool.as_str()))
+}
+
+/// `GET /api/v1/pools` → every pool: name, kind, version, members, ejected, timezone.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"pools\": [{\"name\", \"kind\", \"version\" (the published snapshot version), \"members\", \"ejected\", \"timezone\", \"updated_at\"}]}`, by name", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/pools")]
+pub async fn list_pools(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let pools = crate::pools::store::list_pools(&state.db).await?;
+    Ok(HttpResponse::Ok().json(json!({ "pools": pools })))
+}
+
+/// `GET /api/v1/pools/{pool}` → `{"version", "snapshot", "published_version",
+/// "published"}` or 404: `snapshot` is the pool as configured (what `PUT` takes) at
+/// configuration version `version` (what `expected_version` is checked against);
+/// `published` is the newest snapshot (disabled channels, pins and health applied): what
+/// Redis has, or will have once the outbox delivers it.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "`{\"version\", \"snapshot\", \"published_version\", \"published\"}`: `snapshot` is the pool as configured (what `PUT` takes) at configuration version `version`; `published` the newest snapshot published (disabled channels, pins and health applied; null before the first)", body = Object),
+        (status = 400, description = "A malformed pool name", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/pools/{pool}")]
+pub async fn get_pool(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let Some((version, snapshot)) = crate::pools::store::get_pool(&state.db, &pool).await? else {
+        return Err(unknown_pool(&pool));
+    };
+    let published: Option<(i64, Value)> =
+        sqlx::query_as("select version, body from snapshot where entity = $1 order by version desc limit 1")
+            .bind(format!("pool:{pool}"))
+            .fetch_optional(&state.db)
+            .await?;
+    let (published_version, published) = published.unzip();
+    Ok(HttpResponse::Ok().json(json!({
+        "version": version, "snapshot": snapshot, "published_version": published_version, "published": published,
+    })))
+}
+
+/// A whole pool to install.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutBody {
+    /// The pool (a snapshot without `version`): `kind` (`channels` | `tiers`), `weights`,
+    /// `tiers`, `batch_size`, `low_water`, `ordering`, `timezone`, `peak_windows`, `caps`,
+    /// `eject_rebuild_percent`, `ejected`.
+    #[schema(value_type = Object)]
+    snapshot: Value,
+    /// The version this change was made against: 0 to create.
+    #[schema(minimum = 0)]
+    expected_version: i64,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    #[schema(max_length = 500)]
+    reason: Option<String>,
+}
+
+/// `PUT /api/v1/pools/{pool}` with `{"snapshot", "expected_version", "reason"?}`: creates
+/// (expected 0) or replaces the pool. Members must be registered channels. 401 without the
+/// admin token, 409 on a stale version, 422 naming the field of an invalid snapshot.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Created or replaced, and published: `{\"entity\", \"version\" (the configuration version), \"published_version\", \"audit_id\", \"published\", \"changes\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, a reason over 500 characters, or a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version` (0: it exists already)", body = ConflictBody),
+        (status = 422, description = "An invalid snapshot (naming the field), or a member that is not a registered channel or serves another tier", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/pools/{pool}")]
+pub async fn put_pool(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PutBody>,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let who = actor(&req, &state, &body.reason, false)?;
+    let w =
+        crate::pools::store::put_pool(&state.db, &who.ctx(), &pool, &body.snapshot, expected(body.expected_version)?)
+            .await?;
+    let published = publish_now(&state).await;
+    Ok(HttpResponse::Ok().json(pool_reply(&w, published)))
+}
+
+/// A change of weights for a gray release.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WeightsBody {
+    /// `[{"member": "A", "weight": 45}, …]`, integers ≥ 0, not all zero: a channels pool's
+    /// channels (the member set), or a tiers pool's tiers.
+    #[schema(value_type = Vec<crate::schema::WeightEntry>)]
+    weights: Weights,
+    #[schema(value_type = crate::schema::ReweightMode)]
+    mode: ReweightMode,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
+    reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
+    expected_version: i64,
+}
+
+/// Changes a pool and publishes it; `immediate` (or an ejection past the pool's limit)
+/// then replaces its remaining tickets. Answers what was written.
+#[allow(clippy::too_many_arguments)] // each is one fact of the change
+async fn change_pool(
+    state: &AppState,
+    pool: &PoolName,
+    action: &str,
+    who: &Actor,
+    expected_version: Option<i64>,
+    mode: ReweightMode,
+    edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
+) -> Result<Value, ApiError> {
+    let w = crate::pools::store::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit).await?;
+    let published = publish_now(state).await;
+    // Decided on what the pool publishes: health's ejections count too.
+    let rebuilt = published && rebuild_if_needed(state, pool, &w.published, mode).await;
+    let mut reply = pool_reply(&w, published);
+    reply["mode"] = json!(mode);
+    reply["rebuilt"] = json!(rebuilt);
+    reply["ejected"] = json!(w.published.ejected);
+    Ok(reply)
+}
+
+/// `POST /api/v1/pools/{pool}/weights` with `{"weights", "mode": "drain"|"immediate",
+/// "reason", "expected_version"}`: `drain` lets the remaining tickets be drawn and uses the
+/// new weights from the next batch; `immediate` replaces the remaining tickets at once.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body (weights not unique, negative or all zero; an unknown mode), or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "The pool would break a rule: an unregistered channel, a tier without channels, a peak window naming a member that left, …", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/pools/{pool}/weights")]
+pub async fn update_pool_weights(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<WeightsBody>,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let body = body.into_inner();
+    let weights = body.weights;
+    let reply = change_pool(&state, &pool, "pool.weights", &who, Some(body.expected_version), body.mode, move |s| {
+        if matches!(s.kind, client::pool::PoolKind::Channels) {
+            // Caps and ejections of members that leave go with them.
+            s.caps.retain(|m, _| weights.index_of(m).is_some());
+            s.ejected.retain(|m| weights.index_of(m).is_some());
+        }
+        s.weights = weights;
+        Ok(())
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+/// A channel joining a pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberAddBody {
+    /// A registered channel's code.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    channel: ChannelCode,
+    /// Default: the channel's base weight.
+    weight: Option<u64>,
+    /// A tiers pool's tier for it; default: the channel's own tier.
+    #[schema(value_type = Option<crate::schema::Tier>)]
+    tier: Option<Tier>,
+    /// Most draws per local day.
+    #[schema(minimum = 1)]
+    daily_cap: Option<u64>,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
+    reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
+    expected_version: i64,
+}
+
+/// `POST /api/v1/pools/{pool}/members` with `{"channel", "weight"?, "tier"?, "daily_cap"?,
+/// "reason", "expected_version"}`: a registered channel joins the pool (drawn from the next
+/// batch); its weight defaults to the channel's base weight.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "An unregistered channel, a channel already a member, a tier given for a channels pool or missing for a tiers pool, or weights or a cap that break a rule", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/pools/{pool}/members")]
+pub async fn add_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<MemberAddBody>,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let body = body.into_inner();
+    let channel = crate::channels::store::get_channel(&state.db, &body.channel).await?.ok_or_else(|| {
+        ApiError::Unprocessable {
+            field: "channel".into(),
+            rule: format!("unknown channel {:?}: register it first", body.channel.as_str()),
+        }
+    })?;
+    let weight = body.weight.unwrap_or(channel.base_weight as u64);
+    let code = channel.code.clone();
+    let channel_tier: Option<Tier> = channel.tier.as_deref().and_then(|t| t.parse().ok());
+    let reply = change_pool(
+        &state,
+        &pool,
+        "pool.member_add",
+        &who,
+        Some(body.expected_version),
+        ReweightMode::Drain,
+        move |s| {
+            let add = |weights: &Weights| -> Result<Weights, ChangeError> {
+                if weights.index_of(&code).is_some() {
+                    return Err(ChangeError::Invalid {
+                        field: "channel".into(),
+                        rule: format!("{code:?} is already a member"),
+                    });
+                }
+                let mut pairs: Vec<(String, u64)> = weights.iter().map(|(m, w)| (m.to_owned(), w)).collect();
+                pairs.push((code.clone(), weight));
+                Weights::from_integers(pairs)
+                    .map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })
+            };
+            match s.kind {
+                client::pool::PoolKind::Channels => {
+                    if body.tier.is_some() {
+                        return Err(ChangeError::Invalid {
+                            field: "tier".into(),
+                            rule: "only a tiers pool places channels in tiers".into(),
+                        });
+                    }
+                    s.weights = add(&s.weights)?;
+                }
+                client::pool::PoolKind::Tiers => {
+                    let tier = body.tier.or(channel_tier).ok_or_else(|| ChangeError::Invalid {
+                        field: "tier".into(),
+                        rule: "is required: the channel has no tier of its own".into(),
+                    })?;
+                    if s.channels().index_of(&code).is_some() {
+                        return Err(ChangeError::Invalid {
+                            field: "channel".into(),
+                            rule: format!("{code:?} is already a member"),
+                        });
+                    }
+                    let updated = match s.tiers.get(&tier) {
+                        Some(existing) => add(existing)?,
+                        None => Weights::from_integers([(code.clone(), weight)])
+                            .map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })?,
+                    };
+                    s.tiers.insert(tier, updated);
+                }
+            }
+            if let Some(cap) = body.daily_cap {
+                s.caps.insert(code.clone(), cap);
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+/// An ejection or a restore.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
+    reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
+    expected_version: i64,
+}
+
+async fn set_member_ejected(
+    req: HttpRequest,
+    state: &AppState,
+    pool: String,
+    member: String,
+    body: MemberBody,
+    eject: bool,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&pool)?;
+    let who = actor(&req, state, &body.reason, true)?;
+    let action = if eject { "pool.eject" } else { "pool.restore" };
+    let reply = change_pool(state, &pool, action, &who, Some(body.expected_version), ReweightMode::Drain, |s| {
+        if s.channels().index_of(&member).is_none() {
+            return Err(ChangeError::NotFound(format!("pool {:?} has no member {member:?}", pool.as_str())));
+        }
+        let changed = if eject { s.ejected.insert(member.clone()) } else { s.ejected.remove(&member) };
+        if !changed {
+            let word = if eject { "already ejected" } else { "not ejected" };
+            return Err(ChangeError::Invalid { field: "member".into(), rule: format!("{member:?} is {word}") });
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+/// `POST /api/v1/pools/{pool}/members/{member}/eject` with `{"reason","expected_version"}`:
+/// the member's tickets are skipped from now on (the pool is rebuilt without it when the
+/// ejected members hold more than the pool's `eject_rebuild_percent`); kept in the
+/// snapshot, so it survives a Redis restart.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`"), ("member" = String, Path, description = "The member (a channel code) to eject or restore")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "The member is already ejected", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/pools/{pool}/members/{member}/eject")]
+pub async fn eject_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<MemberBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (pool, member) = path.into_inner();
+    set_member_ejected(req, &state, pool, member, body.into_inner(), true).await
+}
+
+/// `POST /api/v1/pools/{pool}/members/{member}/restore`: the member is drawn again.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`"), ("member" = String, Path, description = "The member (a channel code) to eject or restore")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "The member is not ejected", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/pools/{pool}/members/{member}/restore")]
+pub async fn restore_member(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<MemberBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (pool, member) = path.into_inner();
+    set_member_ejected(req, &state, pool, member, body.into_inner(), false).await
+}
+
+/// New peak windows for a pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PeakWindowsBody {
+    /// `[{"start": "19:00", "end": "23:00", "multiplier": 3, "weights"?: [...]}]`
+    #[schema(value_type = Vec<crate::schema::PeakWindowEntry>)]
+    peak_windows: Vec<engine::peak::PeakWindow>,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
+    reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
+    expected_version: i64,
+}
+
+/// `PUT /api/v1/pools/{pool}/peak_windows` with `{"peak_windows", "reason",
+/// "expected_version"}`: replaces the pool's peak windows (validated: times `HH:MM`, end ≠
+/// start, multiplier ≥ 1, no overlap); the next batch uses them.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body (a time not `HH:MM`, `end` equal to `start`, a multiplier below 1), or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "Windows that break a rule (overlapping, a multiplier over 1000, weights naming a stranger), naming the field", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/pools/{pool}/peak_windows")]
+pub async fn put_peak_windows(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PeakWindowsBody>,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let body = body.into_inner();
+    let windows = body.peak_windows;
+    let reply = change_pool(
+        &state,
+        &pool,
+        "pool.peak_windows",
+        &who,
+        Some(body.expected_version),
+        ReweightMode::Drain,
+        move |s| {
+            s.peak_windows = windows;
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+/// New daily caps for a pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapsBody {
+    /// `{"ALIPAY_A": 100000, …}`: most draws per member per local day, ≥ 1; a member
+    /// missing here has no cap.
+    caps: std::collections::BTreeMap<String, u64>,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
+    reason: Option<String>,
+    /// The pool's configuration version this change was made against (`version` of
+    /// `GET /api/v1/pools/{pool}`).
+    #[schema(minimum = 0)]
+    expected_version: i64,
+}
+
+/// `PUT /api/v1/pools/{pool}/caps` with `{"caps", "reason", "expected_version"}`: replaces
+/// the pool's per-member daily caps.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 422, description = "A cap outside 1..=2^53−1, or for a channel that is not a member", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/pools/{pool}/caps")]
+pub async fn put_caps(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<CapsBody>,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let body = body.into_inner();
+    let caps = body.caps;
+    let reply =
+        change_pool(&state, &pool, "pool.caps", &who, Some(body.expected_version), ReweightMode::Drain, move |s| {
+            s.caps = caps;
+            Ok(())
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+/// A rebuild request.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
+    reason: Option<String>,
+}
+
+/// `POST /api/v1/pools/{pool}/rebuild` with `{"reason"}`: replaces the remaining tickets
+/// with a fresh batch from the published snapshot (audited). 503 when Redis cannot do it.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Rebuilt and audited: `{\"entity\", \"version\" (the configuration version), \"audit_id\", \"rebuilt\": true}`", body = Object),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 503, description = "Redis could not rebuild the pool (any failure), or Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/pools/{pool}/rebuild")]
+pub async fn rebuild_pool(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<RebuildBody>,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let Some((version, _)) = crate::pools::store::get_pool(&state.db, &pool).await? else {
+        return Err(unknown_pool(&pool));
+    };
+    // The audit row is written first and committed only once the rebuild is done: a
+    // failed rebuild leaves no row, and a rebuild never happens without one being ready.
+    let mut tx = state.db.begin().await?;
+    let audit_id = crate::change::store::audit(
+        &mut tx,
+        &who.ctx(),
+        &format!("pool:{pool}"),
+        "pool.rebuild",
+        None,
+        Some(&json!({"version": version})),
+    )
+    .await?;
+    state
+        .pool_admin
+        .rebuild(&pool)
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())))?;
+    tx.commit().await?;
+    Ok(HttpResponse::Ok()
+        .json(json!({"entity": format!("pool:{pool}"), "version": version, "audit_id": audit_id, "rebuilt": true})))
+}

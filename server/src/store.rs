@@ -1,0 +1,62 @@
+//! Postgres: connecting, creating the database, migrations, and repository functions.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::ExposeSecret;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+
+use crate::configuration::Settings;
+
+/// Every migration in `migrations/`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Opens the connection pool. Acquiring a connection waits at most 3 s, so a Postgres
+/// outage turns into quick errors (and a 503) rather than hung requests.
+pub async fn connect(settings: &Settings) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = settings
+        .database_url
+        .expose_secret()
+        .parse()
+        .context("database.url (DATABASE_URL): not a valid Postgres URL")?;
+    PgPoolOptions::new()
+        .max_connections(10)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_with(options)
+        .await
+        .with_context(|| {
+            format!("connecting to Postgres at {}", crate::configuration::redact(settings.database_url.expose_secret()))
+        })
+}
+
+/// Creates the configured database when it does not exist yet.
+#[tracing::instrument(skip_all, err)]
+pub async fn create_database_if_missing(settings: &Settings) -> anyhow::Result<bool> {
+    let url = settings.database_url.expose_secret();
+    let exists = Postgres::database_exists(url).await.with_context(|| {
+        format!("checking whether database {} exists", settings.database_name().unwrap_or_default())
+    })?;
+    if exists {
+        return Ok(false);
+    }
+    Postgres::create_database(url)
+        .await
+        .with_context(|| format!("creating database {}", settings.database_name().unwrap_or_default()))?;
+    tracing::info!(database = %settings.database_name()?, "created database");
+    Ok(true)
+}
+
+/// Applies every pending migration.
+#[tracing::instrument(skip_all, err)]
+pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
+    MIGRATOR.run(db).await.context("running database migrations")?;
+    Ok(())
+}
+
+/// The server version Postgres reports (`SHOW server_version`).
+#[tracing::instrument(skip_all, err)]
+pub async fn get_server_version(db: &PgPool) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar::<_, String>("show server_version").fetch_one(db).await
+}

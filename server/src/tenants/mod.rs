@@ -1,0 +1,81 @@
+//! Tenants and their grants: the quota settings published to Redis. [`routes`] is the admin
+//! API, [`store`] its SQL.
+
+pub mod routes;
+pub mod store;
+
+use chrono::{DateTime, Utc};
+use client::quota::{FallbackPolicy, GrantId, GrantKind, Tokens};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::change::ChangeError;
+use crate::inputs::*;
+
+pub(crate) fn default_ttl_ms() -> i64 {
+    600_000
+}
+
+pub(crate) fn default_retention() -> i64 {
+    62
+}
+
+pub(crate) fn default_fallback() -> FallbackPolicy {
+    FallbackPolicy::FailClosed
+}
+
+/// A tenant's settings: its plan and how its reservations behave.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TenantSpec {
+    pub plan: PlanName,
+    /// How long a reservation stays open before the sweeper returns it, 1..=86400000 ms.
+    #[serde(default = "default_ttl_ms")]
+    pub reservation_ttl_ms: i64,
+    /// Days a period's counters are kept after it ends, 1..=3660.
+    #[serde(default = "default_retention")]
+    pub retention_days: i64,
+    /// What clients do while Redis is unreachable (default `fail_closed`).
+    #[serde(default = "default_fallback")]
+    pub fallback: FallbackPolicy,
+}
+
+impl TenantSpec {
+    fn validate(&self) -> Result<(), ChangeError> {
+        if !(1..=86_400_000).contains(&self.reservation_ttl_ms) {
+            return Err(invalid("reservation_ttl_ms", "must be in 1..=86400000 (one day)"));
+        }
+        if !(1..=3660).contains(&self.retention_days) {
+            return Err(invalid("retention_days", "must be in 1..=3660"));
+        }
+        Ok(())
+    }
+}
+
+/// A grant to add: temporary or bonus tokens, live in `[starts_at, expires_at)`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct NewGrant {
+    pub id: GrantId,
+    #[serde(flatten)]
+    pub kind: GrantKind,
+    pub amount: Tokens,
+    #[serde(default)]
+    pub starts_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A tenant as stored: settings, plan limits, grants, and its published snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Tenant {
+    pub name: String,
+    pub plan: String,
+    pub reservation_ttl_ms: i64,
+    pub retention_days: i32,
+    pub fallback: Value,
+    pub version: i64,
+    pub updated_at: DateTime<Utc>,
+    /// Every grant, revoked ones included (with `revoked_at`).
+    pub grants: Vec<Value>,
+    /// What is published to Redis.
+    pub snapshot: Value,
+}

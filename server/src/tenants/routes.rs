@@ -1,0 +1,254 @@
+//! The admin API for tenants and their grants. Reads need permission `read`, writes `edit`.
+//! Every change republishes the tenant.
+
+use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use client::quota::{GrantId, GrantKind, TenantId, Tokens};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{store, NewGrant, TenantSpec};
+use crate::error::{ApiError, ConflictBody, ErrorBody};
+use crate::http::{actor, expected, written_json};
+use crate::publish::publish_now;
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(list_tenants).service(get_tenant).service(put_tenant).service(add_grant).service(revoke_grant);
+}
+
+fn tenant_id(raw: &str) -> Result<TenantId, ApiError> {
+    Ok(TenantId::parse(raw)?)
+}
+
+/// `GET /api/v1/tenants` → every tenant: name, plan, version, live grants.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "`{\"tenants\": [{\"name\", \"plan\", \"version\", \"updated_at\", \"live_grants\"}]}`, by name", body = Object),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/tenants")]
+pub async fn list_tenants(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let tenants = store::list_tenants(&state.db).await?;
+    Ok(HttpResponse::Ok().json(json!({ "tenants": tenants })))
+}
+
+/// `GET /api/v1/tenants/{tenant}` → plan, settings, every grant (revoked ones marked), the
+/// version and the published snapshot; or 404.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "The tenant: settings, every grant (revoked ones with `revoked_at`), the version and the published snapshot", body = super::Tenant),
+        (status = 400, description = "A malformed tenant name", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
+        (status = 404, description = "Unknown tenant", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/tenants/{tenant}")]
+pub async fn get_tenant(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let tenant = tenant_id(&path)?;
+    match store::get_tenant(&state.db, &tenant).await? {
+        Some(t) => Ok(HttpResponse::Ok().json(t)),
+        None => Err(ApiError::NotFound(format!("unknown tenant {:?}", tenant.as_str()))),
+    }
+}
+
+/// A tenant's plan and settings.
+#[derive(Debug, Deserialize)]
+pub struct TenantBody {
+    #[serde(flatten)]
+    spec: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `PUT /api/v1/tenants/{tenant}` with `{"plan", "reservation_ttl_ms"?, "retention_days"?,
+/// "fallback"?, "expected_version", "reason"?}`: creates (expected 0) or changes the
+/// tenant; its quota is republished.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    request_body(content = crate::schema::TenantSettings, description = "The tenant's plan and settings; fields left out take the defaults"),
+    responses(
+        (status = 200, description = "Created or changed, and its quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 400, description = "A malformed tenant name or body, naming the field: an unknown field, a missing `expected_version`, a `reason` that is not a string", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 409, description = "The tenant is at another version than `expected_version` (0: it exists already)", body = ConflictBody),
+        (status = 422, description = "An unknown plan, or a setting out of range (`reservation_ttl_ms`, `retention_days`)", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/tenants/{tenant}")]
+pub async fn put_tenant(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<TenantBody>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = tenant_id(&path)?;
+    let mut fields = body.into_inner().spec;
+    let reason_raw = match fields.remove("reason") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s),
+        Some(_) => return Err(ApiError::bad_request("reason", "must be a string")),
+    };
+    let who = actor(&req, &state, &reason_raw, false)?;
+    let expected_version = match fields.remove("expected_version") {
+        Some(v) => {
+            expected(v.as_i64().ok_or_else(|| ApiError::bad_request("expected_version", "must be an integer"))?)?
+        }
+        None => return Err(ApiError::bad_request("expected_version", "is required (0 to create)")),
+    };
+    const KNOWN: [&str; 4] = ["plan", "reservation_ttl_ms", "retention_days", "fallback"];
+    if let Some(unknown) = fields.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(ApiError::bad_request(
+            unknown.clone(),
+            format!("unknown field; expected one of {KNOWN:?}, expected_version, reason"),
+        ));
+    }
+    let spec: TenantSpec = serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|e| ApiError::from_serde_message(&e.to_string()))?;
+    let written = store::put_tenant(&state.db, &who.ctx(), &tenant, &spec, expected_version).await?;
+    let published = publish_now(&state).await;
+    Ok(HttpResponse::Ok().json(written_json(&[written], published)))
+}
+
+/// A grant to add.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantBody {
+    /// The grant's id, unique for the tenant forever: 1..=64 of `[A-Za-z0-9_-]`, not `plan`.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    id: GrantId,
+    /// `temporary` or `bonus`.
+    #[schema(value_type = crate::schema::GrantKind)]
+    kind: String,
+    /// Bonus grants only: lower pays first (default 0).
+    #[schema(maximum = 2147483647)]
+    priority: Option<u32>,
+    /// Tokens granted, 1..=2^53−1.
+    #[schema(value_type = u64, minimum = 1, maximum = 9007199254740991_u64)]
+    amount: serde_json::Number,
+    /// When the grant starts paying (default: at once).
+    starts_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it stops (default: never); after `starts_at` and after now.
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The tenant's version this change was made against; left out: not checked.
+    #[schema(minimum = 0)]
+    expected_version: Option<i64>,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    #[schema(max_length = 500)]
+    reason: Option<String>,
+}
+
+/// `POST /api/v1/tenants/{tenant}/grants` with `{"id", "kind": "temporary"|"bonus",
+/// "priority"?, "amount", "starts_at"?, "expires_at"?, "reason"?, "expected_version"?}` →
+/// 201; 409 when the id was ever used; 422 for a grant that has already expired.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    responses(
+        (status = 201, description = "Added, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 400, description = "A malformed tenant name or body, naming the field: kind, a priority on a temporary grant, an amount outside 1..=2^53−1, a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown tenant", body = ErrorBody),
+        (status = 409, description = "The tenant is at another version than `expected_version` (a `ConflictBody`), or a grant with this id exists or existed (an `ErrorBody` naming `id`): ids are never reused", body = crate::schema::ConflictOrDuplicateBody),
+        (status = 422, description = "A grant that has already expired, or that expires before it starts", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/tenants/{tenant}/grants")]
+pub async fn add_grant(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<GrantBody>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = tenant_id(&path)?;
+    let who = actor(&req, &state, &body.reason, false)?;
+    let body = body.into_inner();
+    let kind = match (body.kind.as_str(), body.priority) {
+        ("temporary", None) => GrantKind::Temporary,
+        ("temporary", Some(_)) => return Err(ApiError::bad_request("priority", "only bonus grants have a priority")),
+        ("bonus", priority) => {
+            let priority = priority.unwrap_or(0);
+            if priority > i32::MAX as u32 {
+                return Err(ApiError::bad_request("priority", format!("must be at most {}", i32::MAX)));
+            }
+            GrantKind::Bonus { priority }
+        }
+        (other, _) => {
+            return Err(ApiError::bad_request("kind", format!("must be \"temporary\" or \"bonus\", got {other:?}")))
+        }
+    };
+    let amount =
+        body.amount.as_i64().map(i128::from).ok_or_else(|| ApiError::bad_request("amount", "must be an integer"))?;
+    let grant = NewGrant {
+        id: body.id,
+        kind,
+        amount: Tokens::parse("amount", amount)?,
+        starts_at: body.starts_at,
+        expires_at: body.expires_at,
+    };
+    let expected_version = body.expected_version.map(expected).transpose()?;
+    let written =
+        store::add_grant(&state.db, &who.ctx(), &tenant, &grant, expected_version, chrono::Utc::now()).await?;
+    let published = publish_now(&state).await;
+    Ok(HttpResponse::Created().json(written_json(&[written], published)))
+}
+
+/// A revocation.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = String, max_length = 500)]
+    reason: Option<String>,
+    /// The tenant's version this change was made against; left out: not checked.
+    #[schema(minimum = 0)]
+    expected_version: Option<i64>,
+}
+
+/// `POST /api/v1/tenants/{tenant}/grants/{id}/revoke` with `{"reason",
+/// "expected_version"?}`: the grant is no longer published; its row and history stay.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant"), ("id" = String, Path, description = "The grant's id: 1..=64 of `[A-Za-z0-9_-]`, not `plan`")),
+    responses(
+        (status = 200, description = "Revoked, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 400, description = "A malformed tenant name, grant id or body, a missing reason, or a negative `expected_version`", body = ErrorBody),
+        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
+        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
+        (status = 404, description = "Unknown tenant, or the tenant has no such grant", body = ErrorBody),
+        (status = 409, description = "The tenant is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "The grant was already revoked", body = ErrorBody),
+        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/tenants/{tenant}/grants/{id}/revoke")]
+pub async fn revoke_grant(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<RevokeBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (tenant, id) = path.into_inner();
+    let tenant = tenant_id(&tenant)?;
+    let id = GrantId::parse(&id)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let expected_version = body.expected_version.map(expected).transpose()?;
+    let written = store::revoke_grant(&state.db, &who.ctx(), &tenant, &id, expected_version).await?;
+    let published = publish_now(&state).await;
+    Ok(HttpResponse::Ok().json(written_json(&[written], published)))
+}

@@ -1,0 +1,308 @@
+//! The tenant and grant tables; every change republishes the tenant.
+
+use chrono::{DateTime, Utc};
+use client::quota::{FallbackPolicy, Grant, GrantId, GrantKind, TenantId};
+use serde_json::{json, Value};
+use sqlx::{PgConnection, PgPool, Row};
+
+use super::*;
+use crate::change::store::{lock, publish};
+use crate::change::{check_version, ChangeError, Ctx, Written};
+use crate::inputs::*;
+use crate::plans::store::plan_in;
+
+pub(crate) fn grant_json(r: &sqlx::postgres::PgRow, with_state: bool) -> Result<Value, sqlx::Error> {
+    let kind: String = r.try_get("kind")?;
+    let mut grant = json!({
+        "id": r.try_get::<String, _>("id")?,
+        "kind": kind,
+        "amount": r.try_get::<i64, _>("amount")?,
+        "starts_at": r.try_get::<Option<DateTime<Utc>>, _>("starts_at")?,
+        "expires_at": r.try_get::<Option<DateTime<Utc>>, _>("expires_at")?,
+    });
+    if kind == "bonus" {
+        grant["priority"] = json!(r.try_get::<i32, _>("priority")?);
+    }
+    if with_state {
+        grant["created_at"] = json!(r.try_get::<DateTime<Utc>, _>("created_at")?);
+        grant["revoked_at"] = json!(r.try_get::<Option<DateTime<Utc>>, _>("revoked_at")?);
+    }
+    Ok(grant)
+}
+
+/// Compiles a tenant's published quota (without `version`) from its rows.
+pub(crate) async fn compile_tenant(tx: &mut PgConnection, tenant: &str) -> Result<Option<(i64, Value)>, sqlx::Error> {
+    let Some(row) = sqlx::query(
+        "select t.reservation_ttl_ms, t.retention_days, t.fallback_policy, t.fallback_allowance, t.version,
+                p.monthly_tokens, p.daily_requests, p.concurrency
+         from tenant t join plan p on p.name = t.plan where t.name = $1",
+    )
+    .bind(tenant)
+    .fetch_optional(&mut *tx)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let grants = sqlx::query(
+        "select id, kind, priority, amount, starts_at, expires_at, created_at, revoked_at from quota_grant
+         where tenant = $1 and revoked_at is null order by created_at, id",
+    )
+    .bind(tenant)
+    .fetch_all(&mut *tx)
+    .await?;
+    let grants = grants.iter().map(|g| grant_json(g, false)).collect::<Result<Vec<_>, _>>()?;
+    let policy: String = row.try_get("fallback_policy")?;
+    let fallback = match row.try_get::<Option<i64>, _>("fallback_allowance")? {
+        Some(allowance) => json!({"policy": policy, "allowance": allowance}),
+        None => json!({"policy": policy}),
+    };
+    Ok(Some((
+        row.try_get("version")?,
+        json!({
+            "monthly_tokens": row.try_get::<i64, _>("monthly_tokens")?,
+            "daily_requests": row.try_get::<i64, _>("daily_requests")?,
+            "concurrency": row.try_get::<i32, _>("concurrency")?,
+            "grants": grants,
+            "reservation_ttl": row.try_get::<i64, _>("reservation_ttl_ms")?,
+            "retention_days": row.try_get::<i32, _>("retention_days")?,
+            "fallback": fallback,
+        }),
+    )))
+}
+
+pub(crate) async fn republish_tenant(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    tenant: &str,
+    action: &str,
+) -> Result<Written, ChangeError> {
+    let (_, body) =
+        compile_tenant(tx, tenant).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {tenant:?}")))?;
+    let written = publish(tx, ctx, &format!("tenant:{tenant}"), action, &body).await?;
+    sqlx::query("update tenant set version = $2, updated_at = now() where name = $1")
+        .bind(tenant)
+        .bind(written.version)
+        .execute(&mut *tx)
+        .await?;
+    Ok(written)
+}
+
+/// Every tenant's name, plan and version.
+pub async fn list_tenants(db: &PgPool) -> Result<Vec<Value>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select t.name, t.plan, t.version, t.updated_at,
+                (select count(*) from quota_grant g where g.tenant = t.name and g.revoked_at is null
+                    and (g.expires_at is null or g.expires_at > now())) as live_grants
+         from tenant t order by t.name",
+    )
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(json!({
+                "name": r.try_get::<String, _>("name")?,
+                "plan": r.try_get::<String, _>("plan")?,
+                "version": r.try_get::<i64, _>("version")?,
+                "updated_at": r.try_get::<DateTime<Utc>, _>("updated_at")?,
+                "live_grants": r.try_get::<i64, _>("live_grants")?,
+            }))
+        })
+        .collect()
+}
+
+/// One tenant: settings, every grant, and the published snapshot.
+pub async fn get_tenant(db: &PgPool, tenant: &TenantId) -> Result<Option<Tenant>, sqlx::Error> {
+    let mut conn = db.acquire().await?;
+    let Some((version, snapshot)) = compile_tenant(&mut conn, tenant.as_str()).await? else {
+        return Ok(None);
+    };
+    let row = sqlx::query(
+        "select name, plan, reservation_ttl_ms, retention_days, fallback_policy, fallback_allowance, updated_at
+         from tenant where name = $1",
+    )
+    .bind(tenant.as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    let grants = sqlx::query(
+        "select id, kind, priority, amount, starts_at, expires_at, created_at, revoked_at from quota_grant
+         where tenant = $1 order by created_at, id",
+    )
+    .bind(tenant.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(Tenant {
+        name: row.try_get("name")?,
+        plan: row.try_get("plan")?,
+        reservation_ttl_ms: row.try_get("reservation_ttl_ms")?,
+        retention_days: row.try_get("retention_days")?,
+        fallback: snapshot["fallback"].clone(),
+        version,
+        updated_at: row.try_get("updated_at")?,
+        grants: grants.iter().map(|g| grant_json(g, true)).collect::<Result<_, _>>()?,
+        snapshot,
+    }))
+}
+
+/// Creates (`expected_version` 0) or changes a tenant's plan assignment and settings.
+pub async fn put_tenant(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    tenant: &TenantId,
+    spec: &TenantSpec,
+    expected_version: i64,
+) -> Result<Written, ChangeError> {
+    spec.validate()?;
+    let entity = format!("tenant:{tenant}");
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &entity).await?;
+    let current: Option<i64> = sqlx::query_scalar("select version from tenant where name = $1")
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    check_version(&entity, Some(expected_version), current.unwrap_or(0))?;
+    if plan_in(&mut tx, spec.plan.as_str()).await?.is_none() {
+        return Err(invalid(
+            "plan",
+            format!("unknown plan {:?}: create it first (POST /api/v1/plans)", spec.plan.as_str()),
+        ));
+    }
+    let (policy, allowance) = match spec.fallback {
+        FallbackPolicy::FailClosed => ("fail_closed", None),
+        FallbackPolicy::FailOpenLimited { allowance } => ("fail_open_limited", Some(allowance.get() as i64)),
+    };
+    sqlx::query(
+        "insert into tenant (name, plan, reservation_ttl_ms, retention_days, fallback_policy, fallback_allowance, version)
+         values ($1, $2, $3, $4, $5, $6, 1)
+         on conflict (name) do update set plan = excluded.plan, reservation_ttl_ms = excluded.reservation_ttl_ms,
+             retention_days = excluded.retention_days, fallback_policy = excluded.fallback_policy,
+             fallback_allowance = excluded.fallback_allowance, updated_at = now()",
+    )
+    .bind(tenant.as_str())
+    .bind(spec.plan.as_str())
+    .bind(spec.reservation_ttl_ms)
+    .bind(spec.retention_days as i32)
+    .bind(policy)
+    .bind(allowance)
+    .execute(&mut *tx)
+    .await?;
+    let action = if current.is_some() { "tenant.update" } else { "tenant.create" };
+    let written = republish_tenant(&mut tx, ctx, tenant.as_str(), action).await?;
+    tx.commit().await?;
+    Ok(written)
+}
+
+/// Adds a grant to a tenant; refused when its id is taken (revoked ones included) or when
+/// it has already expired at `now`.
+pub async fn add_grant(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    tenant: &TenantId,
+    grant: &NewGrant,
+    expected_version: Option<i64>,
+    now: DateTime<Utc>,
+) -> Result<Written, ChangeError> {
+    if let Some(expires) = grant.expires_at {
+        if expires <= now {
+            return Err(invalid(
+                "expires_at",
+                format!("the grant has already expired ({expires} is not after now, {now})"),
+            ));
+        }
+        if grant.starts_at.is_some_and(|starts| expires <= starts) {
+            return Err(invalid("expires_at", "must be after starts_at"));
+        }
+    }
+    // The same rules as the published quota (a kind, a live window), checked once more.
+    let as_grant = Grant {
+        id: grant.id.clone(),
+        kind: grant.kind,
+        amount: grant.amount,
+        starts_at: grant.starts_at,
+        expires_at: grant.expires_at,
+    };
+    let entity = format!("tenant:{tenant}");
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &entity).await?;
+    let current: Option<i64> = sqlx::query_scalar("select version from tenant where name = $1")
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let current = current.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {:?}", tenant.as_str())))?;
+    check_version(&entity, expected_version, current)?;
+    let taken: Option<Option<DateTime<Utc>>> =
+        sqlx::query_scalar("select revoked_at from quota_grant where tenant = $1 and id = $2")
+            .bind(tenant.as_str())
+            .bind(grant.id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some(revoked) = taken {
+        let state = if revoked.is_some() { "a revoked grant" } else { "a grant" };
+        return Err(ChangeError::Duplicate {
+            field: "id".into(),
+            rule: format!("{state} with id {:?} exists; ids are never reused", grant.id.as_str()),
+        });
+    }
+    let (kind, priority) = match as_grant.kind {
+        GrantKind::Temporary => ("temporary", 0),
+        GrantKind::Bonus { priority } => ("bonus", priority),
+    };
+    if priority > i32::MAX as u32 {
+        return Err(invalid("priority", format!("must be at most {}", i32::MAX)));
+    }
+    sqlx::query(
+        "insert into quota_grant (tenant, id, kind, priority, amount, starts_at, expires_at) values ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(tenant.as_str())
+    .bind(as_grant.id.as_str())
+    .bind(kind)
+    .bind(priority as i32)
+    .bind(as_grant.amount.get() as i64)
+    .bind(as_grant.starts_at)
+    .bind(as_grant.expires_at)
+    .execute(&mut *tx)
+    .await?;
+    let written = republish_tenant(&mut tx, ctx, tenant.as_str(), "tenant.grant").await?;
+    tx.commit().await?;
+    Ok(written)
+}
+
+/// Revokes a grant: it is no longer published (its tokens stop being available); the row
+/// stays, marked revoked.
+pub async fn revoke_grant(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    tenant: &TenantId,
+    id: &GrantId,
+    expected_version: Option<i64>,
+) -> Result<Written, ChangeError> {
+    let entity = format!("tenant:{tenant}");
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &entity).await?;
+    let current: Option<i64> = sqlx::query_scalar("select version from tenant where name = $1")
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let current = current.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {:?}", tenant.as_str())))?;
+    check_version(&entity, expected_version, current)?;
+    let revoked: Option<Option<DateTime<Utc>>> =
+        sqlx::query_scalar("select revoked_at from quota_grant where tenant = $1 and id = $2")
+            .bind(tenant.as_str())
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+    match revoked {
+        None => {
+            return Err(ChangeError::NotFound(format!("tenant {:?} has no grant {:?}", tenant.as_str(), id.as_str())))
+        }
+        Some(Some(at)) => return Err(invalid("id", format!("grant {:?} was already revoked at {at}", id.as_str()))),
+        Some(None) => {}
+    }
+    sqlx::query("update quota_grant set revoked_at = now() where tenant = $1 and id = $2")
+        .bind(tenant.as_str())
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await?;
+    let written = republish_tenant(&mut tx, ctx, tenant.as_str(), "tenant.revoke").await?;
+    tx.commit().await?;
+    Ok(written)
+}
