@@ -105,9 +105,9 @@ pub async fn demo_seed(db: &PgPool) -> anyhow::Result<SeedReport> {
     let mut report = SeedReport::default();
     // One seed at a time, so two concurrent seeds do not both find a thing missing.
     let mut lock = db.acquire().await?;
-    sqlx::query("select pg_advisory_lock(hashtext('tessera.demo_seed'))").execute(&mut *lock).await?;
+    crate::store::advisory_lock(&mut lock, "tessera.demo_seed").await?;
     let outcome = seed(db, &mut report).await;
-    sqlx::query("select pg_advisory_unlock(hashtext('tessera.demo_seed'))").execute(&mut *lock).await?;
+    crate::store::advisory_unlock(&mut lock, "tessera.demo_seed").await?;
     outcome.map(|()| report)
 }
 

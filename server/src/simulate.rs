@@ -203,13 +203,7 @@ impl QuotaPlan {
 
 /// Every name of one kind of entity (`pool:` or `tenant:`) that has a snapshot.
 async fn entities(db: &PgPool, kind: &str) -> anyhow::Result<Vec<String>> {
-    sqlx::query_scalar(
-        "select distinct substr(entity, length($1) + 1) from snapshot where left(entity, length($1)) = $1 order by 1",
-    )
-    .bind(kind)
-    .fetch_all(db)
-    .await
-    .with_context(|| format!("listing {kind} snapshots"))
+    crate::change::store::names_of_kind(db, kind).await.with_context(|| format!("listing {kind} snapshots"))
 }
 
 /// The pools and tenants to drive: those asked for (each must have a snapshot), else all.

@@ -1,4 +1,4 @@
-//! Postgres: connecting, creating the database, migrations, and repository functions.
+//! Postgres itself: connecting, creating the database, migrations, advisory locks.
 
 use std::time::Duration;
 
@@ -6,7 +6,7 @@ use anyhow::Context;
 use secrecy::ExposeSecret;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::configuration::Settings;
 
@@ -59,4 +59,33 @@ pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
 #[tracing::instrument(skip_all, err)]
 pub async fn get_server_version(db: &PgPool) -> Result<String, sqlx::Error> {
     sqlx::query_scalar::<_, String>("show server_version").fetch_one(db).await
+}
+
+/// Waits for the session-level advisory lock named `name` (held until
+/// [`advisory_unlock`] or the connection closes).
+pub async fn advisory_lock(conn: &mut PgConnection, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("select pg_advisory_lock(hashtext($1))").bind(name).execute(conn).await?;
+    Ok(())
+}
+
+/// Releases the advisory lock named `name`.
+pub async fn advisory_unlock(conn: &mut PgConnection, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("select pg_advisory_unlock(hashtext($1))").bind(name).execute(conn).await?;
+    Ok(())
+}
+
+/// Takes the session-level advisory lock `key` if it is free; whether it did.
+pub async fn try_advisory_lock(conn: &mut PgConnection, key: i64) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select pg_try_advisory_lock($1)").bind(key).fetch_one(conn).await
+}
+
+/// How many rows a table holds (benchmarks size their data by it).
+pub async fn count_rows(db: &PgPool, table: &'static str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(db).await
+}
+
+/// Drops a database (the benchmarks' own), closing its connections.
+pub async fn drop_database(admin: &mut PgConnection, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(r#"drop database if exists "{name}" with (force)"#)).execute(admin).await?;
+    Ok(())
 }

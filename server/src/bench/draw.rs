@@ -162,7 +162,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         }
     })
     .await?;
-    sqlx::query("update api_token set revoked_at = now() where id = $1").bind(token_id).execute(&state.db).await?;
+    crate::access::store::revoke_token(&mut *state.db.acquire().await?, token_id).await?;
 
     let health = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
     let url = format!("{address}/healthz");

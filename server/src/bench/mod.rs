@@ -115,10 +115,7 @@ where
     use sqlx::Connection;
     let mut admin =
         sqlx::PgConnection::connect(&admin_url).await.context("connecting to drop the benchmark database")?;
-    sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#))
-        .execute(&mut admin)
-        .await
-        .context("dropping the benchmark database")?;
+    crate::store::drop_database(&mut admin, &db_name).await.context("dropping the benchmark database")?;
     result
 }
 

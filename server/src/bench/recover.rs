@@ -194,10 +194,8 @@ async fn configure(state: &AppState, address: &str, token: &str, args: &BenchRec
 
 /// Every pool and tenant with a snapshot in Postgres.
 async fn published_entities(state: &AppState) -> anyhow::Result<Targets> {
-    let entities: Vec<String> = sqlx::query_scalar("select distinct entity from snapshot order by entity")
-        .fetch_all(&state.db)
-        .await
-        .context("listing the configured entities")?;
+    let entities: Vec<String> =
+        crate::change::store::entities(&state.db).await.context("listing the configured entities")?;
     let mut targets = Targets { pools: Vec::new(), tenants: Vec::new() };
     for entity in entities {
         if let Some(pool) = entity.strip_prefix("pool:") {
@@ -424,11 +422,7 @@ async fn wipe(state: &AppState) -> anyhow::Result<u64> {
 /// Every published entity's newest version in Postgres against its meta hash in Redis:
 /// how many were compared, and the ones that differ.
 async fn compare_versions(state: &AppState) -> anyhow::Result<(u32, Vec<String>)> {
-    let newest: Vec<(String, i64)> =
-        sqlx::query_as("select entity, max(version) from snapshot group by entity order by entity")
-            .fetch_all(&state.db)
-            .await
-            .context("reading the newest versions")?;
+    let newest = crate::publish::store::newest_versions(&state.db).await.context("reading the newest versions")?;
     let mut conn = state.redis.connection().await?;
     let mut compared = 0;
     let mut mismatched = Vec::new();

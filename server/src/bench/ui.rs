@@ -60,12 +60,7 @@ async fn measure(state: &AppState, address: &str, token: &str, args: &BenchUiArg
     // The demo seed (its pools, channels and tenants), then pools and channels of the
     // benchmark's own up to the sizes asked for.
     crate::seed::demo_seed(&state.db).await.context("seeding the demo configuration")?;
-    let count = |table: &'static str| async move {
-        sqlx::query_scalar::<_, i64>(&format!("select count(*) from {table}"))
-            .fetch_one(&state.db)
-            .await
-            .map(|n| n as u32)
-    };
+    let count = |table: &'static str| async move { crate::store::count_rows(&state.db, table).await.map(|n| n as u32) };
     let (seeded_pools, seeded_channels) = (count("pool").await?, count("channel").await?);
     anyhow::ensure!(args.pools > seeded_pools, "--pools must exceed the {seeded_pools} demo pools");
     let (new_pools, new_channels) = (args.pools - seeded_pools, args.channels.saturating_sub(seeded_channels));

@@ -248,3 +248,18 @@ pub(crate) async fn adopt_one(
     }
     Ok(true)
 }
+
+/// Every name of one kind of entity (`pool:` or `tenant:`) that has a snapshot.
+pub async fn names_of_kind(db: &PgPool, kind: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select distinct substr(entity, length($1) + 1) from snapshot where left(entity, length($1)) = $1 order by 1",
+    )
+    .bind(kind)
+    .fetch_all(db)
+    .await
+}
+
+/// Every entity that has a snapshot.
+pub async fn entities(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select distinct entity from snapshot order by entity").fetch_all(db).await
+}

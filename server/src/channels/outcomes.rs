@@ -38,13 +38,9 @@ pub async fn record_outcomes(
 ) -> Result<HttpResponse, ApiError> {
     let channel = ChannelCode::parse(&path)?;
     let counts = parse_counts(&body)?;
-    let known = sqlx::query_scalar::<_, i32>("select 1 from channel where code = $1")
-        .bind(channel.as_str())
-        .fetch_optional(&state.db)
-        .await;
-    match known {
-        Ok(Some(_)) => {}
-        Ok(None) => return Err(ApiError::NotFound(format!("unknown channel {:?}", channel.as_str()))),
+    match crate::channels::store::exists(&state.db, channel.as_str()).await {
+        Ok(true) => {}
+        Ok(false) => return Err(ApiError::NotFound(format!("unknown channel {:?}", channel.as_str()))),
         Err(e) => match ApiError::from(e) {
             ApiError::Unavailable(why) => {
                 tracing::warn!(channel = %channel, error = %why, "postgres unreachable: outcome report recorded without looking the channel up");

@@ -173,3 +173,12 @@ pub async fn set_channel_enabled(
     tx.commit().await?;
     Ok((written, after))
 }
+
+/// Whether a channel exists.
+pub async fn exists(db: &PgPool, code: &str) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query_scalar::<_, i32>("select 1 from channel where code = $1")
+        .bind(code)
+        .fetch_optional(db)
+        .await?
+        .is_some())
+}

@@ -60,13 +60,10 @@ impl Leadership {
             .await
             .context("opening the leadership connection: timed out")?
             .context("opening the leadership connection")?;
-        let taken: bool = tokio::time::timeout(
-            TIMEOUT,
-            sqlx::query_scalar("SELECT pg_try_advisory_lock($1)").bind(self.key).fetch_one(&mut conn),
-        )
-        .await
-        .context("pg_try_advisory_lock: timed out")?
-        .context("pg_try_advisory_lock")?;
+        let taken: bool = tokio::time::timeout(TIMEOUT, crate::store::try_advisory_lock(&mut conn, self.key))
+            .await
+            .context("pg_try_advisory_lock: timed out")?
+            .context("pg_try_advisory_lock")?;
         if taken {
             tracing::info!(job = self.job, "this instance now leads the job");
             *held = Some(conn);

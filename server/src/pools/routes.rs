@@ -84,11 +84,7 @@ pub async fn get_pool(state: web::Data<AppState>, path: web::Path<String>) -> Re
     let Some((version, snapshot)) = crate::pools::store::get_pool(&state.db, &pool).await? else {
         return Err(unknown_pool(&pool));
     };
-    let published: Option<(i64, Value)> =
-        sqlx::query_as("select version, body from snapshot where entity = $1 order by version desc limit 1")
-            .bind(format!("pool:{pool}"))
-            .fetch_optional(&state.db)
-            .await?;
+    let published = crate::publish::store::newest(&state.db, &format!("pool:{pool}")).await?;
     let (published_version, published) = published.unzip();
     Ok(HttpResponse::Ok().json(json!({
         "version": version, "snapshot": snapshot, "published_version": published_version, "published": published,
