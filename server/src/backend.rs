@@ -331,7 +331,7 @@ impl app::api::Backend for AppState {
         let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
         // Every pool's samples in one read, not one per pool.
         let since = now - chrono::TimeDelta::milliseconds(SPAN_MS);
-        let mut samples = crate::jobs::pool_sampler::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES)
+        let mut samples = crate::samples::store::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES)
             .await
             .map_err(unavailable)?;
         let served = draws_by_source(&self.metrics.pool.draws);

@@ -4,7 +4,7 @@
 //!
 //! One folder per resource — [`pools`], [`channels`], [`plans`], [`tenants`] (with grants),
 //! [`quota`], [`health`], [`access`] (guard, sessions, tokens, passwords), [`audit`],
-//! [`probes`] — each with `routes.rs` (HTTP only: parse, authorize, call down) and
+//! [`probes`], [`samples`] — each with `routes.rs` (HTTP only: parse, authorize, call down) and
 //! `store.rs` (its SQL, and the only SQL). Below the routes: [`http`] (what every route
 //! shares), [`change`] (one audited transaction per change), [`publish`] (snapshots to
 //! Redis, keyed by a typed entity), [`error`], [`inputs`], [`schema`]. [`jobs`] holds one
@@ -33,6 +33,7 @@ pub mod pools;
 pub mod probes;
 pub mod publish;
 pub mod quota;
+pub mod samples;
 pub mod schema;
 pub mod seed;
 pub mod simulate;
@@ -41,3 +42,6 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tenants;
+
+#[cfg(test)]
+mod architecture;

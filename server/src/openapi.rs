@@ -54,7 +54,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::quota::routes::get_quota,
         // Pool data plane.
         crate::pools::draw::draw_ticket,
-        crate::pools::samples::list_pool_samples,
+        crate::samples::routes::list_pool_samples,
         // Outcome reports (data plane of health).
         crate::channels::outcomes::record_outcomes,
         // Audit trail.

@@ -207,5 +207,5 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(crate::audit::routes::verify)
         .service(crate::audit::routes::export)
         .service(crate::audit::routes::list)
-        .service(crate::pools::samples::list_pool_samples);
+        .service(crate::samples::routes::list_pool_samples);
 }

@@ -41,7 +41,7 @@ async fn draw_n(pools: &Pools, name: &str, n: usize) -> BTreeMap<String, u64> {
 }
 
 async fn samples(app: &TestApp, name: &str, since: DateTime<Utc>) -> Vec<sampler::PoolSample> {
-    sampler::list_samples(&app.state.db, &pool(name), since, 100).await.unwrap().samples
+    server::samples::store::list_samples(&app.state.db, &pool(name), since, 100).await.unwrap().samples
 }
 
 fn assert_close(got: f64, want: f64, what: &str) {
@@ -167,7 +167,7 @@ async fn the_prune_deletes_only_samples_older_than_the_retention_with_their_memb
     assert_eq!(sample_prune::run_once(&app.state).await.unwrap(), 0, "nothing more is old enough");
     // A shorter retention reaches the 6-day-old samples too.
     let five_days = SampleRetention::parse("retention_days", "5").unwrap();
-    assert_eq!(sample_prune::prune_samples(&app.state.db, five_days).await.unwrap(), 2);
+    assert_eq!(server::samples::store::prune_samples(&app.state.db, five_days).await.unwrap(), 2);
     assert_eq!(count("pool_sample").await, 2);
 }
 

@@ -56,7 +56,8 @@ async fn the_dashboard_charts_a_running_simulation_and_brings_in_new_samples_wit
     assert!(totals.draws_redis > 0 && totals.draw_errors == 0, "{totals:?}");
     let now = app.state.pool_admin.now().await.unwrap();
     assert_eq!(sampler::run_at(&app.state, now).await.unwrap().sampled, 2);
-    let page = sampler::list_samples(&app.state.db, &cn_pay, start - TimeDelta::minutes(5), 100).await.unwrap();
+    let page =
+        server::samples::store::list_samples(&app.state.db, &cn_pay, start - TimeDelta::minutes(5), 100).await.unwrap();
     assert_eq!(page.samples.len(), 7);
     let newest = page.samples.last().unwrap();
     let drawn = newest.draws.unwrap();

@@ -70,7 +70,7 @@ async fn measure(state: &AppState, address: &str, token: &str, args: &BenchUiArg
     );
     configure(&http, address, token, new_pools, new_channels).await?;
     crate::publish::drain_outbox(state).await.context("publishing the configuration")?;
-    let pools = crate::jobs::pool_sampler::list_pools(&state.db).await?;
+    let pools = crate::samples::store::list_pools(&state.db).await?;
     let (pools_now, channels_now, tenants) = (count("pool").await?, count("channel").await?, count("tenant").await?);
     // An hour of samples, 10 s apart, with draws in between so the shares have windows.
     let start = chrono::Utc::now() - TimeDelta::hours(1);

@@ -4,13 +4,12 @@
 
 pub mod draw;
 pub mod routes;
-pub mod samples;
 pub mod store;
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use client::pool::PoolSnapshot;
+use client::pool::{PoolName, PoolSnapshot};
 use engine::Tier;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -18,7 +17,12 @@ use sqlx::PgPool;
 
 use crate::audit::store::{AuditRow, Source};
 use crate::change::{validate_body, ChangeError, Written};
+use crate::error::ApiError;
+use crate::http::{written_json, Actor};
 use crate::inputs::*;
+use crate::publish::{publish_now, rebuild_if_needed};
+use crate::state::AppState;
+use client::pool::ReweightMode;
 
 // ---------------------------------------------------------------------------------------
 // Pools
@@ -149,4 +153,36 @@ pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, C
     let audit = crate::audit::store::get_audit(&mut tx, written.audit_id).await?;
     tx.commit().await?;
     Ok(Applied { version: written.version, audit, outbox_id: written.outbox_id.unwrap_or_default() })
+}
+
+/// The reply to a pool change: `version` is the configuration version (the next change's
+/// `expected_version`), `published_version` the snapshot Redis gets.
+pub(crate) fn pool_reply(w: &crate::pools::PoolWritten, published: bool) -> Value {
+    let mut reply = written_json(std::slice::from_ref(&w.written), published);
+    reply["version"] = json!(w.config_version);
+    reply["published_version"] = json!(w.written.version);
+    reply
+}
+
+/// Changes a pool and publishes it; `immediate` (or an ejection past the pool's limit)
+/// then replaces its remaining tickets. Answers what was written.
+#[allow(clippy::too_many_arguments)] // each is one fact of the change
+pub(crate) async fn change_pool(
+    state: &AppState,
+    pool: &PoolName,
+    action: &str,
+    who: &Actor,
+    expected_version: Option<i64>,
+    mode: ReweightMode,
+    edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
+) -> Result<Value, ApiError> {
+    let w = store::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit).await?;
+    let published = publish_now(state).await;
+    // Decided on what the pool publishes: health's ejections count too.
+    let rebuilt = published && rebuild_if_needed(state, pool, &w.published, mode).await;
+    let mut reply = pool_reply(&w, published);
+    reply["mode"] = json!(mode);
+    reply["rebuilt"] = json!(rebuilt);
+    reply["ejected"] = json!(w.published.ejected);
+    Ok(reply)
 }

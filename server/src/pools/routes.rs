@@ -4,16 +4,17 @@
 //! if that fails.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
-use client::pool::{PoolName, PoolSnapshot, ReweightMode};
+use client::pool::{PoolName, ReweightMode};
 use engine::{Tier, Weights};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::{change_pool, pool_reply};
 use crate::change::ChangeError;
 use crate::channels::ChannelCode;
 use crate::error::{ApiError, ConflictBody, ErrorBody};
-use crate::http::{actor, expected, written_json, Actor};
-use crate::publish::{publish_now, rebuild_if_needed};
+use crate::http::{actor, expected};
+use crate::publish::publish_now;
 use crate::state::AppState;
 
 /// Every admin route, for the app's service list.
@@ -28,15 +29,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(put_peak_windows)
         .service(put_caps)
         .service(rebuild_pool);
-}
-
-/// The reply to a pool change: `version` is the configuration version (the next change's
-/// `expected_version`), `published_version` the snapshot Redis gets.
-fn pool_reply(w: &crate::pools::PoolWritten, published: bool) -> Value {
-    let mut reply = written_json(std::slice::from_ref(&w.written), published);
-    reply["version"] = json!(w.config_version);
-    reply["published_version"] = json!(w.written.version);
-    reply
 }
 
 fn unknown_pool(pool: &PoolName) -> ApiError {
@@ -158,29 +150,6 @@ pub struct WeightsBody {
     /// `GET /api/v1/pools/{pool}`).
     #[schema(minimum = 0)]
     expected_version: i64,
-}
-
-/// Changes a pool and publishes it; `immediate` (or an ejection past the pool's limit)
-/// then replaces its remaining tickets. Answers what was written.
-#[allow(clippy::too_many_arguments)] // each is one fact of the change
-async fn change_pool(
-    state: &AppState,
-    pool: &PoolName,
-    action: &str,
-    who: &Actor,
-    expected_version: Option<i64>,
-    mode: ReweightMode,
-    edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
-) -> Result<Value, ApiError> {
-    let w = crate::pools::store::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit).await?;
-    let published = publish_now(state).await;
-    // Decided on what the pool publishes: health's ejections count too.
-    let rebuilt = published && rebuild_if_needed(state, pool, &w.published, mode).await;
-    let mut reply = pool_reply(&w, published);
-    reply["mode"] = json!(mode);
-    reply["rebuilt"] = json!(rebuilt);
-    reply["ejected"] = json!(w.published.ejected);
-    Ok(reply)
 }
 
 /// `POST /api/v1/pools/{pool}/weights` with `{"weights", "mode": "drain"|"immediate",

@@ -5,8 +5,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use client::pool::PoolName;
 use serde::{Deserialize, Serialize};
 
+use super::store::{list_samples, pool_exists};
 use crate::error::{ApiError, ErrorBody};
-use crate::jobs::pool_sampler::{list_samples, pool_exists, PoolSample};
+use crate::jobs::pool_sampler::PoolSample;
 use crate::state::AppState;
 
 /// How far back a request without `since` reaches.
