@@ -118,7 +118,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         TenantId, PoolName, ErrorBody, QuotaRefusedBody, ConflictBody, ConflictOrDuplicateBody, WeightEntry,
         PeakWindowEntry, Tier, ReweightMode, Pin, GrantKind, Role, TokenScope, TenantSettings,
     )),
-    modifiers(&AdminToken, &SessionCookie, &ServerErrors),
+    modifiers(&AdminToken, &SessionCookie, &GuardAnswers, &ServerErrors),
     tags(
         (name = "quota", description = "Two-phase token quota: reserve an estimate, settle the real use or release; idempotent by request id"),
         (name = "pool", description = "Weighted ticket pools: draw the channel for a request; samples for charts"),
@@ -171,6 +171,57 @@ impl Modify for SessionCookie {
             .get_or_insert_with(Default::default)
             .add_security_scheme(SESSION_COOKIE, SecurityScheme::ApiKey(scheme));
     }
+}
+
+/// Adds to each operation the answers of the guard in front of it, from the permission
+/// table ([`crate::access::requirement`]), so no handler repeats them: 401 without valid
+/// credentials, 403 naming who holds the permission (and, for writes, the session's
+/// same-origin and CSRF rules), and 503 when Postgres, which verifies credentials, is
+/// unreachable. A handler that documents one of these itself keeps its own.
+struct GuardAnswers;
+
+impl Modify for GuardAnswers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use actix_web::http::Method;
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let operations = [
+                (Method::GET, &mut item.get),
+                (Method::PUT, &mut item.put),
+                (Method::POST, &mut item.post),
+                (Method::DELETE, &mut item.delete),
+                (Method::PATCH, &mut item.patch),
+            ];
+            for (method, operation) in operations {
+                let Some(operation) = operation else { continue };
+                let Some(needed) = crate::access::requirement(&method, path) else { continue };
+                let unsafe_method = method != Method::GET;
+                let mut forbidden = format!("Not allowed: needs {} (permission {needed})", needed.holders());
+                if unsafe_method && needed != crate::access::Permission::DataPlane {
+                    forbidden.push_str("; or a session write from another origin or without its X-CSRF-Token");
+                }
+                let answers = [
+                    ("401", "No credentials, an unknown or revoked token, or an expired session".to_owned()),
+                    ("403", forbidden),
+                    ("503", "Postgres is unreachable".to_owned()),
+                ];
+                let responses = &mut operation.responses.responses;
+                for (status, description) in answers {
+                    if (status == "403" && needed == crate::access::Permission::Any) || responses.contains_key(status) {
+                        continue;
+                    }
+                    responses.insert(status.to_owned(), RefOr::T(error_response(&description)));
+                }
+            }
+        }
+    }
+}
+
+/// An answer with an [`ErrorBody`].
+fn error_response(description: &str) -> utoipa::openapi::Response {
+    ResponseBuilder::new()
+        .description(description)
+        .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+        .build()
 }
 
 /// Adds the 500 that every handler answering `ApiError` may give (an unexpected error, with

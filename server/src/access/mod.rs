@@ -128,6 +128,34 @@ impl fmt::Display for Permission {
     }
 }
 
+impl Permission {
+    /// Who holds this permission, in words, derived from the roles' and scopes' rules (the
+    /// OpenAPI document's 403 answers say it).
+    pub fn holders(self) -> String {
+        let roles: Vec<&str> = Role::ALL.into_iter().filter(|r| r.allows(self)).map(Role::as_str).collect();
+        let mut who = Vec::new();
+        match roles.len() {
+            0 => {}
+            n if n == Role::ALL.len() => who.push("a session (any role)".to_owned()),
+            _ => who.push(format!("role {}", roles.join(" or "))),
+        }
+        for scope in [Scope::Admin, Scope::Dataplane] {
+            if scope.allows(self) {
+                who.push(format!("a {}-scope API token", scope.as_str()));
+            }
+        }
+        if self != Permission::DataPlane {
+            who.push("the configured admin token".to_owned());
+        }
+        let last = who.pop().unwrap_or_default();
+        if who.is_empty() {
+            last
+        } else {
+            format!("{} or {last}", who.join(", "))
+        }
+    }
+}
+
 /// An API token's scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -52,7 +52,6 @@ pub struct LoginBody {
         (status = 200, description = "Signed in: `{\"user\", \"role\", \"csrf_token\" (repeat it in X-CSRF-Token on unsafe requests), \"expires_at\"}`, and the session cookie `tessera_session` (HttpOnly, SameSite=Strict, Secure over TLS)", body = Object),
         (status = 400, description = "A malformed body, naming the field", body = ErrorBody),
         (status = 401, description = "A wrong name or password, or a locked account (5 failures in a row lock it for 15 minutes); answered more slowly after each failure, at most 2 s", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/auth/login")]
@@ -98,9 +97,6 @@ pub async fn login(
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "The session (if the request carried one) is ended and the cookie cleared: `{\"signed_out\": true}`", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs a session (any role), an admin-scope API token or the configured admin token (permission read); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/auth/logout")]
@@ -120,9 +116,6 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<Http
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "`{\"name\", \"via\": \"session\" | \"token\" | \"configured_token\" | \"open\", \"role\"?, \"scope\"?}`: a session and the configured token name a role, an API token its scope", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/auth/me")]
@@ -143,9 +136,6 @@ pub async fn me(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "`{\"users\": [{\"name\", \"role\", \"created_at\", \"disabled_at\", \"locked_until\", \"can_sign_in\"}]}`, by name", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/users")]
@@ -203,10 +193,7 @@ async fn audit_access(
     responses(
         (status = 201, description = "Created (audited): `{\"name\", \"role\", \"password\"?}`; `password` is the generated one, shown this once, when none was given", body = Object),
         (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of `[A-Za-z0-9_.@-]`, an unknown role, a password not 12..=256 characters", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 409, description = "A user with this name and a password exists (naming `name`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/users")]
@@ -247,10 +234,7 @@ pub struct RoleBody {
     responses(
         (status = 200, description = "Changed (audited), effective on the user's next request: `{\"name\", \"role\"}`", body = Object),
         (status = 400, description = "A malformed body or an unknown role", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown user", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/users/{name}/role")]
@@ -280,10 +264,7 @@ pub async fn set_role(
     params(("name" = String, Path, description = "The user's name")),
     responses(
         (status = 200, description = "Disabled and signed out everywhere (audited): `{\"name\", \"disabled\": true}`", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "No enabled user with this name (unknown, or disabled already)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/users/{name}/disable")]
@@ -313,10 +294,7 @@ pub async fn disable_user(
     responses(
         (status = 200, description = "Unlocked (audited): `{\"name\", \"unlocked\": true}`", body = Object),
         (status = 400, description = "A malformed name", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown user", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/users/{name}/unlock")]
@@ -344,9 +322,6 @@ pub async fn unlock_user(
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "`{\"tokens\": [{\"id\", \"name\", \"prefix\", \"scope\", \"created_by\", \"created_at\", \"last_used_at\", \"revoked_at\"}]}`, by id; never the secret", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/tokens")]
@@ -374,9 +349,6 @@ pub struct NewTokenBody {
     responses(
         (status = 201, description = "Created (audited): `{\"id\", \"name\", \"scope\", \"token\"}`; the token (`tsr_…`) is shown this once, only its hash is kept", body = Object),
         (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of ASCII letters, digits, space, `_.@-`; an unknown scope", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/tokens")]
@@ -409,10 +381,7 @@ pub async fn add_token(
     responses(
         (status = 200, description = "Revoked at once (audited): `{\"id\", \"revoked\": true}`", body = Object),
         (status = 400, description = "An id that is not an integer", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role admin or the configured admin token (permission manage users and tokens; API tokens are refused); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "No live token with this id (unknown, or revoked already)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/tokens/{id}/revoke")]

@@ -81,7 +81,6 @@ fn parse(query: &AuditQuery) -> Result<AuditFilter, ApiError> {
     responses(
         (status = 200, description = "A page of rows, newest first", body = AuditPage),
         (status = 400, description = "A malformed or unknown parameter, naming it", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     )
 )]
 #[get("/api/v1/audit")]
@@ -99,7 +98,6 @@ pub async fn list(state: web::Data<AppState>, query: web::Query<AuditQuery>) -> 
     operation_id = "verify_audit",
     responses(
         (status = 200, description = "The chain's state (a broken chain is still a 200, with `intact: false`)", body = ChainReport),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     )
 )]
 #[get("/api/v1/audit/verify")]
@@ -115,7 +113,6 @@ pub async fn verify(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     responses(
         (status = 200, description = "Every matching row, oldest first (an attachment, `audit.csv`)", body = String, content_type = "text/csv"),
         (status = 400, description = "A malformed or unknown parameter, naming it", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     )
 )]
 #[get("/api/v1/audit.csv")]

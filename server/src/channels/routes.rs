@@ -30,9 +30,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "`{\"channels\": [Channel]}`, by code: each with the pools that hold it", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/channels")]
@@ -48,11 +45,8 @@ pub async fn list_channels(state: web::Data<AppState>) -> Result<HttpResponse, A
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
         (status = 200, description = "The channel, with the pools that hold it", body = super::Channel),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/channels/{code}")]
@@ -102,10 +96,7 @@ fn yes() -> bool {
     responses(
         (status = 201, description = "Registered: `{\"channel\": Channel, \"audit_id\", \"version\"}`", body = Object),
         (status = 400, description = "A malformed body, naming the field (code, name, tier, base_weight in 0..=2^53−1, reason)", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 409, description = "The code is taken: a version conflict with `expected_version` 0 and the channel's `current_version`", body = ConflictBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels")]
@@ -153,12 +144,9 @@ pub struct ChannelBody {
     responses(
         (status = 200, description = "Changed: `{\"channel\": Channel, \"audit_id\", \"version\"}`", body = Object),
         (status = 400, description = "A malformed body, naming the field, or a negative `expected_version`", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
         (status = 422, description = "A malformed channel code in the path, or a tier the channel does not serve in a tiers pool that holds it", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/channels/{code}")]
@@ -227,12 +215,9 @@ async fn switch_channel(
     responses(
         (status = 200, description = "Changed, and every pool holding the channel republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"channel\": Channel, \"rebuilt\": [pools rebuilt at once]}`", body = Object),
         (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
         (status = 422, description = "A malformed channel code in the path, or the channel is already disabled", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/disable")]
@@ -254,12 +239,9 @@ pub async fn disable_channel(
     responses(
         (status = 200, description = "Changed, and every pool holding the channel republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"channel\": Channel, \"rebuilt\": [pools rebuilt at once]}`", body = Object),
         (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
         (status = 422, description = "A malformed channel code in the path, or the channel is already enabled", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/enable")]

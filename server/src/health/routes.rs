@@ -28,10 +28,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     responses(
         (status = 200, description = "`{\"pool\", \"policy\", \"cap\": {\"max_ejected_percent\", \"ejected_percent\", \"bound\"}, \"members\": [...]}`: each member's state, base and effective weight, factor, window success rate and volume, last transition and why, suggested weight", body = Object),
         (status = 400, description = "A malformed pool name", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/pools/{pool}/health")]
@@ -51,11 +48,8 @@ pub async fn pool_health(state: web::Data<AppState>, path: web::Path<String>) ->
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
         (status = 200, description = "`{\"channel\", \"enabled\", \"pin\": {\"state\", \"reason\", \"actor\", \"pinned_at\"} | null, \"pools\": [...]}`: the channel's health in every pool that holds it", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/channels/{code}/health")]
@@ -87,11 +81,8 @@ pub struct HistoryQuery {
     responses(
         (status = 200, description = "`{\"channel\", \"transitions\": [{\"pool\", \"at\", \"from\", \"to\", \"factor_before\", \"factor_after\", \"success_rate\", \"volume\", \"reason\"}]}`, newest first", body = Object),
         (status = 400, description = "A malformed or unknown query parameter, naming it", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/channels/{code}/health/history")]
@@ -140,11 +131,8 @@ pub struct PinBody {
     responses(
         (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished: `{\"entity\", \"version\", \"audit_id\", \"published\", \"changes\" (the channel's change, then each pool's), \"rebuilt\": [pools rebuilt at once]}`", body = Object),
         (status = 400, description = "A malformed body, or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code in the path, or the channel is already pinned in that state", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/health/pin")]
@@ -179,11 +167,8 @@ pub struct UnpinBody {
     responses(
         (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished: `{\"entity\", \"version\", \"audit_id\", \"published\", \"changes\" (the channel's change, then each pool's), \"rebuilt\": [pools rebuilt at once]}`", body = Object),
         (status = 400, description = "A malformed body, or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code in the path, or the channel is not pinned", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/health/unpin")]
@@ -243,11 +228,8 @@ pub struct PolicyBody {
     responses(
         (status = 200, description = "Stored and audited (nothing is published: the next evaluation uses it): `{\"pool\", \"policy\" (every threshold, defaults filled in), \"audit_id\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body, a missing reason, or a policy that does not parse (an unknown field or a wrong type; field `health_policy`)", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 422, description = "A threshold out of range, naming it (`health_policy.<field>`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/pools/{pool}/health_policy")]

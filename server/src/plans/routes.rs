@@ -21,9 +21,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "`{\"plans\": [Plan]}`, by name: each with how many tenants it has", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/plans")]
@@ -39,11 +36,8 @@ pub async fn list_plans(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
     params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
         (status = 200, description = "The plan", body = super::Plan),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
         (status = 404, description = "Unknown plan", body = ErrorBody),
         (status = 422, description = "A malformed plan name (naming `plan`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/plans/{plan}")]
@@ -99,10 +93,7 @@ impl PlanBody {
     responses(
         (status = 201, description = "Created: `{\"plan\": Plan, \"audit_id\", \"version\"}`", body = Object),
         (status = 400, description = "A malformed body, naming the field: a missing `name`, an `expected_version` given, a limit out of range", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 409, description = "The name is taken: a version conflict with `expected_version` 0 and the plan's `current_version`", body = ConflictBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/plans")]
@@ -130,12 +121,9 @@ pub async fn create_plan(
     responses(
         (status = 200, description = "Changed, and every tenant on the plan republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"plan\": Plan}`", body = Object),
         (status = 400, description = "A malformed body, naming the field: a `name` other than the path's, a missing or negative `expected_version`, a limit out of range", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown plan", body = ErrorBody),
         (status = 409, description = "The plan is at another version than `expected_version`", body = ConflictBody),
         (status = 422, description = "A malformed plan name in the path (naming `plan`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/plans/{plan}")]

@@ -41,9 +41,6 @@ fn unknown_pool(pool: &PoolName) -> ApiError {
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "`{\"pools\": [{\"name\", \"kind\", \"version\" (the published snapshot version), \"members\", \"ejected\", \"timezone\", \"updated_at\"}]}`, by name", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/pools")]
@@ -64,10 +61,7 @@ pub async fn list_pools(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
     responses(
         (status = 200, description = "`{\"version\", \"snapshot\", \"published_version\", \"published\"}`: `snapshot` is the pool as configured (what `PUT` takes) at configuration version `version`; `published` the newest snapshot published (disabled channels, pins and health applied; null before the first)", body = Object),
         (status = 400, description = "A malformed pool name", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/pools/{pool}")]
@@ -110,11 +104,8 @@ pub struct PutBody {
     responses(
         (status = 200, description = "Created or replaced, and published: `{\"entity\", \"version\" (the configuration version), \"published_version\", \"audit_id\", \"published\", \"changes\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body, a reason over 500 characters, or a negative `expected_version`", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version` (0: it exists already)", body = ConflictBody),
         (status = 422, description = "An invalid snapshot (naming the field), or a member that is not a registered channel or serves another tier", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/pools/{pool}")]
@@ -162,12 +153,9 @@ pub struct WeightsBody {
     responses(
         (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body (weights not unique, negative or all zero; an unknown mode), or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
         (status = 422, description = "The pool would break a rule: an unregistered channel, a tier without channels, a peak window naming a member that left, …", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/pools/{pool}/weights")]
@@ -228,12 +216,9 @@ pub struct MemberAddBody {
     responses(
         (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
         (status = 422, description = "An unregistered channel, a channel already a member, a tier given for a channels pool or missing for a tiers pool, or weights or a cap that break a rule", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/pools/{pool}/members")]
@@ -364,12 +349,9 @@ async fn set_member_ejected(
     responses(
         (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
         (status = 422, description = "The member is already ejected", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/pools/{pool}/members/{member}/eject")]
@@ -391,12 +373,9 @@ pub async fn eject_member(
     responses(
         (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
         (status = 422, description = "The member is not ejected", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/pools/{pool}/members/{member}/restore")]
@@ -436,12 +415,9 @@ pub struct PeakWindowsBody {
     responses(
         (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body (a time not `HH:MM`, `end` equal to `start`, a multiplier below 1), or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
         (status = 422, description = "Windows that break a rule (overlapping, a multiplier over 1000, weights naming a stranger), naming the field", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/pools/{pool}/peak_windows")]
@@ -496,12 +472,9 @@ pub struct CapsBody {
     responses(
         (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
         (status = 422, description = "A cap outside 1..=2^53−1, or for a channel that is not a member", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/pools/{pool}/caps")]
@@ -542,8 +515,6 @@ pub struct RebuildBody {
     responses(
         (status = 200, description = "Rebuilt and audited: `{\"entity\", \"version\" (the configuration version), \"audit_id\", \"rebuilt\": true}`", body = Object),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role operator or admin, an admin-scope API token or the configured admin token (permission operate); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 503, description = "Redis could not rebuild the pool (any failure), or Postgres is unreachable", body = ErrorBody),
     ),

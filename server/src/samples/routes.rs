@@ -86,7 +86,6 @@ pub struct SamplesReply {
         (status = 200, description = "The newest `limit` samples since `since`, oldest first", body = SamplesReply),
         (status = 400, description = "A malformed pool name or parameter, naming it", body = ErrorBody),
         (status = 404, description = "Unknown pool (no snapshot)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     )
 )]
 #[get("/api/v1/pools/{pool}/samples")]

@@ -26,9 +26,6 @@ fn tenant_id(raw: &str) -> Result<TenantId, ApiError> {
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "`{\"tenants\": [{\"name\", \"plan\", \"version\", \"updated_at\", \"live_grants\"}]}`, by name", body = Object),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/tenants")]
@@ -46,10 +43,7 @@ pub async fn list_tenants(state: web::Data<AppState>) -> Result<HttpResponse, Ap
     responses(
         (status = 200, description = "The tenant: settings, every grant (revoked ones with `revoked_at`), the version and the published snapshot", body = super::Tenant),
         (status = 400, description = "A malformed tenant name", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: reading needs a session (any role), an admin-scope API token or the configured admin token (permission read)", body = ErrorBody),
         (status = 404, description = "Unknown tenant", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/tenants/{tenant}")]
@@ -79,11 +73,8 @@ pub struct TenantBody {
     responses(
         (status = 200, description = "Created or changed, and its quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
         (status = 400, description = "A malformed tenant name or body, naming the field: an unknown field, a missing `expected_version`, a `reason` that is not a string", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 409, description = "The tenant is at another version than `expected_version` (0: it exists already)", body = ConflictBody),
         (status = 422, description = "An unknown plan, or a setting out of range (`reservation_ttl_ms`, `retention_days`)", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/tenants/{tenant}")]
@@ -159,12 +150,9 @@ pub struct GrantBody {
     responses(
         (status = 201, description = "Added, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
         (status = 400, description = "A malformed tenant name or body, naming the field: kind, a priority on a temporary grant, an amount outside 1..=2^53−1, a negative `expected_version`", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown tenant", body = ErrorBody),
         (status = 409, description = "The tenant is at another version than `expected_version` (a `ConflictBody`), or a grant with this id exists or existed (an `ErrorBody` naming `id`): ids are never reused", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "A grant that has already expired, or that expires before it starts", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/tenants/{tenant}/grants")]
@@ -228,12 +216,9 @@ pub struct RevokeBody {
     responses(
         (status = 200, description = "Revoked, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
         (status = 400, description = "A malformed tenant name, grant id or body, a missing reason, or a negative `expected_version`", body = ErrorBody),
-        (status = 401, description = "No credentials, an unknown or revoked token, or an expired session", body = ErrorBody),
-        (status = 403, description = "Not allowed: needs role pm or admin, an admin-scope API token or the configured admin token (permission edit); or a session write from another origin or without its X-CSRF-Token", body = ErrorBody),
         (status = 404, description = "Unknown tenant, or the tenant has no such grant", body = ErrorBody),
         (status = 409, description = "The tenant is at another version than `expected_version`", body = ConflictBody),
         (status = 422, description = "The grant was already revoked", body = ErrorBody),
-        (status = 503, description = "Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/tenants/{tenant}/grants/{id}/revoke")]
