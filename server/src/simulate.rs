@@ -208,8 +208,8 @@ async fn entities(db: &PgPool, kind: &str) -> anyhow::Result<Vec<String>> {
 
 /// The pools and tenants to drive: those asked for (each must have a snapshot), else all.
 async fn targets(db: &PgPool, args: &SimulateArgs) -> anyhow::Result<(Vec<PoolName>, Vec<TenantId>)> {
-    let known_pools = entities(db, "pool:").await?;
-    let known_tenants = entities(db, "tenant:").await?;
+    let known_pools = entities(db, crate::change::Entity::POOL).await?;
+    let known_tenants = entities(db, crate::change::Entity::TENANT).await?;
     let pools = if args.pools.is_empty() {
         known_pools.iter().filter_map(|p| PoolName::parse(p).ok()).collect()
     } else {

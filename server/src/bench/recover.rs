@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tracing::instrument::WithSubscriber;
 
+use crate::change::Entity;
 use crate::cli::BenchRecoverArgs;
 use crate::configuration::Settings;
 use crate::state::AppState;
@@ -198,10 +199,9 @@ async fn published_entities(state: &AppState) -> anyhow::Result<Targets> {
         crate::change::store::entities(&state.db).await.context("listing the configured entities")?;
     let mut targets = Targets { pools: Vec::new(), tenants: Vec::new() };
     for entity in entities {
-        if let Some(pool) = entity.strip_prefix("pool:") {
-            targets.pools.push(PoolName::parse(pool)?);
-        } else if let Some(tenant) = entity.strip_prefix("tenant:") {
-            targets.tenants.push(TenantId::parse(tenant)?);
+        match Entity::parse(&entity)? {
+            Entity::Pool(pool) => targets.pools.push(pool),
+            Entity::Tenant(tenant) => targets.tenants.push(tenant),
         }
     }
     Ok(targets)
@@ -427,12 +427,10 @@ async fn compare_versions(state: &AppState) -> anyhow::Result<(u32, Vec<String>)
     let mut compared = 0;
     let mut mismatched = Vec::new();
     for (entity, version) in newest {
-        let meta = if let Some(pool) = entity.strip_prefix("pool:") {
-            state.keys.pool_meta(pool)
-        } else if let Some(tenant) = entity.strip_prefix("tenant:") {
-            state.keys.quota_meta(tenant)
-        } else {
-            continue;
+        let meta = match Entity::parse(&entity) {
+            Ok(Entity::Pool(pool)) => state.keys.pool_meta(pool.as_str()),
+            Ok(Entity::Tenant(tenant)) => state.keys.quota_meta(tenant.as_str()),
+            Err(_) => continue,
         };
         compared += 1;
         let held: Option<i64> = redis::cmd("HGET").arg(&meta).arg("version").query_async(&mut conn).await?;

@@ -29,6 +29,50 @@ pub enum ChangeError {
     Db(#[from] sqlx::Error),
 }
 
+/// What a published snapshot is of, as the `snapshot` and `outbox` tables key it
+/// (`pool:<name>`, `tenant:<name>`): the one place those prefixes are written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Entity {
+    Pool(client::pool::PoolName),
+    Tenant(client::quota::TenantId),
+}
+
+impl Entity {
+    pub const POOL: &'static str = "pool:";
+    pub const TENANT: &'static str = "tenant:";
+
+    /// Parses a stored key, naming the rule a bad one breaks.
+    pub fn parse(key: &str) -> Result<Self, ChangeError> {
+        let invalid = |field: &str, rule: String| ChangeError::Invalid { field: field.to_owned(), rule };
+        if let Some(name) = key.strip_prefix(Self::POOL) {
+            Ok(Self::Pool(client::pool::PoolName::parse(name).map_err(|e| invalid("pool", e.rule))?))
+        } else if let Some(name) = key.strip_prefix(Self::TENANT) {
+            Ok(Self::Tenant(client::quota::TenantId::parse(name).map_err(|e| invalid("tenant", e.rule))?))
+        } else {
+            Err(invalid("entity", format!("{key:?} is not a pool:<name> or tenant:<name>")))
+        }
+    }
+
+    /// The key of a pool by its name as stored (already validated by the pool's table).
+    pub fn pool_key(name: impl std::fmt::Display) -> String {
+        format!("{}{name}", Self::POOL)
+    }
+
+    /// The key of a tenant by its name as stored.
+    pub fn tenant_key(name: impl std::fmt::Display) -> String {
+        format!("{}{name}", Self::TENANT)
+    }
+}
+
+impl std::fmt::Display for Entity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pool(name) => write!(f, "{}{name}", Self::POOL),
+            Self::Tenant(name) => write!(f, "{}{name}", Self::TENANT),
+        }
+    }
+}
+
 /// Checks that `body` is a publishable snapshot of the entity's kind, so that nothing the
 /// publisher cannot deliver ever reaches the outbox.
 pub fn validate_body(entity: &str, body: &serde_json::Value) -> Result<(), ChangeError> {
@@ -38,18 +82,17 @@ pub fn validate_body(entity: &str, body: &serde_json::Value) -> Result<(), Chang
         .as_object_mut()
         .ok_or_else(|| invalid("body", "must be a JSON object".to_owned()))?
         .insert("version".to_owned(), serde_json::json!(1));
-    if let Some(name) = entity.strip_prefix("pool:") {
-        client::pool::PoolName::parse(name).map_err(|e| invalid("pool", e.rule))?;
-        let snapshot: client::pool::PoolSnapshot =
-            serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
-        snapshot.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
-    } else if let Some(name) = entity.strip_prefix("tenant:") {
-        client::quota::TenantId::parse(name).map_err(|e| invalid("tenant", e.rule))?;
-        let quota: client::quota::TenantQuota =
-            serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
-        quota.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
-    } else {
-        Err(invalid("entity", format!("{entity:?} is not a pool:<name> or tenant:<name>")))
+    match Entity::parse(entity)? {
+        Entity::Pool(_) => {
+            let snapshot: client::pool::PoolSnapshot =
+                serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
+            snapshot.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
+        }
+        Entity::Tenant(_) => {
+            let quota: client::quota::TenantQuota =
+                serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
+            quota.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
+        }
     }
 }
 

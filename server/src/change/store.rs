@@ -153,7 +153,9 @@ pub(crate) async fn adopt_one(
     {
         let mut tx = db.begin().await?;
         lock(&mut tx, entity).await?;
-        if let Some(pool) = entity.strip_prefix("pool:") {
+        let kind = Entity::parse(entity);
+        if let Ok(Entity::Pool(pool)) = &kind {
+            let pool = pool.as_str();
             let snapshot = parse_pool_body(body).with_context(|| format!("adopting {entity} v{version}"))?;
             let mut tiers_of: BTreeMap<String, String> = BTreeMap::new();
             for (tier, channels) in &snapshot.tiers {
@@ -172,7 +174,8 @@ pub(crate) async fn adopt_one(
             store_pool(&mut tx, pool, &snapshot, version)
                 .await
                 .with_context(|| format!("adopting {entity} v{version}"))?;
-        } else if let Some(tenant) = entity.strip_prefix("tenant:") {
+        } else if let Ok(Entity::Tenant(tenant)) = &kind {
+            let tenant = tenant.as_str();
             let mut versioned = body.clone();
             versioned["version"] = json!(version);
             let quota: client::quota::TenantQuota =

@@ -193,7 +193,7 @@ async fn finish(
     let mut rebuilt = Vec::new();
     if published && ejection {
         for w in written.iter().skip(1) {
-            let Some(name) = w.entity.strip_prefix("pool:").and_then(|p| PoolName::parse(p).ok()) else { continue };
+            let Ok(crate::change::Entity::Pool(name)) = crate::change::Entity::parse(&w.entity) else { continue };
             if rebuild_published_if_needed(state, &name, ReweightMode::Immediate).await {
                 rebuilt.push(name.to_string());
             }

@@ -428,7 +428,7 @@ pub async fn set_pin(
         .fetch_all(&mut *tx)
         .await?;
     for pool in pools {
-        crate::change::store::lock(&mut tx, &format!("pool:{pool}")).await?;
+        crate::change::store::lock(&mut tx, &crate::change::Entity::pool_key(&pool)).await?;
         if let Some(w) = crate::pools::store::republish_pool_if_changed(&mut tx, ctx, &pool, action).await? {
             written.push(w);
         }
@@ -446,7 +446,7 @@ pub async fn set_policy(
     raw: &Value,
 ) -> Result<(Policy, i64), ChangeError> {
     let policy = policy_of(raw)?;
-    let entity = format!("pool:{pool}");
+    let entity = crate::change::Entity::pool_key(&pool);
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, &entity).await?;
     let before: Option<Value> = sqlx::query_scalar("select health_policy from pool where name = $1")

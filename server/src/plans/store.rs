@@ -116,7 +116,7 @@ pub async fn update_plan(
         .fetch_all(&mut *tx)
         .await?;
     for tenant in tenants {
-        lock(&mut tx, &format!("tenant:{tenant}")).await?;
+        lock(&mut tx, &crate::change::Entity::tenant_key(&tenant)).await?;
         written.push(republish_tenant(&mut tx, ctx, &tenant, "tenant.plan_changed").await?);
     }
     tx.commit().await?;

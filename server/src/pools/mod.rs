@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::audit::store::{AuditRow, Source};
-use crate::change::{validate_body, ChangeError, Written};
+use crate::change::{validate_body, ChangeError, Entity, Written};
 use crate::error::ApiError;
 use crate::http::{written_json, Actor};
 use crate::inputs::*;
@@ -131,7 +131,7 @@ pub struct Applied {
 /// Tenants, plans and channels change through their own modules.
 #[tracing::instrument(skip_all, fields(entity = change.entity, action = change.action), err)]
 pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, ChangeError> {
-    let Some(pool) = change.entity.strip_prefix("pool:") else {
+    let Ok(Entity::Pool(pool)) = Entity::parse(change.entity) else {
         return Err(ChangeError::Invalid {
             field: "entity".into(),
             rule: format!(
@@ -148,8 +148,9 @@ pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, C
         request_id: change.request_id,
     };
     let mut tx = db.begin().await?;
-    let written =
-        store::put_pool_tx(&mut tx, &ctx, pool, change.action, change.body, change.expected_version).await?.written;
+    let written = store::put_pool_tx(&mut tx, &ctx, pool.as_str(), change.action, change.body, change.expected_version)
+        .await?
+        .written;
     let audit = crate::audit::store::get_audit(&mut tx, written.audit_id).await?;
     tx.commit().await?;
     Ok(Applied { version: written.version, audit, outbox_id: written.outbox_id.unwrap_or_default() })

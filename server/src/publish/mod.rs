@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use client::pool::{PoolName, PoolSnapshot, ReweightMode};
 
+use crate::change::Entity;
 use crate::state::AppState;
 
 /// What a publisher run did.
@@ -27,27 +28,29 @@ pub struct Published {
     pub failed: Vec<String>,
 }
 
-/// Writes one snapshot to Redis under its entity's kind; entities of other kinds are
-/// acknowledged without a write (nothing in Redis reads them).
+/// Writes one snapshot to Redis under its entity's kind (a key that names no publishable
+/// entity is an error, counted on its outbox row).
 async fn publish_snapshot(
     state: &AppState,
-    entity: &str,
+    key: &str,
     version: i64,
     mut body: serde_json::Value,
 ) -> anyhow::Result<()> {
+    let entity = Entity::parse(key)?;
     body.as_object_mut()
         .with_context(|| format!("snapshot of {entity} v{version} is not a JSON object"))?
         .insert("version".to_owned(), serde_json::json!(version));
-    if let Some(name) = entity.strip_prefix("pool:") {
-        let pool = client::pool::PoolName::parse(name)?;
-        let snapshot: client::pool::PoolSnapshot =
-            serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
-        state.pool_admin.publish(&pool, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
-    } else if let Some(name) = entity.strip_prefix("tenant:") {
-        let tenant = client::quota::TenantId::parse(name)?;
-        let snapshot: client::quota::TenantQuota =
-            serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
-        state.quotas.publish(&tenant, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+    match &entity {
+        Entity::Pool(pool) => {
+            let snapshot: client::pool::PoolSnapshot =
+                serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
+            state.pool_admin.publish(pool, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+        }
+        Entity::Tenant(tenant) => {
+            let snapshot: client::quota::TenantQuota =
+                serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
+            state.quotas.publish(tenant, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+        }
     }
     Ok(())
 }
@@ -89,10 +92,10 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
     let mut pipe = redis::pipe();
     let mut published_kinds = Vec::new();
     for (entity, _) in &newest {
-        let meta = if let Some(name) = entity.strip_prefix("pool:") {
-            Some(state.keys.pool_meta(name))
-        } else {
-            entity.strip_prefix("tenant:").map(|name| state.keys.quota_meta(name))
+        let meta = match Entity::parse(entity) {
+            Ok(Entity::Pool(name)) => Some(state.keys.pool_meta(name.as_str())),
+            Ok(Entity::Tenant(name)) => Some(state.keys.quota_meta(name.as_str())),
+            Err(_) => None,
         };
         if let Some(meta) = meta {
             pipe.cmd("HGET").arg(meta).arg("version");
