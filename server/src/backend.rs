@@ -1,6 +1,7 @@
 //! What the admin UI's server functions call: [`app::api::Backend`] implemented by the
 //! application state, over the same service functions as the REST API.
 
+use app::api::BackendError;
 use app::api::{
     AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PeakWindowView,
     PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry,
@@ -19,7 +20,7 @@ impl app::api::Backend for AppState {
         crate::probes::check(self).await
     }
 
-    async fn whoami(&self, session_cookie: Option<String>) -> Result<Option<SessionInfo>, String> {
+    async fn whoami(&self, session_cookie: Option<String>) -> Result<Option<SessionInfo>, BackendError> {
         let principal = if self.auth.open {
             Some(Principal { name: "open-mode".into(), via: Via::Open })
         } else if let Some(id) = session_cookie {
@@ -44,7 +45,7 @@ impl app::api::Backend for AppState {
         }))
     }
 
-    async fn audit(&self, query: AuditQuery) -> Result<AuditRecords, String> {
+    async fn audit(&self, query: AuditQuery) -> Result<AuditRecords, BackendError> {
         let filter = AuditFilter {
             entity: query.entity,
             actor: query.actor,
@@ -56,7 +57,7 @@ impl app::api::Backend for AppState {
         };
         if let (Some(from), Some(to)) = (filter.from, filter.to) {
             if to <= from {
-                return Err("to: must be after from".into());
+                return Err(BackendError::invalid("to", "must be after from"));
             }
         }
         let page = list_audit(&self.db, &filter).await.map_err(unavailable)?;
@@ -92,7 +93,7 @@ impl app::api::Backend for AppState {
         })
     }
 
-    async fn verify_audit(&self) -> Result<ChainStatus, String> {
+    async fn verify_audit(&self) -> Result<ChainStatus, BackendError> {
         let report = verify_audit(&self.db).await.map_err(unavailable)?;
         Ok(ChainStatus {
             intact: report.intact,
@@ -102,7 +103,7 @@ impl app::api::Backend for AppState {
         })
     }
 
-    async fn pools(&self) -> Result<Vec<PoolListing>, String> {
+    async fn pools(&self) -> Result<Vec<PoolListing>, BackendError> {
         let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
         Ok(pools
             .into_iter()
@@ -117,8 +118,8 @@ impl app::api::Backend for AppState {
             .collect())
     }
 
-    async fn pool(&self, name: String) -> Result<Option<PoolDetail>, String> {
-        let pool = client::pool::PoolName::parse(&name).map_err(|e| format!("pool: {e}"))?;
+    async fn pool(&self, name: String) -> Result<Option<PoolDetail>, BackendError> {
+        let pool = client::pool::PoolName::parse(&name).map_err(|e| BackendError::invalid("pool", e))?;
         let Some((version, snapshot)) = crate::pools::store::get_pool(&self.db, &pool).await.map_err(unavailable)?
         else {
             return Ok(None);
@@ -168,7 +169,7 @@ impl app::api::Backend for AppState {
         }))
     }
 
-    async fn channels(&self) -> Result<Vec<ChannelView>, String> {
+    async fn channels(&self) -> Result<Vec<ChannelView>, BackendError> {
         let channels = crate::channels::store::list_channels(&self.db).await.map_err(unavailable)?;
         // Two queries for every channel's health and pin, not two per channel.
         let (members, mut pins) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
@@ -196,9 +197,9 @@ impl app::api::Backend for AppState {
             .collect())
     }
 
-    async fn channel_history(&self, code: String) -> Result<Option<app::api::ChannelDetail>, String> {
+    async fn channel_history(&self, code: String) -> Result<Option<app::api::ChannelDetail>, BackendError> {
         use app::api::{ChannelDetail, DecayPoint, PoolDecay};
-        let code = crate::channels::ChannelCode::parse(&code).map_err(|e| format!("channel: {e}"))?;
+        let code = crate::channels::ChannelCode::parse(&code).map_err(|e| BackendError::invalid("channel", e))?;
         let Some(channel) = crate::channels::store::get_channel(&self.db, &code).await.map_err(unavailable)? else {
             return Ok(None);
         };
@@ -256,12 +257,13 @@ impl app::api::Backend for AppState {
         }))
     }
 
-    async fn tenants(&self) -> Result<Vec<TenantView>, String> {
+    async fn tenants(&self) -> Result<Vec<TenantView>, BackendError> {
         let listed = crate::tenants::store::list_tenants(&self.db).await.map_err(unavailable)?;
         let mut out = Vec::with_capacity(listed.len());
         for entry in listed {
             let raw = entry["name"].as_str().unwrap_or_default();
-            let name = client::quota::TenantId::parse(raw).map_err(|_| format!("tenant {raw:?}: a malformed name"))?;
+            let name = client::quota::TenantId::parse(raw)
+                .map_err(|_| BackendError::invalid("tenant", format!("{raw:?} is a malformed name")))?;
             // A tenant deleted between the two reads is left out.
             let Some(t) = crate::tenants::store::get_tenant(&self.db, &name).await.map_err(unavailable)? else {
                 continue;
@@ -325,7 +327,7 @@ impl app::api::Backend for AppState {
         Ok(out)
     }
 
-    async fn dashboard(&self) -> Result<app::api::Dashboard, String> {
+    async fn dashboard(&self) -> Result<app::api::Dashboard, BackendError> {
         use app::api::dashboard::{ssr, QuotaOverview, MAX_SAMPLES, SPAN_MS};
         let now = Utc::now();
         let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
@@ -372,7 +374,7 @@ impl app::api::Backend for AppState {
         })
     }
 
-    async fn users(&self) -> Result<Vec<UserView>, String> {
+    async fn users(&self) -> Result<Vec<UserView>, BackendError> {
         let users = crate::access::store::list_users(&self.db).await.map_err(unavailable)?;
         let now = Utc::now();
         Ok(users
@@ -389,7 +391,7 @@ impl app::api::Backend for AppState {
             .collect())
     }
 
-    async fn tokens(&self) -> Result<Vec<TokenView>, String> {
+    async fn tokens(&self) -> Result<Vec<TokenView>, BackendError> {
         let tokens = crate::access::store::list_tokens(&self.db).await.map_err(unavailable)?;
         Ok(tokens
             .into_iter()
@@ -479,13 +481,13 @@ fn draws_by_source(
 }
 
 /// A database error as the UI shows it: no internals.
-fn unavailable(e: sqlx::Error) -> String {
+fn unavailable(e: sqlx::Error) -> BackendError {
     tracing::error!(error = %e, "a server function's query failed");
-    "the configuration store (Postgres) did not answer; try again".into()
+    BackendError::Unavailable("the configuration store (Postgres) did not answer; try again".into())
 }
 
 /// A filter time: RFC 3339, or what a `datetime-local` input or a date gives, read as UTC.
-fn parse_time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, String> {
+fn parse_time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, BackendError> {
     let Some(raw) = raw.map(str::trim).filter(|r| !r.is_empty()) else { return Ok(None) };
     if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
         return Ok(Some(t.with_timezone(&Utc)));
@@ -498,7 +500,10 @@ fn parse_time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, S
     if let Ok(d) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
         return Ok(Some(d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc()));
     }
-    Err(format!("{field}: {raw:?} is not a time; write e.g. 2026-11-30T14:00 (UTC) or 2026-11-30T14:00:00+01:00"))
+    Err(BackendError::invalid(
+        field,
+        format!("{raw:?} is not a time; write e.g. 2026-11-30T14:00 (UTC) or 2026-11-30T14:00:00+01:00"),
+    ))
 }
 
 #[cfg(test)]
@@ -512,6 +517,6 @@ mod tests {
         assert_eq!(t("2026-11-30T14:00"), "2026-11-30T14:00:00+00:00");
         assert_eq!(t("2026-11-30"), "2026-11-30T00:00:00+00:00");
         assert_eq!(parse_time("from", Some(" ")).unwrap(), None);
-        assert!(parse_time("to", Some("yesterday")).unwrap_err().starts_with("to:"));
+        assert!(parse_time("to", Some("yesterday")).unwrap_err().to_string().starts_with("to:"));
     }
 }

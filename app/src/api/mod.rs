@@ -23,6 +23,33 @@ pub use session::{whoami, SessionInfo, SESSION_COOKIE};
 pub use status::{get_system_status, DependencyStatus, SystemStatus};
 pub use tenants::{list_tenants, BucketView, GrantView, TenantView, UsageView};
 
+/// Why the server could not answer a server function: what the UI shows in its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendError {
+    /// A dependency (Postgres, Redis) did not answer; trying again may help.
+    Unavailable(String),
+    /// An argument broke a rule, naming the field and the rule.
+    Invalid { field: String, rule: String },
+}
+
+impl BackendError {
+    /// An argument that broke a rule.
+    pub fn invalid(field: impl Into<String>, rule: impl std::fmt::Display) -> Self {
+        Self::Invalid { field: field.into(), rule: rule.to_string() }
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unavailable(why) => f.write_str(why),
+            Self::Invalid { field, rule } => write!(f, "{field}: {rule}"),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {}
+
 /// The prefix under which server functions are served, apart from the REST API's `/api/v1`.
 pub const SERVER_FN_PREFIX: &str = "/sfn";
 
@@ -47,40 +74,40 @@ mod backend {
 
         /// The person behind a session cookie's value; `None` when there is no cookie, or
         /// its session ended or expired. In open mode (development), everyone is an admin.
-        async fn whoami(&self, session_cookie: Option<String>) -> Result<Option<SessionInfo>, String>;
+        async fn whoami(&self, session_cookie: Option<String>) -> Result<Option<SessionInfo>, super::BackendError>;
 
         /// A page of audit rows matching `query`, newest first; an error names a
         /// malformed filter or says Postgres is unreachable.
-        async fn audit(&self, query: AuditQuery) -> Result<AuditRecords, String>;
+        async fn audit(&self, query: AuditQuery) -> Result<AuditRecords, super::BackendError>;
 
         /// Recomputes the audit hash chain.
-        async fn verify_audit(&self) -> Result<ChainStatus, String>;
+        async fn verify_audit(&self) -> Result<ChainStatus, super::BackendError>;
 
         /// Every pool, by name.
-        async fn pools(&self) -> Result<Vec<PoolListing>, String>;
+        async fn pools(&self) -> Result<Vec<PoolListing>, super::BackendError>;
 
         /// One pool with its members' health; `None` for an unknown pool.
-        async fn pool(&self, name: String) -> Result<Option<PoolDetail>, String>;
+        async fn pool(&self, name: String) -> Result<Option<PoolDetail>, super::BackendError>;
 
         /// Every channel, by code, with its pin and its health in each pool holding it.
-        async fn channels(&self) -> Result<Vec<ChannelView>, String>;
+        async fn channels(&self) -> Result<Vec<ChannelView>, super::BackendError>;
 
         /// One channel with its health transitions in each pool holding it (the newest
         /// 500), oldest first; `None` for an unknown channel.
-        async fn channel_history(&self, code: String) -> Result<Option<super::ChannelDetail>, String>;
+        async fn channel_history(&self, code: String) -> Result<Option<super::ChannelDetail>, super::BackendError>;
 
         /// Every tenant, by name, with its limits, grants and quota usage now.
-        async fn tenants(&self) -> Result<Vec<TenantView>, String>;
+        async fn tenants(&self) -> Result<Vec<TenantView>, super::BackendError>;
 
         /// The dashboard's pools (the last hour's samples, health, draws by source) and
         /// quota overview, in one call.
-        async fn dashboard(&self) -> Result<super::Dashboard, String>;
+        async fn dashboard(&self) -> Result<super::Dashboard, super::BackendError>;
 
         /// Every user, by name (the users page; admins only, which the caller checks).
-        async fn users(&self) -> Result<Vec<UserView>, String>;
+        async fn users(&self) -> Result<Vec<UserView>, super::BackendError>;
 
         /// Every API token, by id, never its secret (the users page; admins only).
-        async fn tokens(&self) -> Result<Vec<TokenView>, String>;
+        async fn tokens(&self) -> Result<Vec<TokenView>, super::BackendError>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.
