@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod adopt;
 pub mod audit;
 pub mod backend;
 pub mod bench;

@@ -77,7 +77,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         .context("redis.url (REDIS_URL): not a valid Redis URL")?;
     let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
     let adopted =
-        crate::change::store::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
+        crate::adopt::store::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
     if !adopted.is_empty() {
         tracing::info!(?adopted, "configuration written before the configuration tables now has rows");
     }

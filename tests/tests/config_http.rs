@@ -525,9 +525,9 @@ async fn snapshots_written_before_the_configuration_tables_are_adopted_into_them
             .await
             .unwrap();
     }
-    let adopted = server::change::store::adopt_snapshots(&app.state.db).await.unwrap();
+    let adopted = server::adopt::store::adopt_snapshots(&app.state.db).await.unwrap();
     assert_eq!(adopted, vec!["pool:legacy", "tenant:legacy"]);
-    assert!(server::change::store::adopt_snapshots(&app.state.db).await.unwrap().is_empty(), "once");
+    assert!(server::adopt::store::adopt_snapshots(&app.state.db).await.unwrap().is_empty(), "once");
 
     let (_, read) = get(&app, "/api/v1/pools/legacy").await;
     assert_eq!(
