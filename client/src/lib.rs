@@ -1,5 +1,5 @@
 //! Tessera's data-plane library: what an application embeds to talk to the pools and quotas
-//! kept in Redis (see `DESIGN.md` §3–4).
+//! kept in Redis (ARCHITECTURE.md maps each route to the scripts it runs).
 //!
 //! Layout:
 //! - [`keys`]: every Redis key name, built from one configured prefix with per-pool and

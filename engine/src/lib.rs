@@ -1,5 +1,6 @@
-//! Tessera's pure algorithms (see `DESIGN.md` §3–4). No IO, no async: the same code runs
-//! in the server, the client, and the browser (wasm) for previews.
+//! Tessera's pure algorithms (the README's architecture section says why they are shaped so;
+//! ARCHITECTURE.md maps who uses them). No IO, no async: the same code runs in the server,
+//! the client, and the browser (wasm) for previews.
 //!
 //! Layout:
 //! - [`weights`]: validated member weights (integers, decimals, percentages made exact).
