@@ -263,8 +263,7 @@ impl Settings {
                 let actor = pick("TESSERA_ADMIN_ACTOR", file.admin.actor, "admin");
                 // The actor is recorded as a user (table app_user), so it follows the user-name rule.
                 anyhow::ensure!(
-                    (1..=64).contains(&actor.len())
-                        && actor.chars().all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c)),
+                    (1..=64).contains(&actor.len()) && api::UserName::parse(&actor).is_ok(),
                     "admin.actor (TESSERA_ADMIN_ACTOR): must be 1..=64 of ASCII letters, digits, '_', '.', '@', '-'"
                 );
                 Some(AdminAccess { token: SecretString::from(token), actor })

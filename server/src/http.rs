@@ -34,8 +34,8 @@ pub(crate) fn expected(field_value: i64) -> Result<i64, ApiError> {
 }
 
 /// A path or body value that does not parse: 400, naming the field.
-pub(crate) fn malformed(e: ChangeError) -> ApiError {
-    match e {
+pub(crate) fn malformed(e: impl Into<ChangeError>) -> ApiError {
+    match e.into() {
         ChangeError::Invalid { field, rule } | ChangeError::Malformed { field, rule } => {
             ApiError::BadRequest { field, rule }
         }

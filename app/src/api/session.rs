@@ -6,7 +6,7 @@ use leptos::server_fn::codec::GetUrl;
 use serde::{Deserialize, Serialize};
 
 /// The session cookie's name (the server sets it at sign-in and reads it here).
-pub const SESSION_COOKIE: &str = "tessera_session";
+pub const SESSION_COOKIE: &str = api::SESSION_COOKIE;
 
 /// The signed-in person, as the UI needs them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ pub struct EditTarget {
 const MAX_MULTIPLIER: u32 = 1000;
 
 /// The largest daily cap (Lua holds integers exactly up to 2^53 − 1).
-const MAX_CAP: u64 = (1 << 53) - 1;
+const MAX_CAP: u64 = api::MAX_INTEGER;
 
 /// Peak windows and caps as configured, for roles that may not change them.
 #[component]

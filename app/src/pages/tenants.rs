@@ -11,7 +11,7 @@ use crate::components::layout::CurrentSession;
 type TenantsResource = Resource<Result<Vec<TenantView>, ServerFnError>>;
 
 /// The largest amount of tokens a grant can hold (2^53 − 1: exact in JSON everywhere).
-const MAX_TOKENS: u64 = (1 << 53) - 1;
+const MAX_TOKENS: u64 = api::MAX_INTEGER;
 
 /// What the forms of an editor share (read by the browser's writes only).
 #[derive(Clone, Copy)]

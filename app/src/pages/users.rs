@@ -386,10 +386,9 @@ fn NewTokenForm(page: Page) -> impl IntoView {
 
 /// The server's rules for a user name, checked before sending.
 fn check_user_name(name: &str) -> Result<(), Refusal> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c)) {
-        return Err(Refusal::field("name", "must be 1 to 64 of ASCII letters, digits, '_', '.', '@', '-'"));
-    }
-    Ok(())
+    api::UserName::parse(name)
+        .map(drop)
+        .map_err(|_| Refusal::field("name", "must be 1 to 64 of ASCII letters, digits, '_', '.', '@', '-'"))
 }
 
 /// A password given is 12..=256 characters; none means one is generated.

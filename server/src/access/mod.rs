@@ -33,9 +33,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::ApiError;
 
 /// The session cookie's name (shared with the UI's server functions, which read it too).
-pub const SESSION_COOKIE: &str = app::api::SESSION_COOKIE;
+pub const SESSION_COOKIE: &str = api::SESSION_COOKIE;
 /// The header unsafe session requests repeat the CSRF token in.
-pub const CSRF_HEADER: &str = "x-csrf-token";
+pub const CSRF_HEADER: &str = api::CSRF_HEADER;
 /// Failed logins in a row before the account is locked.
 pub const MAX_FAILED_LOGINS: i32 = 5;
 /// How long a locked account stays locked.

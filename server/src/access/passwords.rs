@@ -47,10 +47,7 @@ pub fn check_password(password: &str) -> Result<(), ApiError> {
 
 /// A user name's rules (as the table checks them): 1..=64 of `[A-Za-z0-9_.@-]`.
 pub fn check_user_name(name: &str) -> Result<(), ApiError> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c)) {
-        return Err(ApiError::bad_request("name", "must be 1..=64 of ASCII letters, digits, '_', '.', '@', '-'"));
-    }
-    Ok(())
+    api::UserName::parse(name).map(drop).map_err(|e| ApiError::bad_request(e.field, e.rule))
 }
 
 /// At most this many password hashes are computed at once (each takes ~19 MiB and tens of

@@ -5,7 +5,7 @@ pub mod routes;
 
 use std::time::Duration;
 
-use app::api::{DependencyStatus, SystemStatus};
+use api::{DependencyStatus, SystemStatus};
 
 use crate::state::AppState;
 

@@ -1,0 +1,24 @@
+//! The shapes of Tessera's HTTP API, shared by the server (which answers with them), the
+//! client and the UI (which send and read them): the validated names, the exact-integer
+//! limit, the route paths, the session cookie's name and the dependency status. Every name
+//! here parses into a type that can only hold a valid value, and a refusal names the field
+//! and the rule ([`Invalid`]). With the `utoipa` feature each type carries its OpenAPI
+//! schema, rules included (patterns, lengths, ranges).
+
+pub mod names;
+pub mod paths;
+pub mod status;
+
+pub use names::{ChannelCode, DisplayName, Invalid, PlanName, UserName};
+pub use status::{Alive, DependencyStatus, Readiness, SystemStatus};
+
+/// The largest weight, amount or count the API takes: 2^53 − 1, which JSON numbers and
+/// Lua hold exactly.
+pub const MAX_INTEGER: u64 = engine::quota::MAX_AMOUNT;
+
+/// The session cookie's name (set by `POST /api/v1/auth/login`, read by the guard and by
+/// the UI's server functions).
+pub const SESSION_COOKIE: &str = "tessera_session";
+
+/// The header unsafe requests made with the session cookie repeat its CSRF token in.
+pub const CSRF_HEADER: &str = "x-csrf-token";
