@@ -142,7 +142,7 @@ impl ResponseError for ApiError {
             Self::QuotaRefused { dimension, available, limit } => response.json(QuotaRefusedBody {
                 error: self.to_string(),
                 result: "refused",
-                dimension: *dimension,
+                dimension,
                 available: *available,
                 limit: *limit,
             }),

@@ -121,7 +121,7 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
     for (name, body) in pools() {
         let pool = PoolName::parse(name)?;
         let outcome = crate::pools::store::put_pool(db, &CTX, &pool, &body, 0).await.map(|_| ());
-        report.record(crate::change::Entity::pool_key(&pool), outcome)?;
+        report.record(crate::change::Entity::pool_key(pool), outcome)?;
     }
     let plans = [
         ("starter", 5_000_000_u64, 10_000_u64, 8_u32),
@@ -144,7 +144,7 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
         let tenant = TenantId::parse(name)?;
         let spec: TenantSpec = serde_json::from_value(spec)?;
         let outcome = crate::tenants::store::put_tenant(db, &CTX, &tenant, &spec, 0).await.map(|_| ());
-        report.record(crate::change::Entity::tenant_key(&tenant), outcome)?;
+        report.record(crate::change::Entity::tenant_key(tenant), outcome)?;
     }
     let now = Utc::now();
     let grant: NewGrant = serde_json::from_value(json!({

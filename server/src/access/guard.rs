@@ -20,7 +20,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn cookie_value<'r>(req: &'r ServiceRequest, name: &str) -> Option<String> {
+fn cookie_value(req: &ServiceRequest, name: &str) -> Option<String> {
     req.cookie(name).map(|c| c.value().to_owned())
 }
 

@@ -51,9 +51,10 @@ pub const TOKEN_TRUST_WHILE_DOWN: Duration = Duration::from_secs(3600);
 /// API tokens verified recently, by hash: the data plane does not query Postgres on every
 /// request, and keeps serving callers it has verified while Postgres is unreachable.
 #[derive(Clone, Default)]
-pub struct TokenCache(
-    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>>>,
-);
+pub struct TokenCache(std::sync::Arc<std::sync::Mutex<Verified>>);
+
+/// Principals by token hash, with when each was verified.
+type Verified = std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>;
 
 impl TokenCache {
     /// Forgets one token (after its revocation), by its SHA-256.

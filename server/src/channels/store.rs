@@ -166,7 +166,7 @@ pub async fn set_channel_enabled(
         vec![Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }];
     // Pools in name order, so two such changes never wait on each other in a circle.
     for pool in &after.pools {
-        lock(&mut tx, &crate::change::Entity::pool_key(&pool)).await?;
+        lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
         let pool_action = if enabled { "pool.channel_enabled" } else { "pool.channel_disabled" };
         written.push(republish_pool(&mut tx, ctx, pool, pool_action).await?);
     }

@@ -190,7 +190,7 @@ async fn evaluate(
     measured: &HashMap<(String, u32), Measured>,
 ) -> anyhow::Result<PoolOutcome> {
     let mut tx = db.begin().await?;
-    crate::change::store::lock(&mut tx, &crate::change::Entity::pool_key(&pool)).await?;
+    crate::change::store::lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
     let rows = store::members(&mut tx, pool).await?;
     let window_of =
         |channel: &str| measured.get(&(channel.to_owned(), policy.window_minutes)).copied().unwrap_or_default();

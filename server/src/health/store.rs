@@ -446,7 +446,7 @@ pub async fn set_policy(
     raw: &Value,
 ) -> Result<(Policy, i64), ChangeError> {
     let policy = policy_of(raw)?;
-    let entity = crate::change::Entity::pool_key(&pool);
+    let entity = crate::change::Entity::pool_key(pool);
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, &entity).await?;
     let before: Option<Value> = sqlx::query_scalar("select health_policy from pool where name = $1")

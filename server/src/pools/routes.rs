@@ -70,7 +70,7 @@ pub async fn get_pool(state: web::Data<AppState>, path: web::Path<String>) -> Re
     let Some((version, snapshot)) = crate::pools::store::get_pool(&state.db, &pool).await? else {
         return Err(unknown_pool(&pool));
     };
-    let published = crate::publish::store::newest(&state.db, &crate::change::Entity::pool_key(&pool)).await?;
+    let published = crate::publish::store::newest(&state.db, &crate::change::Entity::pool_key(pool)).await?;
     let (published_version, published) = published.unzip();
     Ok(HttpResponse::Ok().json(json!({
         "version": version, "snapshot": snapshot, "published_version": published_version, "published": published,
@@ -550,5 +550,5 @@ pub async fn rebuild_pool(
         .map_err(|e| ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())))?;
     tx.commit().await?;
     Ok(HttpResponse::Ok()
-        .json(json!({"entity": crate::change::Entity::pool_key(&pool), "version": version, "audit_id": audit_id, "rebuilt": true})))
+        .json(json!({"entity": crate::change::Entity::pool_key(pool), "version": version, "audit_id": audit_id, "rebuilt": true})))
 }

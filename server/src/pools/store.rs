@@ -47,7 +47,7 @@ pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolSummary>, sqlx::Error> {
 pub async fn get_published_pool(db: &PgPool, pool: &PoolName) -> Result<Option<PoolSnapshot>, ChangeError> {
     let row: Option<(i64, Value)> =
         sqlx::query_as("select version, body from snapshot where entity = $1 order by version desc limit 1")
-            .bind(crate::change::Entity::pool_key(&pool))
+            .bind(crate::change::Entity::pool_key(pool))
             .fetch_optional(db)
             .await?;
     let Some((version, body)) = row else { return Ok(None) };
@@ -344,7 +344,7 @@ pub(crate) async fn republish_pool_body(
     let (_, base) =
         compile_pool(tx, pool).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown pool {pool:?}")))?;
     let body = effective_body(tx, pool, base).await?;
-    let entity = crate::change::Entity::pool_key(&pool);
+    let entity = crate::change::Entity::pool_key(pool);
     let written = publish(tx, ctx, &entity, action, &body).await?;
     let mut published = parse_pool_body(&body)?;
     published.version = written.version as u64;
@@ -370,7 +370,7 @@ pub(crate) async fn republish_pool_if_changed(
     let body = effective_body(tx, pool, base).await?;
     let latest: Option<Value> =
         sqlx::query_scalar("select body from snapshot where entity = $1 order by version desc limit 1")
-            .bind(crate::change::Entity::pool_key(&pool))
+            .bind(crate::change::Entity::pool_key(pool))
             .fetch_optional(&mut *tx)
             .await?;
     if latest.as_ref() == Some(&body) {
@@ -392,7 +392,7 @@ pub async fn put_pool_tx(
 ) -> Result<PoolWritten, ChangeError> {
     PoolName::parse(pool).map_err(from_input)?;
     let snapshot = parse_pool_body(body)?;
-    let entity = crate::change::Entity::pool_key(&pool);
+    let entity = crate::change::Entity::pool_key(pool);
     lock(tx, &entity).await?;
     let current: Option<(i64, i64)> = sqlx::query_as("select config_version, version from pool where name = $1")
         .bind(pool)
@@ -430,7 +430,7 @@ pub async fn modify_pool(
     edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
 ) -> Result<PoolWritten, ChangeError> {
     let mut tx = db.begin().await?;
-    let entity = crate::change::Entity::pool_key(&pool);
+    let entity = crate::change::Entity::pool_key(pool);
     lock(&mut tx, &entity).await?;
     let (config_version, body) = compile_pool(&mut tx, pool.as_str())
         .await?

@@ -26,7 +26,7 @@ pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolName>, sqlx::Error> {
         .filter_map(|name| match PoolName::parse(&name) {
             Ok(pool) => Some(pool),
             Err(e) => {
-                tracing::warn!(entity = %crate::change::Entity::pool_key(&name), error = %e, "snapshot entity is not a valid pool name");
+                tracing::warn!(entity = %crate::change::Entity::pool_key(name), error = %e, "snapshot entity is not a valid pool name");
                 None
             }
         })
@@ -37,7 +37,7 @@ pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolName>, sqlx::Error> {
 #[tracing::instrument(skip_all, fields(pool = %pool), err)]
 pub async fn pool_exists(db: &PgPool, pool: &PoolName) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar("select exists (select 1 from snapshot where entity = $1)")
-        .bind(crate::change::Entity::pool_key(&pool))
+        .bind(crate::change::Entity::pool_key(pool))
         .fetch_one(db)
         .await
 }

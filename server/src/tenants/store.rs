@@ -78,7 +78,7 @@ pub(crate) async fn republish_tenant(
 ) -> Result<Written, ChangeError> {
     let (_, body) =
         compile_tenant(tx, tenant).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {tenant:?}")))?;
-    let written = publish(tx, ctx, &crate::change::Entity::tenant_key(&tenant), action, &body).await?;
+    let written = publish(tx, ctx, &crate::change::Entity::tenant_key(tenant), action, &body).await?;
     sqlx::query("update tenant set version = $2, updated_at = now() where name = $1")
         .bind(tenant)
         .bind(written.version)
@@ -152,7 +152,7 @@ pub async fn put_tenant(
     expected_version: i64,
 ) -> Result<Written, ChangeError> {
     spec.validate()?;
-    let entity = crate::change::Entity::tenant_key(&tenant);
+    let entity = crate::change::Entity::tenant_key(tenant);
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
     let current: Option<i64> = sqlx::query_scalar("select version from tenant where name = $1")
@@ -220,7 +220,7 @@ pub async fn add_grant(
         starts_at: grant.starts_at,
         expires_at: grant.expires_at,
     };
-    let entity = crate::change::Entity::tenant_key(&tenant);
+    let entity = crate::change::Entity::tenant_key(tenant);
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
     let current: Option<i64> = sqlx::query_scalar("select version from tenant where name = $1")
@@ -275,7 +275,7 @@ pub async fn revoke_grant(
     id: &GrantId,
     expected_version: Option<i64>,
 ) -> Result<Written, ChangeError> {
-    let entity = crate::change::Entity::tenant_key(&tenant);
+    let entity = crate::change::Entity::tenant_key(tenant);
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
     let current: Option<i64> = sqlx::query_scalar("select version from tenant where name = $1")
