@@ -1,14 +1,14 @@
 //! The shared test harness: [`spawn_app`] starts the real server on a random port with its
 //! own database and its own Redis key prefix, both removed when the [`TestApp`] is dropped;
 //! [`spawn_app_sharing`] starts a second server on the same database and prefix (two
-//! instances behind one load balancer); [`proxy`] puts a cuttable TCP proxy between an app
-//! and a dependency; [`browser`] drives headless Debian Chromium.
+//! instances behind one load balancer); [`postgres_address`] is the target of a cuttable
+//! [`testproxy::Proxy`] between an app and Postgres; [`browser`] drives headless Debian
+//! Chromium.
 //!
 //! Tests talk to the real Postgres and Redis named by `DATABASE_URL` and `REDIS_URL`
 //! (defaults: the local ones), never to mocks.
 
 pub mod browser;
-pub mod proxy;
 pub mod ui;
 
 use std::path::PathBuf;
@@ -208,10 +208,28 @@ pub fn admin_url(settings: &Settings) -> String {
     with_database(settings.database_url.expose_secret(), "postgres")
 }
 
+/// The `host:port` a Postgres URL points at (the target of a [`testproxy::Proxy`] in front
+/// of it).
+pub fn postgres_address(url: &str) -> String {
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a valid Postgres URL");
+    format!("{}:{}", options.get_host(), options.get_port())
+}
+
 /// `url` with its database name replaced by `db`.
 fn with_database(url: &str, db: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("database url has a scheme");
     let (authority, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let query = tail.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
     format!("{scheme}://{authority}/{db}{query}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_postgres_address_defaults_to_the_standard_port() {
+        assert_eq!(postgres_address("postgres://u@db.internal/t1"), "db.internal:5432");
+        assert_eq!(postgres_address("postgres://u:p@127.0.0.1:5433/t1?sslmode=disable"), "127.0.0.1:5433");
+    }
 }

@@ -3,10 +3,10 @@
 //! evaluation reads them, refused by field, 404 for an unknown channel, 503 without Redis,
 //! and recorded without looking the channel up while Postgres is away.
 
-use integration::proxy::{postgres_address, through, Proxy};
-use integration::{base_settings, spawn_app, spawn_app_with, TestApp};
+use integration::{base_settings, postgres_address, spawn_app, spawn_app_with, TestApp};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
+use testproxy::{through, Proxy};
 
 use client::health::{ChannelCode, MinuteCounts, Totals};
 
@@ -132,7 +132,7 @@ async fn while_postgres_is_away_a_report_is_recorded_without_looking_the_channel
     register_channel(&app, "ALIPAY_A").await;
 
     // Act
-    proxy.cut();
+    proxy.cut().await;
     let (status, body) = report(&app, "ALIPAY_A", json!({"ok": 2, "fail": 1})).await;
 
     // Assert

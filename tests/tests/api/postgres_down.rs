@@ -5,13 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use integration::proxy::{postgres_address, through, Proxy};
-use integration::{base_settings, spawn_app_with, TestApp};
+use integration::{base_settings, postgres_address, spawn_app_with, TestApp};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use server::configuration::AdminAccess;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
+use testproxy::{through, Proxy};
 
 const TOKEN: &str = "test-admin-token-0123456789";
 
@@ -73,7 +73,7 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
     let scheduler = server::scheduler::Scheduler::start(app.state.clone()).await.unwrap();
     assert_eq!(app.get("/readyz").await.status(), 200);
 
-    proxy.cut();
+    proxy.cut().await;
 
     // Readiness says which dependency is down.
     let response = app.get("/readyz").await;
@@ -147,7 +147,7 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     let change = |reason: &str| json!({"plan": "enterprise", "expected_version": version, "reason": reason});
 
     // A write sent while Postgres is away: 503 with a message that says so.
-    proxy.cut();
+    proxy.cut().await;
     let (status, refused) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/acme", change("upgrade")).await;
     assert_eq!(status, 503, "{refused}");
     assert!(refused["error"].as_str().unwrap().starts_with("postgres unavailable"), "{refused}");
@@ -184,7 +184,7 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
         assert!(started.elapsed() < HANG_GUARD, "the write never reached the snapshot insert");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    proxy.cut();
+    proxy.cut().await;
     let (status, refused) = write.await.unwrap();
     assert_eq!(status, 503, "{refused}");
     assert!(refused["error"].as_str().unwrap().starts_with("postgres unavailable"), "{refused}");
@@ -229,7 +229,7 @@ async fn with_access_control_on_a_verified_data_plane_token_keeps_drawing_while_
     };
     assert_eq!(draw(token.clone()).await, 200, "verified once, against Postgres");
 
-    proxy.cut();
+    proxy.cut().await;
     for _ in 0..20 {
         assert_eq!(draw(token.clone()).await, 200, "served from Redis, the token trusted from the last verification");
     }
