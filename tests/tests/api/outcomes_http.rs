@@ -11,10 +11,7 @@ use testproxy::{through, Proxy};
 use client::health::{ChannelCode, MinuteCounts, Totals};
 
 async fn report(app: &TestApp, code: &str, body: Value) -> (u16, Value) {
-    let response =
-        app.http.post(format!("{}/api/v1/channels/{code}/outcomes", app.address)).json(&body).send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+    app.post_json(&format!("/api/v1/channels/{code}/outcomes"), body).await
 }
 
 async fn register_channel(app: &TestApp, code: &str) {
