@@ -7,11 +7,10 @@
 //! Hand-set clocks sit in the future: a period's keys expire at the period's end plus its
 //! retention, by the script's clock, so a date in the past would expire them at once.
 
-mod support;
-
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support::{at, raw_connection, redis_address, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::quota::{
     Dimension, FallbackPolicy, Grant, GrantId, GrantKind, Part, QuotaError, QuotaUsage, Refusal, ReleaseOutcome,
@@ -22,7 +21,6 @@ use client::{Clock, Keys, Period, Quotas, RedisHandle, RedisTimeouts};
 use engine::quota::{Bucket, BucketKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use support::{at, raw_connection, redis_address, redis_url, KeyGuard};
 use testproxy::{through, Proxy};
 
 // ---------------------------------------------------------------------------------------

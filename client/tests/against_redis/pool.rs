@@ -7,20 +7,18 @@
 //! Hand-set clocks sit in the future: a day's hit counters expire 48 h after the day by the
 //! script's clock, so a date in the past would expire them at once.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{at, raw_connection, redis_address, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::pool::{Draw, DrawSource, PoolError, PoolKind, PoolName, PoolSnapshot, RefillOutcome};
 use client::{Clock, Keys, PoolAdmin, Pools, RedisHandle, RedisTimeouts};
 use engine::hashing::HashRing;
 use engine::metrics::Metrics;
 use engine::{Apportioner, BatchSize, Ordering, Weights};
-use support::{at, raw_connection, redis_address, redis_url, KeyGuard};
 use testproxy::{through, Proxy};
 
 // ---------------------------------------------------------------------------------------
@@ -878,7 +876,7 @@ async fn the_lua_tier_mapping_matches_the_engines_whole_truth_table() {
     // Arrange: the pool scripts' shared prelude, with a body that only maps.
     let script = redis::Script::new(&format!(
         "{}\nlocal avail = {{G = ARGV[2] == '1', N = ARGV[3] == '1', U = ARGV[4] == '1'}}\nreturn tier_fallback(ARGV[1], avail) or ''",
-        include_str!("../../lua/pool_lib.lua")
+        include_str!("../../../lua/pool_lib.lua")
     ));
     let mut conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
 

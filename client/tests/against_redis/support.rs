@@ -1,7 +1,6 @@
 //! Helpers shared by the client's Redis tests: a key prefix per test removed afterwards
 //! (SCAN + UNLINK, also on panic), a raw connection, and the address of Redis for a
 //! [`testproxy::Proxy`] that a test can cut and restore.
-#![allow(dead_code)]
 
 use std::hash::{BuildHasher, RandomState};
 use std::time::SystemTime;
