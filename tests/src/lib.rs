@@ -1,24 +1,31 @@
 //! The shared test harness: [`spawn_app`] starts the real server on a random port with its
 //! own database and its own Redis key prefix, both removed when the [`TestApp`] is dropped;
 //! [`spawn_app_sharing`] starts a second server on the same database and prefix (two
-//! instances behind one load balancer); [`proxy`] puts a cuttable TCP proxy between an app
-//! and a dependency; [`browser`] drives headless Debian Chromium.
+//! instances behind one load balancer); the [`TestApp`]'s request helpers send to it, each
+//! request bounded by [`REQUEST_TIMEOUT`]; [`postgres_address`] is the target of a cuttable
+//! [`testproxy::Proxy`] between an app and Postgres; [`browser`] drives headless Debian
+//! Chromium.
 //!
 //! Tests talk to the real Postgres and Redis named by `DATABASE_URL` and `REDIS_URL`
 //! (defaults: the local ones), never to mocks.
 
 pub mod browser;
-pub mod proxy;
 pub mod ui;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
 use server::configuration::Settings;
 use server::startup::{Application, Signals};
 use server::state::AppState;
 use sqlx::Connection;
+
+/// How long any request of a test to its app may take: a request that hangs fails its test
+/// (naming the request) instead of stopping the run. A guard, not a performance claim.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running server and what it owns.
 pub struct TestApp {
@@ -35,7 +42,8 @@ pub struct TestApp {
     pub state: AppState,
     /// The settings the server was built with.
     pub settings: Settings,
-    /// An HTTP client for requests to the app.
+    /// An HTTP client for requests to the app; every request through it times out after
+    /// [`REQUEST_TIMEOUT`].
     pub http: reqwest::Client,
     /// Stops this app's server when the test ends (declared before `_cleanup`: the server
     /// stops first).
@@ -147,16 +155,44 @@ async fn start(settings: Settings, db_name: String, prefix: String, cleanup: Arc
         prefix,
         state,
         settings,
-        http: reqwest::Client::new(),
+        http: reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().expect("an HTTP client"),
         _server: server,
         _cleanup: cleanup,
     }
 }
 
+/// Requests to the app. `path` is everything after the address (`/api/v1/pools?x=1`, sent
+/// as written, percent-escapes included); a body of `Value::Null` sends no body. Replies
+/// are answered as status and JSON body, `Value::Null` when the body is not JSON.
 impl TestApp {
-    /// `GET address + path`.
+    /// A request to `path`, for what the helpers below do not cover (headers, raw bodies).
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.address))
+    }
+
+    /// `GET path`, the response as it came.
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.http.get(format!("{}{path}", self.address)).send().await.expect("request sent")
+        let request = self.request(reqwest::Method::GET, path);
+        request.send().await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    /// `GET path` without credentials.
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        json_reply(self.request(reqwest::Method::GET, path)).await
+    }
+
+    /// `POST path` with `body` and without credentials.
+    pub async fn post_json(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, path, None, body).await
+    }
+
+    /// `method path` with `body`, authorised by the bearer `token` if given.
+    pub async fn send(&self, method: reqwest::Method, path: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+        let mut request = self.request(method, path);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        json_reply(with_json(request, &body)).await
     }
 
     /// Stops this app's HTTP server (graceful: requests in flight finish) and waits until
@@ -164,6 +200,26 @@ impl TestApp {
     pub async fn stop_server(&self) {
         self._server.0.stop(true).await;
     }
+}
+
+/// `request` with `body` as JSON, or with no body when it is `Value::Null`.
+pub fn with_json(request: reqwest::RequestBuilder, body: &Value) -> reqwest::RequestBuilder {
+    if body.is_null() {
+        request
+    } else {
+        request.json(body)
+    }
+}
+
+/// Sends `request` and answers its status and JSON body (`Value::Null` when the body is not
+/// JSON); a request that fails or times out panics, naming it.
+pub async fn json_reply(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let (client, request) = request.build_split();
+    let request = request.unwrap_or_else(|e| panic!("building a request: {e}"));
+    let name = format!("{} {}", request.method(), request.url());
+    let response = client.execute(request).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 async fn cleanup(settings: Settings, admin_url: String, db_name: String) {
@@ -208,10 +264,28 @@ pub fn admin_url(settings: &Settings) -> String {
     with_database(settings.database_url.expose_secret(), "postgres")
 }
 
+/// The `host:port` a Postgres URL points at (the target of a [`testproxy::Proxy`] in front
+/// of it).
+pub fn postgres_address(url: &str) -> String {
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a valid Postgres URL");
+    format!("{}:{}", options.get_host(), options.get_port())
+}
+
 /// `url` with its database name replaced by `db`.
 fn with_database(url: &str, db: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("database url has a scheme");
     let (authority, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let query = tail.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
     format!("{scheme}://{authority}/{db}{query}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_postgres_address_defaults_to_the_standard_port() {
+        assert_eq!(postgres_address("postgres://u@db.internal/t1"), "db.internal:5432");
+        assert_eq!(postgres_address("postgres://u:p@127.0.0.1:5433/t1?sslmode=disable"), "127.0.0.1:5433");
+    }
 }

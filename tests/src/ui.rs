@@ -70,8 +70,7 @@ pub async fn sign_out(c: &Client) {
 /// (`name=value`) and its CSRF token.
 pub async fn api_session(app: &TestApp, name: &str, password: &str) -> (String, String) {
     let login = app
-        .http
-        .post(format!("{}/api/v1/auth/login", app.address))
+        .request(reqwest::Method::POST, "/api/v1/auth/login")
         .json(&serde_json::json!({"name": name, "password": password}))
         .send()
         .await

@@ -9,9 +9,7 @@ use integration::{spawn_app, TestApp};
 use serde_json::Value;
 
 async fn draw(app: &TestApp, pool: &str) -> (u16, Value) {
-    let response = app.http.post(format!("{}/api/v1/pools/{pool}/draw", app.address)).send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+    app.post_json(&format!("/api/v1/pools/{pool}/draw"), Value::Null).await
 }
 
 fn small_pool(version: u64) -> PoolSnapshot {
@@ -105,8 +103,7 @@ async fn a_malformed_draw_body_is_400_not_an_ordinary_draw() {
     app.state.pool_admin.publish(&pool, &small_pool(1)).await.unwrap();
     for body in [r#"{"sticky_key": 123}"#, r#"{"stikcy_key": "u1"}"#, "not json"] {
         let response = app
-            .http
-            .post(format!("{}/api/v1/pools/small/draw", app.address))
+            .request(reqwest::Method::POST, "/api/v1/pools/small/draw")
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -115,8 +112,7 @@ async fn a_malformed_draw_body_is_400_not_an_ordinary_draw() {
         assert_eq!(response.status(), 400, "{body}");
     }
     let sticky = app
-        .http
-        .post(format!("{}/api/v1/pools/small/draw", app.address))
+        .request(reqwest::Method::POST, "/api/v1/pools/small/draw")
         .json(&serde_json::json!({"sticky_key": "user-42"}))
         .send()
         .await

@@ -3,18 +3,15 @@
 //! evaluation reads them, refused by field, 404 for an unknown channel, 503 without Redis,
 //! and recorded without looking the channel up while Postgres is away.
 
-use integration::proxy::{postgres_address, through, Proxy};
-use integration::{base_settings, spawn_app, spawn_app_with, TestApp};
+use integration::{base_settings, postgres_address, spawn_app, spawn_app_with, TestApp};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
+use testproxy::{through, Proxy};
 
 use client::health::{ChannelCode, MinuteCounts, Totals};
 
 async fn report(app: &TestApp, code: &str, body: Value) -> (u16, Value) {
-    let response =
-        app.http.post(format!("{}/api/v1/channels/{code}/outcomes", app.address)).json(&body).send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+    app.post_json(&format!("/api/v1/channels/{code}/outcomes"), body).await
 }
 
 async fn register_channel(app: &TestApp, code: &str) {
@@ -132,7 +129,7 @@ async fn while_postgres_is_away_a_report_is_recorded_without_looking_the_channel
     register_channel(&app, "ALIPAY_A").await;
 
     // Act
-    proxy.cut();
+    proxy.cut().await;
     let (status, body) = report(&app, "ALIPAY_A", json!({"ok": 2, "fail": 1})).await;
 
     // Assert

@@ -5,13 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use integration::proxy::{postgres_address, through, Proxy};
-use integration::{base_settings, spawn_app_with, TestApp};
+use integration::{base_settings, json_reply, postgres_address, spawn_app_with, with_json, TestApp};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use server::configuration::AdminAccess;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
+use testproxy::{through, Proxy};
 
 const TOKEN: &str = "test-admin-token-0123456789";
 
@@ -41,13 +41,6 @@ async fn direct(app: &TestApp) -> PgConnection {
     PgConnection::connect_with(&options.database(&app.db_name)).await.unwrap()
 }
 
-async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let response =
-        app.http.request(method, format!("{}{path}", app.address)).bearer_auth(TOKEN).json(&body).send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
 /// Rows of the tables every change writes to, and acme's plan.
 async fn written(db: &mut PgConnection) -> (i64, i64, i64, String) {
     let (snapshots, audits, outboxes): (i64, i64, i64) = sqlx::query_as(
@@ -73,7 +66,7 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
     let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
     assert_eq!(app.get("/readyz").await.status(), 200);
 
-    proxy.cut();
+    proxy.cut().await;
 
     // Readiness says which dependency is down.
     let response = app.get("/readyz").await;
@@ -87,7 +80,7 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
     for pool in ["cn-pay", "sea-pay"] {
         for _ in 0..50 {
             let (status, draw) =
-                send(&app, reqwest::Method::POST, &format!("/api/v1/pools/{pool}/draw"), Value::Null).await;
+                app.send(reqwest::Method::POST, &format!("/api/v1/pools/{pool}/draw"), Some(TOKEN), Value::Null).await;
             assert_eq!((status, draw["source"].as_str()), (200, Some("redis")), "{pool}: {draw}");
         }
     }
@@ -101,25 +94,27 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
     // Quota reserve and settle.
     for i in 0..20 {
         let request_id = format!("pg-down-{i}");
-        let (status, reserved) = send(
-            &app,
-            reqwest::Method::POST,
-            "/api/v1/tenants/acme/quota/reserve",
-            json!({"request_id": request_id, "tokens": 1_000}),
-        )
-        .await;
+        let (status, reserved) = app
+            .send(
+                reqwest::Method::POST,
+                "/api/v1/tenants/acme/quota/reserve",
+                Some(TOKEN),
+                json!({"request_id": request_id, "tokens": 1_000}),
+            )
+            .await;
         assert_eq!(
             (status, reserved["result"].as_str(), reserved["source"].as_str()),
             (200, Some("reserved"), Some("redis")),
             "{reserved}"
         );
-        let (status, settled) = send(
-            &app,
-            reqwest::Method::POST,
-            "/api/v1/tenants/acme/quota/settle",
-            json!({"request_id": request_id, "actual_tokens": 600}),
-        )
-        .await;
+        let (status, settled) = app
+            .send(
+                reqwest::Method::POST,
+                "/api/v1/tenants/acme/quota/settle",
+                Some(TOKEN),
+                json!({"request_id": request_id, "actual_tokens": 600}),
+            )
+            .await;
         assert_eq!(status, 200, "{settled}");
     }
 
@@ -137,7 +132,7 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     let proxy = proxy_to_postgres().await;
     let app = app_behind(&proxy).await;
     let mut db = direct(&app).await;
-    let (status, acme) = send(&app, reqwest::Method::GET, "/api/v1/tenants/acme", Value::Null).await;
+    let (status, acme) = app.send(reqwest::Method::GET, "/api/v1/tenants/acme", Some(TOKEN), Value::Null).await;
     assert_eq!(status, 200, "{acme}");
     let version = acme["version"].as_i64().unwrap();
     assert_eq!(acme["plan"], "pro");
@@ -147,11 +142,12 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     let change = |reason: &str| json!({"plan": "enterprise", "expected_version": version, "reason": reason});
 
     // A write sent while Postgres is away: 503 with a message that says so.
-    proxy.cut();
-    let (status, refused) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/acme", change("upgrade")).await;
+    proxy.cut().await;
+    let (status, refused) =
+        app.send(reqwest::Method::PUT, "/api/v1/tenants/acme", Some(TOKEN), change("upgrade")).await;
     assert_eq!(status, 503, "{refused}");
     assert!(refused["error"].as_str().unwrap().starts_with("postgres unavailable"), "{refused}");
-    let (status, _) = send(&app, reqwest::Method::GET, "/api/v1/tenants/acme", Value::Null).await;
+    let (status, _) = app.send(reqwest::Method::GET, "/api/v1/tenants/acme", Some(TOKEN), Value::Null).await;
     assert_eq!(status, 503, "reads of the configuration need Postgres too");
     proxy.restore();
 
@@ -162,12 +158,8 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     let mut hold = blocker.begin().await.unwrap();
     sqlx::query("lock table snapshot in share mode").execute(&mut *hold).await.unwrap();
     let write = tokio::spawn({
-        let (http, url, body) =
-            (app.http.clone(), format!("{}/api/v1/tenants/acme", app.address), change("upgrade, halfway"));
-        async move {
-            let response = http.put(url).bearer_auth(TOKEN).json(&body).send().await.unwrap();
-            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
-        }
+        let request = app.request(reqwest::Method::PUT, "/api/v1/tenants/acme").bearer_auth(TOKEN);
+        json_reply(with_json(request, &change("upgrade, halfway")))
     });
     let started = Instant::now();
     loop {
@@ -184,7 +176,7 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
         assert!(started.elapsed() < HANG_GUARD, "the write never reached the snapshot insert");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    proxy.cut();
+    proxy.cut().await;
     let (status, refused) = write.await.unwrap();
     assert_eq!(status, 503, "{refused}");
     assert!(refused["error"].as_str().unwrap().starts_with("postgres unavailable"), "{refused}");
@@ -197,7 +189,8 @@ async fn an_admin_write_cut_off_from_postgres_answers_503_and_leaves_nothing_hal
     assert_eq!(published_version(&app, meta.clone()).await, Some(version));
 
     // And writes work again.
-    let (status, applied) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/acme", change("upgrade, again")).await;
+    let (status, applied) =
+        app.send(reqwest::Method::PUT, "/api/v1/tenants/acme", Some(TOKEN), change("upgrade, again")).await;
     assert_eq!(status, 200, "{applied}");
     assert_eq!(
         (applied["version"].as_i64(), applied["published"].as_bool()),
@@ -219,17 +212,18 @@ async fn with_access_control_on_a_verified_data_plane_token_keeps_drawing_while_
     .await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
     server::publish::drain_outbox(&app.state).await.unwrap();
-    let (status, minted) =
-        send(&app, reqwest::Method::POST, "/api/v1/tokens", json!({"name": "gateway", "scope": "dataplane"})).await;
+    let (status, minted) = app
+        .send(reqwest::Method::POST, "/api/v1/tokens", Some(TOKEN), json!({"name": "gateway", "scope": "dataplane"}))
+        .await;
     assert_eq!(status, 201, "{minted}");
     let token = minted["token"].as_str().unwrap().to_owned();
     let draw = |token: String| {
-        let (http, url) = (app.http.clone(), format!("{}/api/v1/pools/cn-pay/draw", app.address));
-        async move { http.post(url).bearer_auth(token).send().await.unwrap().status().as_u16() }
+        let app = &app;
+        async move { app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(&token), Value::Null).await.0 }
     };
     assert_eq!(draw(token.clone()).await, 200, "verified once, against Postgres");
 
-    proxy.cut();
+    proxy.cut().await;
     for _ in 0..20 {
         assert_eq!(draw(token.clone()).await, 200, "served from Redis, the token trusted from the last verification");
     }

@@ -204,7 +204,7 @@ fn scan_source(source: &str, file: &str, scan: &mut Scan) {
     }
     if let Some(offset) = source.find("web::scope(") {
         scan.unreadable.push(format!(
-            "{file}:{}: web::scope prefixes paths, which this scan does not follow; extend tests/tests/openapi.rs",
+            "{file}:{}: web::scope prefixes paths, which this scan does not follow; extend tests/tests/api/openapi.rs",
             line_of(source, offset)
         ));
     }

@@ -30,34 +30,32 @@ async fn bench() -> Bench {
     Bench { app, clock, outcomes }
 }
 
-async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let mut request = app.http.request(method, format!("{}{path}", app.address)).bearer_auth(TOKEN);
-    if !body.is_null() {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
 /// Registers the channels and a pool of them (weights as given).
 async fn pool(b: &Bench, name: &str, members: &[(&str, u64)]) {
     for (code, _) in members {
-        send(&b.app, reqwest::Method::POST, "/api/v1/channels", json!({"code": code, "name": code, "base_weight": 1}))
+        b.app
+            .send(
+                reqwest::Method::POST,
+                "/api/v1/channels",
+                Some(TOKEN),
+                json!({"code": code, "name": code, "base_weight": 1}),
+            )
             .await;
     }
     let weights: Vec<Value> = members.iter().map(|(m, w)| json!({"member": m, "weight": w})).collect();
-    let (status, reply) = send(
-        &b.app,
-        reqwest::Method::PUT,
-        &format!("/api/v1/pools/{name}"),
-        json!({
-            "snapshot": {"kind": "channels", "ordering": "smooth", "batch_size": 100, "low_water": 10,
-                         "timezone": "UTC", "eject_rebuild_percent": 90, "weights": weights},
-            "expected_version": 0,
-        }),
-    )
-    .await;
+    let (status, reply) = b
+        .app
+        .send(
+            reqwest::Method::PUT,
+            &format!("/api/v1/pools/{name}"),
+            Some(TOKEN),
+            json!({
+                "snapshot": {"kind": "channels", "ordering": "smooth", "batch_size": 100, "low_water": 10,
+                             "timezone": "UTC", "eject_rebuild_percent": 90, "weights": weights},
+                "expected_version": 0,
+            }),
+        )
+        .await;
     assert_eq!(status, 200, "{reply}");
 }
 
@@ -75,7 +73,7 @@ async fn evaluate(b: &Bench, at: DateTime<Utc>) -> server::health::Report {
 
 async fn member(b: &Bench, pool: &str, channel: &str) -> Value {
     let (status, health) =
-        send(&b.app, reqwest::Method::GET, &format!("/api/v1/pools/{pool}/health"), Value::Null).await;
+        b.app.send(reqwest::Method::GET, &format!("/api/v1/pools/{pool}/health"), Some(TOKEN), Value::Null).await;
     assert_eq!(status, 200, "{health}");
     health["members"].as_array().unwrap().iter().find(|m| m["channel"] == channel).cloned().unwrap()
 }
@@ -106,7 +104,7 @@ async fn a_failing_channel_decays_per_cool_down_is_ejected_and_recovers_with_a_s
     assert_eq!(state_factor(&member(&b, "h", "A").await), ("decaying".into(), 0.25));
 
     // Healthy B is judged and left alone; the published pool carries A's decayed weight.
-    let (_, read) = send(&b.app, reqwest::Method::GET, "/api/v1/pools/h", Value::Null).await;
+    let (_, read) = b.app.send(reqwest::Method::GET, "/api/v1/pools/h", Some(TOKEN), Value::Null).await;
     assert_eq!(read["published"]["weights"], json!([{"member": "A", "weight": 13}, {"member": "B", "weight": 50}]));
     assert_eq!(read["snapshot"]["weights"][0]["weight"], 50, "the configured weight is untouched");
 
@@ -154,7 +152,8 @@ async fn a_failing_channel_decays_per_cool_down_is_ejected_and_recovers_with_a_s
     assert!((factor - 0.55 * 0.5).abs() < 1e-9, "the factor the ramp had reached, halved: {factor}");
 
     // The history holds every transition, newest first.
-    let (status, history) = send(&b.app, reqwest::Method::GET, "/api/v1/channels/A/health/history", Value::Null).await;
+    let (status, history) =
+        b.app.send(reqwest::Method::GET, "/api/v1/channels/A/health/history", Some(TOKEN), Value::Null).await;
     assert_eq!(status, 200);
     let to: Vec<&str> = history["transitions"].as_array().unwrap().iter().map(|t| t["to"].as_str().unwrap()).collect();
     assert_eq!(&to[..4], &["decaying", "recovering", "recovering", "recovering"], "{history}");
@@ -173,7 +172,7 @@ async fn with_three_channels_failing_ejection_stops_at_the_cap_and_says_so() {
         report(&b, "D", 100, 0, minute(n)).await;
         evaluate(&b, minute(n) + Duration::seconds(10)).await;
     }
-    let (_, health) = send(&b.app, reqwest::Method::GET, "/api/v1/pools/cap/health", Value::Null).await;
+    let (_, health) = b.app.send(reqwest::Method::GET, "/api/v1/pools/cap/health", Some(TOKEN), Value::Null).await;
     let states: Vec<(String, bool, u64)> = health["members"]
         .as_array()
         .unwrap()
@@ -211,16 +210,20 @@ async fn low_volume_decides_nothing_and_pins_are_respected() {
     assert_eq!(member(&b, "p", "A").await["success_rate"], Value::Null, "too few outcomes to judge");
 
     // Pinned healthy: failing windows change nothing.
-    let (status, reply) =
-        send(&b.app, reqwest::Method::POST, "/api/v1/channels/A/health/pin", json!({"state": "healthy"})).await;
+    let (status, reply) = b
+        .app
+        .send(reqwest::Method::POST, "/api/v1/channels/A/health/pin", Some(TOKEN), json!({"state": "healthy"}))
+        .await;
     assert_eq!((status, reply["field"].as_str()), (400, Some("reason")));
-    let (status, reply) = send(
-        &b.app,
-        reqwest::Method::POST,
-        "/api/v1/channels/A/health/pin",
-        json!({"state": "healthy", "reason": "known flaky probe"}),
-    )
-    .await;
+    let (status, reply) = b
+        .app
+        .send(
+            reqwest::Method::POST,
+            "/api/v1/channels/A/health/pin",
+            Some(TOKEN),
+            json!({"state": "healthy", "reason": "known flaky probe"}),
+        )
+        .await;
     assert_eq!(status, 200, "{reply}");
     for n in 0..3 {
         let at = t0() + Duration::minutes(n + 1);
@@ -231,48 +234,58 @@ async fn low_volume_decides_nothing_and_pins_are_respected() {
     assert_eq!(member(&b, "p", "A").await["pinned"], "healthy");
 
     // Pinned ejected: out of the published pool at once, whatever the outcomes.
-    let (status, reply) = send(
-        &b.app,
-        reqwest::Method::POST,
-        "/api/v1/channels/B/health/pin",
-        json!({"state": "ejected", "reason": "maintenance"}),
-    )
-    .await;
+    let (status, reply) = b
+        .app
+        .send(
+            reqwest::Method::POST,
+            "/api/v1/channels/B/health/pin",
+            Some(TOKEN),
+            json!({"state": "ejected", "reason": "maintenance"}),
+        )
+        .await;
     assert_eq!(status, 200, "{reply}");
-    let (_, read) = send(&b.app, reqwest::Method::GET, "/api/v1/pools/p", Value::Null).await;
+    let (_, read) = b.app.send(reqwest::Method::GET, "/api/v1/pools/p", Some(TOKEN), Value::Null).await;
     assert_eq!(read["published"]["ejected"], json!(["B"]), "{read}");
-    let (status, again) = send(
-        &b.app,
-        reqwest::Method::POST,
-        "/api/v1/channels/B/health/pin",
-        json!({"state": "ejected", "reason": "again"}),
-    )
-    .await;
+    let (status, again) = b
+        .app
+        .send(
+            reqwest::Method::POST,
+            "/api/v1/channels/B/health/pin",
+            Some(TOKEN),
+            json!({"state": "ejected", "reason": "again"}),
+        )
+        .await;
     assert_eq!((status, again["field"].as_str()), (422, Some("state")));
-    let (status, _) =
-        send(&b.app, reqwest::Method::POST, "/api/v1/channels/B/health/unpin", json!({"reason": "done"})).await;
+    let (status, _) = b
+        .app
+        .send(reqwest::Method::POST, "/api/v1/channels/B/health/unpin", Some(TOKEN), json!({"reason": "done"}))
+        .await;
     assert_eq!(status, 200);
-    let (_, read) = send(&b.app, reqwest::Method::GET, "/api/v1/pools/p", Value::Null).await;
+    let (_, read) = b.app.send(reqwest::Method::GET, "/api/v1/pools/p", Some(TOKEN), Value::Null).await;
     assert_eq!(read["published"].get("ejected"), None, "{read}");
 
     // Thresholds per pool, validated.
-    let (status, reply) = send(
-        &b.app,
-        reqwest::Method::PUT,
-        "/api/v1/pools/p/health_policy",
-        json!({"policy": {"decay_factor": 2}, "reason": "r"}),
-    )
-    .await;
+    let (status, reply) = b
+        .app
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/pools/p/health_policy",
+            Some(TOKEN),
+            json!({"policy": {"decay_factor": 2}, "reason": "r"}),
+        )
+        .await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("health_policy.decay_factor")), "{reply}");
-    let (status, reply) = send(
-        &b.app,
-        reqwest::Method::PUT,
-        "/api/v1/pools/p/health_policy",
-        json!({"policy": {"min_volume": 5}, "reason": "small pool"}),
-    )
-    .await;
+    let (status, reply) = b
+        .app
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/pools/p/health_policy",
+            Some(TOKEN),
+            json!({"policy": {"min_volume": 5}, "reason": "small pool"}),
+        )
+        .await;
     assert_eq!(status, 200, "{reply}");
-    let (_, channel) = send(&b.app, reqwest::Method::GET, "/api/v1/channels/A/health", Value::Null).await;
+    let (_, channel) = b.app.send(reqwest::Method::GET, "/api/v1/channels/A/health", Some(TOKEN), Value::Null).await;
     assert_eq!(channel["pin"]["state"], "healthy");
     assert_eq!(channel["pools"][0]["pool"], "p");
 }
@@ -281,16 +294,17 @@ async fn low_volume_decides_nothing_and_pins_are_respected() {
 async fn in_a_tiers_pool_the_cap_counts_each_channels_share_of_the_traffic() {
     let b = bench().await;
     for (code, tier) in [("G1", "G"), ("G2", "G"), ("N1", "N")] {
-        send(
-            &b.app,
-            reqwest::Method::POST,
-            "/api/v1/channels",
-            json!({"code": code, "name": code, "tier": tier, "base_weight": 1}),
-        )
-        .await;
+        b.app
+            .send(
+                reqwest::Method::POST,
+                "/api/v1/channels",
+                Some(TOKEN),
+                json!({"code": code, "name": code, "tier": tier, "base_weight": 1}),
+            )
+            .await;
     }
     // Tier G carries 60% of the traffic, split evenly: each G channel is 30%.
-    let (status, reply) = send(&b.app, reqwest::Method::PUT, "/api/v1/pools/t", json!({
+    let (status, reply) = b.app.send(reqwest::Method::PUT, "/api/v1/pools/t", Some(TOKEN), json!({
         "snapshot": {"kind": "tiers", "ordering": "smooth", "batch_size": 100, "low_water": 10, "timezone": "UTC",
                      "eject_rebuild_percent": 90,
                      "weights": [{"member": "G", "weight": 60}, {"member": "N", "weight": 40}],

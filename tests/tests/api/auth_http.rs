@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use integration::{spawn_app_with, TestApp};
+use integration::{json_reply, spawn_app_with, with_json, TestApp};
 use serde_json::{json, Value};
 
 struct Session {
@@ -22,8 +22,7 @@ async fn app() -> (TestApp, HashMap<String, String>) {
 
 async fn login(app: &TestApp, name: &str, password: &str) -> (u16, Value, Option<String>) {
     let response = app
-        .http
-        .post(format!("{}/api/v1/auth/login", app.address))
+        .request(reqwest::Method::POST, "/api/v1/auth/login")
         .json(&json!({"name": name, "password": password}))
         .send()
         .await
@@ -45,28 +44,12 @@ async fn session(app: &TestApp, passwords: &HashMap<String, String>, role: &str)
 
 /// A request made by the UI: the session cookie, the CSRF token, our own origin.
 async fn ui(app: &TestApp, s: &Session, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let mut request = app
-        .http
-        .request(method, format!("{}{path}", app.address))
+    let request = app
+        .request(method, path)
         .header("cookie", &s.cookie)
         .header("x-csrf-token", &s.csrf)
         .header("origin", &app.address);
-    if !body.is_null() {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
-async fn with_token(app: &TestApp, token: &str, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let mut request = app.http.request(method, format!("{}{path}", app.address)).bearer_auth(token);
-    if !body.is_null() {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+    json_reply(with_json(request, &body)).await
 }
 
 fn weights(a: u64) -> Value {
@@ -81,9 +64,9 @@ async fn each_role_signs_in_and_the_server_enforces_what_it_may_do() {
     let post = reqwest::Method::POST;
 
     // Without credentials: 401 everywhere under /api/v1 but sign-in and the API document.
-    assert_eq!(app.http.get(format!("{}/api/v1/pools", app.address)).send().await.unwrap().status(), 401);
-    assert_eq!(app.http.get(format!("{}/api/v1/openapi.json", app.address)).send().await.unwrap().status(), 200);
-    assert_eq!(app.http.get(format!("{}/healthz", app.address)).send().await.unwrap().status(), 200);
+    assert_eq!(app.get("/api/v1/pools").await.status(), 401);
+    assert_eq!(app.get("/api/v1/openapi.json").await.status(), 200);
+    assert_eq!(app.get("/healthz").await.status(), 200);
 
     for role in ["viewer", "operator", "pm", "auditor", "admin"] {
         let s = session(&app, &passwords, role).await;
@@ -140,11 +123,10 @@ async fn each_role_signs_in_and_the_server_enforces_what_it_may_do() {
 async fn session_writes_need_our_origin_and_the_csrf_token_and_sessions_expire() {
     let (app, passwords) = app().await;
     let pm = session(&app, &passwords, "pm").await;
-    let url = format!("{}/api/v1/pools/cn-pay/weights", app.address);
+    let path = "/api/v1/pools/cn-pay/weights";
     // A cross-origin form post carries the cookie but not our origin.
     let forged = app
-        .http
-        .post(&url)
+        .request(reqwest::Method::POST, path)
         .header("cookie", &pm.cookie)
         .header("origin", "https://evil.example")
         .header("x-csrf-token", &pm.csrf)
@@ -156,8 +138,7 @@ async fn session_writes_need_our_origin_and_the_csrf_token_and_sessions_expire()
     assert!(forged.text().await.unwrap().contains("cross-origin"));
     // Our origin without the CSRF token.
     let no_token = app
-        .http
-        .post(&url)
+        .request(reqwest::Method::POST, path)
         .header("cookie", &pm.cookie)
         .header("origin", &app.address)
         .json(&weights(40))
@@ -225,21 +206,21 @@ async fn api_tokens_have_a_scope_are_shown_once_and_can_be_revoked() {
 
     // dataplane: draws, not reads of the configuration.
     let (status, draw) =
-        with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+        app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(&dataplane), Value::Null).await;
     assert_eq!(status, 200, "{draw}");
-    let (status, _) = with_token(&app, &dataplane, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
+    let (status, _) = app.send(reqwest::Method::GET, "/api/v1/pools", Some(&dataplane), Value::Null).await;
     assert_eq!(status, 403);
     // admin scope: configuration, not the data plane, not users and tokens.
-    let (status, _) = with_token(&app, &automation, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
+    let (status, _) = app.send(reqwest::Method::GET, "/api/v1/pools", Some(&automation), Value::Null).await;
     assert_eq!(status, 200);
     let (status, _) =
-        with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+        app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(&automation), Value::Null).await;
     assert_eq!(status, 403);
-    let (status, _) = with_token(&app, &automation, reqwest::Method::GET, "/api/v1/tokens", Value::Null).await;
+    let (status, _) = app.send(reqwest::Method::GET, "/api/v1/tokens", Some(&automation), Value::Null).await;
     assert_eq!(status, 403);
     // Token writes need no CSRF token (no cookie involved) and are audited as `api`.
     let (status, body) =
-        with_token(&app, &automation, reqwest::Method::POST, "/api/v1/pools/cn-pay/weights", weights(44)).await;
+        app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/weights", Some(&automation), weights(44)).await;
     assert_eq!(status, 200, "{body}");
     let source: String = sqlx::query_scalar("select source from audit where action = 'pool.weights'")
         .fetch_one(&app.state.db)
@@ -254,8 +235,7 @@ async fn api_tokens_have_a_scope_are_shown_once_and_can_be_revoked() {
     let (status, _) =
         ui(&app, &admin, reqwest::Method::POST, &format!("/api/v1/tokens/{id}/revoke"), Value::Null).await;
     assert_eq!(status, 200);
-    let (status, _) =
-        with_token(&app, &dataplane, reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Value::Null).await;
+    let (status, _) = app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(&dataplane), Value::Null).await;
     assert_eq!(status, 401);
     let stored: Vec<u8> =
         sqlx::query_scalar("select hash from api_token where id = $1").bind(id).fetch_one(&app.state.db).await.unwrap();
@@ -305,18 +285,17 @@ async fn api_tokens_have_a_scope_are_shown_once_and_can_be_revoked() {
 async fn a_percent_encoded_path_is_judged_as_the_route_it_reaches() {
     let (app, _) = app().await;
     for path in ["/api/v%31/users", "/api/v%31/tokens", "/api/%761/pools", "/api/v1/%75sers", "/api/v%31/audit.csv"] {
-        let status = app.http.get(format!("{}{path}", app.address)).send().await.unwrap().status();
+        let status = app.get(&format!("{path}")).await.status();
         assert_eq!(status, 401, "{path}");
     }
     let created = app
-        .http
-        .post(format!("{}/api/v%31/users", app.address))
+        .request(reqwest::Method::POST, "/api/v%31/users")
         .json(&json!({"name": "mallory", "role": "admin", "password": "a-long-enough-password"}))
         .send()
         .await
         .unwrap();
     assert_eq!(created.status(), 401);
-    let draw = app.http.post(format!("{}/api/v%31/pools/cn-pay/draw", app.address)).send().await.unwrap();
+    let draw = app.request(reqwest::Method::POST, "/api/v%31/pools/cn-pay/draw").send().await.unwrap();
     assert_eq!(draw.status(), 401);
     let users: i64 = sqlx::query_scalar("select count(*) from app_user where name = 'mallory'")
         .fetch_one(&app.state.db)

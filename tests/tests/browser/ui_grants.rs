@@ -134,8 +134,7 @@ async fn a_viewer_sees_no_grant_form_and_a_forged_grant_is_refused() {
     // A grant forged with the viewer's own session, CSRF token and origin is refused.
     let (cookie, csrf) = api_session(&app, "demo-viewer", &passwords["demo-viewer"]).await;
     let forged = app
-        .http
-        .post(format!("{}/api/v1/tenants/acme/grants", app.address))
+        .request(reqwest::Method::POST, "/api/v1/tenants/acme/grants")
         .header("cookie", cookie)
         .header("x-csrf-token", csrf)
         .header("origin", &app.address)

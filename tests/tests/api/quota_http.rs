@@ -33,19 +33,13 @@ async fn tenant(app: &TestApp, name: &str, q: TenantQuota) -> TenantId {
     tenant
 }
 
-async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
-    let response = app.http.post(format!("{}{path}", app.address)).json(&body).send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
 #[tokio::test]
 async fn a_reservation_is_taken_bonus_first_settled_and_shown_in_the_usage() {
     let app = spawn_app().await;
     tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;
 
     let (status, body) =
-        post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "r-1", "tokens": 300})).await;
+        app.post_json("/api/v1/tenants/acme/quota/reserve", json!({"request_id": "r-1", "tokens": 300})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"], "reserved");
     assert_eq!(body["tokens"], 300);
@@ -53,7 +47,7 @@ async fn a_reservation_is_taken_bonus_first_settled_and_shown_in_the_usage() {
     assert_eq!(body["replayed"], false);
 
     let (status, body) =
-        post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 250})).await;
+        app.post_json("/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 250})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"], "settled");
     assert_eq!(body["overdraft"], 0);
@@ -67,7 +61,7 @@ async fn a_reservation_is_taken_bonus_first_settled_and_shown_in_the_usage() {
 
     // Settled twice: the second changes nothing and says so.
     let (status, body) =
-        post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 999})).await;
+        app.post_json("/api/v1/tenants/acme/quota/settle", json!({"request_id": "r-1", "actual_tokens": 999})).await;
     assert_eq!((status, body["result"].as_str()), (200, Some("already_settled")));
     let again: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
     assert_eq!(again["available"], usage["available"]);
@@ -79,7 +73,7 @@ async fn a_refusal_is_429_with_the_dimension_and_what_is_left() {
     tenant(&app, "small", quota(50, 1, Duration::from_secs(60))).await;
 
     let (status, body) =
-        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "big", "tokens": 151})).await;
+        app.post_json("/api/v1/tenants/small/quota/reserve", json!({"request_id": "big", "tokens": 151})).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(
         (body["dimension"].as_str(), body["available"].as_u64(), body["limit"].as_u64()),
@@ -87,19 +81,19 @@ async fn a_refusal_is_429_with_the_dimension_and_what_is_left() {
     );
 
     let (status, _) =
-        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "one", "tokens": 10})).await;
+        app.post_json("/api/v1/tenants/small/quota/reserve", json!({"request_id": "one", "tokens": 10})).await;
     assert_eq!(status, 200);
     let (status, body) =
-        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
+        app.post_json("/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
     assert_eq!((status, body["dimension"].as_str()), (429, Some("concurrency")));
 
     // Released, the lease is free again; a second release changes nothing.
-    let (status, body) = post(&app, "/api/v1/tenants/small/quota/release", json!({"request_id": "one"})).await;
+    let (status, body) = app.post_json("/api/v1/tenants/small/quota/release", json!({"request_id": "one"})).await;
     assert_eq!((status, body["result"].as_str(), body["reserved"].as_u64()), (200, Some("released"), Some(10)));
-    let (_, body) = post(&app, "/api/v1/tenants/small/quota/release", json!({"request_id": "one"})).await;
+    let (_, body) = app.post_json("/api/v1/tenants/small/quota/release", json!({"request_id": "one"})).await;
     assert_eq!(body["result"], "already_released");
     let (status, _) =
-        post(&app, "/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
+        app.post_json("/api/v1/tenants/small/quota/reserve", json!({"request_id": "two", "tokens": 10})).await;
     assert_eq!(status, 200);
 }
 
@@ -117,7 +111,7 @@ async fn bad_amounts_ids_and_unknown_names_are_refused_before_redis_is_touched()
         (json!({"request_id": "a", "tokens": 5, "prompt": "hi"}), "tokens"),
         (json!({"request_id": "a", "prompt": "hi", "model": "gpt-4o"}), "max_tokens"),
     ] {
-        let (status, reply) = post(&app, "/api/v1/tenants/acme/quota/reserve", body.clone()).await;
+        let (status, reply) = app.post_json("/api/v1/tenants/acme/quota/reserve", body.clone()).await;
         assert_eq!(status, 400, "{body} -> {reply}");
         assert_eq!(reply["field"], field, "{body} -> {reply}");
     }
@@ -125,17 +119,18 @@ async fn bad_amounts_ids_and_unknown_names_are_refused_before_redis_is_touched()
     assert_eq!((usage["requests_today"].as_u64(), usage["leases"].as_u64()), (Some(0), Some(0)));
 
     let (status, body) =
-        post(&app, "/api/v1/tenants/nobody/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
+        app.post_json("/api/v1/tenants/nobody/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
     assert_eq!(status, 404, "{body}");
     let (status, _) =
-        post(&app, "/api/v1/tenants/bad%7Bname/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
+        app.post_json("/api/v1/tenants/bad%7Bname/quota/reserve", json!({"request_id": "a", "tokens": 5})).await;
     assert_eq!(status, 400);
     let (status, _) =
-        post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "never", "actual_tokens": 5})).await;
+        app.post_json("/api/v1/tenants/acme/quota/settle", json!({"request_id": "never", "actual_tokens": 5})).await;
     assert_eq!(status, 404);
     for actual in [json!(-1), json!(9007199254740992u64), json!(1.5)] {
-        let (status, body) =
-            post(&app, "/api/v1/tenants/acme/quota/settle", json!({"request_id": "a", "actual_tokens": actual})).await;
+        let (status, body) = app
+            .post_json("/api/v1/tenants/acme/quota/settle", json!({"request_id": "a", "actual_tokens": actual}))
+            .await;
         assert_eq!((status, body["field"].as_str()), (400, Some("actual_tokens")), "{actual} -> {body}");
     }
     assert_eq!(app.get("/api/v1/tenants/nobody/quota").await.status(), 404);
@@ -145,12 +140,12 @@ async fn bad_amounts_ids_and_unknown_names_are_refused_before_redis_is_touched()
 async fn a_prompt_is_estimated_with_the_models_tokenizer_and_a_margin() {
     let app = spawn_app().await;
     tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;
-    let (status, body) = post(
-        &app,
-        "/api/v1/tenants/acme/quota/reserve",
-        json!({"request_id": "p-1", "prompt": "hello world", "max_tokens": 98, "model": "gpt-4o"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_json(
+            "/api/v1/tenants/acme/quota/reserve",
+            json!({"request_id": "p-1", "prompt": "hello world", "max_tokens": 98, "model": "gpt-4o"}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["estimate"]["prompt_tokens"], 2);
     assert_eq!(body["estimate"]["encoding"], "o200k_base");
@@ -162,7 +157,7 @@ async fn the_sweeper_returns_an_abandoned_reservation_and_counts_it() {
     let app = spawn_app().await;
     tenant(&app, "acme", quota(1000, 10, Duration::from_millis(50))).await;
     let (status, _) =
-        post(&app, "/api/v1/tenants/acme/quota/reserve", json!({"request_id": "lost", "tokens": 40})).await;
+        app.post_json("/api/v1/tenants/acme/quota/reserve", json!({"request_id": "lost", "tokens": 40})).await;
     assert_eq!(status, 200);
 
     tokio::time::sleep(Duration::from_millis(120)).await;

@@ -108,7 +108,7 @@ async fn the_status_server_function_answers_over_http() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
     // Reads are GETs: a session carries no CSRF token on them.
-    let response = app.http.get(format!("{}/sfn/system_status", app.address)).send().await.unwrap();
+    let response = app.get("/sfn/system_status").await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["postgres"]["up"], true);

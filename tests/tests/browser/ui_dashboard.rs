@@ -198,7 +198,7 @@ async fn one_dashboard_read_covers_twenty_pools_of_ten_channels_with_their_sampl
     }
 
     let started = Instant::now();
-    let response = app.http.get(format!("{}/sfn/dashboard", app.address)).send().await.unwrap();
+    let response = app.get("/sfn/dashboard").await;
     let elapsed = started.elapsed();
 
     assert_eq!(response.status(), 200);

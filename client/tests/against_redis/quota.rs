@@ -7,11 +7,10 @@
 //! Hand-set clocks sit in the future: a period's keys expire at the period's end plus its
 //! retention, by the script's clock, so a date in the past would expire them at once.
 
-mod support;
-
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support::{at, raw_connection, redis_address, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::quota::{
     Dimension, FallbackPolicy, Grant, GrantId, GrantKind, Part, QuotaError, QuotaUsage, Refusal, ReleaseOutcome,
@@ -22,7 +21,7 @@ use client::{Clock, Keys, Period, Quotas, RedisHandle, RedisTimeouts};
 use engine::quota::{Bucket, BucketKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
+use testproxy::{through, Proxy};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -884,8 +883,9 @@ async fn with_no_redis_a_tenant_never_seen_is_refused_as_unavailable() {
 #[tokio::test]
 async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis_is_away_and_charged_when_it_returns() {
     // Arrange: two tenants, their policies learned from Redis through the proxy
-    let proxy = Proxy::start(redis_socket_addr()).await;
-    let h = harness_at(&proxy.url(), Clock::manual(noon()));
+    let proxy = Proxy::start(redis_address()).await;
+    let proxied = through(&redis_url(), proxy.addr());
+    let h = harness_at(&proxied, Clock::manual(noon()));
     let open = tenant("open");
     let closed = tenant("closed");
     let allowance = Tokens::parse("fallback_allowance", 100).unwrap();
@@ -898,7 +898,7 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     reserved(h.quotas.reserve(&open, &rid("held"), tokens(10)).await.unwrap());
 
     // Act: Redis goes away
-    proxy.stop().await;
+    proxy.cut().await;
     let first = h.quotas.reserve(&open, &rid("r1"), tokens(60)).await.unwrap();
     let second = h.quotas.reserve(&open, &rid("r2"), tokens(50)).await.unwrap();
     let refused_closed = h.quotas.reserve(&closed, &rid("r1"), tokens(1)).await;
@@ -934,7 +934,7 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     // Redis returns still gets (and which starts a new one); after a failure the client
     // skips Redis for `RETRY_REDIS_AFTER` (500 ms): calls 200 ms apart fail for a moment.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    proxy.restart().await;
+    proxy.restore();
     let mut failures = Vec::new();
     let usage = loop {
         match h.quotas.usage(&open).await {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use integration::browser::Browser;
-use integration::ui::{app_with_users, hydrated, screenshot, sign_in, sign_out, text};
+use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, text};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
@@ -17,7 +17,12 @@ async fn app() -> (TestApp, HashMap<String, String>) {
 #[tokio::test]
 async fn signed_out_requests_are_sent_to_sign_in_and_server_functions_refused() {
     let (app, _) = app().await;
-    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    // Not the app's client: this one shows redirects instead of following them.
+    let plain = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(integration::REQUEST_TIMEOUT)
+        .build()
+        .unwrap();
     for page in ["/", "/audit"] {
         let response = plain.get(format!("{}{page}", app.address)).header("accept", "text/html").send().await.unwrap();
         assert_eq!(response.status(), 302, "{page}: decided on the server");
@@ -38,26 +43,10 @@ async fn signed_out_requests_are_sent_to_sign_in_and_server_functions_refused() 
 #[tokio::test]
 async fn a_session_reads_server_functions_and_only_auditors_verify_the_chain() {
     let (app, passwords) = app().await;
-    let plain = reqwest::Client::new();
-    let cookie = |name: &'static str| {
-        let (plain, app, passwords) = (plain.clone(), &app, &passwords);
-        async move {
-            let r = plain
-                .post(format!("{}/api/v1/auth/login", app.address))
-                .json(&serde_json::json!({"name": name, "password": passwords[name]}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-            let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
-            set.split(';').next().unwrap().to_owned()
-        }
-    };
-    let viewer = cookie("demo-viewer").await;
-    let auditor = cookie("demo-auditor").await;
-    let get = |path: &str, cookie: &str| {
-        plain.get(format!("{}{path}", app.address)).header("cookie", cookie.to_owned()).send()
-    };
+    let (viewer, _) = api_session(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    let (auditor, _) = api_session(&app, "demo-auditor", &passwords["demo-auditor"]).await;
+    let get =
+        |path: &str, cookie: &str| app.request(reqwest::Method::GET, path).header("cookie", cookie.to_owned()).send();
     let status = get("/sfn/system_status", &viewer).await.unwrap();
     assert_eq!(status.status(), 200, "{:?}", status.text().await);
     assert_eq!(get("/sfn/audit", &viewer).await.unwrap().status(), 200);
@@ -175,17 +164,9 @@ async fn a_pm_changes_weights_and_a_stale_edit_names_the_current_version() {
     hydrated(c).await;
 
     // Someone else changes the pool meanwhile (through the API, as the UI does).
-    let other = reqwest::Client::new();
-    let login = other
-        .post(format!("{}/api/v1/auth/login", app.address))
-        .json(&serde_json::json!({"name": "demo-admin", "password": passwords["demo-admin"]}))
-        .send()
-        .await
-        .unwrap();
-    let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
-    let csrf = login.json::<serde_json::Value>().await.unwrap()["csrf_token"].as_str().unwrap().to_owned();
-    let changed = other
-        .post(format!("{}/api/v1/pools/cn-pay/weights", app.address))
+    let (cookie, csrf) = api_session(&app, "demo-admin", &passwords["demo-admin"]).await;
+    let changed = app
+        .request(reqwest::Method::POST, "/api/v1/pools/cn-pay/weights")
         .header("cookie", cookie)
         .header("x-csrf-token", csrf)
         .header("origin", &app.address)

@@ -99,8 +99,8 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
 
     // A write forged with the viewer's own session and CSRF token is refused.
     let (cookie, csrf) = api_session(&app, "demo-viewer", &passwords["demo-viewer"]).await;
-    let forged = reqwest::Client::new()
-        .post(format!("{}/api/v1/channels/WECHAT_B/disable", app.address))
+    let forged = app
+        .request(reqwest::Method::POST, "/api/v1/channels/WECHAT_B/disable")
         .header("cookie", cookie)
         .header("x-csrf-token", csrf)
         .header("origin", &app.address)

@@ -18,25 +18,11 @@ async fn users_page(c: &Client, app: &TestApp) {
 }
 
 async fn login_status(app: &TestApp, name: &str, password: &str) -> u16 {
-    let response = app
-        .http
-        .post(format!("{}/api/v1/auth/login", app.address))
-        .json(&serde_json::json!({"name": name, "password": password}))
-        .send()
-        .await
-        .unwrap();
-    response.status().as_u16()
+    app.post_json("/api/v1/auth/login", serde_json::json!({"name": name, "password": password})).await.0
 }
 
 async fn draw_with(app: &TestApp, token: &str) -> u16 {
-    app.http
-        .post(format!("{}/api/v1/pools/cn-pay/draw", app.address))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+    app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(token), serde_json::Value::Null).await.0
 }
 
 #[tokio::test]
@@ -163,15 +149,14 @@ async fn a_viewer_gets_no_users_or_tokens_from_the_page_or_its_server_function()
     screenshot(c, "users-viewer").await;
 
     // The server function itself refuses a viewer and a pm, and answers an admin.
-    let sfn = format!("{}/sfn/access", app.address);
     for (name, expected) in [("demo-viewer", 403), ("demo-pm", 403), ("demo-admin", 200)] {
         let (cookie, _) = api_session(&app, name, &passwords[name]).await;
-        let response = app.http.get(&sfn).header("cookie", cookie).send().await.unwrap();
+        let response = app.request(reqwest::Method::GET, "/sfn/access").header("cookie", cookie).send().await.unwrap();
         assert_eq!(response.status().as_u16(), expected, "{name}");
         let body = response.text().await.unwrap();
         assert_eq!(body.contains("demo-auditor"), expected == 200, "{name}: {body}");
     }
-    assert_eq!(app.http.get(&sfn).send().await.unwrap().status(), 401, "signed out");
+    assert_eq!(app.get("/sfn/access").await.status(), 401, "signed out");
 
     browser.close().await;
 }

@@ -8,11 +8,6 @@ use server::change::ChangeError;
 use server::pools::{apply_change, Change};
 use sqlx::Connection;
 
-async fn get_json(app: &TestApp, path: &str) -> (u16, Value) {
-    let response = app.get(path).await;
-    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
-}
-
 async fn count(app: &TestApp, table: &str) -> i64 {
     sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&app.state.db).await.unwrap()
 }
@@ -61,7 +56,7 @@ async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_
         "the seed wrote 21 audit rows and 5 outbox rows"
     );
 
-    let (status, report) = get_json(&app, "/api/v1/audit/verify").await;
+    let (status, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!(status, 200);
     assert_eq!((&report["intact"], &report["rows"], &report["first_broken"]), (&json!(true), &json!(22), &Value::Null));
     assert_eq!(
@@ -70,14 +65,14 @@ async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_
     );
 
     // Filters and the cursor: newest first, one per page.
-    let (_, page) = get_json(&app, "/api/v1/audit?entity=pool:cn-pay&limit=1").await;
+    let (_, page) = app.get_json("/api/v1/audit?entity=pool:cn-pay&limit=1").await;
     assert_eq!(page["rows"][0]["action"], "pool.weights");
     assert_eq!(page["rows"][0]["reason"], "gray 5%");
     let next = page["next"].as_i64().unwrap();
-    let (_, page) = get_json(&app, &format!("/api/v1/audit?entity=pool:cn-pay&limit=1&before_id={next}")).await;
+    let (_, page) = app.get_json(&format!("/api/v1/audit?entity=pool:cn-pay&limit=1&before_id={next}")).await;
     assert_eq!(page["rows"][0]["action"], "pool.put");
     assert_eq!(page["next"], Value::Null);
-    let (_, by_actor) = get_json(&app, "/api/v1/audit?actor=demo-seed").await;
+    let (_, by_actor) = app.get_json("/api/v1/audit?actor=demo-seed").await;
     assert_eq!(by_actor["rows"].as_array().unwrap().len(), 21);
 
     let csv = app.get("/api/v1/audit.csv").await.text().await.unwrap();
@@ -127,7 +122,7 @@ async fn audit_rows_cannot_be_changed_and_a_tampered_row_is_reported_by_verify()
     sqlx::query("update audit set reason = 'nothing happened' where id = 2").execute(&mut owner).await.unwrap();
     sqlx::query("alter table audit enable trigger audit_append_only").execute(&mut owner).await.unwrap();
 
-    let (_, report) = get_json(&app, "/api/v1/audit/verify").await;
+    let (_, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!(
         (&report["intact"], &report["rows"], &report["first_broken"], &report["problem"]),
         (&json!(false), &json!(21), &json!(2), &json!("content"))
@@ -137,14 +132,14 @@ async fn audit_rows_cannot_be_changed_and_a_tampered_row_is_reported_by_verify()
 #[tokio::test]
 async fn bad_audit_queries_are_400_naming_the_parameter() {
     let app = spawn_app().await;
-    let (status, body) = get_json(&app, "/api/v1/audit?limit=0").await;
+    let (status, body) = app.get_json("/api/v1/audit?limit=0").await;
     assert_eq!((status, body["field"].as_str()), (400, Some("limit")));
-    let (status, body) = get_json(&app, "/api/v1/audit?colour=red").await;
+    let (status, body) = app.get_json("/api/v1/audit?colour=red").await;
     assert_eq!((status, body["field"].as_str()), (400, Some("colour")), "{body}");
     for (query, field) in [("from=yesterday", "from"), ("limit=abc", "limit"), ("before_id=x", "before_id")] {
-        let (status, body) = get_json(&app, &format!("/api/v1/audit?{query}")).await;
+        let (status, body) = app.get_json(&format!("/api/v1/audit?{query}")).await;
         assert_eq!((status, body["field"].as_str()), (400, Some(field)), "{query}: {body}");
     }
-    let (status, body) = get_json(&app, "/api/v1/audit?from=2026-11-02T00:00:00Z&to=2026-11-01T00:00:00Z").await;
+    let (status, body) = app.get_json("/api/v1/audit?from=2026-11-02T00:00:00Z&to=2026-11-01T00:00:00Z").await;
     assert_eq!((status, body["field"].as_str()), (400, Some("to")));
 }

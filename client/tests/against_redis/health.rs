@@ -6,16 +6,14 @@
 //! Every test writes under its own random key prefix and removes its keys afterwards
 //! (`SCAN MATCH <prefix>:*` + `UNLINK`, also when the test panics); tests run in parallel.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support::{at, raw_connection, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::health::{ChannelCode, MinuteCounts, OutcomeCounts, OutcomeError, Totals, MAX_REPORTS_PER_CALL, RETENTION};
 use client::{Clock, OutcomeMetrics, Outcomes, RedisHandle, RedisTimeouts};
 use prometheus::{HistogramOpts, HistogramVec, Registry};
-use support::{at, raw_connection, redis_url, KeyGuard};
 
 // ---------------------------------------------------------------------------------------
 // Helpers

@@ -7,20 +7,19 @@
 //! Hand-set clocks sit in the future: a day's hit counters expire 48 h after the day by the
 //! script's clock, so a date in the past would expire them at once.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{at, raw_connection, redis_address, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::pool::{Draw, DrawSource, PoolError, PoolKind, PoolName, PoolSnapshot, RefillOutcome};
 use client::{Clock, Keys, PoolAdmin, Pools, RedisHandle, RedisTimeouts};
 use engine::hashing::HashRing;
 use engine::metrics::Metrics;
 use engine::{Apportioner, BatchSize, Ordering, Weights};
-use support::{at, raw_connection, redis_socket_addr, redis_url, KeyGuard, Proxy};
+use testproxy::{through, Proxy};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -510,17 +509,18 @@ async fn a_script_flush_between_draws_reaches_no_caller() {
 async fn without_redis_draws_fall_to_the_local_pool_then_static_weights_then_unavailable_and_return_to_redis() {
     // Arrange: a client that drew once through the proxy (so it holds the snapshot).
     // Small batches: while Redis is away each draw first waits out two reconnect attempts.
-    let proxy = Proxy::start(redis_socket_addr()).await;
-    let h = harness_at(&proxy.url(), Clock::manual(noon()));
+    let proxy = Proxy::start(redis_address()).await;
+    let proxied = through(&redis_url(), proxy.addr());
+    let h = harness_at(&proxied, Clock::manual(noon()));
     let p = pool("cn-pay");
     publish(&h, &p, &snapshot("A=3,B=2", 5, 1, Ordering::Smooth)).await;
     from_redis(h.pools.draw(&p).await);
     let statics = HashMap::from([(p.clone(), weights("A=3,B=2"))]);
-    let with_statics = h.client_at(&proxy.url(), statics);
-    let bare = h.client_at(&proxy.url(), HashMap::new());
+    let with_statics = h.client_at(&proxied, statics);
+    let bare = h.client_at(&proxied, HashMap::new());
 
     // Act: Redis goes away
-    proxy.stop().await;
+    proxy.cut().await;
     let mut local = Vec::new();
     for _ in 0..10 {
         local.push(h.pools.draw(&p).await.expect("a local draw"));
@@ -547,7 +547,7 @@ async fn without_redis_draws_fall_to_the_local_pool_then_static_weights_then_una
 
     // Act: Redis is back (after longer than one reconnect attempt)
     tokio::time::sleep(Duration::from_secs(3)).await;
-    proxy.restart().await;
+    proxy.restore();
     // After a failed attempt the client skips Redis for 500 ms, so it is retried at a
     // pace: back within 4 s, however slow this machine is.
     let mut sources = Vec::new();
@@ -876,7 +876,7 @@ async fn the_lua_tier_mapping_matches_the_engines_whole_truth_table() {
     // Arrange: the pool scripts' shared prelude, with a body that only maps.
     let script = redis::Script::new(&format!(
         "{}\nlocal avail = {{G = ARGV[2] == '1', N = ARGV[3] == '1', U = ARGV[4] == '1'}}\nreturn tier_fallback(ARGV[1], avail) or ''",
-        include_str!("../../lua/pool_lib.lua")
+        include_str!("../../../lua/pool_lib.lua")
     ));
     let mut conn = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
 

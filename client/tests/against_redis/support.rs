@@ -1,17 +1,12 @@
 //! Helpers shared by the client's Redis tests: a key prefix per test removed afterwards
-//! (SCAN + UNLINK, also on panic), a raw connection, and a TCP proxy to Redis that a test
-//! can take down and bring back.
-#![allow(dead_code)]
+//! (SCAN + UNLINK, also on panic), a raw connection, and the address of Redis for a
+//! [`testproxy::Proxy`] that a test can cut and restore.
 
 use std::hash::{BuildHasher, RandomState};
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 use client::{KeyPrefix, Keys};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -82,69 +77,11 @@ pub fn at(rfc3339: &str) -> DateTime<Utc> {
     rfc3339.parse().expect("an RFC 3339 time")
 }
 
-/// A TCP proxy to Redis that the test can take down (dropping every connection through it)
-/// and bring back on the same port.
-pub struct Proxy {
-    pub addr: SocketAddr,
-    upstream: SocketAddr,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    pub async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = Self { addr: listener.local_addr().unwrap(), upstream, tasks: Default::default() };
-        proxy.serve(listener);
-        proxy
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let (upstream, tasks) = (self.upstream, self.tasks.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let conn = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                tasks.lock().unwrap().push(conn);
-            }
-        });
-        self.tasks.lock().unwrap().push(accept);
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://{}", self.addr)
-    }
-
-    /// Stops listening and cuts every connection.
-    pub async fn stop(&self) {
-        let tasks: Vec<_> = self.tasks.lock().unwrap().drain(..).collect();
-        for task in tasks {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    /// Listens again on the same port.
-    pub async fn restart(&self) {
-        let listener = TcpListener::bind(self.addr).await.expect("rebinding the proxy's port");
-        self.serve(listener);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        for task in self.tasks.lock().unwrap().drain(..) {
-            task.abort();
-        }
-    }
-}
-
-pub fn redis_socket_addr() -> SocketAddr {
-    use std::net::ToSocketAddrs;
+/// The `host:port` of Redis at `REDIS_URL`: the target of a [`testproxy::Proxy`] that a
+/// test cuts to take Redis away from one client.
+pub fn redis_address() -> String {
     match redis::Client::open(redis_url()).unwrap().get_connection_info().addr.clone() {
-        redis::ConnectionAddr::Tcp(host, port) => (host.as_str(), port).to_socket_addrs().unwrap().next().unwrap(),
+        redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
         other => panic!("the fallback test needs Redis over plain TCP, not {other:?}"),
     }
 }

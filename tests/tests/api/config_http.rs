@@ -2,7 +2,7 @@
 //! with its own database and Redis prefix: valid changes are stored, audited and published;
 //! invalid ones are refused naming the field and the rule, and change nothing.
 
-use integration::{spawn_app_with, TestApp};
+use integration::{json_reply, spawn_app_with, with_json, TestApp};
 use serde_json::{json, Value};
 use server::configuration::AdminAccess;
 
@@ -17,13 +17,8 @@ async fn app() -> TestApp {
 }
 
 async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let mut request = app.http.request(method, format!("{}{path}", app.address)).bearer_auth(TOKEN);
-    if !body.is_null() {
-        request = request.json(&body);
-    }
-    let response = request.header("x-request-id", "req-42").send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+    let request = app.request(method, path).bearer_auth(TOKEN).header("x-request-id", "req-42");
+    json_reply(with_json(request, &body)).await
 }
 
 async fn get(app: &TestApp, path: &str) -> (u16, Value) {
@@ -132,8 +127,7 @@ async fn channels_are_registered_listed_updated_and_invalid_ones_refused_naming_
     assert_eq!(status, 400);
     // No token, no change.
     let anonymous = app
-        .http
-        .post(format!("{}/api/v1/channels", app.address))
+        .request(reqwest::Method::POST, "/api/v1/channels")
         .json(&json!({"code": "Z", "name": "z", "base_weight": 1}))
         .send()
         .await

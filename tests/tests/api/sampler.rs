@@ -178,10 +178,10 @@ async fn the_samples_endpoint_charts_a_pool_and_refuses_bad_parameters_by_name()
     sampler::run_at(&app.state, now - TimeDelta::seconds(60)).await.unwrap();
     draw_n(&app.state.pools, "cn-pay", 10).await;
     sampler::run_at(&app.state, now).await.unwrap();
-    let url = format!("{}/api/v1/pools/cn-pay/samples", app.address);
+    let path = "/api/v1/pools/cn-pay/samples";
     let since = (now - TimeDelta::minutes(5)).to_rfc3339();
 
-    let response = app.http.get(&url).query(&[("since", since.as_str())]).send().await.unwrap();
+    let response = app.request(reqwest::Method::GET, path).query(&[("since", since.as_str())]).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!((body["pool"].as_str(), body["truncated"].as_bool()), (Some("cn-pay"), Some(false)));
@@ -196,7 +196,12 @@ async fn the_samples_endpoint_charts_a_pool_and_refuses_bad_parameters_by_name()
     assert!(samples[0]["members"]["ALIPAY_A"]["actual_share"].is_null());
 
     // The newest sample only, and the page says the older one was left out.
-    let response = app.http.get(&url).query(&[("since", since.as_str()), ("limit", "1")]).send().await.unwrap();
+    let response = app
+        .request(reqwest::Method::GET, path)
+        .query(&[("since", since.as_str()), ("limit", "1")])
+        .send()
+        .await
+        .unwrap();
     let body: Value = response.json().await.unwrap();
     assert_eq!((body["samples"].as_array().unwrap().len(), body["truncated"].as_bool()), (1, Some(true)));
     assert_eq!(body["samples"][0]["draws"].as_u64(), Some(10));
@@ -211,7 +216,7 @@ async fn the_samples_endpoint_charts_a_pool_and_refuses_bad_parameters_by_name()
         (vec![("limit", "10001")], "limit"),
         (vec![("until", "2026-05-01T12:00:00Z")], "until"),
     ] {
-        let response = app.http.get(&url).query(&query).send().await.unwrap();
+        let response = app.request(reqwest::Method::GET, path).query(&query).send().await.unwrap();
         assert_eq!(response.status(), 400, "{query:?}");
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["field"].as_str(), Some(field), "{query:?}: {body}");

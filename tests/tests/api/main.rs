@@ -1,0 +1,19 @@
+//! The HTTP API, the jobs and the server's dependencies, against real Postgres and Redis:
+//! one test binary (linking is the slow part), one module per area, so a failure is named
+//! `<area>::<test>`.
+
+mod admin_http;
+mod audit_http;
+mod auth_http;
+mod config_http;
+mod health;
+mod health_eval;
+mod instances;
+mod openapi;
+mod outcomes_http;
+mod pool_http;
+mod postgres_down;
+mod publish;
+mod quota_http;
+mod recover;
+mod sampler;

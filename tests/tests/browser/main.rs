@@ -1,0 +1,12 @@
+//! The admin UI in headless Chromium against real Postgres and Redis: one test binary
+//! (linking is the slow part), one module per page or flow, so a failure is named
+//! `<area>::<test>`.
+
+mod browser;
+mod ui_auth;
+mod ui_channels;
+mod ui_dashboard;
+mod ui_grants;
+mod ui_pool_edit;
+mod ui_tenants;
+mod ui_users;
