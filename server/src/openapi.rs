@@ -3,13 +3,14 @@
 //! Each handler carries `#[utoipa::path(...)]` *above* its actix route attribute (utoipa
 //! reads the method and the path from `#[get("...")]`, the path parameters from
 //! `web::Path`, the request body from `web::Json<T>`), and is listed in [`ApiDoc`]'s
-//! `paths(...)` below. `tests/tests/openapi.rs` fails for every route in
-//! `server/src/routes/` that the document lacks, and for every documented path that no
-//! route serves.
+//! `paths(...)` below. `tests/tests/api/openapi.rs` fails for every route the server serves
+//! that the document lacks, and for every documented path that no route serves. Handlers
+//! list only their own answers: [`GuardAnswers`] adds the guard's 401, 403 and 503 to each
+//! operation from the permission table, [`ServerErrors`] the 500.
 //!
-//! Schemas: request bodies defined here derive `utoipa::ToSchema`; the `client` types the
-//! API answers with derive it behind `client`'s `utoipa` feature; `engine` stays free of
-//! utoipa (it compiles to wasm), so its types are described by hand ([`WeightEntry`]) or as
+//! Schemas: request bodies derive `utoipa::ToSchema` where they are defined; the `api` and
+//! `client` types derive it behind their `utoipa` feature; `engine` stays free of utoipa
+//! (it compiles to wasm), so its types are described by hand in [`crate::schema`] or as
 //! `#[schema(value_type = Object)]`.
 
 use std::sync::LazyLock;
