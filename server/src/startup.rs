@@ -1,7 +1,9 @@
 //! Building the application: connections, migrations, the HTTP server with the Leptos app.
 
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use actix_files::Files;
 use actix_web::middleware::from_fn;
@@ -37,9 +39,11 @@ pub enum Signals {
 }
 
 impl Application {
-    /// Connects to Postgres (required: migrations run now), prepares Redis (connected on
-    /// first use, so the server starts while Redis is down), and binds the listener.
+    /// Checks that the UI bundle on disk comes from this build, connects to Postgres
+    /// (required: migrations run now), prepares Redis (connected on first use, so the server
+    /// starts while Redis is down), and binds the listener.
     pub async fn build(settings: &Settings, signals: Signals) -> anyhow::Result<Self> {
+        check_bundle(&settings.site_root.join("pkg"))?;
         let state = build_state(settings).await?;
         let listener = TcpListener::bind(settings.bind)
             .with_context(|| format!("binding http.bind (TESSERA_BIND) {}", settings.bind))?;
@@ -132,12 +136,6 @@ fn http_server(
         .site_addr(listener.local_addr()?)
         .build();
     let pkg_dir = settings.site_root.join("pkg");
-    if !pkg_dir.join(format!("{}.wasm", app::OUTPUT_NAME)).exists() {
-        tracing::warn!(
-            pkg = %pkg_dir.display(),
-            "no wasm bundle found: pages render but will not hydrate (build with `cargo leptos build`)"
-        );
-    }
     let backend: SharedBackend = Arc::new(state.clone());
     let data = web::Data::new(state);
     let mut server = HttpServer::new(move || {
@@ -198,4 +196,49 @@ fn http_server(
         server = server.disable_signals();
     }
     Ok(server.run())
+}
+
+/// Refuses to serve a UI bundle from another build than this server's (issue 14: a release
+/// server serving a debug bundle panicked in hydration on every page). Both carry
+/// [`app::BUILD_ID`]; the bundle's is read from its `.wasm` file. No bundle at all is only
+/// a warning: the API and the server-rendered pages work without it.
+fn check_bundle(pkg_dir: &Path) -> anyhow::Result<()> {
+    // Tests start many servers on one site: read each unchanged bundle once per process.
+    static VERIFIED: Mutex<Vec<(PathBuf, Option<SystemTime>, u64)>> = Mutex::new(Vec::new());
+    let wasm_path = pkg_dir.join(format!("{}.wasm", app::OUTPUT_NAME));
+    let Ok(metadata) = std::fs::metadata(&wasm_path) else {
+        tracing::warn!(
+            pkg = %pkg_dir.display(),
+            "no wasm bundle found: pages render but will not hydrate (build with `cargo leptos build`)"
+        );
+        return Ok(());
+    };
+    let stamp = (wasm_path.clone(), metadata.modified().ok(), metadata.len());
+    let mut verified = VERIFIED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if verified.contains(&stamp) {
+        return Ok(());
+    }
+    let wasm = std::fs::read(&wasm_path).with_context(|| format!("reading the UI bundle {}", wasm_path.display()))?;
+    let rebuild = "build the server and the site together (`cargo leptos build`; scripts/run builds release into \
+                   target/site, scripts/test debug into target/site-test), or point http.site_root \
+                   (TESSERA_SITE_ROOT) at the site built with this server";
+    match app::bundle_build_id(&wasm) {
+        Some(id) if id == app::BUILD_ID => {
+            tracing::info!(build = app::BUILD_ID, pkg = %pkg_dir.display(), "UI bundle matches this build");
+            verified.push(stamp);
+            Ok(())
+        }
+        Some(id) => anyhow::bail!(
+            "the UI bundle in {} is from build {id}, this server is build {}: its pages would fail to hydrate; \
+             {rebuild}",
+            pkg_dir.display(),
+            app::BUILD_ID
+        ),
+        None => anyhow::bail!(
+            "the UI bundle in {} carries no build id (built before build ids, or not by this project), this server \
+             is build {}; {rebuild}",
+            pkg_dir.display(),
+            app::BUILD_ID
+        ),
+    }
 }
