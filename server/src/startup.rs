@@ -2,12 +2,13 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
 
 use actix_files::Files;
+use actix_web::http::header;
 use actix_web::middleware::from_fn;
-use actix_web::{web, HttpServer};
+use actix_web::{web, HttpRequest, HttpResponse, HttpServer};
 use anyhow::Context;
 use app::api::SharedBackend;
 use leptos::prelude::*;
@@ -18,6 +19,7 @@ use leptos_router::Method;
 use secrecy::ExposeSecret;
 
 use crate::configuration::Settings;
+use crate::error::ErrorBody;
 use crate::metrics::Metrics;
 use crate::routes;
 use crate::state::AppState;
@@ -164,10 +166,13 @@ fn http_server(
             .service(routes::outcomes::record_outcomes)
             .configure(routes::admin::configure)
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
+            .app_data(web::PathConfig::default().error_handler(crate::error::path_error))
             .service(routes::audit::verify)
             .service(routes::audit::export)
             .service(routes::audit::list)
             .service(routes::samples::list_pool_samples)
+            // After every API route: an /api path no route took is a JSON 405 or 404, not the UI's page.
+            .service(web::resource(["/api", "/api/{tail:.*}"]).to(api_not_routed))
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),
@@ -240,5 +245,76 @@ fn check_bundle(pkg_dir: &Path) -> anyhow::Result<()> {
             pkg_dir.display(),
             app::BUILD_ID
         ),
+    }
+}
+
+/// The answer to an `/api` request that no route took: 405 with `Allow` when the OpenAPI
+/// document has the path with other methods, else 404; JSON either way, as every API error.
+async fn api_not_routed(req: HttpRequest) -> HttpResponse {
+    let path = req.path();
+    let allowed = documented_methods(path);
+    if allowed.is_empty() {
+        return HttpResponse::NotFound().json(ErrorBody::message(format!("no API route {path}")));
+    }
+    let allowed = allowed.join(", ");
+    HttpResponse::MethodNotAllowed()
+        .insert_header((header::ALLOW, allowed.as_str()))
+        .json(ErrorBody::message(format!("{} is not allowed on {path}; allowed: {allowed}", req.method())))
+}
+
+/// The methods the OpenAPI document gives the path template that `path` fills in, if any.
+fn documented_methods(path: &str) -> Vec<&'static str> {
+    /// Each documented path template, split into segments, with its methods.
+    static TEMPLATES: LazyLock<Vec<(Vec<String>, Vec<&'static str>)>> = LazyLock::new(|| {
+        crate::openapi::document()
+            .paths
+            .paths
+            .iter()
+            .map(|(template, item)| {
+                let methods = [
+                    ("GET", item.get.is_some()),
+                    ("HEAD", item.head.is_some()),
+                    ("POST", item.post.is_some()),
+                    ("PUT", item.put.is_some()),
+                    ("PATCH", item.patch.is_some()),
+                    ("DELETE", item.delete.is_some()),
+                    ("OPTIONS", item.options.is_some()),
+                    ("TRACE", item.trace.is_some()),
+                ];
+                let methods = methods.into_iter().filter(|(_, present)| *present).map(|(method, _)| method).collect();
+                (template.split('/').map(str::to_owned).collect(), methods)
+            })
+            .collect()
+    });
+    let segments: Vec<&str> = path.split('/').collect();
+    let fills = |template: &[String]| {
+        template.len() == segments.len()
+            && template.iter().zip(&segments).all(|(want, got)| {
+                if want.starts_with('{') && want.ends_with('}') {
+                    !got.is_empty()
+                } else {
+                    want == got
+                }
+            })
+    };
+    let mut methods: Vec<&'static str> = TEMPLATES
+        .iter()
+        .filter(|(template, _)| fills(template))
+        .flat_map(|(_, methods)| methods.iter().copied())
+        .collect();
+    methods.sort_unstable();
+    methods.dedup();
+    methods
+}
+
+#[cfg(test)]
+mod tests {
+    use super::documented_methods;
+
+    #[test]
+    fn a_documented_path_has_its_methods_and_an_unknown_one_none() {
+        assert_eq!(documented_methods("/api/v1/pools/cn-pay/draw"), ["POST"]);
+        assert_eq!(documented_methods("/api/v1/no-such-thing"), Vec::<&str>::new());
+        assert_eq!(documented_methods("/api/v1/pools//draw"), Vec::<&str>::new());
     }
 }
