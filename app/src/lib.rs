@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn a_bundle_s_build_id_is_read_past_a_bare_prefix() {
-        let wasm = [b"\0asm..tessera-build-id:xyz".as_slice(), BUILD_MARKER.as_bytes(), b"\0rest"].concat();
+        let wasm = [b"\0asm..tessera-build-id:xyz".as_slice(), BUILD_MARKER.as_bytes(), b"\0rest".as_slice()].concat();
         assert_eq!(bundle_build_id(&wasm), Some(BUILD_ID));
     }
 

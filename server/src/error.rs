@@ -114,7 +114,11 @@ impl ResponseError for ApiError {
 /// The body of every error answer but a version conflict (409) and a quota refusal (429):
 /// what went wrong and, for a 400, a 422 or a duplicate (409), the field and the rule it
 /// broke. The OpenAPI schema of those answers, too.
+///
+/// Closed (`additionalProperties: false`): no other field is ever sent, and it keeps a
+/// [`ConflictBody`] from also matching this schema where a 409 is one of the two (`oneOf`).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"error": "request_id: must not be empty", "field": "request_id", "rule": "must not be empty"}))]
 pub struct ErrorBody {
     /// A sentence a person can act on.

@@ -171,8 +171,9 @@ fn http_server(
             .service(routes::audit::export)
             .service(routes::audit::list)
             .service(routes::samples::list_pool_samples)
-            // After every API route: an /api path no route took is a JSON 405 or 404, not the UI's page.
-            .service(web::resource(["/api", "/api/{tail:.*}"]).to(api_not_routed))
+            // After every API route: an /api path or a documented path (a probe) that no route
+            // took is a JSON 405 or 404, not the UI's page.
+            .service(web::resource(not_routed_patterns()).to(not_routed))
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),
@@ -248,9 +249,16 @@ fn check_bundle(pkg_dir: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// The answer to an `/api` request that no route took: 405 with `Allow` when the OpenAPI
+/// The paths [`not_routed`] answers when no route took the request: all of `/api`, and
+/// the documented paths outside it (`/healthz`, `/readyz`, `/metrics`).
+fn not_routed_patterns() -> Vec<String> {
+    let documented = crate::openapi::document().paths.paths.into_keys().filter(|path| !path.starts_with("/api/"));
+    ["/api".to_owned(), "/api/{tail:.*}".to_owned()].into_iter().chain(documented).collect()
+}
+
+/// The answer to an API request that no route took: 405 with `Allow` when the OpenAPI
 /// document has the path with other methods, else 404; JSON either way, as every API error.
-async fn api_not_routed(req: HttpRequest) -> HttpResponse {
+async fn not_routed(req: HttpRequest) -> HttpResponse {
     let path = req.path();
     let allowed = documented_methods(path);
     if allowed.is_empty() {
@@ -281,7 +289,8 @@ fn documented_methods(path: &str) -> Vec<&'static str> {
                     ("OPTIONS", item.options.is_some()),
                     ("TRACE", item.trace.is_some()),
                 ];
-                let methods = methods.into_iter().filter(|(_, present)| *present).map(|(method, _)| method).collect();
+                let methods =
+                    methods.into_iter().filter(|(_, present)| *present).map(|(method, _)| method).collect::<Vec<_>>();
                 (template.split('/').map(str::to_owned).collect(), methods)
             })
             .collect()
@@ -316,5 +325,6 @@ mod tests {
         assert_eq!(documented_methods("/api/v1/pools/cn-pay/draw"), ["POST"]);
         assert_eq!(documented_methods("/api/v1/no-such-thing"), Vec::<&str>::new());
         assert_eq!(documented_methods("/api/v1/pools//draw"), Vec::<&str>::new());
+        assert_eq!(documented_methods("/healthz"), ["GET"]);
     }
 }
