@@ -164,7 +164,11 @@ impl ResponseError for ApiError {
 /// The body of every error answer but a version conflict (409) and a quota refusal (429):
 /// what went wrong and, for a 400, a 422 or a duplicate (409), the field and the rule it
 /// broke. The OpenAPI schema of those answers, too.
+///
+/// Closed (`additionalProperties: false`): no other field is ever sent, and it keeps a
+/// [`ConflictBody`] from also matching this schema where a 409 is one of the two (`oneOf`).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"error": "request_id: must not be empty", "field": "request_id", "rule": "must not be empty"}))]
 pub struct ErrorBody {
     /// A sentence a person can act on.
@@ -178,8 +182,15 @@ pub struct ErrorBody {
 }
 
 impl ErrorBody {
-    fn message(error: impl Into<String>) -> Self {
+    /// A body with only the sentence.
+    pub fn message(error: impl Into<String>) -> Self {
         Self { error: error.into(), field: None, rule: None }
+    }
+
+    /// A body naming the field and the rule it broke.
+    pub fn field(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        let (field, rule) = (field.into(), rule.into());
+        Self { error: format!("{field}: {rule}"), field: Some(field), rule: Some(rule) }
     }
 }
 
@@ -208,18 +219,30 @@ pub struct ConflictBody {
     pub current_version: i64,
 }
 
-/// Turns a JSON body error into a 400 that names the field and the rule when serde can.
+/// Turns a JSON body error into a JSON answer with actix's status: a 400 naming the field and
+/// the rule when serde can, a 400 naming `Content-Type` when it is missing or not JSON, a 413
+/// for a body over the limit. (Actix's own answers to the last two are text/plain.)
 pub fn json_error(err: actix_web::error::JsonPayloadError, _req: &actix_web::HttpRequest) -> actix_web::Error {
     use actix_web::error::JsonPayloadError;
-    // Size and content-type errors keep actix's own status (413, 415, …).
-    if !matches!(err, JsonPayloadError::Deserialize(_)) {
-        return err.into();
-    }
-    let message = err.to_string();
-    // serde_json messages look like "invalid value: ..., expected ... at line 1 column 9";
-    // our validated types fail with "<field>: <rule>".
-    let detail = message.split_once("Json deserialize error: ").map_or(message.as_str(), |(_, detail)| detail);
-    ApiError::from_serde_message(detail).into()
+    let (status, body) = match &err {
+        JsonPayloadError::Deserialize(_) => {
+            let message = err.to_string();
+            // serde_json messages look like "invalid value: ..., expected ... at line 1 column 9";
+            // our validated types fail with "<field>: <rule>".
+            let detail = message.split_once("Json deserialize error: ").map_or(message.as_str(), |(_, detail)| detail);
+            return ApiError::from_serde_message(detail).into();
+        }
+        JsonPayloadError::ContentType => {
+            (StatusCode::BAD_REQUEST, ErrorBody::field("Content-Type", "must be application/json"))
+        }
+        JsonPayloadError::OverflowKnownLength { limit, .. } | JsonPayloadError::Overflow { limit } => {
+            (StatusCode::PAYLOAD_TOO_LARGE, ErrorBody::field("body", format!("must be at most {limit} bytes")))
+        }
+        JsonPayloadError::Payload(e) => (e.status_code(), ErrorBody::field("body", format!("unreadable: {e}"))),
+        other => (StatusCode::BAD_REQUEST, ErrorBody::field("body", other.to_string())),
+    };
+    let response = HttpResponse::build(status).json(body);
+    actix_web::error::InternalError::from_response(err, response).into()
 }
 
 /// Turns a query-string error into a 400 naming the parameter when serde says which.
@@ -229,4 +252,12 @@ pub fn query_error(err: actix_web::error::QueryPayloadError, _req: &actix_web::H
     // serde_urlencoded names unknown fields as "unknown field `x`, expected ..."
     let field = detail.split('`').nth(1).filter(|_| detail.starts_with("unknown field")).unwrap_or("query").to_owned();
     ApiError::BadRequest { field, rule: detail }.into()
+}
+
+/// Turns a path parameter that does not parse (a grant id that is not a number, …) into a
+/// JSON 400 (actix answers a text/plain 404).
+pub fn path_error(err: actix_web::error::PathError, _req: &actix_web::HttpRequest) -> actix_web::Error {
+    let message = err.to_string();
+    let detail = message.strip_prefix("Path deserialize error: ").unwrap_or(&message).to_owned();
+    ApiError::BadRequest { field: "path".to_owned(), rule: detail }.into()
 }

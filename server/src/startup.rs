@@ -1,11 +1,14 @@
 //! Building the application: connections, migrations, the HTTP server with the Leptos app.
 
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::SystemTime;
 
 use actix_files::Files;
+use actix_web::http::header;
 use actix_web::middleware::from_fn;
-use actix_web::{web, HttpServer};
+use actix_web::{web, HttpRequest, HttpResponse, HttpServer};
 use anyhow::Context;
 use app::api::SharedBackend;
 use leptos::prelude::*;
@@ -16,6 +19,7 @@ use leptos_router::Method;
 use secrecy::ExposeSecret;
 
 use crate::configuration::Settings;
+use crate::error::ErrorBody;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 
@@ -36,9 +40,11 @@ pub enum Signals {
 }
 
 impl Application {
-    /// Connects to Postgres (required: migrations run now), prepares Redis (connected on
-    /// first use, so the server starts while Redis is down), and binds the listener.
+    /// Checks that the UI bundle on disk comes from this build, connects to Postgres
+    /// (required: migrations run now), prepares Redis (connected on first use, so the server
+    /// starts while Redis is down), and binds the listener.
     pub async fn build(settings: &Settings, signals: Signals) -> anyhow::Result<Self> {
+        check_bundle(&settings.site_root.join("pkg"))?;
         let state = build_state(settings).await?;
         let listener = TcpListener::bind(settings.bind)
             .with_context(|| format!("binding http.bind (TESSERA_BIND) {}", settings.bind))?;
@@ -131,12 +137,6 @@ fn http_server(
         .site_addr(listener.local_addr()?)
         .build();
     let pkg_dir = settings.site_root.join("pkg");
-    if !pkg_dir.join(format!("{}.wasm", app::OUTPUT_NAME)).exists() {
-        tracing::warn!(
-            pkg = %pkg_dir.display(),
-            "no wasm bundle found: pages render but will not hydrate (build with `cargo leptos build`)"
-        );
-    }
     let backend: SharedBackend = Arc::new(state.clone());
     let data = web::Data::new(state);
     let mut server = HttpServer::new(move || {
@@ -154,7 +154,11 @@ fn http_server(
             .wrap(tracing_actix_web::TracingLogger::default())
             .app_data(web::JsonConfig::default().limit(8 * 1024 * 1024).error_handler(crate::error::json_error))
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
+            .app_data(web::PathConfig::default().error_handler(crate::error::path_error))
             .configure(api_routes)
+            // After every API route: an /api path or a documented path (a probe) that no route
+            // took is a JSON 405 or 404, not the UI's page.
+            .service(web::resource(not_routed_patterns()).to(not_routed))
             .route(
                 &format!("{}/{{tail:.*}}", app::api::SERVER_FN_PREFIX),
                 handle_server_fns_with_context(context.clone()),
@@ -208,4 +212,129 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
         .service(crate::audit::routes::export)
         .service(crate::audit::routes::list)
         .service(crate::samples::routes::list_pool_samples);
+}
+
+/// Refuses to serve a UI bundle from another build than this server's (issue 14: a release
+/// server serving a debug bundle panicked in hydration on every page). Both carry
+/// [`app::BUILD_ID`]; the bundle's is read from its `.wasm` file. No bundle at all is only
+/// a warning: the API and the server-rendered pages work without it.
+fn check_bundle(pkg_dir: &Path) -> anyhow::Result<()> {
+    // Tests start many servers on one site: read each unchanged bundle once per process.
+    static VERIFIED: Mutex<Vec<(PathBuf, Option<SystemTime>, u64)>> = Mutex::new(Vec::new());
+    let wasm_path = pkg_dir.join(format!("{}.wasm", app::OUTPUT_NAME));
+    let Ok(metadata) = std::fs::metadata(&wasm_path) else {
+        tracing::warn!(
+            pkg = %pkg_dir.display(),
+            "no wasm bundle found: pages render but will not hydrate (build with `cargo leptos build`)"
+        );
+        return Ok(());
+    };
+    let stamp = (wasm_path.clone(), metadata.modified().ok(), metadata.len());
+    let mut verified = VERIFIED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if verified.contains(&stamp) {
+        return Ok(());
+    }
+    let wasm = std::fs::read(&wasm_path).with_context(|| format!("reading the UI bundle {}", wasm_path.display()))?;
+    let rebuild = "build the server and the site together (`cargo leptos build`; scripts/run builds release into \
+                   target/site, scripts/test debug into target/site-test), or point http.site_root \
+                   (TESSERA_SITE_ROOT) at the site built with this server";
+    match app::bundle_build_id(&wasm) {
+        Some(id) if id == app::BUILD_ID => {
+            tracing::info!(build = app::BUILD_ID, pkg = %pkg_dir.display(), "UI bundle matches this build");
+            verified.push(stamp);
+            Ok(())
+        }
+        Some(id) => anyhow::bail!(
+            "the UI bundle in {} is from build {id}, this server is build {}: its pages would fail to hydrate; \
+             {rebuild}",
+            pkg_dir.display(),
+            app::BUILD_ID
+        ),
+        None => anyhow::bail!(
+            "the UI bundle in {} carries no build id (built before build ids, or not by this project), this server \
+             is build {}; {rebuild}",
+            pkg_dir.display(),
+            app::BUILD_ID
+        ),
+    }
+}
+
+/// The paths [`not_routed`] answers when no route took the request: all of `/api`, and
+/// the documented paths outside it (`/healthz`, `/readyz`, `/metrics`).
+fn not_routed_patterns() -> Vec<String> {
+    let documented = crate::openapi::document().paths.paths.into_keys().filter(|path| !path.starts_with("/api/"));
+    ["/api".to_owned(), "/api/{tail:.*}".to_owned()].into_iter().chain(documented).collect()
+}
+
+/// The answer to an API request that no route took: 405 with `Allow` when the OpenAPI
+/// document has the path with other methods, else 404; JSON either way, as every API error.
+async fn not_routed(req: HttpRequest) -> HttpResponse {
+    let path = req.path();
+    let allowed = documented_methods(path);
+    if allowed.is_empty() {
+        return HttpResponse::NotFound().json(ErrorBody::message(format!("no API route {path}")));
+    }
+    let allowed = allowed.join(", ");
+    HttpResponse::MethodNotAllowed()
+        .insert_header((header::ALLOW, allowed.as_str()))
+        .json(ErrorBody::message(format!("{} is not allowed on {path}; allowed: {allowed}", req.method())))
+}
+
+/// The methods the OpenAPI document gives the path template that `path` fills in, if any.
+fn documented_methods(path: &str) -> Vec<&'static str> {
+    /// Each documented path template, split into segments, with its methods.
+    static TEMPLATES: LazyLock<Vec<(Vec<String>, Vec<&'static str>)>> = LazyLock::new(|| {
+        crate::openapi::document()
+            .paths
+            .paths
+            .iter()
+            .map(|(template, item)| {
+                let methods = [
+                    ("GET", item.get.is_some()),
+                    ("HEAD", item.head.is_some()),
+                    ("POST", item.post.is_some()),
+                    ("PUT", item.put.is_some()),
+                    ("PATCH", item.patch.is_some()),
+                    ("DELETE", item.delete.is_some()),
+                    ("OPTIONS", item.options.is_some()),
+                    ("TRACE", item.trace.is_some()),
+                ];
+                let methods =
+                    methods.into_iter().filter(|(_, present)| *present).map(|(method, _)| method).collect::<Vec<_>>();
+                (template.split('/').map(str::to_owned).collect(), methods)
+            })
+            .collect()
+    });
+    let segments: Vec<&str> = path.split('/').collect();
+    let fills = |template: &[String]| {
+        template.len() == segments.len()
+            && template.iter().zip(&segments).all(|(want, got)| {
+                if want.starts_with('{') && want.ends_with('}') {
+                    !got.is_empty()
+                } else {
+                    want == got
+                }
+            })
+    };
+    let mut methods: Vec<&'static str> = TEMPLATES
+        .iter()
+        .filter(|(template, _)| fills(template))
+        .flat_map(|(_, methods)| methods.iter().copied())
+        .collect();
+    methods.sort_unstable();
+    methods.dedup();
+    methods
+}
+
+#[cfg(test)]
+mod tests {
+    use super::documented_methods;
+
+    #[test]
+    fn a_documented_path_has_its_methods_and_an_unknown_one_none() {
+        assert_eq!(documented_methods("/api/v1/pools/cn-pay/draw"), ["POST"]);
+        assert_eq!(documented_methods("/api/v1/no-such-thing"), Vec::<&str>::new());
+        assert_eq!(documented_methods("/api/v1/pools//draw"), Vec::<&str>::new());
+        assert_eq!(documented_methods("/healthz"), ["GET"]);
+    }
 }
