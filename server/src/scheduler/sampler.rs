@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use anyhow::Context;
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use client::pool::{PoolKind, PoolName, PoolSnapshot};
+use engine::counter::{day_count_delta, DaySpan};
 use engine::Tier;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -309,11 +310,11 @@ pub fn window_hits(
         .into_iter()
         .map(|name| {
             let (before, now) = (get(earlier, name), get(today, name));
-            let drawn = match earlier_day_now {
-                Some(old) => get(old, name).saturating_sub(before) + now,
-                None if now >= before => now - before,
-                None => now,
+            let span = match earlier_day_now {
+                Some(old) => DaySpan::NewDay { earlier_day_now: Some(get(old, name)) },
+                None => DaySpan::SameDay,
             };
+            let drawn = day_count_delta(before, now, span);
             (name.clone(), drawn)
         })
         .collect()
