@@ -17,10 +17,11 @@
 //!
 //! Layout: [`script`] draws in Redis (alone or shared), [`fallback`] serves the levels
 //! below it, [`sticky`] draws by key; [`admin`] holds the control plane's side: publish,
-//! rotate, refill, eject.
+//! rotate, refill, eject, and [`readout`] what a pool holds for the sampler.
 
 pub mod admin;
 mod fallback;
+pub mod readout;
 mod script;
 mod sticky;
 mod types;
@@ -38,6 +39,7 @@ use serde::Serialize;
 
 pub use self::admin::{Days, EjectOutcome, PoolAdmin, RefillOutcome, ReweightMode};
 use self::fallback::LocalPool;
+pub use self::readout::{ListLength, ReadOut};
 pub use self::types::{PoolKind, PoolName, PoolSnapshot, MAX_BATCH};
 use crate::clock::Clock;
 use crate::coalesce::Coalescer;
