@@ -11,11 +11,14 @@
 //! - [`pool`]: draws from ticket pools with the local / static fallback chain, and the
 //!   control plane's pool operations (publish, rotate, refill, eject).
 //! - [`health`]: outcome reports per channel and minute, read by the health evaluation.
+//! - `coalesce`: the one coalescer: concurrent draws of a pool, or reserves and settles of
+//!   a tenant, share one script call.
 //! - [`clock`]: the one clock of quota decisions (Redis `TIME`) and quota periods.
 //! - [`metrics`]: Prometheus metrics the embedding application registers.
 #![forbid(unsafe_code)]
 
 pub mod clock;
+mod coalesce;
 pub mod connection;
 pub mod estimate;
 pub mod health;

@@ -15,6 +15,7 @@
 //! - [`peak`]: peak windows in a pool's timezone (crossing midnight, DST-aware).
 //! - [`quota`]: which quota buckets pay for a reservation, and overdrafts.
 //! - [`metrics`]: distribution metrics of any ticket sequence.
+//! - [`counter`]: what a per-day counter counted between two samples (restarts, midnights).
 //! - [`verify`]: compares five allocation strategies on the same weights.
 //! - [`preview`]: what new weights will do to a pool (shares, per-batch counts, spread),
 //!   as the weights editor shows it before they are applied.
@@ -25,6 +26,7 @@
 
 pub mod apportion;
 pub mod batch;
+pub mod counter;
 pub mod hashing;
 pub mod health;
 pub mod metrics;

@@ -148,6 +148,8 @@ pub async fn get_dashboard() -> Result<Dashboard, ServerFnError> {
 pub mod ssr {
     use std::collections::BTreeMap;
 
+    use engine::counter::{day_count_delta, DaySpan};
+
     use super::{MemberShare, PoolCard, TenantQuota};
     use crate::api::TenantView;
 
@@ -181,7 +183,7 @@ pub mod ssr {
     /// growth. `None` when fewer than two values are known.
     pub fn increase(values: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
         let known: Vec<u64> = values.into_iter().flatten().collect();
-        (known.len() >= 2).then(|| known.windows(2).map(|w| if w[1] >= w[0] { w[1] - w[0] } else { w[1] }).sum())
+        (known.len() >= 2).then(|| known.windows(2).map(|w| day_count_delta(w[0], w[1], DaySpan::SameDay)).sum())
     }
 
     /// Each member's draws over `samples` (oldest first), from its day counters: the
@@ -193,7 +195,9 @@ pub mod ssr {
             let (before, after) = (&pair[0], &pair[1]);
             for m in &after.members {
                 let earlier = before.members.iter().find(|b| b.member == m.member).map_or(0, |b| b.hits);
-                let step = if before.day == after.day && m.hits >= earlier { m.hits - earlier } else { m.hits };
+                let span =
+                    if before.day == after.day { DaySpan::SameDay } else { DaySpan::NewDay { earlier_day_now: None } };
+                let step = day_count_delta(earlier, m.hits, span);
                 *draws.entry(m.member.clone()).or_default() += step;
             }
         }

@@ -73,7 +73,7 @@ type PoolReadout =
 #[derive(Clone)]
 pub struct PoolAdmin {
     redis: RedisHandle,
-    keys: Keys,
+    pub(super) keys: Keys,
     clock: Clock,
 }
 
@@ -104,7 +104,7 @@ impl PoolAdmin {
         Self { redis, keys, clock }
     }
 
-    async fn conn(&self) -> Result<redis::aio::ConnectionManager, PoolError> {
+    pub(super) async fn conn(&self) -> Result<redis::aio::ConnectionManager, PoolError> {
         self.redis.connection().await.map_err(PoolError::Redis)
     }
 

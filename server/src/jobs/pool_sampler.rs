@@ -4,11 +4,12 @@
 //! stored in Postgres for the dashboard (`GET /api/v1/pools/{pool}/samples`);
 //! [`super::sample_prune`] deletes old rows.
 //!
-//! Shares come from the pools' day counters (`hits:<day>`, counted by the draw script):
-//! the draws in a window are the difference between this sample's counters and those of
-//! the sample about a minute earlier. When a pool-local midnight falls in between, the
-//! counters restarted: the window's draws are what the earlier day counted after the
-//! earlier sample (its hash lives 48 h after its day) plus what the new day counted.
+//! Shares come from the pools' day counters (counted by the draw script, read through
+//! [`client::PoolAdmin::read_out`]): the draws in a window are the difference between this
+//! sample's counters and those of the sample about a minute earlier. When a pool-local
+//! midnight falls in between, the counters restarted: the window's draws are what the
+//! earlier day counted after the earlier sample (its hash lives 48 h after its day) plus
+//! what the new day counted ([`engine::counter::day_count_delta`]).
 //!
 //! The repository functions of the `pool_sample` tables live here too ([`list_samples`]
 //! is what the endpoint calls), beside the only job that writes them.
@@ -17,9 +18,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use anyhow::Context;
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
-use client::pool::{PoolKind, PoolName, PoolSnapshot};
-use engine::Tier;
-use serde::{Deserialize, Serialize};
+pub use client::pool::ListLength;
+use client::pool::{PoolKind, PoolName, PoolSnapshot, ReadOut};
+use engine::counter::{day_count_delta, DaySpan};
+use serde::Serialize;
 
 use crate::samples::store::{get_earlier_sample, insert_sample, list_pools};
 use crate::state::AppState;
@@ -48,13 +50,6 @@ pub struct Outcome {
     pub unpublished: u64,
     /// Pools whose sample failed (logged; the others are still sampled).
     pub failed: u64,
-}
-
-/// One list's length: the tickets in it and in its standby batch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListLength {
-    pub tickets: u64,
-    pub standby: u64,
 }
 
 /// One member in one sample.
@@ -123,89 +118,26 @@ pub async fn run_at(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Outc
     Ok(outcome)
 }
 
-/// What Redis holds of one pool at one moment.
-struct Readout {
-    main: ListLength,
-    tiers: Option<BTreeMap<String, ListLength>>,
-    ejected: HashSet<String>,
-    hits: HashMap<String, u64>,
-    batches: Option<u64>,
-}
-
-fn value<T: redis::FromRedisValue>(values: &[redis::Value], i: usize) -> anyhow::Result<T> {
-    let v = values.get(i).with_context(|| format!("pipeline reply {i} missing"))?;
-    Ok(redis::from_redis_value(v)?)
-}
-
-async fn read_pool(
-    state: &AppState,
-    pool: &PoolName,
-    snapshot: &PoolSnapshot,
-    day: NaiveDate,
-) -> anyhow::Result<Readout> {
-    let (k, p) = (&state.keys, pool.as_str());
-    let tiers: Vec<Tier> = match snapshot.kind {
-        PoolKind::Tiers => snapshot.tiers.keys().copied().collect(),
-        PoolKind::Channels => Vec::new(),
-    };
-    let mut pipe = redis::pipe();
-    pipe.cmd("LLEN").arg(k.pool_tickets(p));
-    pipe.cmd("LLEN").arg(k.pool_standby(p));
-    pipe.cmd("SMEMBERS").arg(k.pool_ejected(p));
-    pipe.cmd("HGETALL").arg(k.pool_hits(p, &day.to_string()));
-    for tier in &tiers {
-        pipe.cmd("LLEN").arg(k.pool_tier_tickets(p, tier.as_str()));
-        pipe.cmd("LLEN").arg(k.pool_tier_standby(p, tier.as_str()));
-    }
-    // The refill script's sequence field of each list (see lua/refill_pool.lua).
-    pipe.cmd("HMGET").arg(k.pool_state(p)).arg("seq");
-    for tier in &tiers {
-        pipe.arg(format!("seq:{}", tier.as_str()));
-    }
-    let mut conn = state.redis.connection().await.context("connecting to redis")?;
-    let values: Vec<redis::Value> =
-        pipe.query_async(&mut conn).await.context("reading the pool's lists and counters")?;
-    let mut lanes = BTreeMap::new();
-    for (i, tier) in tiers.iter().enumerate() {
-        lanes.insert(
-            tier.as_str().to_owned(),
-            ListLength { tickets: value(&values, 4 + 2 * i)?, standby: value(&values, 5 + 2 * i)? },
-        );
-    }
-    let seqs: Vec<Option<u64>> = value(&values, 4 + 2 * tiers.len())?;
-    Ok(Readout {
-        main: ListLength { tickets: value(&values, 0)?, standby: value(&values, 1)? },
-        tiers: (snapshot.kind == PoolKind::Tiers).then_some(lanes),
-        ejected: value(&values, 2)?,
-        hits: value(&values, 3)?,
-        batches: seqs.iter().flatten().copied().reduce(u64::saturating_add),
-    })
-}
-
-async fn read_hits(state: &AppState, pool: &PoolName, day: NaiveDate) -> anyhow::Result<HashMap<String, u64>> {
-    let mut conn = state.redis.connection().await.context("connecting to redis")?;
-    redis::cmd("HGETALL")
-        .arg(state.keys.pool_hits(pool.as_str(), &day.to_string()))
-        .query_async(&mut conn)
-        .await
-        .with_context(|| format!("reading the hits of {day}"))
-}
-
 /// Samples one pool; false when Redis holds no snapshot of it.
 async fn sample_pool(state: &AppState, pool: &PoolName, now: DateTime<Utc>) -> anyhow::Result<bool> {
     let Some(snapshot) = state.pool_admin.snapshot(pool).await.context("reading the published snapshot")? else {
         return Ok(false);
     };
     let day = client::pool::admin::days_at(&snapshot, now)?.today;
-    let readout = read_pool(state, pool, &snapshot, day).await?;
+    let readout =
+        state.pool_admin.read_out(pool, &snapshot, day).await.context("reading the pool's lists and counters")?;
     let expected = expected_shares(&snapshot, now, &readout.ejected)?;
     let window = match get_earlier_sample(&state.db, pool, now).await.context("reading the earlier sample")? {
         None => None,
         Some(earlier) => {
             // After a pool-local midnight the earlier day's hash still holds its final
             // counts (it expires 48 h after its day).
-            let earlier_day_now =
-                if earlier.day == day { None } else { Some(read_hits(state, pool, earlier.day).await?) };
+            let earlier_day_now = if earlier.day == day {
+                None
+            } else {
+                let hits = state.pool_admin.day_hits(pool, earlier.day).await;
+                Some(hits.with_context(|| format!("reading the hits of {}", earlier.day))?)
+            };
             let hits = window_hits(&earlier.hits, earlier_day_now.as_ref(), &readout.hits);
             Some(((now - earlier.taken_at).as_seconds_f64(), hits))
         }
@@ -219,7 +151,7 @@ fn assemble(
     snapshot: &PoolSnapshot,
     now: DateTime<Utc>,
     day: NaiveDate,
-    readout: &Readout,
+    readout: &ReadOut,
     expected: &BTreeMap<String, f64>,
     window: Option<(f64, BTreeMap<String, u64>)>,
 ) -> PoolSample {
@@ -281,11 +213,11 @@ pub fn window_hits(
         .into_iter()
         .map(|name| {
             let (before, now) = (get(earlier, name), get(today, name));
-            let drawn = match earlier_day_now {
-                Some(old) => get(old, name).saturating_sub(before) + now,
-                None if now >= before => now - before,
-                None => now,
+            let span = match earlier_day_now {
+                Some(old) => DaySpan::NewDay { earlier_day_now: Some(get(old, name)) },
+                None => DaySpan::SameDay,
             };
+            let drawn = day_count_delta(before, now, span);
             (name.clone(), drawn)
         })
         .collect()
@@ -340,7 +272,7 @@ pub fn expected_shares(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engine::{Ordering, Weights};
+    use engine::{Ordering, Tier, Weights};
 
     fn counts(pairs: &[(&str, u64)]) -> HashMap<String, u64> {
         pairs.iter().map(|(m, n)| ((*m).to_owned(), *n)).collect()

@@ -1,0 +1,203 @@
+//! One coalescer for the calls that can share a Redis round trip: concurrent draws of one
+//! pool, concurrent reserves (or settles) of one tenant.
+//!
+//! While one shared call for a key is in flight, the requests that arrive for that key
+//! wait; the next call takes them together (up to the configured maximum), in arrival
+//! order. Alone, a request is one call as before. A request the shared call did not answer
+//! for (`None`) goes back to its caller, who then makes the call alone with its own error
+//! handling and fallbacks.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+/// The most concurrent requests of one key that share one call, unless configured.
+pub const DEFAULT_COALESCE: usize = 64;
+
+/// Where one waiting request's reply goes (`None`: go alone).
+type Slot<Resp> = oneshot::Sender<Option<Resp>>;
+
+/// The requests of one key waiting for the next shared call, and whether a task serves them.
+struct Queue<Req, Resp> {
+    waiting: Vec<(Req, Slot<Resp>)>,
+    running: bool,
+}
+
+impl<Req, Resp> Default for Queue<Req, Resp> {
+    fn default() -> Self {
+        Self { waiting: Vec::new(), running: false }
+    }
+}
+
+struct Shared<K, Req, Resp> {
+    max: AtomicUsize,
+    queues: Mutex<HashMap<K, Queue<Req, Resp>>>,
+}
+
+/// Batches concurrent requests per key `K` into shared calls: cheap to clone (the clones
+/// share the queues).
+pub(crate) struct Coalescer<K, Req, Resp> {
+    shared: Arc<Shared<K, Req, Resp>>,
+}
+
+impl<K, Req, Resp> Clone for Coalescer<K, Req, Resp> {
+    fn clone(&self) -> Self {
+        Self { shared: self.shared.clone() }
+    }
+}
+
+impl<K, Req, Resp> Coalescer<K, Req, Resp>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    Req: Send + 'static,
+    Resp: Send + 'static,
+{
+    /// A coalescer sharing calls among up to [`DEFAULT_COALESCE`] requests.
+    pub(crate) fn new() -> Self {
+        Self {
+            shared: Arc::new(Shared { max: AtomicUsize::new(DEFAULT_COALESCE), queues: Mutex::new(HashMap::new()) }),
+        }
+    }
+
+    /// Sets how many requests of one key may share a call (at least 1; 1: none shares).
+    pub(crate) fn set_max(&self, max: usize) {
+        self.shared.max.store(max.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether calls are shared at all (more than one request per call).
+    pub(crate) fn is_on(&self) -> bool {
+        self.shared.max.load(Ordering::Relaxed) > 1
+    }
+
+    /// Queues `req` for the next shared call of `key` and waits for its reply; `None` when
+    /// that call did not answer for it. The request that finds the key idle starts a task
+    /// serving the key's queue with `flush`, a call at a time, until none wait. `flush`
+    /// gets the requests in arrival order and answers them in the same order; missing
+    /// answers are `None`, answers beyond the requests are dropped.
+    pub(crate) async fn submit<F, Fut>(&self, key: &K, req: Req, flush: F) -> Option<Resp>
+    where
+        F: Fn(K, Vec<Req>) -> Fut + Send + 'static,
+        Fut: Future<Output = Vec<Option<Resp>>> + Send,
+    {
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut queues = self.shared.queues.lock().expect("coalescer queue lock");
+            // The key's queue exists after its first request: no key cloned per request.
+            let queue = match queues.get_mut(key) {
+                Some(queue) => queue,
+                None => queues.entry(key.clone()).or_default(),
+            };
+            queue.waiting.push((req, tx));
+            !std::mem::replace(&mut queue.running, true)
+        };
+        if start {
+            let this = self.clone();
+            let key = key.clone();
+            tokio::spawn(async move { this.serve(key, flush).await });
+        }
+        rx.await.ok().flatten()
+    }
+
+    /// Serves the key's waiting requests, a shared call at a time, until none wait.
+    async fn serve<F, Fut>(&self, key: K, flush: F)
+    where
+        F: Fn(K, Vec<Req>) -> Fut,
+        Fut: Future<Output = Vec<Option<Resp>>>,
+    {
+        // Whatever happens to this task, no request is left waiting for it: on the way out
+        // the queue is marked idle and the slots left are dropped (their requests go alone).
+        struct Idle<'a, K: Eq + Hash, Req, Resp>(&'a Shared<K, Req, Resp>, &'a K);
+        impl<K: Eq + Hash, Req, Resp> Drop for Idle<'_, K, Req, Resp> {
+            fn drop(&mut self) {
+                if let Ok(mut queues) = self.0.queues.lock() {
+                    if let Some(queue) = queues.get_mut(self.1) {
+                        queue.running = false;
+                        queue.waiting.clear();
+                    }
+                }
+            }
+        }
+        let _idle = Idle(&self.shared, &key);
+        loop {
+            let max = self.shared.max.load(Ordering::Relaxed);
+            let (reqs, slots): (Vec<Req>, Vec<Slot<Resp>>) = {
+                let mut queues = self.shared.queues.lock().expect("coalescer queue lock");
+                let queue = queues.entry(key.clone()).or_default();
+                // A caller that gave up is not served: nothing is done for nobody.
+                queue.waiting.retain(|(_, slot)| !slot.is_closed());
+                if queue.waiting.is_empty() {
+                    queue.running = false;
+                    return;
+                }
+                let n = queue.waiting.len().min(max);
+                queue.waiting.drain(..n).unzip()
+            };
+            let mut replies = flush(key.clone(), reqs).await;
+            replies.resize_with(slots.len(), || None);
+            for (slot, reply) in slots.into_iter().zip(replies) {
+                let _ = slot.send(reply);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_lone_request_is_one_call_and_hears_its_own_reply() {
+        let c: Coalescer<&'static str, u32, u32> = Coalescer::new();
+        let double =
+            |_: &'static str, reqs: Vec<u32>| async move { reqs.into_iter().map(|r| Some(r * 2)).collect::<Vec<_>>() };
+        let got = c.submit(&"k", 7, double);
+        assert_eq!(got.await, Some(14));
+    }
+
+    #[tokio::test]
+    async fn requests_without_an_answer_hear_none() {
+        let c: Coalescer<&'static str, u32, u32> = Coalescer::new();
+        let got = c.submit(&"k", 7, |_, _reqs: Vec<u32>| async move { Vec::new() }).await;
+        assert_eq!(got, None);
+    }
+
+    #[tokio::test]
+    async fn requests_that_arrive_during_a_call_share_the_next_one() {
+        let c: Coalescer<&'static str, u32, usize> = Coalescer::new();
+        let (release, gate) = tokio::sync::watch::channel(false);
+        let (entered, mut calls) = tokio::sync::mpsc::unbounded_channel();
+        // Each answer is the size of the call that served the request.
+        let flush = move |_: &'static str, reqs: Vec<u32>| {
+            let (mut gate, entered) = (gate.clone(), entered.clone());
+            async move {
+                let _ = entered.send(reqs.len());
+                let _ = gate.wait_for(|open| *open).await;
+                vec![Some(reqs.len()); reqs.len()]
+            }
+        };
+        let first = tokio::spawn({
+            let (c, flush) = (c.clone(), flush.clone());
+            async move { c.submit(&"k", 0, flush).await }
+        });
+        assert_eq!(calls.recv().await, Some(1), "the first call is in flight");
+        let rest: Vec<_> = (1..=3)
+            .map(|i| {
+                let (c, flush) = (c.clone(), flush.clone());
+                tokio::spawn(async move { c.submit(&"k", i, flush).await })
+            })
+            .collect();
+        while c.shared.queues.lock().unwrap()["k"].waiting.len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        release.send(true).unwrap();
+        assert_eq!(first.await.unwrap(), Some(1));
+        for r in rest {
+            assert_eq!(r.await.unwrap(), Some(3));
+        }
+        assert_eq!(calls.recv().await, Some(3), "one call for the three that waited");
+    }
+}

@@ -1,0 +1,275 @@
+//! Draws in Redis: one draw, or a shared call serving several, through the draw script;
+//! and the re-read of the snapshot and ejected members when a draw shows a new version.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::time::Instant;
+
+use redis::Value;
+
+use super::reply::Fields;
+use super::{admin, Degrade, Draw, DrawSource, PoolError, PoolName, Pools, MAX_SKIPS};
+use crate::connection::is_unreachable;
+use crate::scripts;
+
+impl Pools {
+    /// Up to `n` draws in one script call, in order; fewer when the pool ran out of
+    /// drawable tickets part way, none on any error (each draw then goes alone, where
+    /// the error is handled). An unreachable Redis trips the breaker.
+    pub(super) async fn draw_redis_shared(&self, pool: &PoolName, n: usize) -> Vec<Draw> {
+        if n == 1 {
+            return match self.draw_redis(pool).await {
+                Ok(Ok(draw)) => vec![draw],
+                Ok(Err(Degrade::Unreachable(_))) => {
+                    self.inner.breaker.trip();
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            };
+        }
+        let mut conn = match self.inner.redis.connection().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                if is_unreachable(&e) {
+                    self.inner.breaker.trip();
+                }
+                return Vec::new();
+            }
+        };
+        for _attempt in 0..3 {
+            let call = self.draw_call(pool, n);
+            let started = Instant::now();
+            let reply = match call.invoke_async::<Vec<Value>>(&mut conn).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    if is_unreachable(&e) {
+                        self.inner.breaker.trip();
+                    }
+                    return Vec::new();
+                }
+            };
+            if let Some(m) = &self.inner.metrics {
+                m.script_seconds.with_label_values(&["draw_ticket"]).observe(started.elapsed().as_secs_f64());
+            }
+            let f = Fields::new("draw_ticket", &reply);
+            match f.str(0) {
+                Ok("many") => {
+                    let Ok(draws) = self.many(pool, &f, reply.len()) else { return Vec::new() };
+                    if let Some(d) = draws.last() {
+                        self.note_version(pool, d.version, &mut conn).await;
+                    }
+                    return draws;
+                }
+                Ok("batch") => {
+                    let Ok(replies) = f.array(1) else { return Vec::new() };
+                    let mut draws = Vec::with_capacity(replies.len());
+                    let mut version = None;
+                    for r in replies {
+                        match self.ticket(pool, &Fields::new("draw_ticket", r)) {
+                            Ok(Some(draw)) => {
+                                version = Some(draw.version);
+                                draws.push(draw);
+                            }
+                            _ => break,
+                        }
+                    }
+                    if let Some(v) = version {
+                        self.note_version(pool, v, &mut conn).await;
+                    }
+                    return draws;
+                }
+                Ok("day") => {
+                    if let (Ok(d0), Ok(d1)) = (f.str(1), f.str(2)) {
+                        let days = (d0.to_owned(), d1.to_owned());
+                        self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days =
+                            Some(days);
+                        continue;
+                    }
+                    return Vec::new();
+                }
+                _ => return Vec::new(),
+            }
+        }
+        Vec::new()
+    }
+
+    /// The compact reply of a shared call (`{"many", version, length, flagged, from_list,
+    /// ended_empty, member, ...}`) as draws, in order.
+    fn many(&self, pool: &PoolName, f: &Fields<'_>, len: usize) -> Result<Vec<Draw>, PoolError> {
+        let version = f.uint(1)?;
+        if let Some(m) = &self.inner.metrics {
+            m.list_length.with_label_values(&[pool.as_str()]).set(f.int(2)?);
+        }
+        (6..len)
+            .map(|i| {
+                Ok(Draw {
+                    member: f.str(i)?.to_owned(),
+                    pool: pool.clone(),
+                    version,
+                    source: DrawSource::Redis,
+                    tier: None,
+                })
+            })
+            .collect()
+    }
+
+    /// The draw script's call for `n` draws of `pool`, with the days this client last saw.
+    fn draw_call(&self, pool: &PoolName, n: usize) -> redis::ScriptInvocation<'static> {
+        let k = &self.inner.keys;
+        let p = pool.as_str();
+        let days = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.days.clone());
+        let (day0, day1) = days.unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+        let mut call = scripts::pool().draw.key(k.pool_meta(p));
+        call.key(k.pool_state(p))
+            .key(k.pool_tickets(p))
+            .key(k.pool_standby(p))
+            .key(k.pool_ejected(p))
+            .key(k.pool_hits(p, &day0))
+            .key(k.pool_hits(p, &day1))
+            .key(k.pool_refill_flag(p))
+            .key(k.pool_tier_tickets(p, "G"))
+            .key(k.pool_tier_tickets(p, "N"))
+            .key(k.pool_tier_tickets(p, "U"))
+            .key(k.pool_tier_standby(p, "G"))
+            .key(k.pool_tier_standby(p, "N"))
+            .key(k.pool_tier_standby(p, "U"))
+            .arg(&day0)
+            .arg(&day1)
+            .arg(self.inner.clock.script_arg())
+            .arg(MAX_SKIPS)
+            .arg(k.pool_refill_channel())
+            .arg(p)
+            .arg(n);
+        call
+    }
+
+    /// A `ticket` reply as a draw (its skips and the list length counted in the metrics);
+    /// `None` for any other reply.
+    fn ticket(&self, pool: &PoolName, f: &Fields<'_>) -> Result<Option<Draw>, PoolError> {
+        if f.str(0)? != "ticket" {
+            return Ok(None);
+        }
+        let p = pool.as_str();
+        let version = f.uint(2)?;
+        let (skipped_ejected, skipped_capped) = (f.uint(4)?, f.uint(5)?);
+        if let Some(m) = &self.inner.metrics {
+            if skipped_ejected > 0 {
+                m.skips.with_label_values(&[p, "ejected"]).inc_by(skipped_ejected);
+            }
+            if skipped_capped > 0 {
+                m.skips.with_label_values(&[p, "capped"]).inc_by(skipped_capped);
+            }
+            m.list_length.with_label_values(&[p]).set(f.int(6)?);
+        }
+        let tier = f.str(9).ok().filter(|t| !t.is_empty()).map(str::to_owned);
+        Ok(Some(Draw { member: f.str(1)?.to_owned(), pool: pool.clone(), version, source: DrawSource::Redis, tier }))
+    }
+
+    /// One draw in Redis: the ticket, or why the chain must degrade; hard errors as Err.
+    pub(super) async fn draw_redis(&self, pool: &PoolName) -> Result<Result<Draw, Degrade>, PoolError> {
+        let mut conn = match self.inner.redis.connection().await {
+            Ok(conn) => conn,
+            Err(e) if is_unreachable(&e) => return Ok(Err(Degrade::Unreachable(e))),
+            Err(e) => return Err(PoolError::Redis(e)),
+        };
+        let p = pool.as_str();
+        for _attempt in 0..3 {
+            let call = self.draw_call(pool, 1);
+            let started = Instant::now();
+            let mut result = call.invoke_async::<Vec<Value>>(&mut conn).await;
+            if let Err(e) = &result {
+                // After an outage the connection reports the failed reconnect once. Retry
+                // only when nothing reached Redis (a refused connection): a draw sent on a
+                // connection that then dropped may have run, and a retry would pop twice.
+                if e.is_connection_refusal() {
+                    result = call.invoke_async::<Vec<Value>>(&mut conn).await;
+                }
+            }
+            let reply = match result {
+                Ok(reply) => reply,
+                Err(e) if is_unreachable(&e) => return Ok(Err(Degrade::Unreachable(e))),
+                Err(e) => return Err(PoolError::Redis(e)),
+            };
+            if let Some(m) = &self.inner.metrics {
+                m.script_seconds.with_label_values(&["draw_ticket"]).observe(started.elapsed().as_secs_f64());
+            }
+            let f = Fields::new("draw_ticket", &reply);
+            match f.str(0)? {
+                "ticket" => {
+                    let draw = self.ticket(pool, &f)?.expect("a ticket reply");
+                    self.note_version(pool, draw.version, &mut conn).await;
+                    return Ok(Ok(draw));
+                }
+                "day" => {
+                    let days = (f.str(1)?.to_owned(), f.str(2)?.to_owned());
+                    self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days =
+                        Some(days);
+                    continue;
+                }
+                "empty" => {
+                    if let Some(m) = &self.inner.metrics {
+                        m.empty.with_label_values(&[p]).inc();
+                    }
+                    self.note_version(pool, f.uint(1)?, &mut conn).await;
+                    return Ok(Err(Degrade::Empty));
+                }
+                "no_day" => {
+                    tracing::warn!(pool = %pool, "no current day in redis: is the rotation job running?");
+                    self.note_version(pool, f.uint(1)?, &mut conn).await;
+                    return Ok(Err(Degrade::Empty));
+                }
+                "exhausted" => {
+                    return Err(PoolError::Exhausted {
+                        pool: pool.clone(),
+                        skipped_ejected: f.uint(2)?,
+                        skipped_capped: f.uint(3)?,
+                    })
+                }
+                "unknown_pool" => return Err(PoolError::UnknownPool(pool.clone())),
+                other => return Err(f.unexpected(other).into()),
+            }
+        }
+        Err(PoolError::Protocol { script: "draw_ticket", detail: "the day changed during the call".into() })
+    }
+
+    /// Re-reads the snapshot and the ejected members when the version is new to this client.
+    pub(super) async fn note_version(&self, pool: &PoolName, version: u64, conn: &mut redis::aio::ConnectionManager) {
+        let known = self
+            .inner
+            .cache
+            .lock()
+            .expect("pool cache lock")
+            .get(pool)
+            .and_then(|c| c.snapshot.as_ref().map(|s| s.version));
+        // Re-read the ejected set every 1024 draws too: ejection does not change the version.
+        let periodic = self.inner.draws.load(AtomicOrdering::Relaxed).is_multiple_of(1024);
+        if known == Some(version) && !periodic {
+            return;
+        }
+        let _ = self.refresh(pool, conn).await;
+    }
+
+    pub(super) async fn refresh(
+        &self,
+        pool: &PoolName,
+        conn: &mut redis::aio::ConnectionManager,
+    ) -> Result<(), PoolError> {
+        let snapshot = admin::read_snapshot(conn, &self.inner.keys, pool).await?;
+        let ejected: HashSet<String> = redis::cmd("SMEMBERS")
+            .arg(self.inner.keys.pool_ejected(pool.as_str()))
+            .query_async(conn)
+            .await
+            .map_err(PoolError::Redis)?;
+        let mut cache = self.inner.cache.lock().expect("pool cache lock");
+        let entry = cache.entry(pool.clone()).or_default();
+        let changed = entry.snapshot.as_ref().map(|s| s.version) != snapshot.as_ref().map(|s| s.version)
+            || entry.ejected != ejected;
+        if changed {
+            entry.local = None;
+            entry.ring = None;
+        }
+        entry.snapshot = snapshot;
+        entry.ejected = ejected;
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! Charging Redis, once it answers again, with what was admitted or queued in this
+//! process while it was away (the journal in [`super::offline`]).
+
+use std::sync::atomic::Ordering;
+
+use super::offline::{self, OfflineSummary};
+use super::{QuotaError, Quotas};
+use crate::scripts;
+
+impl Quotas {
+    /// What this process admitted or queued while Redis was away and has not yet charged.
+    pub fn offline_summary(&self) -> OfflineSummary {
+        self.inner.offline.lock().expect("offline journal lock").summary()
+    }
+
+    /// Charges to Redis everything admitted or queued while it was away. Runs by itself
+    /// before the next operation once Redis answers; callers may also run it on a timer.
+    pub async fn flush_offline(&self) -> Result<usize, QuotaError> {
+        if !self.inner.has_offline.load(Ordering::Acquire) {
+            return Ok(0);
+        }
+        // One flush at a time; other callers go on with their own operation meanwhile.
+        if self.inner.flushing.swap(true, Ordering::AcqRel) {
+            return Ok(0);
+        }
+        let result = self.flush_journal().await;
+        self.inner.flushing.store(false, Ordering::Release);
+        result
+    }
+
+    async fn flush_journal(&self) -> Result<usize, QuotaError> {
+        let work = self.inner.offline.lock().expect("offline journal lock").snapshot();
+        let mut done = 0;
+        for (tenant, op) in work {
+            let applied = match &op {
+                offline::Op::Admit { request, tokens, close } => {
+                    let extra = [request.as_str().to_owned(), tokens.get().to_string(), "1".to_owned()];
+                    self.call_direct("reserve_quota", &scripts::quota().reserve, &tenant, &extra).await?;
+                    match close {
+                        Some(offline::Close::Settle { actual, partial }) => {
+                            let extra = [
+                                request.as_str().to_owned(),
+                                actual.get().to_string(),
+                                if *partial { "1" } else { "0" }.to_owned(),
+                            ];
+                            self.call_direct("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
+                        }
+                        Some(offline::Close::Release) => {
+                            self.call_direct(
+                                "release_quota",
+                                &scripts::quota().release,
+                                &tenant,
+                                &[request.as_str().to_owned()],
+                            )
+                            .await?;
+                        }
+                        None => {}
+                    }
+                    true
+                }
+                offline::Op::Settle { request, actual, partial } => {
+                    let extra = [
+                        request.as_str().to_owned(),
+                        actual.get().to_string(),
+                        if *partial { "1" } else { "0" }.to_owned(),
+                    ];
+                    self.call_direct("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
+                    true
+                }
+                offline::Op::Release { request } => {
+                    self.call_direct(
+                        "release_quota",
+                        &scripts::quota().release,
+                        &tenant,
+                        &[request.as_str().to_owned()],
+                    )
+                    .await?;
+                    true
+                }
+            };
+            if applied {
+                let mut journal = self.inner.offline.lock().expect("offline journal lock");
+                journal.remove(&tenant, &op);
+                if let Some(m) = &self.inner.metrics {
+                    m.offline_pending.set(journal.len() as i64);
+                    m.fallback.with_label_values(&["any", "replayed"]).inc();
+                }
+                if journal.is_empty() {
+                    self.inner.has_offline.store(false, Ordering::Release);
+                }
+                done += 1;
+            }
+        }
+        if done > 0 {
+            tracing::info!(operations = done, "charged to redis what was admitted while it was unreachable");
+        }
+        Ok(done)
+    }
+}

@@ -1,0 +1,163 @@
+//! Reserve: admit an estimate of a request's tokens (with its daily request count and a
+//! concurrency lease) or refuse, saying which limit ran out; under `fail_open_limited`,
+//! admitted in this process while Redis is away.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::call::CallError;
+use super::{parts, state, Part, QuotaError, Quotas, ReservationState, Source};
+use super::{FallbackPolicy, RequestId, TenantId, Tokens};
+use crate::reply::Fields;
+use crate::scripts;
+
+/// An admitted reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Reservation {
+    pub tokens: u64,
+    /// When the sweeper may return it (ms since the epoch, by the Redis clock); 0 for a
+    /// fallback admission.
+    pub deadline_ms: i64,
+    /// The buckets holding it, in paying order.
+    pub parts: Vec<Part>,
+    /// True when this request id had reserved before: nothing more was reserved.
+    pub replayed: bool,
+    pub state: ReservationState,
+    pub source: Source,
+}
+
+/// The limit a refused reservation ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Dimension {
+    Tokens,
+    Requests,
+    Concurrency,
+    /// The local allowance of a `fail_open_limited` tenant while Redis is unreachable.
+    FallbackAllowance,
+}
+
+impl Dimension {
+    /// The name in replies and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tokens => "tokens",
+            Self::Requests => "requests",
+            Self::Concurrency => "concurrency",
+            Self::FallbackAllowance => "fallback_allowance",
+        }
+    }
+}
+
+/// A refusal: which dimension ran out, what is left of it, and its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    pub dimension: Dimension,
+    pub available: u64,
+    pub limit: u64,
+}
+
+/// What `reserve` decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ReserveOutcome {
+    Reserved(Reservation),
+    Refused(Refusal),
+}
+
+impl Quotas {
+    /// Admits `tokens` for one request — with its daily request count and a concurrency
+    /// lease — or refuses, saying which dimension ran out. Retrying with the same request
+    /// id returns the first result and reserves nothing more.
+    #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request), err)]
+    pub async fn reserve(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        tokens: Tokens,
+    ) -> Result<ReserveOutcome, QuotaError> {
+        let extra = vec![request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned()];
+        let reply = match self.coalesced("reserve_quota", tenant, &extra).await {
+            Some(reply) => reply,
+            None => match self.call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await {
+                Ok(reply) => reply,
+                Err(CallError::Unreachable(error)) => return self.reserve_offline(tenant, request, tokens, error),
+                Err(other) => return Err(other.into_quota_error()),
+            },
+        };
+        let f = Fields::new("reserve_quota", &reply);
+        let outcome = match f.str(0)? {
+            "reserved" => ReserveOutcome::Reserved(Reservation {
+                tokens: f.uint(2)?,
+                deadline_ms: f.int(3)?,
+                parts: parts(&f, 4)?,
+                replayed: f.int(5)? == 1,
+                state: state(&f, 6)?,
+                source: Source::Redis,
+            }),
+            "refused" => ReserveOutcome::Refused(Refusal {
+                dimension: match f.str(2)? {
+                    "tokens" => Dimension::Tokens,
+                    "requests" => Dimension::Requests,
+                    "concurrency" => Dimension::Concurrency,
+                    other => return Err(f.unexpected(other).into()),
+                },
+                available: f.uint(3)?,
+                limit: f.uint(4)?,
+            }),
+            "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
+            other => return Err(f.unexpected(other).into()),
+        };
+        self.note_version(tenant, f.uint(1)?).await;
+        if let Some(m) = &self.inner.metrics {
+            match &outcome {
+                ReserveOutcome::Reserved(r) if !r.replayed => {
+                    m.reserves.with_label_values(&["admitted", "none", "redis"]).inc()
+                }
+                ReserveOutcome::Refused(r) => {
+                    m.reserves.with_label_values(&["refused", r.dimension.name(), "redis"]).inc()
+                }
+                _ => {}
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn reserve_offline(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        tokens: Tokens,
+        error: redis::RedisError,
+    ) -> Result<ReserveOutcome, QuotaError> {
+        let policy = self.policy(tenant);
+        let FallbackPolicy::FailOpenLimited { allowance } = policy else {
+            if let Some(m) = &self.inner.metrics {
+                m.fallback.with_label_values(&["fail_closed", "refused"]).inc();
+            }
+            return Err(QuotaError::Unavailable { tenant: tenant.clone(), policy: policy.name(), source: error });
+        };
+        let mut journal = self.inner.offline.lock().expect("offline journal lock");
+        let outcome = journal.admit(tenant, request, tokens, allowance.get());
+        let metric_event = match &outcome {
+            ReserveOutcome::Reserved(r) if r.replayed => None,
+            ReserveOutcome::Reserved(_) => Some(("admitted", "none")),
+            ReserveOutcome::Refused(_) => Some(("refused", Dimension::FallbackAllowance.name())),
+        };
+        if let (Some(m), Some((event, dimension))) = (&self.inner.metrics, metric_event) {
+            m.fallback.with_label_values(&["fail_open_limited", event]).inc();
+            m.reserves.with_label_values(&[event, dimension, Source::Fallback.name()]).inc();
+            m.offline_pending.set(journal.len() as i64);
+        }
+        if metric_event.map(|(e, _)| e) == Some("admitted") {
+            tracing::warn!(tenant = %tenant, request_id = %request, tokens = tokens.get(), "admitted without redis under fail_open_limited; charged when redis is back");
+        }
+        if !journal.is_empty() {
+            self.inner.has_offline.store(true, Ordering::Release);
+        }
+        Ok(outcome)
+    }
+}

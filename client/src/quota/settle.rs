@@ -1,0 +1,101 @@
+//! Settle: close a reservation with the tokens actually used, refunding the rest, or
+//! charging an overdraft (and a settle after the sweeper returned the reservation: late).
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::call::CallError;
+use super::{parts, Part, QuotaError, Quotas, Source};
+use super::{RequestId, TenantId, TokenCount};
+use crate::reply::Fields;
+use crate::scripts;
+
+/// What `settle` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum SettleOutcome {
+    /// The actual use was charged and the rest of the reservation refunded. `overdraft`:
+    /// use beyond the reservation; `late`: the reservation had expired and was swept.
+    Settled { reserved: u64, actual: u64, overdraft: u64, charged: Vec<Part>, late: bool, source: Source },
+    /// This request id was settled before; nothing changed.
+    AlreadySettled { reserved: u64, actual: u64, charged: Vec<Part> },
+    /// This request id was released before; nothing changed.
+    AlreadyReleased { reserved: u64 },
+    /// Redis is unreachable: the settle is kept and applied when it answers.
+    Queued,
+    /// No reservation with this request id.
+    Unknown,
+}
+
+impl Quotas {
+    /// Closes a reservation with the tokens actually used (`partial`: the stream broke and
+    /// `actual` is what was consumed before it did). A repeated settle changes nothing.
+    #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get(), partial), err)]
+    pub async fn settle(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        actual: TokenCount,
+        partial: bool,
+    ) -> Result<SettleOutcome, QuotaError> {
+        if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
+            // Admitted without Redis and not replayed yet: the journal closes it.
+            let mut journal = self.inner.offline.lock().expect("offline journal lock");
+            return Ok(journal.settle(tenant, request, actual, partial));
+        }
+        let extra =
+            vec![request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()];
+        let reply = match self.coalesced("settle_quota", tenant, &extra).await {
+            Some(reply) => reply,
+            None => match self.call("settle_quota", &scripts::quota().settle, tenant, &extra).await {
+                Ok(reply) => reply,
+                Err(CallError::Unreachable(error)) => {
+                    return Ok(self.settle_offline(tenant, request, actual, partial, error))
+                }
+                Err(other) => return Err(other.into_quota_error()),
+            },
+        };
+        let f = Fields::new("settle_quota", &reply);
+        let outcome = match f.str(0)? {
+            "settled" => SettleOutcome::Settled {
+                reserved: f.uint(2)?,
+                actual: f.uint(3)?,
+                overdraft: f.uint(4)?,
+                charged: parts(&f, 5)?,
+                late: f.int(6)? == 1,
+                source: Source::Redis,
+            },
+            "already_settled" => {
+                SettleOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? }
+            }
+            "already_released" => SettleOutcome::AlreadyReleased { reserved: f.uint(2)? },
+            "unknown" => SettleOutcome::Unknown,
+            "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
+            other => return Err(f.unexpected(other).into()),
+        };
+        if let (Some(m), SettleOutcome::Settled { reserved, actual, .. }) = (&self.inner.metrics, &outcome) {
+            m.settle_delta.observe(*reserved as f64 - *actual as f64);
+        }
+        Ok(outcome)
+    }
+
+    fn settle_offline(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        actual: TokenCount,
+        partial: bool,
+        error: redis::RedisError,
+    ) -> SettleOutcome {
+        let mut journal = self.inner.offline.lock().expect("offline journal lock");
+        let outcome = journal.settle(tenant, request, actual, partial);
+        tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: settle kept until it answers");
+        self.inner.has_offline.store(true, Ordering::Release);
+        if let Some(m) = &self.inner.metrics {
+            m.offline_pending.set(journal.len() as i64);
+        }
+        outcome
+    }
+}

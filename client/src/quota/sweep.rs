@@ -1,0 +1,63 @@
+//! Sweep: return the reservations whose deadline passed, tenant by tenant.
+
+use serde::Serialize;
+
+use super::call::CallError;
+use super::{QuotaError, Quotas, TenantId};
+use crate::reply::Fields;
+use crate::scripts;
+
+/// What one sweep of a tenant returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct SweepOutcome {
+    pub released: u64,
+    pub tokens: u64,
+    /// Expired reservations beyond the sweep's limit, left for the next call.
+    pub left: u64,
+    /// Reservations still open after the sweep.
+    pub open: u64,
+}
+
+impl Quotas {
+    /// Returns up to `limit` of a tenant's reservations whose deadline has passed.
+    #[tracing::instrument(skip_all, fields(tenant = %tenant), err)]
+    pub async fn sweep(&self, tenant: &TenantId, limit: u32) -> Result<SweepOutcome, QuotaError> {
+        let reply = self
+            .call("sweep_quota", &scripts::quota().sweep, tenant, &[limit.max(1).to_string()])
+            .await
+            .map_err(CallError::into_quota_error)?;
+        let f = Fields::new("sweep_quota", &reply);
+        Ok(SweepOutcome { released: f.uint(0)?, tokens: f.uint(1)?, left: f.uint(2)?, open: f.uint(3)? })
+    }
+
+    /// Every tenant with open reservations under this prefix (a `SCAN`, for the sweeper).
+    pub async fn tenants_with_leases(&self) -> Result<Vec<TenantId>, QuotaError> {
+        let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
+        let pattern = self.inner.keys.quota_leases_pattern();
+        let mut cursor: u64 = 0;
+        let mut tenants = Vec::new();
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut conn)
+                .await
+                .map_err(QuotaError::Redis)?;
+            for key in batch {
+                if let Some(tenant) = self.inner.keys.tenant_of_quota_key(&key).and_then(|t| TenantId::parse(t).ok()) {
+                    tenants.push(tenant);
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        tenants.sort();
+        tenants.dedup();
+        Ok(tenants)
+    }
+}

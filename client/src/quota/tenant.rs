@@ -1,0 +1,109 @@
+//! A tenant's quota snapshot: publish it for the data plane, remove it, and read the
+//! tenant's usage as it stands.
+
+use serde::Serialize;
+
+use super::call::CallError;
+use super::{QuotaError, Quotas, TenantId, TenantQuota};
+use crate::reply::Fields;
+use crate::scripts;
+
+/// One bucket of a tenant's quota as it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct BucketUsage {
+    pub id: String,
+    /// `plan`, `temporary` or `bonus`.
+    pub kind: String,
+    pub priority: u32,
+    pub amount: u64,
+    pub used: u64,
+    pub reserved: u64,
+    /// Live now (started and not expired); the plan is always live.
+    pub live: bool,
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A tenant's quota as it stands now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct QuotaUsage {
+    pub version: u64,
+    pub period: String,
+    pub day: String,
+    pub requests_today: u64,
+    pub daily_requests: u64,
+    pub leases: u64,
+    pub concurrency: u64,
+    /// Tokens a reservation could take now.
+    pub available: u64,
+    /// In paying order, the plan last.
+    pub buckets: Vec<BucketUsage>,
+}
+
+impl Quotas {
+    /// Installs a tenant's snapshot unless Redis holds one as new or newer. Returns whether
+    /// it was written and the version Redis now holds.
+    #[tracing::instrument(skip_all, fields(tenant = %tenant, version = quota.version), err)]
+    pub async fn publish(&self, tenant: &TenantId, quota: &TenantQuota) -> Result<(bool, u64), QuotaError> {
+        if let Err(invalid) = quota.validate() {
+            return Err(QuotaError::Protocol { script: "publish_snapshot", detail: invalid.to_string() });
+        }
+        let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
+        let mut call = scripts::quota().publish_meta.key(self.inner.keys.quota_meta(tenant.as_str()));
+        call.arg(quota.version);
+        for (field, value) in quota.meta_fields() {
+            call.arg(field).arg(value);
+        }
+        let reply: (i64, u64) = call.invoke_async(&mut conn).await.map_err(QuotaError::Redis)?;
+        Ok((reply.0 == 1, reply.1))
+    }
+
+    /// Removes a tenant's published snapshot (the tenant is then unknown to the data plane).
+    pub async fn unpublish(&self, tenant: &TenantId) -> Result<(), QuotaError> {
+        let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
+        redis::cmd("UNLINK")
+            .arg(self.inner.keys.quota_meta(tenant.as_str()))
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(QuotaError::Redis)
+    }
+
+    /// A tenant's quota as it stands now.
+    pub async fn usage(&self, tenant: &TenantId) -> Result<QuotaUsage, QuotaError> {
+        let reply =
+            self.call("read_quota", &scripts::quota().read, tenant, &[]).await.map_err(CallError::into_quota_error)?;
+        let f = Fields::new("read_quota", &reply);
+        match f.str(0)? {
+            "quota" => {}
+            "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
+            other => return Err(f.unexpected(other).into()),
+        }
+        let mut buckets = Vec::new();
+        for row in f.array(9)? {
+            let r = Fields::new("read_quota", row);
+            let expires = r.int(7)?;
+            buckets.push(BucketUsage {
+                id: r.str(0)?.to_owned(),
+                kind: r.str(1)?.to_owned(),
+                priority: r.uint(2)? as u32,
+                amount: r.uint(3)?,
+                used: r.uint(4)?,
+                reserved: r.uint(5)?,
+                live: r.int(6)? == 1,
+                expires_at_ms: (expires >= 0).then_some(expires),
+            });
+        }
+        Ok(QuotaUsage {
+            version: f.uint(1)?,
+            period: f.str(2)?.to_owned(),
+            day: f.str(3)?.to_owned(),
+            requests_today: f.uint(4)?,
+            daily_requests: f.uint(5)?,
+            leases: f.uint(6)?,
+            concurrency: f.uint(7)?,
+            available: f.uint(8)?,
+            buckets,
+        })
+    }
+}
