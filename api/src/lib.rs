@@ -1,16 +1,26 @@
 //! The shapes of Tessera's HTTP API, shared by the server (which answers with them), the
 //! client and the UI (which send and read them): the validated names, the exact-integer
-//! limit, the route paths, the session cookie's name and the dependency status. Every name
-//! here parses into a type that can only hold a valid value, and a refusal names the field
-//! and the rule ([`Invalid`]). With the `utoipa` feature each type carries its OpenAPI
+//! limit, the route paths, the session cookie's name, the dependency status, and the
+//! replies of the `/api/v1` routes (a module per resource; [`writes`] is the reply every
+//! audited write shares). Timestamps in replies are RFC 3339 strings, as the server
+//! writes them. Every name here parses into a type that can only hold a valid value, and
+//! a refusal names the field and the rule ([`Invalid`]). With the `utoipa` feature each type carries its OpenAPI
 //! schema, rules included (patterns, lengths, ranges).
 
+pub mod access;
+pub mod channels;
+pub mod health;
 pub mod names;
 pub mod paths;
+pub mod plans;
+pub mod pools;
 pub mod status;
+pub mod tenants;
+pub mod writes;
 
 pub use names::{ChannelCode, DisplayName, Invalid, PlanName, UserName};
 pub use status::{Alive, DependencyStatus, Readiness, SystemStatus};
+pub use writes::{WriteReply, Written};
 
 /// The largest weight, amount or count the API takes: 2^53 − 1, which JSON numbers and
 /// Lua hold exactly.

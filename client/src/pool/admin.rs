@@ -53,6 +53,16 @@ pub enum ReweightMode {
     Immediate,
 }
 
+impl ReweightMode {
+    /// The name the API gives it (as serde writes it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Drain => "drain",
+            Self::Immediate => "immediate",
+        }
+    }
+}
+
 /// What ejecting a member did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EjectOutcome {
