@@ -124,7 +124,7 @@ impl app::api::Backend for AppState {
         else {
             return Ok(None);
         };
-        let health = crate::health::pool_health(&self.db, &pool).await.map_err(unavailable)?.unwrap_or_default();
+        let health = crate::health::pool_health(&self.db, &pool).await.map_err(unavailable)?;
         let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or_default().to_owned();
         let weights = snapshot["weights"]
             .as_array()
@@ -134,7 +134,7 @@ impl app::api::Backend for AppState {
                     .collect()
             })
             .unwrap_or_default();
-        let members = member_views(&health);
+        let members = health.map(|h| member_views(&h.members)).unwrap_or_default();
         let peak_windows = snapshot["peak_windows"]
             .as_array()
             .map(|ws| {
@@ -208,50 +208,42 @@ impl app::api::Backend for AppState {
         };
         let mut transitions = crate::health::history(&self.db, &code, 500).await.map_err(unavailable)?;
         transitions.reverse();
-        let pools = health["pools"]
-            .as_array()
-            .map(|ps| {
-                ps.iter()
-                    .map(|p| {
-                        let pool = p["pool"].as_str().unwrap_or_default().to_owned();
-                        let base = p["base_weight"].as_u64().unwrap_or(0);
-                        let points = transitions
-                            .iter()
-                            .filter(|t| t["pool"] == p["pool"])
-                            .filter_map(|t| {
-                                let at: DateTime<Utc> = serde_json::from_value(t["at"].clone()).ok()?;
-                                let to = t["to"].as_str().unwrap_or_default().to_owned();
-                                let factor = t["factor_after"].as_f64().unwrap_or(1.0);
-                                let from = t["from"].as_str().unwrap_or_default().to_owned();
-                                let before = t["factor_before"].as_f64().unwrap_or(1.0);
-                                Some(DecayPoint {
-                                    weight_before: engine::health::effective_weight(base, before, from == "ejected"),
-                                    at: at.format("%Y-%m-%d %H:%M:%S").to_string(),
-                                    at_ms: at.timestamp_millis(),
-                                    from,
-                                    effective_weight: engine::health::effective_weight(base, factor, to == "ejected"),
-                                    to,
-                                    success_rate: t["success_rate"].as_f64(),
-                                    reason: t["reason"].as_str().unwrap_or_default().to_owned(),
-                                })
-                            })
-                            .collect();
-                        PoolDecay {
-                            pool,
-                            base_weight: base,
-                            state: p["state"].as_str().unwrap_or_default().to_owned(),
-                            effective_weight: p["effective_weight"].as_u64().unwrap_or(0),
-                            points,
-                        }
+        let pools = health
+            .pools
+            .iter()
+            .map(|p| {
+                let base = u64::try_from(p.base_weight).unwrap_or(0);
+                let points = transitions
+                    .iter()
+                    .filter(|t| t.pool == p.pool)
+                    .filter_map(|t| {
+                        let at = DateTime::parse_from_rfc3339(&t.at).ok()?.with_timezone(&Utc);
+                        Some(DecayPoint {
+                            weight_before: engine::health::effective_weight(base, t.factor_before, t.from == "ejected"),
+                            at: at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            at_ms: at.timestamp_millis(),
+                            from: t.from.clone(),
+                            effective_weight: engine::health::effective_weight(base, t.factor_after, t.to == "ejected"),
+                            to: t.to.clone(),
+                            success_rate: t.success_rate,
+                            reason: t.reason.clone(),
+                        })
                     })
-                    .collect()
+                    .collect();
+                PoolDecay {
+                    pool: p.pool.clone(),
+                    base_weight: base,
+                    state: p.state.clone(),
+                    effective_weight: p.effective_weight,
+                    points,
+                }
             })
-            .unwrap_or_default();
+            .collect();
         Ok(Some(ChannelDetail {
             code: channel.code,
             name: channel.name,
             enabled: channel.enabled,
-            pin: health["pin"]["state"].as_str().map(str::to_owned),
+            pin: health.pin.map(|p| p.state),
             now_ms: Utc::now().timestamp_millis(),
             pools,
         }))
@@ -261,7 +253,7 @@ impl app::api::Backend for AppState {
         let listed = crate::tenants::store::list_tenants(&self.db).await.map_err(unavailable)?;
         let mut out = Vec::with_capacity(listed.len());
         for entry in listed {
-            let raw = entry["name"].as_str().unwrap_or_default();
+            let raw = entry.name.as_str();
             let name = client::quota::TenantId::parse(raw)
                 .map_err(|_| BackendError::invalid("tenant", format!("{raw:?} is a malformed name")))?;
             // A tenant deleted between the two reads is left out.
@@ -415,22 +407,17 @@ fn minute(t: DateTime<Utc>) -> String {
 }
 
 /// The members of a pool's health report (`crate::health::pool_health`) as the UI shows them.
-fn member_views(health: &serde_json::Value) -> Vec<MemberView> {
-    let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or_default().to_owned();
-    health["members"]
-        .as_array()
-        .map(|ms| {
-            ms.iter()
-                .map(|m| MemberView {
-                    channel: text(m, "channel"),
-                    state: text(m, "state"),
-                    pinned: m["pinned"].as_str().map(str::to_owned),
-                    base_weight: m["base_weight"].as_i64().unwrap_or(0),
-                    effective_weight: m["effective_weight"].as_u64().unwrap_or(0),
-                })
-                .collect()
+fn member_views(members: &[crate::health::MemberHealth]) -> Vec<MemberView> {
+    members
+        .iter()
+        .map(|m| MemberView {
+            channel: m.channel.clone(),
+            state: m.state.clone(),
+            pinned: m.pinned.clone(),
+            base_weight: m.base_weight,
+            effective_weight: m.effective_weight,
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// A stored sample as the dashboard's summaries take it.

@@ -1,11 +1,12 @@
 //! What every route module shares below the routes: the request id, a change's reason and
-//! expected version, the caller as the audit trail records them, and the reply to a write.
+//! expected version, the caller as the audit trail records them, and timestamps as replies
+//! carry them.
 
 use actix_web::HttpRequest;
-use serde_json::{json, Value};
+use chrono::{DateTime, SecondsFormat, Utc};
 
 use crate::audit::store::Source;
-use crate::change::{ChangeError, Ctx, Written};
+use crate::change::{ChangeError, Ctx};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -79,11 +80,22 @@ pub(crate) fn actor(
     })
 }
 
-/// The reply to a write: what it wrote and whether Redis has it already.
-pub(crate) fn written_json(written: &[Written], published: bool) -> Value {
-    let first = &written[0];
-    json!({
-        "entity": first.entity, "version": first.version, "audit_id": first.audit_id,
-        "published": published, "changes": written,
-    })
+/// A timestamp as the replies carry it: RFC 3339 in UTC with `Z`, and as many fractional
+/// digits as it needs (0, 3, 6 or 9): exactly what chrono's serde writes.
+pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn a_timestamp_reads_as_chrono_serializes_it() {
+        let second = Utc.with_ymd_and_hms(2026, 3, 1, 12, 30, 5).unwrap();
+        for nanos in [0, 120_000_000, 123_456_000, 123_456_789, 1_000, 1] {
+            let at = second + chrono::TimeDelta::nanoseconds(nanos);
+            assert_eq!(serde_json::to_value(at).unwrap(), serde_json::Value::String(super::rfc3339(at)), "{nanos} ns");
+        }
+    }
 }

@@ -2,6 +2,10 @@
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use api::access::{
+    ApiToken, Me, SignedIn, SignedOut, TokenCreated, TokenList, TokenRevoked, User, UserCreated, UserDisabled,
+    UserList, UserRole, UserUnlocked,
+};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -49,7 +53,7 @@ pub struct LoginBody {
 #[utoipa::path(
     tag = "auth",
     responses(
-        (status = 200, description = "Signed in: `{\"user\", \"role\", \"csrf_token\" (repeat it in X-CSRF-Token on unsafe requests), \"expires_at\"}`, and the session cookie `tessera_session` (HttpOnly, SameSite=Strict, Secure over TLS)", body = Object),
+        (status = 200, description = "Signed in (repeat `csrf_token` in X-CSRF-Token on unsafe requests), and the session cookie `tessera_session` (HttpOnly, SameSite=Strict, Secure over TLS)", body = SignedIn),
         (status = 400, description = "A malformed body, naming the field", body = ErrorBody),
         (status = 401, description = "A wrong name or password, or a locked account (5 failures in a row lock it for 15 minutes); answered more slowly after each failure, at most 2 s", body = ErrorBody),
     ),
@@ -73,7 +77,12 @@ pub async fn login(
                 .max_age(actix_web::cookie::time::Duration::seconds(state.auth.session_ttl.as_secs() as i64))
                 .finish();
             tracing::info!(user = opened.user, role = %opened.role, "signed in");
-            Ok(HttpResponse::Ok().cookie(cookie).json(&opened))
+            Ok(HttpResponse::Ok().cookie(cookie).json(SignedIn {
+                user: opened.user,
+                role: opened.role.as_str().to_owned(),
+                csrf_token: opened.csrf_token,
+                expires_at: crate::http::rfc3339(opened.expires_at),
+            }))
         }
         // Every failure is answered alike, after the same pause: a lock, an unknown name and
         // a wrong password tell a stranger nothing about which names exist.
@@ -96,7 +105,7 @@ pub async fn login(
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "The session (if the request carried one) is ended and the cookie cleared: `{\"signed_out\": true}`", body = Object),
+        (status = 200, description = "The session (if the request carried one) is ended and the cookie cleared", body = SignedOut),
     ),
 )]
 #[post("/api/v1/auth/logout")]
@@ -107,7 +116,7 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<Http
     let mut gone =
         Cookie::build(auth::SESSION_COOKIE, "").path("/").http_only(true).same_site(SameSite::Strict).finish();
     gone.make_removal();
-    Ok(HttpResponse::Ok().cookie(gone).json(json!({"signed_out": true})))
+    Ok(HttpResponse::Ok().cookie(gone).json(SignedOut { signed_out: true }))
 }
 
 /// `GET /api/v1/auth/me` → who the caller is and how: `{"name","via","role"?,"scope"?}`.
@@ -115,19 +124,24 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<Http
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "`{\"name\", \"via\": \"session\" | \"token\" | \"configured_token\" | \"open\", \"role\"?, \"scope\"?}`: a session and the configured token name a role, an API token its scope", body = Object),
+        (status = 200, description = "Who the caller is and how: a session and the configured token name a role, an API token its scope", body = Me),
     ),
 )]
 #[get("/api/v1/auth/me")]
 pub async fn me(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
-    let body = match &p.via {
-        Via::Session { role, .. } => json!({"name": p.name, "via": "session", "role": role}),
-        Via::Token { scope } => json!({"name": p.name, "via": "token", "scope": scope}),
-        Via::Configured => json!({"name": p.name, "via": "configured_token", "role": "admin"}),
-        Via::Open => json!({"name": p.name, "via": "open", "role": "admin"}),
+    let (via, role, scope) = match &p.via {
+        Via::Session { role, .. } => ("session", Some(role.as_str()), None),
+        Via::Token { scope } => ("token", None, Some(scope.as_str())),
+        Via::Configured => ("configured_token", Some("admin"), None),
+        Via::Open => ("open", Some("admin"), None),
     };
-    Ok(HttpResponse::Ok().json(body))
+    Ok(HttpResponse::Ok().json(Me {
+        name: p.name,
+        via: via.to_owned(),
+        role: role.map(str::to_owned),
+        scope: scope.map(str::to_owned),
+    }))
 }
 
 /// `GET /api/v1/users` (admin) → every user: name, role, created, disabled, locked.
@@ -135,13 +149,13 @@ pub async fn me(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "`{\"users\": [{\"name\", \"role\", \"created_at\", \"disabled_at\", \"locked_until\", \"can_sign_in\"}]}`, by name", body = Object),
+        (status = 200, description = "Every user, by name", body = UserList),
     ),
 )]
 #[get("/api/v1/users")]
 pub async fn list_users(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let users = store::list_users(&state.db).await?;
-    Ok(HttpResponse::Ok().json(json!({ "users": users })))
+    Ok(HttpResponse::Ok().json(UserList { users: users.into_iter().map(User::from).collect() }))
 }
 
 /// A user to create.
@@ -191,7 +205,7 @@ async fn audit_access(
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 201, description = "Created (audited): `{\"name\", \"role\", \"password\"?}`; `password` is the generated one, shown this once, when none was given", body = Object),
+        (status = 201, description = "Created (audited); `password` is the generated one, shown this once, when none was given", body = UserCreated),
         (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of `[A-Za-z0-9_.@-]`, an unknown role, a password not 12..=256 characters", body = ErrorBody),
         (status = 409, description = "A user with this name and a password exists (naming `name`)", body = ErrorBody),
     ),
@@ -210,11 +224,11 @@ pub async fn add_user(
     auth::create_user(&mut tx, &body.name, role, &password).await?;
     audit_access(&mut tx, &req, &p, &format!("user:{}", body.name), "user.create", json!({"role": role})).await?;
     tx.commit().await?;
-    let mut reply = json!({"name": body.name, "role": role});
-    if generated {
-        reply["password"] = json!(password);
-    }
-    Ok(HttpResponse::Created().json(reply))
+    Ok(HttpResponse::Created().json(UserCreated {
+        name: body.name.clone(),
+        role: role.as_str().to_owned(),
+        password: generated.then_some(password),
+    }))
 }
 
 /// A user's new role.
@@ -232,7 +246,7 @@ pub struct RoleBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("name" = String, Path, description = "The user's name")),
     responses(
-        (status = 200, description = "Changed (audited), effective on the user's next request: `{\"name\", \"role\"}`", body = Object),
+        (status = 200, description = "Changed (audited), effective on the user's next request", body = UserRole),
         (status = 400, description = "A malformed body or an unknown role", body = ErrorBody),
         (status = 404, description = "Unknown user", body = ErrorBody),
     ),
@@ -253,7 +267,7 @@ pub async fn set_role(
     }
     audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.role", json!({"role": role})).await?;
     tx.commit().await?;
-    Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "role": role})))
+    Ok(HttpResponse::Ok().json(UserRole { name: path.into_inner(), role: role.as_str().to_owned() }))
 }
 
 /// `POST /api/v1/users/{name}/disable` (admin): the user can no longer sign in and their
@@ -263,7 +277,7 @@ pub async fn set_role(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("name" = String, Path, description = "The user's name")),
     responses(
-        (status = 200, description = "Disabled and signed out everywhere (audited): `{\"name\", \"disabled\": true}`", body = Object),
+        (status = 200, description = "Disabled and signed out everywhere (audited)", body = UserDisabled),
         (status = 404, description = "No enabled user with this name (unknown, or disabled already)", body = ErrorBody),
     ),
 )]
@@ -282,7 +296,7 @@ pub async fn disable_user(
     audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true}))
         .await?;
     tx.commit().await?;
-    Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "disabled": true})))
+    Ok(HttpResponse::Ok().json(UserDisabled { name: path.into_inner(), disabled: true }))
 }
 
 /// `POST /api/v1/users/{name}/unlock` (admin): ends a lock-out after repeated failed
@@ -292,7 +306,7 @@ pub async fn disable_user(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("name" = String, Path, description = "The user's name")),
     responses(
-        (status = 200, description = "Unlocked (audited): `{\"name\", \"unlocked\": true}`", body = Object),
+        (status = 200, description = "Unlocked (audited)", body = UserUnlocked),
         (status = 400, description = "A malformed name", body = ErrorBody),
         (status = 404, description = "Unknown user", body = ErrorBody),
     ),
@@ -312,7 +326,7 @@ pub async fn unlock_user(
     audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.unlock", json!({"unlocked": true}))
         .await?;
     tx.commit().await?;
-    Ok(HttpResponse::Ok().json(json!({"name": path.as_str(), "unlocked": true})))
+    Ok(HttpResponse::Ok().json(UserUnlocked { name: path.into_inner(), unlocked: true }))
 }
 
 /// `GET /api/v1/tokens` (admin) → every API token: id, name, prefix, scope, created,
@@ -321,13 +335,13 @@ pub async fn unlock_user(
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "`{\"tokens\": [{\"id\", \"name\", \"prefix\", \"scope\", \"created_by\", \"created_at\", \"last_used_at\", \"revoked_at\"}]}`, by id; never the secret", body = Object),
+        (status = 200, description = "Every API token, by id; never the secret", body = TokenList),
     ),
 )]
 #[get("/api/v1/tokens")]
 pub async fn list_tokens(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let tokens = store::list_tokens(&state.db).await?;
-    Ok(HttpResponse::Ok().json(json!({ "tokens": tokens })))
+    Ok(HttpResponse::Ok().json(TokenList { tokens: tokens.into_iter().map(ApiToken::from).collect() }))
 }
 
 /// An API token to create.
@@ -347,7 +361,7 @@ pub struct NewTokenBody {
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 201, description = "Created (audited): `{\"id\", \"name\", \"scope\", \"token\"}`; the token (`tsr_…`) is shown this once, only its hash is kept", body = Object),
+        (status = 201, description = "Created (audited); the token (`tsr_…`) is shown this once, only its hash is kept", body = TokenCreated),
         (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of ASCII letters, digits, space, `_.@-`; an unknown scope", body = ErrorBody),
     ),
 )]
@@ -370,7 +384,12 @@ pub async fn add_token(
     )
     .await?;
     tx.commit().await?;
-    Ok(HttpResponse::Created().json(created))
+    Ok(HttpResponse::Created().json(TokenCreated {
+        id: created.id,
+        name: created.name,
+        scope: created.scope.as_str().to_owned(),
+        token: created.token,
+    }))
 }
 
 /// `POST /api/v1/tokens/{id}/revoke` (admin): the token stops working at once.
@@ -379,7 +398,7 @@ pub async fn add_token(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("id" = i64, Path, description = "The token's id")),
     responses(
-        (status = 200, description = "Revoked at once (audited): `{\"id\", \"revoked\": true}`", body = Object),
+        (status = 200, description = "Revoked at once (audited)", body = TokenRevoked),
         (status = 400, description = "An id that is not an integer", body = ErrorBody),
         (status = 404, description = "No live token with this id (unknown, or revoked already)", body = ErrorBody),
     ),
@@ -401,5 +420,5 @@ pub async fn revoke_token(
     tx.commit().await?;
     // This instance forgets it at once; others within auth::TOKEN_CACHE_TTL.
     state.tokens.remove(&hash);
-    Ok(HttpResponse::Ok().json(json!({"id": id, "revoked": true})))
+    Ok(HttpResponse::Ok().json(TokenRevoked { id, revoked: true }))
 }

@@ -34,6 +34,34 @@ pub struct TokenListing {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
+impl From<UserListing> for api::access::User {
+    fn from(u: UserListing) -> Self {
+        Self {
+            name: u.name,
+            role: u.role,
+            created_at: crate::http::rfc3339(u.created_at),
+            disabled_at: u.disabled_at.map(crate::http::rfc3339),
+            locked_until: u.locked_until.map(crate::http::rfc3339),
+            can_sign_in: u.can_sign_in,
+        }
+    }
+}
+
+impl From<TokenListing> for api::access::ApiToken {
+    fn from(t: TokenListing) -> Self {
+        Self {
+            id: t.id,
+            name: t.name,
+            prefix: t.prefix,
+            scope: t.scope,
+            created_by: t.created_by,
+            created_at: crate::http::rfc3339(t.created_at),
+            last_used_at: t.last_used_at.map(crate::http::rfc3339),
+            revoked_at: t.revoked_at.map(crate::http::rfc3339),
+        }
+    }
+}
+
 /// Every user, by name.
 #[tracing::instrument(skip_all, err)]
 pub async fn list_users(db: &PgPool) -> Result<Vec<UserListing>, sqlx::Error> {

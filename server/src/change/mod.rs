@@ -3,8 +3,6 @@
 
 pub mod store;
 
-use serde::Serialize;
-
 use crate::audit::store::Source;
 
 /// Why a change was not written.
@@ -106,16 +104,8 @@ pub struct Ctx<'a> {
 }
 
 /// One entity a change wrote: its new version, its audit row and, when it is published,
-/// its outbox row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Written {
-    pub entity: String,
-    pub action: String,
-    pub version: i64,
-    pub audit_id: i64,
-    /// The outbox row of a published entity (pools, tenants); `None` for the others.
-    pub outbox_id: Option<i64>,
-}
+/// its outbox row. Defined in `api`: it is part of every write's reply.
+pub use api::Written;
 
 pub(crate) fn check_version(entity: &str, expected: Option<i64>, current: i64) -> Result<(), ChangeError> {
     match expected {

@@ -5,9 +5,8 @@ pub mod outcomes;
 pub mod routes;
 pub mod store;
 
-use chrono::{DateTime, Utc};
 use engine::Tier;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::inputs::*;
 
@@ -24,17 +23,6 @@ pub struct ChannelSpec {
     pub base_weight: Weight,
 }
 
-/// A channel as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Channel {
-    pub code: String,
-    pub name: String,
-    pub tier: Option<String>,
-    pub enabled: bool,
-    pub base_weight: i64,
-    pub version: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// The pools that hold it.
-    pub pools: Vec<String>,
-}
+/// A channel as stored, with the pools that hold it: defined in `api`, it is what the
+/// channel routes answer.
+pub use api::channels::Channel;

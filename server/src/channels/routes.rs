@@ -3,14 +3,15 @@
 //! channel at once, or through the outbox when Redis is away.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use api::channels::{ChannelList, ChannelSwitched, ChannelWritten};
+use api::WriteReply;
 use client::pool::{PoolName, ReweightMode};
 use engine::Tier;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{store, ChannelCode, ChannelSpec};
 use crate::error::{ApiError, ConflictBody, ErrorBody};
-use crate::http::{actor, expected, malformed, written_json};
+use crate::http::{actor, expected, malformed};
 use crate::inputs::{DisplayName, Weight};
 use crate::publish::{publish_now, rebuild_published_if_needed};
 use crate::state::AppState;
@@ -29,13 +30,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "`{\"channels\": [Channel]}`, by code: each with the pools that hold it", body = Object),
+        (status = 200, description = "Every channel, by code: each with the pools that hold it", body = ChannelList),
     ),
 )]
 #[get("/api/v1/channels")]
 pub async fn list_channels(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let channels = store::list_channels(&state.db).await?;
-    Ok(HttpResponse::Ok().json(json!({ "channels": channels })))
+    Ok(HttpResponse::Ok().json(ChannelList { channels }))
 }
 
 /// `GET /api/v1/channels/{code}` → the channel, or 404.
@@ -94,7 +95,7 @@ fn yes() -> bool {
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 201, description = "Registered: `{\"channel\": Channel, \"audit_id\", \"version\"}`", body = Object),
+        (status = 201, description = "Registered", body = ChannelWritten),
         (status = 400, description = "A malformed body, naming the field (code, name, tier, base_weight in 0..=2^53−1, reason)", body = ErrorBody),
         (status = 409, description = "The code is taken: a version conflict with `expected_version` 0 and the channel's `current_version`", body = ConflictBody),
     ),
@@ -109,8 +110,7 @@ pub async fn create_channel(
     let body = body.into_inner();
     let spec = ChannelSpec { name: body.name, tier: body.tier, base_weight: body.base_weight };
     let (written, channel) = store::create_channel(&state.db, &who.ctx(), &body.code, &spec, body.enabled).await?;
-    Ok(HttpResponse::Created()
-        .json(json!({"channel": channel, "audit_id": written.audit_id, "version": written.version})))
+    Ok(HttpResponse::Created().json(ChannelWritten { channel, audit_id: written.audit_id, version: written.version }))
 }
 
 /// A channel's new name, tier and base weight.
@@ -142,7 +142,7 @@ pub struct ChannelBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
-        (status = 200, description = "Changed: `{\"channel\": Channel, \"audit_id\", \"version\"}`", body = Object),
+        (status = 200, description = "Changed", body = ChannelWritten),
         (status = 400, description = "A malformed body, naming the field, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
@@ -162,7 +162,7 @@ pub async fn update_channel(
     let spec = ChannelSpec { name: body.name, tier: body.tier, base_weight: body.base_weight };
     let (written, channel) =
         store::update_channel(&state.db, &who.ctx(), &code, &spec, expected(body.expected_version)?).await?;
-    Ok(HttpResponse::Ok().json(json!({"channel": channel, "audit_id": written.audit_id, "version": written.version})))
+    Ok(HttpResponse::Ok().json(ChannelWritten { channel, audit_id: written.audit_id, version: written.version }))
 }
 
 /// An enable or disable.
@@ -200,10 +200,7 @@ async fn switch_channel(
             }
         }
     }
-    let mut reply = written_json(&written, published);
-    reply["channel"] = json!(channel);
-    reply["rebuilt"] = json!(rebuilt);
-    Ok(HttpResponse::Ok().json(reply))
+    Ok(HttpResponse::Ok().json(ChannelSwitched { write: WriteReply::of(&written, published), channel, rebuilt }))
 }
 
 /// `POST /api/v1/channels/{code}/disable` with `{"reason", "expected_version"?}`: the
@@ -213,7 +210,7 @@ async fn switch_channel(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
-        (status = 200, description = "Changed, and every pool holding the channel republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"channel\": Channel, \"rebuilt\": [pools rebuilt at once]}`", body = Object),
+        (status = 200, description = "Changed, and every pool holding the channel republished", body = ChannelSwitched),
         (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
@@ -237,7 +234,7 @@ pub async fn disable_channel(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
-        (status = 200, description = "Changed, and every pool holding the channel republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"channel\": Channel, \"rebuilt\": [pools rebuilt at once]}`", body = Object),
+        (status = 200, description = "Changed, and every pool holding the channel republished", body = ChannelSwitched),
         (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),

@@ -25,8 +25,8 @@ pub(crate) fn channel_row(r: &sqlx::postgres::PgRow) -> Result<Channel, sqlx::Er
         enabled: r.try_get("enabled")?,
         base_weight: r.try_get("base_weight")?,
         version: r.try_get("version")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
+        created_at: crate::http::rfc3339(r.try_get("created_at")?),
+        updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
         pools: r.try_get("pools")?,
     })
 }

@@ -3,14 +3,16 @@
 //! thresholds.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use api::health::{ChannelHealth, HealthHistory, PinChanged, PolicyStored, PoolHealth};
+use api::WriteReply;
 use client::pool::{PoolName, ReweightMode};
 use engine::health::Pin;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::channels::ChannelCode;
 use crate::error::{ApiError, ErrorBody};
-use crate::http::{actor, malformed, written_json};
+use crate::http::{actor, malformed};
 use crate::publish::{publish_now, rebuild_published_if_needed};
 use crate::state::AppState;
 
@@ -26,7 +28,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "`{\"pool\", \"policy\", \"cap\": {\"max_ejected_percent\", \"ejected_percent\", \"bound\"}, \"members\": [...]}`: each member's state, base and effective weight, factor, window success rate and volume, last transition and why, suggested weight", body = Object),
+        (status = 200, description = "The policy, the ejection cap, and each member's state, base and effective weight, factor, window success rate and volume, last transition and why, suggested weight", body = PoolHealth),
         (status = 400, description = "A malformed pool name", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
     ),
@@ -47,7 +49,7 @@ pub async fn pool_health(state: web::Data<AppState>, path: web::Path<String>) ->
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
-        (status = 200, description = "`{\"channel\", \"enabled\", \"pin\": {\"state\", \"reason\", \"actor\", \"pinned_at\"} | null, \"pools\": [...]}`: the channel's health in every pool that holds it", body = Object),
+        (status = 200, description = "The channel's pin (or null) and its health in every pool that holds it", body = ChannelHealth),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
     ),
@@ -79,7 +81,7 @@ pub struct HistoryQuery {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`"), HistoryQuery),
     responses(
-        (status = 200, description = "`{\"channel\", \"transitions\": [{\"pool\", \"at\", \"from\", \"to\", \"factor_before\", \"factor_after\", \"success_rate\", \"volume\", \"reason\"}]}`, newest first", body = Object),
+        (status = 200, description = "The channel's transitions, newest first", body = HealthHistory),
         (status = 400, description = "A malformed or unknown query parameter, naming it", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
@@ -104,7 +106,7 @@ pub async fn history(
         return Err(ApiError::NotFound(format!("unknown channel {:?}", code.as_str())));
     }
     let rows = crate::health::history(&state.db, &code, limit).await?;
-    Ok(HttpResponse::Ok().json(json!({"channel": code.as_str(), "transitions": rows})))
+    Ok(HttpResponse::Ok().json(HealthHistory { channel: code.as_str().to_owned(), transitions: rows }))
 }
 
 /// A pin.
@@ -129,7 +131,7 @@ pub struct PinBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
-        (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished: `{\"entity\", \"version\", \"audit_id\", \"published\", \"changes\" (the channel's change, then each pool's), \"rebuilt\": [pools rebuilt at once]}`", body = Object),
+        (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished", body = PinChanged),
         (status = 400, description = "A malformed body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code in the path, or the channel is already pinned in that state", body = ErrorBody),
@@ -165,7 +167,7 @@ pub struct UnpinBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
     responses(
-        (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished: `{\"entity\", \"version\", \"audit_id\", \"published\", \"changes\" (the channel's change, then each pool's), \"rebuilt\": [pools rebuilt at once]}`", body = Object),
+        (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished", body = PinChanged),
         (status = 400, description = "A malformed body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 422, description = "A malformed channel code in the path, or the channel is not pinned", body = ErrorBody),
@@ -199,9 +201,7 @@ async fn finish(
             }
         }
     }
-    let mut reply = written_json(&written, published);
-    reply["rebuilt"] = json!(rebuilt);
-    Ok(HttpResponse::Ok().json(reply))
+    Ok(HttpResponse::Ok().json(PinChanged { write: WriteReply::of(&written, published), rebuilt }))
 }
 
 /// A pool's health thresholds.
@@ -226,7 +226,7 @@ pub struct PolicyBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Stored and audited (nothing is published: the next evaluation uses it): `{\"pool\", \"policy\" (every threshold, defaults filled in), \"audit_id\"}`", body = Object),
+        (status = 200, description = "Stored and audited (nothing is published: the next evaluation uses it)", body = PolicyStored),
         (status = 400, description = "A malformed pool name or body, a missing reason, or a policy that does not parse (an unknown field or a wrong type; field `health_policy`)", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 422, description = "A threshold out of range, naming it (`health_policy.<field>`)", body = ErrorBody),
@@ -242,5 +242,5 @@ pub async fn put_policy(
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let (policy, audit_id) = crate::health::set_policy(&state.db, &who.ctx(), &pool, &body.policy).await?;
-    Ok(HttpResponse::Ok().json(json!({"pool": pool.as_str(), "policy": policy, "audit_id": audit_id})))
+    Ok(HttpResponse::Ok().json(PolicyStored { pool: pool.as_str().to_owned(), policy, audit_id }))
 }

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
+use api::health::{ChannelHealth, ChannelPin, EjectionCap, HealthTransition, PoolHealth};
 use chrono::{DateTime, Utc};
 use client::pool::PoolName;
 use engine::health::{self as machine, Member, Pin, Policy, State};
-use serde::Serialize;
 use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -182,25 +182,8 @@ pub async fn members(tx: &mut PgConnection, pool: &str) -> Result<Vec<MemberRow>
         .collect()
 }
 
-/// One member's health as the endpoints show it.
-#[derive(Debug, Serialize)]
-pub struct MemberHealth {
-    pub pool: String,
-    pub channel: String,
-    pub state: String,
-    pub pinned: Option<String>,
-    pub base_weight: i64,
-    pub effective_weight: u64,
-    pub factor: f64,
-    pub cap_bound: bool,
-    pub success_rate: Option<f64>,
-    pub volume: i64,
-    pub last_transition_at: Option<DateTime<Utc>>,
-    pub last_reason: Option<String>,
-    pub suggested_weight: u64,
-    pub ewma_error: Option<f64>,
-    pub ewma_latency_ms: Option<f64>,
-}
+/// One member's health as the endpoints show it: defined in `api`.
+pub use api::health::MemberHealth;
 
 /// Every member's health in the pools selected by `where_sql` (`$1` bound to `key`).
 async fn health_rows(db: &PgPool, where_sql: &str, key: &str) -> Result<Vec<MemberHealth>, sqlx::Error> {
@@ -245,7 +228,7 @@ async fn health_rows(db: &PgPool, where_sql: &str, key: &str) -> Result<Vec<Memb
             cap_bound: r.try_get("cap_bound")?,
             success_rate: r.try_get("success_rate")?,
             volume: r.try_get("volume")?,
-            last_transition_at: r.try_get("last_transition_at")?,
+            last_transition_at: r.try_get::<Option<DateTime<Utc>>, _>("last_transition_at")?.map(crate::http::rfc3339),
             last_reason: r.try_get("last_reason")?,
             suggested_weight: base as u64,
             ewma_error: r.try_get("ewma_error")?,
@@ -280,7 +263,7 @@ async fn health_rows(db: &PgPool, where_sql: &str, key: &str) -> Result<Vec<Memb
 }
 
 /// A pool's members' health, its policy, and how much of its base weight is out.
-pub async fn pool_health(db: &PgPool, pool: &PoolName) -> Result<Option<Value>, sqlx::Error> {
+pub async fn pool_health(db: &PgPool, pool: &PoolName) -> Result<Option<PoolHealth>, sqlx::Error> {
     let Some(raw): Option<Value> = sqlx::query_scalar("select health_policy from pool where name = $1")
         .bind(pool.as_str())
         .fetch_optional(db)
@@ -293,16 +276,16 @@ pub async fn pool_health(db: &PgPool, pool: &PoolName) -> Result<Option<Value>, 
     let total: i64 = members.iter().map(|m| m.base_weight).sum();
     let out: i64 = members.iter().filter(|m| m.effective_weight == 0 && m.base_weight > 0).map(|m| m.base_weight).sum();
     let ejected_percent = if total > 0 { out as f64 * 100.0 / total as f64 } else { 0.0 };
-    Ok(Some(json!({
-        "pool": pool.as_str(),
-        "policy": policy,
-        "cap": {
-            "max_ejected_percent": policy.max_ejected_percent,
-            "ejected_percent": ejected_percent,
-            "bound": members.iter().any(|m| m.cap_bound),
+    Ok(Some(PoolHealth {
+        pool: pool.as_str().to_owned(),
+        policy,
+        cap: EjectionCap {
+            max_ejected_percent: policy.max_ejected_percent,
+            ejected_percent,
+            bound: members.iter().any(|m| m.cap_bound),
         },
-        "members": members,
-    })))
+        members,
+    }))
 }
 
 /// Every member's health in every pool (one query, however many channels: the channels
@@ -315,7 +298,7 @@ pub async fn every_member_health(db: &PgPool) -> Result<(Vec<MemberHealth>, Hash
 }
 
 /// A channel's health in every pool that holds it, and its pin.
-pub async fn channel_health(db: &PgPool, code: &ChannelCode) -> Result<Option<Value>, sqlx::Error> {
+pub async fn channel_health(db: &PgPool, code: &ChannelCode) -> Result<Option<ChannelHealth>, sqlx::Error> {
     let exists: Option<bool> = sqlx::query_scalar("select enabled from channel where code = $1")
         .bind(code.as_str())
         .fetch_optional(db)
@@ -326,16 +309,20 @@ pub async fn channel_health(db: &PgPool, code: &ChannelCode) -> Result<Option<Va
         .fetch_optional(db)
         .await?;
     let pin = match pin {
-        Some(r) => json!({"state": r.try_get::<String, _>("state")?, "reason": r.try_get::<String, _>("reason")?,
-                          "actor": r.try_get::<String, _>("actor")?, "pinned_at": r.try_get::<DateTime<Utc>, _>("pinned_at")?}),
-        None => Value::Null,
+        Some(r) => Some(ChannelPin {
+            state: r.try_get("state")?,
+            reason: r.try_get("reason")?,
+            actor: r.try_get("actor")?,
+            pinned_at: crate::http::rfc3339(r.try_get("pinned_at")?),
+        }),
+        None => None,
     };
     let pools = health_rows(db, "m.channel = $1", code.as_str()).await?;
-    Ok(Some(json!({"channel": code.as_str(), "enabled": enabled, "pin": pin, "pools": pools})))
+    Ok(Some(ChannelHealth { channel: code.as_str().to_owned(), enabled, pin, pools }))
 }
 
 /// A channel's transitions, newest first.
-pub async fn history(db: &PgPool, code: &ChannelCode, limit: i64) -> Result<Vec<Value>, sqlx::Error> {
+pub async fn history(db: &PgPool, code: &ChannelCode, limit: i64) -> Result<Vec<HealthTransition>, sqlx::Error> {
     let rows = sqlx::query(
         "select pool, at, from_state, to_state, factor_before, factor_after, success_rate, volume, reason
          from health_transition where channel = $1 order by at desc, id desc limit $2",
@@ -346,17 +333,17 @@ pub async fn history(db: &PgPool, code: &ChannelCode, limit: i64) -> Result<Vec<
     .await?;
     rows.iter()
         .map(|r| {
-            Ok(json!({
-                "pool": r.try_get::<String, _>("pool")?,
-                "at": r.try_get::<DateTime<Utc>, _>("at")?,
-                "from": r.try_get::<String, _>("from_state")?,
-                "to": r.try_get::<String, _>("to_state")?,
-                "factor_before": r.try_get::<f64, _>("factor_before")?,
-                "factor_after": r.try_get::<f64, _>("factor_after")?,
-                "success_rate": r.try_get::<Option<f64>, _>("success_rate")?,
-                "volume": r.try_get::<i64, _>("volume")?,
-                "reason": r.try_get::<String, _>("reason")?,
-            }))
+            Ok(HealthTransition {
+                pool: r.try_get("pool")?,
+                at: crate::http::rfc3339(r.try_get("at")?),
+                from: r.try_get("from_state")?,
+                to: r.try_get("to_state")?,
+                factor_before: r.try_get("factor_before")?,
+                factor_after: r.try_get("factor_after")?,
+                success_rate: r.try_get("success_rate")?,
+                volume: r.try_get("volume")?,
+                reason: r.try_get("reason")?,
+            })
         })
         .collect()
 }

@@ -3,9 +3,8 @@
 pub mod routes;
 pub mod store;
 
-use chrono::{DateTime, Utc};
 use client::quota::TokenCount;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::inputs::*;
 
@@ -54,16 +53,6 @@ impl TryFrom<PlanSpecRaw> for PlanSpec {
     }
 }
 
-/// A plan as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Plan {
-    pub name: String,
-    pub monthly_tokens: i64,
-    pub daily_requests: i64,
-    pub concurrency: i32,
-    pub version: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// Tenants on this plan.
-    pub tenants: i64,
-}
+/// A plan as stored, with how many tenants are on it: defined in `api`, it is what the
+/// plan routes answer.
+pub use api::plans::Plan;

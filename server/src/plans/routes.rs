@@ -2,12 +2,14 @@
 //! republishes every tenant on it.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use api::plans::{PlanChanged, PlanCreated, PlanList};
+use api::WriteReply;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::{store, PlanName, PlanSpec};
 use crate::error::{ApiError, ConflictBody, ErrorBody};
-use crate::http::{actor, expected, malformed, written_json};
+use crate::http::{actor, expected, malformed};
 use crate::publish::publish_now;
 use crate::state::AppState;
 
@@ -20,13 +22,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "`{\"plans\": [Plan]}`, by name: each with how many tenants it has", body = Object),
+        (status = 200, description = "Every plan, by name: each with how many tenants it has", body = PlanList),
     ),
 )]
 #[get("/api/v1/plans")]
 pub async fn list_plans(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let plans = store::list_plans(&state.db).await?;
-    Ok(HttpResponse::Ok().json(json!({ "plans": plans })))
+    Ok(HttpResponse::Ok().json(PlanList { plans }))
 }
 
 /// `GET /api/v1/plans/{plan}` → the plan, or 404.
@@ -91,7 +93,7 @@ impl PlanBody {
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 201, description = "Created: `{\"plan\": Plan, \"audit_id\", \"version\"}`", body = Object),
+        (status = 201, description = "Created", body = PlanCreated),
         (status = 400, description = "A malformed body, naming the field: a missing `name`, an `expected_version` given, a limit out of range", body = ErrorBody),
         (status = 409, description = "The name is taken: a version conflict with `expected_version` 0 and the plan's `current_version`", body = ConflictBody),
     ),
@@ -109,7 +111,7 @@ pub async fn create_plan(
     }
     let spec = body.spec()?;
     let (written, plan) = store::create_plan(&state.db, &who.ctx(), &name, &spec).await?;
-    Ok(HttpResponse::Created().json(json!({"plan": plan, "audit_id": written.audit_id, "version": written.version})))
+    Ok(HttpResponse::Created().json(PlanCreated { plan, audit_id: written.audit_id, version: written.version }))
 }
 
 /// `PUT /api/v1/plans/{plan}` with `{"monthly_tokens", "daily_requests", "concurrency",
@@ -119,7 +121,7 @@ pub async fn create_plan(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Changed, and every tenant on the plan republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id), \"plan\": Plan}`", body = Object),
+        (status = 200, description = "Changed, and every tenant on the plan republished", body = PlanChanged),
         (status = 400, description = "A malformed body, naming the field: a `name` other than the path's, a missing or negative `expected_version`, a limit out of range", body = ErrorBody),
         (status = 404, description = "Unknown plan", body = ErrorBody),
         (status = 409, description = "The plan is at another version than `expected_version`", body = ConflictBody),
@@ -143,7 +145,5 @@ pub async fn update_plan(
     let spec = body.spec()?;
     let (written, plan) = store::update_plan(&state.db, &who.ctx(), &name, &spec, expected_version).await?;
     let published = publish_now(&state).await;
-    let mut reply = written_json(&written, published);
-    reply["plan"] = json!(plan);
-    Ok(HttpResponse::Ok().json(reply))
+    Ok(HttpResponse::Ok().json(PlanChanged { write: WriteReply::of(&written, published), plan }))
 }

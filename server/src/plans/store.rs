@@ -20,8 +20,8 @@ pub(crate) fn plan_row(r: &sqlx::postgres::PgRow) -> Result<Plan, sqlx::Error> {
         daily_requests: r.try_get("daily_requests")?,
         concurrency: r.try_get("concurrency")?,
         version: r.try_get("version")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
+        created_at: crate::http::rfc3339(r.try_get("created_at")?),
+        updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
         tenants: r.try_get("tenants")?,
     })
 }

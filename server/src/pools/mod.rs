@@ -8,7 +8,6 @@ pub mod store;
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
 use client::pool::{PoolName, PoolSnapshot};
 use engine::Tier;
 use serde::Serialize;
@@ -18,30 +17,20 @@ use sqlx::PgPool;
 use crate::audit::store::{AuditRow, Source};
 use crate::change::{validate_body, ChangeError, Entity, Written};
 use crate::error::ApiError;
-use crate::http::{written_json, Actor};
+use crate::http::Actor;
 use crate::inputs::*;
 use crate::publish::{publish_now, rebuild_if_needed};
 use crate::state::AppState;
+use api::pools::PoolWriteReply;
+use api::WriteReply;
 use client::pool::ReweightMode;
 
 // ---------------------------------------------------------------------------------------
 // Pools
 // ---------------------------------------------------------------------------------------
 
-/// A pool in a listing.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PoolSummary {
-    pub name: String,
-    pub kind: String,
-    /// The configuration version (what `expected_version` is checked against).
-    pub version: i64,
-    /// The newest published snapshot's version.
-    pub published_version: i64,
-    pub members: i64,
-    pub ejected: i64,
-    pub timezone: String,
-    pub updated_at: DateTime<Utc>,
-}
+/// A pool in a listing: defined in `api`, it is `GET /api/v1/pools`'s reply.
+pub use api::pools::PoolSummary;
 
 /// Parses a pool body (a snapshot without `version`), naming the field of the first rule
 /// it breaks.
@@ -158,11 +147,10 @@ pub async fn apply_change(db: &PgPool, change: &Change<'_>) -> Result<Applied, C
 
 /// The reply to a pool change: `version` is the configuration version (the next change's
 /// `expected_version`), `published_version` the snapshot Redis gets.
-pub(crate) fn pool_reply(w: &crate::pools::PoolWritten, published: bool) -> Value {
-    let mut reply = written_json(std::slice::from_ref(&w.written), published);
-    reply["version"] = json!(w.config_version);
-    reply["published_version"] = json!(w.written.version);
-    reply
+pub(crate) fn pool_reply(w: &crate::pools::PoolWritten, published: bool) -> PoolWriteReply {
+    let mut write = WriteReply::of(std::slice::from_ref(&w.written), published);
+    write.version = w.config_version;
+    PoolWriteReply { write, published_version: w.written.version, mode: None, rebuilt: None, ejected: None }
 }
 
 /// Changes a pool and publishes it; `immediate` (or an ejection past the pool's limit)
@@ -176,14 +164,15 @@ pub(crate) async fn change_pool(
     expected_version: Option<i64>,
     mode: ReweightMode,
     edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
-) -> Result<Value, ApiError> {
+) -> Result<PoolWriteReply, ApiError> {
     let w = store::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit).await?;
     let published = publish_now(state).await;
     // Decided on what the pool publishes: health's ejections count too.
     let rebuilt = published && rebuild_if_needed(state, pool, &w.published, mode).await;
-    let mut reply = pool_reply(&w, published);
-    reply["mode"] = json!(mode);
-    reply["rebuilt"] = json!(rebuilt);
-    reply["ejected"] = json!(w.published.ejected);
-    Ok(reply)
+    Ok(PoolWriteReply {
+        mode: Some(mode.as_str().to_owned()),
+        rebuilt: Some(rebuilt),
+        ejected: Some(w.published.ejected.iter().cloned().collect()),
+        ..pool_reply(&w, published)
+    })
 }

@@ -4,6 +4,7 @@
 //! if that fails.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use api::pools::{PoolDetail, PoolList, PoolRebuilt, PoolWriteReply};
 use client::pool::{PoolName, ReweightMode};
 use engine::{Tier, Weights};
 use serde::Deserialize;
@@ -40,13 +41,13 @@ fn unknown_pool(pool: &PoolName) -> ApiError {
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "`{\"pools\": [{\"name\", \"kind\", \"version\" (the published snapshot version), \"members\", \"ejected\", \"timezone\", \"updated_at\"}]}`, by name", body = Object),
+        (status = 200, description = "Every pool, by name", body = PoolList),
     ),
 )]
 #[get("/api/v1/pools")]
 pub async fn list_pools(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let pools = crate::pools::store::list_pools(&state.db).await?;
-    Ok(HttpResponse::Ok().json(json!({ "pools": pools })))
+    Ok(HttpResponse::Ok().json(PoolList { pools }))
 }
 
 /// `GET /api/v1/pools/{pool}` → `{"version", "snapshot", "published_version",
@@ -59,7 +60,7 @@ pub async fn list_pools(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "`{\"version\", \"snapshot\", \"published_version\", \"published\"}`: `snapshot` is the pool as configured (what `PUT` takes) at configuration version `version`; `published` the newest snapshot published (disabled channels, pins and health applied; null before the first)", body = Object),
+        (status = 200, description = "`snapshot` is the pool as configured (what `PUT` takes) at configuration version `version`; `published` the newest snapshot published (disabled channels, pins and health applied; null before the first)", body = PoolDetail),
         (status = 400, description = "A malformed pool name", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
     ),
@@ -72,9 +73,7 @@ pub async fn get_pool(state: web::Data<AppState>, path: web::Path<String>) -> Re
     };
     let published = crate::publish::store::newest(&state.db, &crate::change::Entity::pool_key(pool)).await?;
     let (published_version, published) = published.unzip();
-    Ok(HttpResponse::Ok().json(json!({
-        "version": version, "snapshot": snapshot, "published_version": published_version, "published": published,
-    })))
+    Ok(HttpResponse::Ok().json(PoolDetail { version, snapshot, published_version, published }))
 }
 
 /// A whole pool to install.
@@ -102,7 +101,7 @@ pub struct PutBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Created or replaced, and published: `{\"entity\", \"version\" (the configuration version), \"published_version\", \"audit_id\", \"published\", \"changes\"}`", body = Object),
+        (status = 200, description = "Created or replaced, and published: `version` is the configuration version (no `mode`, `rebuilt` or `ejected`)", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body, a reason over 500 characters, or a negative `expected_version`", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version` (0: it exists already)", body = ConflictBody),
         (status = 422, description = "An invalid snapshot (naming the field), or a member that is not a registered channel or serves another tier", body = ErrorBody),
@@ -151,7 +150,7 @@ pub struct WeightsBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body (weights not unique, negative or all zero; an unknown mode), or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
@@ -214,7 +213,7 @@ pub struct MemberAddBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
@@ -347,7 +346,7 @@ async fn set_member_ejected(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`"), ("member" = String, Path, description = "The member (a channel code) to eject or restore")),
     responses(
-        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
@@ -371,7 +370,7 @@ pub async fn eject_member(
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`"), ("member" = String, Path, description = "The member (a channel code) to eject or restore")),
     responses(
-        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool, or the pool has no such member", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
@@ -413,7 +412,7 @@ pub struct PeakWindowsBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body (a time not `HH:MM`, `end` equal to `start`, a multiplier below 1), or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
@@ -470,7 +469,7 @@ pub struct CapsBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Changed and published: `{\"entity\", \"version\" (the configuration version: the next change's `expected_version`), \"published_version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\", \"mode\", \"rebuilt\" (whether the remaining tickets were replaced), \"ejected\"}`", body = Object),
+        (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
@@ -513,7 +512,7 @@ pub struct RebuildBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
-        (status = 200, description = "Rebuilt and audited: `{\"entity\", \"version\" (the configuration version), \"audit_id\", \"rebuilt\": true}`", body = Object),
+        (status = 200, description = "Rebuilt and audited: `version` is the configuration version", body = PoolRebuilt),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 503, description = "Redis could not rebuild the pool (any failure), or Postgres is unreachable", body = ErrorBody),
@@ -549,6 +548,10 @@ pub async fn rebuild_pool(
         .await
         .map_err(|e| ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())))?;
     tx.commit().await?;
-    Ok(HttpResponse::Ok()
-        .json(json!({"entity": crate::change::Entity::pool_key(pool), "version": version, "audit_id": audit_id, "rebuilt": true})))
+    Ok(HttpResponse::Ok().json(PoolRebuilt {
+        entity: crate::change::Entity::pool_key(pool),
+        version,
+        audit_id,
+        rebuilt: true,
+    }))
 }

@@ -37,7 +37,7 @@ pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolSummary>, sqlx::Error> {
                 members: r.try_get("members")?,
                 ejected: r.try_get("ejected")?,
                 timezone: r.try_get("timezone")?,
-                updated_at: r.try_get("updated_at")?,
+                updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
             })
         })
         .collect()

@@ -2,13 +2,14 @@
 //! Every change republishes the tenant.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use api::tenants::TenantList;
+use api::WriteReply;
 use client::quota::{GrantId, GrantKind, TenantId, Tokens};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{store, NewGrant, TenantSpec};
 use crate::error::{ApiError, ConflictBody, ErrorBody};
-use crate::http::{actor, expected, written_json};
+use crate::http::{actor, expected};
 use crate::publish::publish_now;
 use crate::state::AppState;
 
@@ -25,13 +26,13 @@ fn tenant_id(raw: &str) -> Result<TenantId, ApiError> {
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "`{\"tenants\": [{\"name\", \"plan\", \"version\", \"updated_at\", \"live_grants\"}]}`, by name", body = Object),
+        (status = 200, description = "Every tenant, by name: plan, version, and live grants", body = TenantList),
     ),
 )]
 #[get("/api/v1/tenants")]
 pub async fn list_tenants(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let tenants = store::list_tenants(&state.db).await?;
-    Ok(HttpResponse::Ok().json(json!({ "tenants": tenants })))
+    Ok(HttpResponse::Ok().json(TenantList { tenants }))
 }
 
 /// `GET /api/v1/tenants/{tenant}` → plan, settings, every grant (revoked ones marked), the
@@ -71,7 +72,7 @@ pub struct TenantBody {
     params(("tenant" = TenantId, Path, description = "The tenant")),
     request_body(content = crate::schema::TenantSettings, description = "The tenant's plan and settings; fields left out take the defaults"),
     responses(
-        (status = 200, description = "Created or changed, and its quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 200, description = "Created or changed, and its quota republished", body = WriteReply),
         (status = 400, description = "A malformed tenant name or body, naming the field: an unknown field, a missing `expected_version`, a `reason` that is not a string", body = ErrorBody),
         (status = 409, description = "The tenant is at another version than `expected_version` (0: it exists already)", body = ConflictBody),
         (status = 422, description = "An unknown plan, or a setting out of range (`reservation_ttl_ms`, `retention_days`)", body = ErrorBody),
@@ -109,7 +110,7 @@ pub async fn put_tenant(
         .map_err(|e| ApiError::from_serde_message(&e.to_string()))?;
     let written = store::put_tenant(&state.db, &who.ctx(), &tenant, &spec, expected_version).await?;
     let published = publish_now(&state).await;
-    Ok(HttpResponse::Ok().json(written_json(&[written], published)))
+    Ok(HttpResponse::Ok().json(WriteReply::of(&[written], published)))
 }
 
 /// A grant to add.
@@ -148,7 +149,7 @@ pub struct GrantBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("tenant" = TenantId, Path, description = "The tenant")),
     responses(
-        (status = 201, description = "Added, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 201, description = "Added, and the tenant's quota republished", body = WriteReply),
         (status = 400, description = "A malformed tenant name or body, naming the field: kind, a priority on a temporary grant, an amount outside 1..=2^53−1, a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown tenant", body = ErrorBody),
         (status = 409, description = "The tenant is at another version than `expected_version` (a `ConflictBody`), or a grant with this id exists or existed (an `ErrorBody` naming `id`): ids are never reused", body = crate::schema::ConflictOrDuplicateBody),
@@ -192,7 +193,7 @@ pub async fn add_grant(
     let written =
         store::add_grant(&state.db, &who.ctx(), &tenant, &grant, expected_version, chrono::Utc::now()).await?;
     let published = publish_now(&state).await;
-    Ok(HttpResponse::Created().json(written_json(&[written], published)))
+    Ok(HttpResponse::Created().json(WriteReply::of(&[written], published)))
 }
 
 /// A revocation.
@@ -214,7 +215,7 @@ pub struct RevokeBody {
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("tenant" = TenantId, Path, description = "The tenant"), ("id" = String, Path, description = "The grant's id: 1..=64 of `[A-Za-z0-9_-]`, not `plan`")),
     responses(
-        (status = 200, description = "Revoked, and the tenant's quota republished: `{\"entity\", \"version\", \"audit_id\", \"published\" (whether Redis has it already; the outbox delivers it otherwise), \"changes\" (every entity written: entity, action, version, audit_id, outbox_id)}`", body = Object),
+        (status = 200, description = "Revoked, and the tenant's quota republished", body = WriteReply),
         (status = 400, description = "A malformed tenant name, grant id or body, a missing reason, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown tenant, or the tenant has no such grant", body = ErrorBody),
         (status = 409, description = "The tenant is at another version than `expected_version`", body = ConflictBody),
@@ -235,5 +236,5 @@ pub async fn revoke_grant(
     let expected_version = body.expected_version.map(expected).transpose()?;
     let written = store::revoke_grant(&state.db, &who.ctx(), &tenant, &id, expected_version).await?;
     let published = publish_now(&state).await;
-    Ok(HttpResponse::Ok().json(written_json(&[written], published)))
+    Ok(HttpResponse::Ok().json(WriteReply::of(&[written], published)))
 }

@@ -1,5 +1,6 @@
 //! The tenant and grant tables; every change republishes the tenant.
 
+use api::tenants::TenantSummary;
 use chrono::{DateTime, Utc};
 use client::quota::{FallbackPolicy, Grant, GrantId, GrantKind, TenantId};
 use serde_json::{json, Value};
@@ -88,7 +89,7 @@ pub(crate) async fn republish_tenant(
 }
 
 /// Every tenant's name, plan and version.
-pub async fn list_tenants(db: &PgPool) -> Result<Vec<Value>, sqlx::Error> {
+pub async fn list_tenants(db: &PgPool) -> Result<Vec<TenantSummary>, sqlx::Error> {
     let rows = sqlx::query(
         "select t.name, t.plan, t.version, t.updated_at,
                 (select count(*) from quota_grant g where g.tenant = t.name and g.revoked_at is null
@@ -99,13 +100,13 @@ pub async fn list_tenants(db: &PgPool) -> Result<Vec<Value>, sqlx::Error> {
     .await?;
     rows.iter()
         .map(|r| {
-            Ok(json!({
-                "name": r.try_get::<String, _>("name")?,
-                "plan": r.try_get::<String, _>("plan")?,
-                "version": r.try_get::<i64, _>("version")?,
-                "updated_at": r.try_get::<DateTime<Utc>, _>("updated_at")?,
-                "live_grants": r.try_get::<i64, _>("live_grants")?,
-            }))
+            Ok(TenantSummary {
+                name: r.try_get("name")?,
+                plan: r.try_get("plan")?,
+                version: r.try_get("version")?,
+                updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
+                live_grants: r.try_get("live_grants")?,
+            })
         })
         .collect()
 }
