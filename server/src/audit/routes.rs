@@ -12,11 +12,15 @@ use crate::state::AppState;
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
-    /// Only rows about this entity (`pool:eu`, `tenant:acme`, …).
+    /// Only rows about this entity (`pool:eu`, `tenant:acme`, …). No control characters, in
+    /// this and the other text filters.
+    #[param(pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
     entity: Option<String>,
     /// Only rows by this actor.
+    #[param(pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
     actor: Option<String>,
     /// Only rows of this action (`pool.weights`, `pool.eject`, …).
+    #[param(pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
     action: Option<String>,
     /// Only rows at or after this time (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
@@ -42,6 +46,17 @@ fn time(field: &str, raw: &Option<String>) -> Result<Option<chrono::DateTime<chr
         .transpose()
 }
 
+/// A text filter as sent, refused when it holds a control character: Postgres cannot hold a
+/// NUL in text, and no entity, actor or action name holds any control character.
+fn text(field: &str, raw: &Option<String>) -> Result<Option<String>, ApiError> {
+    match raw {
+        Some(t) if t.chars().any(char::is_control) => {
+            Err(ApiError::bad_request(field, "must not contain control characters"))
+        }
+        _ => Ok(raw.clone()),
+    }
+}
+
 fn parse(query: &AuditQuery) -> Result<AuditFilter, ApiError> {
     let limit = match &query.limit {
         None => None,
@@ -55,9 +70,9 @@ fn parse(query: &AuditQuery) -> Result<AuditFilter, ApiError> {
         Some(raw) => Some(raw.parse::<i64>().map_err(|_| ApiError::bad_request("before_id", "must be an integer"))?),
     };
     let filter = AuditFilter {
-        entity: query.entity.clone(),
-        actor: query.actor.clone(),
-        action: query.action.clone(),
+        entity: text("entity", &query.entity)?,
+        actor: text("actor", &query.actor)?,
+        action: text("action", &query.action)?,
         from: time("from", &query.from)?,
         to: time("to", &query.to)?,
         before_id,

@@ -136,9 +136,18 @@ async fn bad_audit_queries_are_400_naming_the_parameter() {
     assert_eq!((status, body["field"].as_str()), (400, Some("limit")));
     let (status, body) = app.get_json("/api/v1/audit?colour=red").await;
     assert_eq!((status, body["field"].as_str()), (400, Some("colour")), "{body}");
-    for (query, field) in [("from=yesterday", "from"), ("limit=abc", "limit"), ("before_id=x", "before_id")] {
-        let (status, body) = app.get_json(&format!("/api/v1/audit?{query}")).await;
-        assert_eq!((status, body["field"].as_str()), (400, Some(field)), "{query}: {body}");
+    for (query, field) in [
+        ("from=yesterday", "from"),
+        ("limit=abc", "limit"),
+        ("before_id=x", "before_id"),
+        ("actor=a%00b", "actor"),
+        ("entity=%00", "entity"),
+        ("action=pool.%1Fweights", "action"),
+    ] {
+        for path in ["/api/v1/audit", "/api/v1/audit.csv"] {
+            let (status, body) = app.get_json(&format!("{path}?{query}")).await;
+            assert_eq!((status, body["field"].as_str()), (400, Some(field)), "{path}?{query}: {body}");
+        }
     }
     let (status, body) = app.get_json("/api/v1/audit?from=2026-11-02T00:00:00Z&to=2026-11-01T00:00:00Z").await;
     assert_eq!((status, body["field"].as_str()), (400, Some("to")));
