@@ -58,6 +58,7 @@ pub struct PeakWindow {
 pub struct PeakWindowRaw {
     pub start: String,
     pub end: String,
+    #[serde(deserialize_with = "crate::weights::whole_number")]
     pub multiplier: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<Weights>,

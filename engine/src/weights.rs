@@ -59,7 +59,43 @@ pub struct Weights {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WeightEntry {
     pub member: String,
+    #[serde(deserialize_with = "whole_number")]
     pub weight: u64,
+}
+
+/// `#[serde(deserialize_with = "engine::weights::whole_number")]`: an integer that JSON may
+/// write as `5` or `5.0` (JSON Schema counts both as the integer 5; serde's own integer
+/// types refuse the second). A fraction, or a value outside `T`, is refused.
+pub fn whole_number<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i128>,
+{
+    use serde::de::{Error, Unexpected};
+    struct Whole;
+    impl serde::de::Visitor<'_> for Whole {
+        type Value = i128;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_u64<E: Error>(self, v: u64) -> Result<i128, E> {
+            Ok(v.into())
+        }
+        fn visit_i64<E: Error>(self, v: i64) -> Result<i128, E> {
+            Ok(v.into())
+        }
+        fn visit_f64<E: Error>(self, v: f64) -> Result<i128, E> {
+            // Integral floats within ±2^64 (every integer type of ours fits).
+            let bound = 18_446_744_073_709_551_616.0;
+            if v.is_finite() && v.fract() == 0.0 && v.abs() < bound {
+                Ok(v as i128)
+            } else {
+                Err(E::invalid_value(Unexpected::Float(v), &self))
+            }
+        }
+    }
+    let v = d.deserialize_any(Whole)?;
+    T::try_from(v).map_err(|_| D::Error::custom(format!("invalid value: {v}, expected an integer in range")))
 }
 
 impl TryFrom<Vec<WeightEntry>> for Weights {
@@ -283,6 +319,15 @@ impl std::fmt::Display for Weights {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_weight_written_as_an_integral_float_is_that_integer() {
+        let w: Weights =
+            serde_json::from_str(r#"[{"member": "A", "weight": 45.0}, {"member": "B", "weight": 5}]"#).unwrap();
+        assert_eq!(pairs(&w), vec![("A", 45), ("B", 5)]);
+        assert!(serde_json::from_str::<Weights>(r#"[{"member": "A", "weight": 4.5}]"#).is_err());
+        assert!(serde_json::from_str::<Weights>(r#"[{"member": "A", "weight": -1}]"#).is_err());
+    }
 
     fn pairs(w: &Weights) -> Vec<(&str, u64)> {
         w.iter().collect()

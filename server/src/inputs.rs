@@ -22,6 +22,52 @@ pub(crate) fn from_input(e: InvalidInput) -> ChangeError {
     ChangeError::Invalid { field: e.field, rule: e.rule }
 }
 
+/// A JSON number as the integer it is: `4865` and `4865.0` (JSON Schema counts an integral
+/// float as an integer) are 4865; `None` for a fraction.
+pub(crate) fn exact_integer(n: &serde_json::Number) -> Option<i128> {
+    n.as_i64()
+        .map(i128::from)
+        .or_else(|| n.as_u64().map(i128::from))
+        .or_else(|| n.as_f64().and_then(client::quota::exact_integer))
+}
+
+/// `#[serde(deserialize_with = "crate::inputs::integer")]`: an integer field that JSON may
+/// write as `5` or `5.0` (JSON Schema counts both as the integer 5; serde's own integer
+/// types refuse the second).
+pub(crate) fn integer<'de, D: serde::Deserializer<'de>, T: TryFrom<i128>>(d: D) -> Result<T, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    exact_integer(&n)
+        .and_then(|v| T::try_from(v).ok())
+        .ok_or_else(|| serde::de::Error::custom(format!("invalid value: {n}, expected an integer in range")))
+}
+
+/// [`integer`] for an optional field (with `#[serde(default)]`): `null` and a missing field
+/// are `None`.
+pub(crate) fn optional_integer<'de, D: serde::Deserializer<'de>, T: TryFrom<i128>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    Option::<serde_json::Number>::deserialize(d)?
+        .map(|n| {
+            exact_integer(&n)
+                .and_then(|v| T::try_from(v).ok())
+                .ok_or_else(|| serde::de::Error::custom(format!("invalid value: {n}, expected an integer in range")))
+        })
+        .transpose()
+}
+
+/// [`integer`] for the values of a map (`{"A": 100, "B": 5.0}`).
+pub(crate) fn integer_values<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, u64>, D::Error> {
+    std::collections::BTreeMap::<String, serde_json::Number>::deserialize(d)?
+        .into_iter()
+        .map(|(k, n)| match exact_integer(&n).and_then(|v| u64::try_from(v).ok()) {
+            Some(v) => Ok((k, v)),
+            None => Err(serde::de::Error::custom(format!("invalid value: {n}, expected an integer in range"))),
+        })
+        .collect()
+}
+
 /// A weight: an integer in 0..=2^53−1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
@@ -43,9 +89,25 @@ impl Weight {
 impl<'de> Deserialize<'de> for Weight {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = serde_json::Number::deserialize(d)?;
-        let value = value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)).ok_or_else(|| {
+        let value = exact_integer(&value).ok_or_else(|| {
             serde::de::Error::custom(format!("base_weight: must be an integer in 0..={MAX_INTEGER}, got {value}"))
         })?;
         Self::parse("base_weight", value).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_integral_float_is_an_exact_integer_and_a_fraction_is_not() {
+        let n = |raw: &str| serde_json::from_str::<serde_json::Number>(raw).unwrap();
+        assert_eq!(exact_integer(&n("4865")), Some(4865));
+        assert_eq!(exact_integer(&n("4865.0")), Some(4865));
+        assert_eq!(exact_integer(&n("-3.0")), Some(-3));
+        assert_eq!(exact_integer(&n("18446744073709551615")), Some(u64::MAX.into()));
+        assert_eq!(exact_integer(&n("4865.5")), None);
+        assert_eq!(serde_json::from_str::<Weight>("7.0").unwrap().get(), 7);
     }
 }

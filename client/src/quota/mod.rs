@@ -41,8 +41,8 @@ pub use self::settle::SettleOutcome;
 pub use self::sweep::SweepOutcome;
 pub use self::tenant::{BucketUsage, QuotaUsage};
 pub use self::types::{
-    FallbackPolicy, Grant, GrantId, GrantKind, InvalidInput, RequestId, TenantId, TenantQuota, TokenCount, Tokens,
-    MAX_RESERVATION_TTL,
+    exact_integer, FallbackPolicy, Grant, GrantId, GrantKind, InvalidInput, RequestId, TenantId, TenantQuota,
+    TokenCount, Tokens, MAX_RESERVATION_TTL,
 };
 use crate::clock::Clock;
 use crate::coalesce::Coalescer;

@@ -167,6 +167,18 @@ impl serde::de::Visitor<'_> for IntegerVisitor {
     fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<i128, E> {
         Ok(i128::try_from(v).unwrap_or(i128::MAX))
     }
+
+    /// JSON Schema counts `4865.0` as the integer 4865: an integral float is taken exactly,
+    /// anything with a fraction is refused.
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i128, E> {
+        exact_integer(v).ok_or_else(|| E::invalid_type(serde::de::Unexpected::Float(v), &self))
+    }
+}
+
+/// An integral float as the integer it is (`4865.0` → 4865); `None` for a fraction, NaN or
+/// infinity. Values beyond ±2^127 saturate, which every range check then refuses.
+pub fn exact_integer(v: f64) -> Option<i128> {
+    (v.is_finite() && v.fract() == 0.0).then_some(v as i128)
 }
 
 fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i128, D::Error> {
@@ -369,6 +381,16 @@ mod tests {
         assert!(Tokens::parse("tokens", 0).is_err());
         assert!(Tokens::parse("tokens", -5).is_err());
         assert!(TokenCount::parse("actual_tokens", 0).is_ok());
+    }
+
+    #[test]
+    fn an_integral_float_is_the_integer_it_writes_and_a_fraction_is_refused() {
+        let tokens: Tokens = serde_json::from_str("4865.0").unwrap();
+        assert_eq!(tokens.get(), 4865);
+        let count: TokenCount = serde_json::from_str("0.0").unwrap();
+        assert_eq!(count.get(), 0);
+        assert!(serde_json::from_str::<Tokens>("4865.5").is_err());
+        assert!(serde_json::from_str::<Tokens>("1e300").is_err(), "far above 2^53 - 1");
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub(crate) struct PlanSpecRaw {
 
 /// An integer from JSON, or the field's rule.
 pub(crate) fn integer(field: &str, n: &serde_json::Number, max: u64) -> Result<u64, String> {
-    match n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)) {
+    match crate::inputs::exact_integer(n) {
         Some(v) if (0..=max as i128).contains(&v) => Ok(v as u64),
         _ => Err(format!("{field}: must be an integer in 0..={max}, got {n}")),
     }

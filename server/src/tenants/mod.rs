@@ -29,10 +29,10 @@ pub(crate) fn default_fallback() -> FallbackPolicy {
 pub struct TenantSpec {
     pub plan: PlanName,
     /// How long a reservation stays open before the sweeper returns it, 1..=86400000 ms.
-    #[serde(default = "default_ttl_ms")]
+    #[serde(default = "default_ttl_ms", deserialize_with = "crate::inputs::integer")]
     pub reservation_ttl_ms: i64,
     /// Days a period's counters are kept after it ends, 1..=3660.
-    #[serde(default = "default_retention")]
+    #[serde(default = "default_retention", deserialize_with = "crate::inputs::integer")]
     pub retention_days: i64,
     /// What clients do while Redis is unreachable (default `fail_closed`).
     #[serde(default = "default_fallback")]
