@@ -28,7 +28,7 @@ pub fn estimate(prompt: &str, max_tokens: u64, model: &str, margin: f64) -> Resu
     if !(1.0..=10.0).contains(&margin) {
         return Err(InvalidInput::new("margin", "must be between 1.0 and 10.0"));
     }
-    if model.is_empty() || model.len() > 128 {
+    if model.is_empty() || model.chars().count() > 128 {
         return Err(InvalidInput::new("model", "must be 1..=128 characters"));
     }
     let known = get_tokenizer(model);

@@ -9,28 +9,36 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The largest `min_volume`: counts are exact integers in JSON and Lua up to 2^53 − 1.
+pub const MAX_VOLUME: u64 = (1 << 53) - 1;
+
 /// A pool's health thresholds. Every field has a default; `validate` names the field of a
 /// value out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Policy {
     /// Minutes of outcomes judged at once (the current minute and the ones before it).
+    #[serde(deserialize_with = "crate::weights::whole_number")]
     pub window_minutes: u32,
     /// Fewer outcomes than this in a window: no decision.
+    #[serde(deserialize_with = "crate::weights::whole_number")]
     pub min_volume: u64,
     /// A window below this success rate fails.
     pub min_success_rate: f64,
     /// A failing window multiplies the factor by this.
     pub decay_factor: f64,
     /// At most one decay per this many ms.
+    #[serde(deserialize_with = "crate::weights::whole_number")]
     pub cooldown_ms: i64,
     /// Below this factor (share of the base weight) the member is ejected.
     pub eject_below: f64,
     /// Never more than this share (percent) of a pool's base weight ejected at once.
     pub max_ejected_percent: f64,
     /// How long without a failing window before recovery starts (ms).
+    #[serde(deserialize_with = "crate::weights::whole_number")]
     pub quiet_ms: i64,
     /// How long the ramp back to the base weight takes (ms).
+    #[serde(deserialize_with = "crate::weights::whole_number")]
     pub slow_start_ms: i64,
     /// Smoothing of the error and latency averages behind suggested weights (0.1–0.3 is
     /// usual); also the most a suggestion moves from the base weight, as a share of it.
@@ -73,7 +81,7 @@ impl Policy {
             }
         };
         check((1..=60).contains(&self.window_minutes), "window_minutes", "must be in 1..=60")?;
-        check(self.min_volume >= 1, "min_volume", "must be at least 1")?;
+        check((1..=MAX_VOLUME).contains(&self.min_volume), "min_volume", "must be in 1..=2^53-1")?;
         check((0.0..=1.0).contains(&self.min_success_rate), "min_success_rate", "must be in 0..=1")?;
         check(self.decay_factor > 0.0 && self.decay_factor < 1.0, "decay_factor", "must be in (0, 1)")?;
         check((0..=86_400_000).contains(&self.cooldown_ms), "cooldown_ms", "must be in 0..=86400000")?;

@@ -67,9 +67,12 @@ pub(crate) fn pool_field_error(body: &Value, whole: serde_json::Error) -> Change
         .unwrap_or_else(|| {
             let message = whole.to_string();
             // "missing field `batch_size`" names its field between backquotes.
-            let field =
-                message.strip_prefix("missing field `").and_then(|rest| rest.split('`').next()).unwrap_or("snapshot");
-            invalid(field, message.clone())
+            let missing = message.strip_prefix("missing field `").and_then(|rest| rest.split('`').next());
+            match missing {
+                // A missing field is a malformed body (400), as for every other body.
+                Some(field) => ChangeError::Malformed { field: field.to_owned(), rule: "is required".to_owned() },
+                None => invalid("snapshot", message.clone()),
+            }
         })
 }
 
