@@ -92,7 +92,7 @@ validated_string!(
     /// A human-readable name: 1..=200 characters once trimmed, not blank, no control
     /// characters.
     DisplayName,
-    pattern = "^[^\\x00-\\x1f\\x7f]*[^\\s\\x00-\\x1f\\x7f][^\\x00-\\x1f\\x7f]*$",
+    pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x1f\\x7f-\\x9f]*$",
     |raw| {
         let trimmed = raw.trim();
         if trimmed.is_empty() {

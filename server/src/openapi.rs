@@ -6,7 +6,8 @@
 //! `paths(...)` below. `tests/tests/api/openapi.rs` fails for every route the server serves
 //! that the document lacks, and for every documented path that no route serves. Handlers
 //! list only their own answers: [`GuardAnswers`] adds the guard's 401, 403 and 503 to each
-//! operation from the permission table, [`ServerErrors`] the 500.
+//! operation from the permission table, [`BodyAnswers`] the 400 and 413 of a request body,
+//! [`ServerErrors`] the 500.
 //!
 //! Schemas: request bodies derive `utoipa::ToSchema` where they are defined; the `api` and
 //! `client` types derive it behind their `utoipa` feature; `engine` stays free of utoipa
@@ -119,7 +120,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         TenantId, PoolName, ErrorBody, QuotaRefusedBody, ConflictBody, ConflictOrDuplicateBody, WeightEntry,
         PeakWindowEntry, Tier, ReweightMode, Pin, GrantKind, Role, TokenScope, TenantSettings,
     )),
-    modifiers(&AdminToken, &SessionCookie, &GuardAnswers, &ServerErrors),
+    modifiers(&AdminToken, &SessionCookie, &GuardAnswers, &BodyAnswers, &ServerErrors),
     tags(
         (name = "quota", description = "Two-phase token quota: reserve an estimate, settle the real use or release; idempotent by request id"),
         (name = "pool", description = "Weighted ticket pools: draw the channel for a request; samples for charts"),
@@ -211,6 +212,35 @@ impl Modify for GuardAnswers {
                         continue;
                     }
                     responses.insert(status.to_owned(), RefOr::T(error_response(&description)));
+                }
+            }
+        }
+    }
+}
+
+/// Adds to each operation that takes a request body the answers of the body's extractor
+/// (`crate::error::json_error`), so no handler repeats them: 400 for a body that is not JSON
+/// or is sent with another `Content-Type`, 413 for a body over the size limit. A handler
+/// that documents one of these itself keeps its own.
+struct BodyAnswers;
+
+impl Modify for BodyAnswers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.put, &mut item.post, &mut item.patch, &mut item.delete];
+            for operation in operations.into_iter().flatten() {
+                if operation.request_body.is_none() {
+                    continue;
+                }
+                let answers = [
+                    ("400", "A malformed body, or one sent without `Content-Type: application/json`"),
+                    ("413", "The body is over the size limit"),
+                ];
+                let responses = &mut operation.responses.responses;
+                for (status, description) in answers {
+                    if !responses.contains_key(status) {
+                        responses.insert(status.to_owned(), RefOr::T(error_response(description)));
+                    }
                 }
             }
         }

@@ -2,6 +2,12 @@
 //! free of utoipa) and of enumerations the handlers take as strings. Below the routes: route
 //! modules and [`crate::openapi`] both use them.
 
+use std::collections::BTreeMap;
+
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
+
 use crate::error::{ConflictBody, ErrorBody};
 
 /// One member of a pool's weights as the admin API takes and gives them:
@@ -10,10 +16,122 @@ use crate::error::{ConflictBody, ErrorBody};
 /// utoipa): `#[schema(value_type = Vec<crate::schema::WeightEntry>)]`.
 #[derive(utoipa::ToSchema)]
 pub struct WeightEntry {
-    /// The member (a channel code, or a tier `G`/`N`/`U` in a `tiers` pool).
+    /// The member (a channel code, or a tier `G`/`N`/`U` in a `tiers` pool): not blank.
+    #[schema(min_length = 1, pattern = "\\S", example = "A")]
     pub member: String,
-    /// Its integer weight, ≥ 0 (0: never drawn).
+    /// Its integer weight, 0..=2^53−1 (0: never drawn).
+    #[schema(maximum = 9007199254740991_u64, example = 45)]
     pub weight: u64,
+}
+
+/// A pool as `PUT /api/v1/pools/{pool}` takes it: a snapshot without `version`. Describes
+/// `client::pool::PoolSnapshot`. Rules across fields are checked by the server and refused
+/// with a 422 naming the field: members are registered channels (of the tier, in a tiers
+/// pool) and unique, not every weight 0, `low_water` below `batch_size`, `caps` and
+/// `ejected` name members, a tiers pool's weights name tiers that have channels.
+#[derive(utoipa::ToSchema)]
+pub struct PoolSnapshotBody {
+    /// `channels` (the default: tickets are channel codes) or `tiers` (tickets are tiers).
+    #[schema(value_type = PoolKind, required = false)]
+    pub kind: Option<PoolKind>,
+    /// The members (a channels pool's channels, a tiers pool's tiers) and their weights.
+    #[schema(min_items = 1)]
+    pub weights: Vec<WeightEntry>,
+    /// A tiers pool's channels per tier (`G`, `N`, `U`), with their weights.
+    #[schema(value_type = BTreeMap<String, Vec<WeightEntry>>, required = false)]
+    pub tiers: Option<BTreeMap<String, Vec<WeightEntry>>>,
+    /// Tickets per batch, 1..=100000.
+    #[schema(minimum = 1, maximum = 100000)]
+    pub batch_size: u32,
+    /// Below this many tickets a refill is asked for; below `batch_size`.
+    #[schema(maximum = 99999)]
+    pub low_water: u32,
+    pub ordering: Ordering,
+    /// IANA timezone of the pool's day (rotation, caps) and peak windows.
+    #[schema(example = "Europe/Paris")]
+    pub timezone: String,
+    #[schema(value_type = Vec<PeakWindowEntry>, required = false)]
+    pub peak_windows: Option<Vec<PeakWindowEntry>>,
+    /// Most draws per member per local day, 1..=2^53−1 each.
+    #[schema(value_type = BTreeMap<String, Cap>, required = false)]
+    pub caps: Option<BTreeMap<String, u64>>,
+    /// Ejecting members that together hold more than this share of the weight (percent,
+    /// 1..=100) rebuilds the pool instead of skipping their tickets.
+    #[schema(minimum = 1, maximum = 100)]
+    pub eject_rebuild_percent: u8,
+    /// Members ejected by the control plane.
+    #[schema(value_type = Vec<String>, required = false)]
+    pub ejected: Option<Vec<String>>,
+}
+
+/// A pool's health thresholds: overrides of the defaults; a field left out takes its
+/// default. Describes `engine::health::Policy`.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthPolicy {
+    /// Minutes of outcomes judged at once, 1..=60.
+    #[schema(value_type = u32, required = false, minimum = 1, maximum = 60)]
+    pub window_minutes: Option<u32>,
+    /// Fewer outcomes than this in a window: no decision; 1..=2^53−1.
+    #[schema(value_type = u64, required = false, minimum = 1, maximum = 9007199254740991_u64)]
+    pub min_volume: Option<u64>,
+    /// A window below this success rate fails, 0..=1.
+    #[schema(value_type = f64, required = false, minimum = 0, maximum = 1)]
+    pub min_success_rate: Option<f64>,
+    /// A failing window multiplies the factor by this, in (0, 1).
+    #[schema(value_type = f64, required = false, exclusive_minimum = 0, exclusive_maximum = 1)]
+    pub decay_factor: Option<f64>,
+    /// At most one decay per this many ms, 0..=86400000.
+    #[schema(value_type = i64, required = false, minimum = 0, maximum = 86400000)]
+    pub cooldown_ms: Option<i64>,
+    /// Below this factor (share of the base weight) the member is ejected, in (0, 1).
+    #[schema(value_type = f64, required = false, exclusive_minimum = 0, exclusive_maximum = 1)]
+    pub eject_below: Option<f64>,
+    /// Never more than this share (percent) of a pool's base weight ejected at once, 0..=100.
+    #[schema(value_type = f64, required = false, minimum = 0, maximum = 100)]
+    pub max_ejected_percent: Option<f64>,
+    /// How long without a failing window before recovery starts, 0..=86400000 ms.
+    #[schema(value_type = i64, required = false, minimum = 0, maximum = 86400000)]
+    pub quiet_ms: Option<i64>,
+    /// How long the ramp back to the base weight takes, 1..=86400000 ms.
+    #[schema(value_type = i64, required = false, minimum = 1, maximum = 86400000)]
+    pub slow_start_ms: Option<i64>,
+    /// Smoothing of the error and latency averages behind suggested weights, in (0, 1].
+    #[schema(value_type = f64, required = false, exclusive_minimum = 0, maximum = 1)]
+    pub ewma_alpha: Option<f64>,
+}
+
+/// A member's daily cap: most draws per local day, 1..=2^53−1.
+pub struct Cap;
+
+impl PartialSchema for Cap {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int64)))
+            .minimum(Some(1))
+            .maximum(Some(9_007_199_254_740_991_u64))
+            .description(Some("Most draws per member per local day, 1..=2^53−1"))
+            .into()
+    }
+}
+
+impl ToSchema for Cap {}
+
+/// What a pool's tickets name. Describes `client::pool::PoolKind`.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum PoolKind {
+    Channels,
+    Tiers,
+}
+
+/// How a pool orders each batch. Describes `engine::Ordering`.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum Ordering {
+    Shuffle,
+    Smooth,
 }
 
 /// One daily peak window of a pool, in the pool's timezone: `[start, end)` (crossing midnight
@@ -21,16 +139,17 @@ pub struct WeightEntry {
 #[derive(utoipa::ToSchema)]
 pub struct PeakWindowEntry {
     /// Local start time, `HH:MM` (or `HH:MM:SS`), inclusive.
-    #[schema(example = "19:00")]
+    #[schema(example = "19:00", pattern = "^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$")]
     pub start: String,
     /// Local end time, `HH:MM` (or `HH:MM:SS`), exclusive; not equal to `start`.
-    #[schema(example = "23:00")]
+    #[schema(example = "23:00", pattern = "^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$")]
     pub end: String,
     /// Batch size multiplier during the window, 1..=1000.
     #[schema(minimum = 1, maximum = 1000)]
     pub multiplier: u32,
     /// Weights used instead of the pool's during the window; they name only the pool's own
     /// members (a tiers pool's tiers).
+    #[schema(min_items = 1)]
     pub weights: Option<Vec<WeightEntry>>,
 }
 
@@ -93,31 +212,94 @@ pub enum TokenScope {
     Admin,
 }
 
+/// What clients do for a tenant while Redis is unreachable. Describes
+/// `client::quota::FallbackPolicy`.
+#[derive(utoipa::ToSchema)]
+#[serde(tag = "policy", rename_all = "snake_case")]
+pub enum Fallback {
+    /// Refuse every reservation (the default: no admission goes uncounted).
+    FailClosed,
+    /// Admit up to `allowance` tokens per client while Redis is away, and charge them once
+    /// it answers again.
+    FailOpenLimited {
+        /// Tokens, 1..=2^53−1.
+        #[schema(minimum = 1, maximum = 9007199254740991_u64)]
+        allowance: u64,
+    },
+}
+
 /// The body of `PUT /api/v1/tenants/{tenant}`: the tenant's plan and settings, and the
 /// bookkeeping of the change. Any other field is refused (400 naming it).
 #[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TenantSettings {
     /// The tenant's plan (an existing plan's name: 422 otherwise).
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub plan: String,
     /// How long a reservation stays open before the sweeper returns it, 1..=86400000 ms
     /// (default 600000).
-    #[schema(minimum = 1, maximum = 86400000)]
+    #[schema(value_type = i64, required = false, minimum = 1, maximum = 86400000)]
     pub reservation_ttl_ms: Option<i64>,
     /// Days a period's counters are kept after it ends, 1..=3660 (default 62).
-    #[schema(minimum = 1, maximum = 3660)]
+    #[schema(value_type = i64, required = false, minimum = 1, maximum = 3660)]
     pub retention_days: Option<i64>,
     /// What clients do while Redis is unreachable: `{"policy": "fail_closed"}` (the
     /// default) or `{"policy": "fail_open_limited", "allowance": <tokens>}`.
-    #[schema(value_type = Option<Object>)]
-    pub fallback: Option<serde_json::Value>,
+    #[schema(value_type = Fallback, required = false)]
+    pub fallback: Option<Fallback>,
     /// The tenant's version this change was made against: 0 to create.
     #[schema(minimum = 0)]
     pub expected_version: i64,
     /// Why (at most 500 characters, no control characters), for the audit trail.
-    #[schema(max_length = 500)]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
 }
+
+/// Why a change was made, for the audit trail, where a reason may be left out: at most 500
+/// characters, no control characters but tab and newline; blank counts as left out.
+pub struct Reason;
+
+/// Why a change was made, for the audit trail, where a reason is required: 1..=500
+/// characters, not blank, no control characters but tab and newline.
+pub struct RequiredReason;
+
+/// Characters a reason may hold: none of the control characters but tab and newline (the
+/// C0 and C1 controls and DEL, as Rust's `char::is_control`).
+const REASON_CHAR: &str = r"[^\x00-\x08\x0b-\x1f\x7f-\x9f]";
+
+fn reason_schema(pattern: String, min_length: Option<usize>, description: &str) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(min_length)
+        .max_length(Some(500))
+        .pattern(Some(pattern))
+        .description(Some(description))
+        .into()
+}
+
+impl PartialSchema for Reason {
+    fn schema() -> RefOr<Schema> {
+        reason_schema(
+            format!("^{REASON_CHAR}*$"),
+            None,
+            "Why, for the audit trail: at most 500 characters, no control characters but tab and newline",
+        )
+    }
+}
+
+impl ToSchema for Reason {}
+
+impl PartialSchema for RequiredReason {
+    fn schema() -> RefOr<Schema> {
+        // At least one character that is neither white space nor a control character.
+        reason_schema(
+            format!(r"^{REASON_CHAR}*[^\s\x00-\x1f\x7f-\x9f]{REASON_CHAR}*$"),
+            Some(1),
+            "Why, for the audit trail (required): 1..=500 characters, not blank, no control characters but tab and newline",
+        )
+    }
+}
+
+impl ToSchema for RequiredReason {}
 
 /// The body of a 409 that is either a version conflict (`ConflictBody`) or a duplicate
 /// identity (`ErrorBody` naming the field and the rule).

@@ -100,10 +100,11 @@ pub async fn login(
     }
 }
 
-/// `POST /api/v1/auth/logout`: ends the session and clears the cookie.
+/// `POST /api/v1/auth/logout`: ends the session and clears the cookie. Needs no credentials
+/// (signing out is always allowed; without a session it only clears the cookie).
 #[utoipa::path(
     tag = "auth",
-    security(("admin_token" = []), ("session_cookie" = [])),
+    security(()),
     responses(
         (status = 200, description = "The session (if the request carried one) is ended and the cookie cleared", body = SignedOut),
     ),
@@ -244,10 +245,10 @@ pub struct RoleBody {
     tag = "auth",
     operation_id = "set_user_role",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("name" = String, Path, description = "The user's name")),
+    params(("name" = String, Path, description = "The user's name: 1..=64 of `[A-Za-z0-9_.@-]`", pattern = "^[A-Za-z0-9_.@-]{1,64}$")),
     responses(
         (status = 200, description = "Changed (audited), effective on the user's next request", body = UserRole),
-        (status = 400, description = "A malformed body or an unknown role", body = ErrorBody),
+        (status = 400, description = "A malformed name, a malformed body or an unknown role", body = ErrorBody),
         (status = 404, description = "Unknown user", body = ErrorBody),
     ),
 )]
@@ -275,9 +276,10 @@ pub async fn set_role(
 #[utoipa::path(
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("name" = String, Path, description = "The user's name")),
+    params(("name" = String, Path, description = "The user's name: 1..=64 of `[A-Za-z0-9_.@-]`", pattern = "^[A-Za-z0-9_.@-]{1,64}$")),
     responses(
         (status = 200, description = "Disabled and signed out everywhere (audited)", body = UserDisabled),
+        (status = 400, description = "A malformed name", body = ErrorBody),
         (status = 404, description = "No enabled user with this name (unknown, or disabled already)", body = ErrorBody),
     ),
 )]
@@ -304,7 +306,7 @@ pub async fn disable_user(
 #[utoipa::path(
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("name" = String, Path, description = "The user's name")),
+    params(("name" = String, Path, description = "The user's name: 1..=64 of `[A-Za-z0-9_.@-]`", pattern = "^[A-Za-z0-9_.@-]{1,64}$")),
     responses(
         (status = 200, description = "Unlocked (audited)", body = UserUnlocked),
         (status = 400, description = "A malformed name", body = ErrorBody),
@@ -349,6 +351,7 @@ pub async fn list_tokens(state: web::Data<AppState>) -> Result<HttpResponse, Api
 #[serde(deny_unknown_fields)]
 pub struct NewTokenBody {
     /// 1..=64 of ASCII letters, digits, space, `_.@-`, not blank.
+    #[schema(pattern = "^ *[A-Za-z0-9_.@-][A-Za-z0-9 _.@-]{0,63}$", max_length = 64)]
     name: String,
     /// `dataplane` or `admin`.
     #[schema(value_type = crate::schema::TokenScope)]

@@ -21,7 +21,7 @@ const FIELDS: [&str; 4] = ["ok", "fail", "latency_ms_sum", "latency_count"];
 #[utoipa::path(
     tag = "health",
     summary = "Reports the outcomes of calls through a channel (feeds health decay and ejection)",
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     request_body(content = OutcomeReport),
     responses(
         (status = 202, description = "Counted, in the unix minute given", body = OutcomesRecorded),
@@ -59,14 +59,42 @@ pub async fn record_outcomes(
 }
 
 /// An outcome report's body (its schema: the handler reads it field by field, so that every
-/// refusal names its field). Every count is an integer in 0..=10^9.
+/// refusal names its field). Every count is an integer in 0..=10^9, and a report counts at
+/// least one outcome (`ok + fail` ≥ 1): one shape with a success, one with failures only.
 #[derive(utoipa::ToSchema)]
-pub struct OutcomeReport {
+#[serde(untagged)]
+pub enum OutcomeReport {
+    WithSuccesses(OutcomesWithSuccesses),
+    FailuresOnly(OutcomesFailuresOnly),
+}
+
+/// A report counting at least one success.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomesWithSuccesses {
     /// Calls through the channel that succeeded since the last report.
-    #[schema(maximum = 1000000000)]
+    #[schema(minimum = 1, maximum = 1000000000)]
     pub ok: u64,
-    /// Calls that failed since the last report (`ok + fail` ≥ 1).
+    /// Calls that failed since the last report.
     #[schema(maximum = 1000000000)]
+    pub fail: u64,
+    /// The sum of the latencies measured, in ms (only with `latency_count`).
+    #[schema(maximum = 1000000000)]
+    pub latency_ms_sum: Option<u64>,
+    /// How many latencies were measured (≤ `ok + fail`).
+    #[schema(maximum = 1000000000)]
+    pub latency_count: Option<u64>,
+}
+
+/// A report counting failures only.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomesFailuresOnly {
+    /// No call succeeded.
+    #[schema(maximum = 0)]
+    pub ok: u64,
+    /// Calls that failed since the last report.
+    #[schema(minimum = 1, maximum = 1000000000)]
     pub fail: u64,
     /// The sum of the latencies measured, in ms (only with `latency_count`).
     #[schema(maximum = 1000000000)]
@@ -104,9 +132,11 @@ fn parse_counts(body: &[u8]) -> Result<OutcomeCounts, ApiError> {
                 return Err(ApiError::bad_request(field, "is required"))
             }
             None | Some(Value::Null) => 0,
-            Some(v) => v.as_u64().ok_or_else(|| {
-                ApiError::bad_request(field, format!("must be an integer from 0 to {MAX_COUNT}, got {v}"))
-            })?,
+            Some(v) => {
+                v.as_number().and_then(crate::inputs::exact_integer).and_then(|v| u64::try_from(v).ok()).ok_or_else(
+                    || ApiError::bad_request(field, format!("must be an integer from 0 to {MAX_COUNT}, got {v}")),
+                )?
+            }
         };
     }
     let [ok, fail, latency_ms_sum, latency_count] = numbers;

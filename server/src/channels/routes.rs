@@ -43,11 +43,11 @@ pub async fn list_channels(state: web::Data<AppState>) -> Result<HttpResponse, A
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "The channel, with the pools that hold it", body = super::Channel),
         (status = 404, description = "Unknown channel", body = ErrorBody),
-        (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
+        (status = 400, description = "A malformed channel code (naming `code`)", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/channels/{code}")]
@@ -67,7 +67,12 @@ pub struct NewChannelBody {
     #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     code: ChannelCode,
     /// A human-readable name: 1..=200 characters, not blank, no control characters.
-    #[schema(value_type = String, max_length = 200)]
+    #[schema(
+        value_type = String,
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x1f\\x7f-\\x9f]*$"
+    )]
     name: DisplayName,
     /// The tier it serves in `tiers` pools, if any.
     #[serde(default)]
@@ -81,7 +86,7 @@ pub struct NewChannelBody {
     #[schema(default = true)]
     enabled: bool,
     /// Why (at most 500 characters, no control characters), for the audit trail.
-    #[schema(max_length = 500)]
+    #[schema(value_type = Option<crate::schema::Reason>)]
     reason: Option<String>,
 }
 
@@ -97,7 +102,7 @@ fn yes() -> bool {
     responses(
         (status = 201, description = "Registered", body = ChannelWritten),
         (status = 400, description = "A malformed body, naming the field (code, name, tier, base_weight in 0..=2^53−1, reason)", body = ErrorBody),
-        (status = 409, description = "The code is taken: a version conflict with `expected_version` 0 and the channel's `current_version`", body = ConflictBody),
+        (status = 409, description = "The code is taken: an `ErrorBody` naming `code`", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels")]
@@ -118,7 +123,12 @@ pub async fn create_channel(
 #[serde(deny_unknown_fields)]
 pub struct ChannelBody {
     /// A human-readable name: 1..=200 characters, not blank, no control characters.
-    #[schema(value_type = String, max_length = 200)]
+    #[schema(
+        value_type = String,
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x1f\\x7f-\\x9f]*$"
+    )]
     name: DisplayName,
     /// The tier it serves in `tiers` pools; left out: none.
     #[serde(default)]
@@ -129,9 +139,10 @@ pub struct ChannelBody {
     base_weight: Weight,
     /// The channel's version this change was made against.
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
     expected_version: i64,
     /// Why (at most 500 characters, no control characters), for the audit trail.
-    #[schema(max_length = 500)]
+    #[schema(value_type = Option<crate::schema::Reason>)]
     reason: Option<String>,
 }
 
@@ -140,13 +151,13 @@ pub struct ChannelBody {
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "Changed", body = ChannelWritten),
-        (status = 400, description = "A malformed body, naming the field, or a negative `expected_version`", body = ErrorBody),
+        (status = 400, description = "A malformed channel code in the path or a malformed body, naming the field, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
-        (status = 422, description = "A malformed channel code in the path, or a tier the channel does not serve in a tiers pool that holds it", body = ErrorBody),
+        (status = 422, description = "A tier the channel does not serve in a tiers pool that holds it", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/channels/{code}")]
@@ -170,10 +181,11 @@ pub async fn update_channel(
 #[serde(deny_unknown_fields)]
 pub struct SwitchBody {
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
     /// The channel's version this change was made against; left out: not checked.
     #[schema(minimum = 0)]
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     expected_version: Option<i64>,
 }
 
@@ -208,13 +220,13 @@ async fn switch_channel(
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "Changed, and every pool holding the channel republished", body = ChannelSwitched),
-        (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
+        (status = 400, description = "A malformed channel code in the path or a malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
-        (status = 422, description = "A malformed channel code in the path, or the channel is already disabled", body = ErrorBody),
+        (status = 422, description = "The channel is already disabled", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/disable")]
@@ -232,13 +244,13 @@ pub async fn disable_channel(
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "Changed, and every pool holding the channel republished", body = ChannelSwitched),
-        (status = 400, description = "A malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
+        (status = 400, description = "A malformed channel code in the path or a malformed body, a missing reason, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
         (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
-        (status = 422, description = "A malformed channel code in the path, or the channel is already enabled", body = ErrorBody),
+        (status = 422, description = "The channel is already enabled", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/enable")]

@@ -47,11 +47,11 @@ pub async fn pool_health(state: web::Data<AppState>, path: web::Path<String>) ->
 #[utoipa::path(
     tag = "health",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "The channel's pin (or null) and its health in every pool that holds it", body = ChannelHealth),
         (status = 404, description = "Unknown channel", body = ErrorBody),
-        (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
+        (status = 400, description = "A malformed channel code (naming `code`)", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/channels/{code}/health")]
@@ -79,12 +79,11 @@ pub struct HistoryQuery {
     tag = "health",
     operation_id = "channel_health_history",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`"), HistoryQuery),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$"), HistoryQuery),
     responses(
         (status = 200, description = "The channel's transitions, newest first", body = HealthHistory),
-        (status = 400, description = "A malformed or unknown query parameter, naming it", body = ErrorBody),
+        (status = 400, description = "A malformed channel code, or a malformed or unknown query parameter, naming it", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
-        (status = 422, description = "A malformed channel code (naming `code`)", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/channels/{code}/health/history")]
@@ -117,7 +116,7 @@ pub struct PinBody {
     #[schema(value_type = crate::schema::Pin)]
     state: Pin,
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
 }
 
@@ -129,12 +128,12 @@ pub struct PinBody {
     tag = "health",
     operation_id = "pin_channel",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished", body = PinChanged),
-        (status = 400, description = "A malformed body, or a missing reason", body = ErrorBody),
+        (status = 400, description = "A malformed channel code in the path or a malformed body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
-        (status = 422, description = "A malformed channel code in the path, or the channel is already pinned in that state", body = ErrorBody),
+        (status = 422, description = "The channel is already pinned in that state", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/health/pin")]
@@ -155,7 +154,7 @@ pub async fn pin(
 #[serde(deny_unknown_fields)]
 pub struct UnpinBody {
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
 }
 
@@ -165,12 +164,12 @@ pub struct UnpinBody {
     tag = "health",
     operation_id = "unpin_channel",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`")),
+    params(("code" = String, Path, description = "The channel's code: 1..=64 of `[A-Za-z0-9_.-]`", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "Pinned or unpinned, and every pool whose publication changed republished", body = PinChanged),
-        (status = 400, description = "A malformed body, or a missing reason", body = ErrorBody),
+        (status = 400, description = "A malformed channel code in the path or a malformed body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
-        (status = 422, description = "A malformed channel code in the path, or the channel is not pinned", body = ErrorBody),
+        (status = 422, description = "The channel is not pinned", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/channels/{code}/health/unpin")]
@@ -209,10 +208,10 @@ async fn finish(
 #[serde(deny_unknown_fields)]
 pub struct PolicyBody {
     /// Overrides of the defaults, e.g. `{"min_volume": 50, "decay_factor": 0.7}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = crate::schema::HealthPolicy)]
     policy: Value,
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
 }
 

@@ -35,11 +35,11 @@ pub async fn list_plans(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`")),
+    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`", pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "The plan", body = super::Plan),
         (status = 404, description = "Unknown plan", body = ErrorBody),
-        (status = 422, description = "A malformed plan name (naming `plan`)", body = ErrorBody),
+        (status = 400, description = "A malformed plan name (naming `plan`)", body = ErrorBody),
     ),
 )]
 #[get("/api/v1/plans/{plan}")]
@@ -51,31 +51,64 @@ pub async fn get_plan(state: web::Data<AppState>, path: web::Path<String>) -> Re
     }
 }
 
-/// A plan to create or change: the limits, and the bookkeeping of the change.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+/// A plan to create or change as sent: the limits, and the bookkeeping of the change. One
+/// type for both, so that a misplaced field (an `expected_version` when creating, a missing
+/// one when changing) is refused naming it; documented as [`NewPlan`] and [`PlanChange`].
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanBody {
-    /// The plan's name, 1..=64 of `[A-Za-z0-9_-]`: required to create; when changing, the
-    /// path's name or left out (a plan cannot be renamed).
-    #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    /// The plan's name: required to create; when changing, the path's name or left out (a
+    /// plan cannot be renamed).
     name: Option<PlanName>,
-    /// Tokens per UTC calendar month, 0..=2^53−1.
     /// Each limit is parsed on its own, so an error names its field.
-    #[schema(value_type = u64, maximum = 9007199254740991_u64)]
     monthly_tokens: serde_json::Value,
-    /// Requests per UTC day, 0..=2^53−1.
-    #[schema(value_type = u64, maximum = 9007199254740991_u64)]
     daily_requests: serde_json::Value,
-    /// Reservations open at once, 0..=2^31−1.
-    #[schema(value_type = u32, maximum = 2147483647)]
     concurrency: serde_json::Value,
-    /// Creating: must be left out. Changing: required, the plan's version this change was
-    /// made against.
-    #[schema(minimum = 0)]
+    /// Creating: must be left out. Changing: required.
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     expected_version: Option<i64>,
-    /// Why (at most 500 characters, no control characters), for the audit trail.
-    #[schema(max_length = 500)]
     reason: Option<String>,
+}
+
+/// The body of `POST /api/v1/plans`: a new plan's name and limits.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewPlan {
+    /// The plan's name, 1..=64 of `[A-Za-z0-9_-]`.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub name: String,
+    /// Tokens per UTC calendar month, 0..=2^53−1.
+    #[schema(maximum = 9007199254740991_u64)]
+    pub monthly_tokens: u64,
+    /// Requests per UTC day, 0..=2^53−1.
+    #[schema(maximum = 9007199254740991_u64)]
+    pub daily_requests: u64,
+    /// Reservations open at once, 0..=2^31−1.
+    #[schema(maximum = 2147483647)]
+    pub concurrency: u32,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    pub reason: Option<crate::schema::Reason>,
+}
+
+/// The body of `PUT /api/v1/plans/{plan}`: the plan's new limits, against its version. (The
+/// path's own name may be repeated as `name`; a plan cannot be renamed.)
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanChange {
+    /// Tokens per UTC calendar month, 0..=2^53−1.
+    #[schema(maximum = 9007199254740991_u64)]
+    pub monthly_tokens: u64,
+    /// Requests per UTC day, 0..=2^53−1.
+    #[schema(maximum = 9007199254740991_u64)]
+    pub daily_requests: u64,
+    /// Reservations open at once, 0..=2^31−1.
+    #[schema(maximum = 2147483647)]
+    pub concurrency: u32,
+    /// The plan's version this change was made against.
+    #[schema(minimum = 0)]
+    pub expected_version: i64,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    pub reason: Option<crate::schema::Reason>,
 }
 
 impl PlanBody {
@@ -92,10 +125,11 @@ impl PlanBody {
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
+    request_body(content = NewPlan),
     responses(
         (status = 201, description = "Created", body = PlanCreated),
         (status = 400, description = "A malformed body, naming the field: a missing `name`, an `expected_version` given, a limit out of range", body = ErrorBody),
-        (status = 409, description = "The name is taken: a version conflict with `expected_version` 0 and the plan's `current_version`", body = ConflictBody),
+        (status = 409, description = "The name is taken: an `ErrorBody` naming `name`", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/plans")]
@@ -119,13 +153,13 @@ pub async fn create_plan(
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`")),
+    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    request_body(content = PlanChange),
     responses(
         (status = 200, description = "Changed, and every tenant on the plan republished", body = PlanChanged),
-        (status = 400, description = "A malformed body, naming the field: a `name` other than the path's, a missing or negative `expected_version`, a limit out of range", body = ErrorBody),
+        (status = 400, description = "A malformed body, naming the field: a malformed plan name in the path, a `name` other than the path's, a missing or negative `expected_version`, a limit out of range", body = ErrorBody),
         (status = 404, description = "Unknown plan", body = ErrorBody),
         (status = 409, description = "The plan is at another version than `expected_version`", body = ConflictBody),
-        (status = 422, description = "A malformed plan name in the path (naming `plan`)", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/plans/{plan}")]

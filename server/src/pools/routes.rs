@@ -83,13 +83,14 @@ pub struct PutBody {
     /// The pool (a snapshot without `version`): `kind` (`channels` | `tiers`), `weights`,
     /// `tiers`, `batch_size`, `low_water`, `ordering`, `timezone`, `peak_windows`, `caps`,
     /// `eject_rebuild_percent`, `ejected`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = crate::schema::PoolSnapshotBody)]
     snapshot: Value,
     /// The version this change was made against: 0 to create.
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
     expected_version: i64,
     /// Why (at most 500 characters, no control characters), for the audit trail.
-    #[schema(max_length = 500)]
+    #[schema(value_type = Option<crate::schema::Reason>)]
     reason: Option<String>,
 }
 
@@ -102,7 +103,7 @@ pub struct PutBody {
     params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
     responses(
         (status = 200, description = "Created or replaced, and published: `version` is the configuration version (no `mode`, `rebuilt` or `ejected`)", body = PoolWriteReply),
-        (status = 400, description = "A malformed pool name or body, a reason over 500 characters, or a negative `expected_version`", body = ErrorBody),
+        (status = 400, description = "A malformed pool name or body (a snapshot field missing, naming it), a reason over 500 characters, or a negative `expected_version`", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version` (0: it exists already)", body = ConflictBody),
         (status = 422, description = "An invalid snapshot (naming the field), or a member that is not a registered channel or serves another tier", body = ErrorBody),
     ),
@@ -129,16 +130,17 @@ pub async fn put_pool(
 pub struct WeightsBody {
     /// `[{"member": "A", "weight": 45}, …]`, integers ≥ 0, not all zero: a channels pool's
     /// channels (the member set), or a tiers pool's tiers.
-    #[schema(value_type = Vec<crate::schema::WeightEntry>)]
+    #[schema(value_type = Vec<crate::schema::WeightEntry>, min_items = 1)]
     weights: Weights,
     #[schema(value_type = crate::schema::ReweightMode)]
     mode: ReweightMode,
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
     /// The pool's configuration version this change was made against (`version` of
     /// `GET /api/v1/pools/{pool}`).
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
     expected_version: i64,
 }
 
@@ -189,19 +191,22 @@ pub struct MemberAddBody {
     #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     channel: ChannelCode,
     /// Default: the channel's base weight.
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     weight: Option<u64>,
     /// A tiers pool's tier for it; default: the channel's own tier.
     #[schema(value_type = Option<crate::schema::Tier>)]
     tier: Option<Tier>,
     /// Most draws per local day.
     #[schema(minimum = 1)]
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     daily_cap: Option<u64>,
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
     /// The pool's configuration version this change was made against (`version` of
     /// `GET /api/v1/pools/{pool}`).
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
     expected_version: i64,
 }
 
@@ -303,11 +308,12 @@ pub async fn add_member(
 #[serde(deny_unknown_fields)]
 pub struct MemberBody {
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
     /// The pool's configuration version this change was made against (`version` of
     /// `GET /api/v1/pools/{pool}`).
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
     expected_version: i64,
 }
 
@@ -396,11 +402,12 @@ pub struct PeakWindowsBody {
     #[schema(value_type = Vec<crate::schema::PeakWindowEntry>)]
     peak_windows: Vec<engine::peak::PeakWindow>,
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
     /// The pool's configuration version this change was made against (`version` of
     /// `GET /api/v1/pools/{pool}`).
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
     expected_version: i64,
 }
 
@@ -452,13 +459,16 @@ pub async fn put_peak_windows(
 pub struct CapsBody {
     /// `{"ALIPAY_A": 100000, …}`: most draws per member per local day, ≥ 1; a member
     /// missing here has no cap.
+    #[serde(deserialize_with = "crate::inputs::integer_values")]
+    #[schema(value_type = std::collections::BTreeMap<String, crate::schema::Cap>)]
     caps: std::collections::BTreeMap<String, u64>,
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
     /// The pool's configuration version this change was made against (`version` of
     /// `GET /api/v1/pools/{pool}`).
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
     expected_version: i64,
 }
 
@@ -501,7 +511,7 @@ pub async fn put_caps(
 #[serde(deny_unknown_fields)]
 pub struct RebuildBody {
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
 }
 
@@ -515,7 +525,8 @@ pub struct RebuildBody {
         (status = 200, description = "Rebuilt and audited: `version` is the configuration version", body = PoolRebuilt),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
-        (status = 503, description = "Redis could not rebuild the pool (any failure), or Postgres is unreachable", body = ErrorBody),
+        (status = 422, description = "No member can be drawn (every member ejected or at weight 0), naming `pool`", body = ErrorBody),
+        (status = 503, description = "Redis could not rebuild the pool (any other failure), or Postgres is unreachable", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/pools/{pool}/rebuild")]
@@ -542,11 +553,13 @@ pub async fn rebuild_pool(
         Some(&json!({"version": version})),
     )
     .await?;
-    state
-        .pool_admin
-        .rebuild(&pool)
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())))?;
+    state.pool_admin.rebuild(&pool).await.map_err(|e| match e {
+        // What the pool's configuration and health leave drawable, not Redis, is at fault.
+        client::pool::PoolError::NothingDrawable(why) => {
+            ApiError::Unprocessable { field: "pool".into(), rule: format!("no member can be drawn: {why}") }
+        }
+        e => ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())),
+    })?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(PoolRebuilt {
         entity: crate::change::Entity::pool_key(pool),

@@ -45,9 +45,67 @@ pub struct ReserveBody {
     prompt: Option<String>,
     /// The most tokens the model may write; required with `prompt`.
     #[schema(maximum = 10000000)]
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     max_tokens: Option<u64>,
     /// The model whose tokenizer counts the prompt (1..=128 characters); required with `prompt`.
     model: Option<String>,
+}
+
+/// A reserve body as documented: an amount of tokens, or a prompt to estimate from; never
+/// both, never neither ([`ReserveBody`] reads either and refuses the rest, naming the field).
+/// An estimate reserves at least one token: an empty prompt needs a `max_tokens` above 0.
+#[derive(utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum ReserveRequest {
+    Tokens(ReserveTokens),
+    Prompt(ReservePrompt),
+    EmptyPrompt(ReserveEmptyPrompt),
+}
+
+/// Reserve an amount of tokens.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveTokens {
+    /// The caller's id for this request: a retried reserve with the same id reserves nothing more.
+    pub request_id: RequestId,
+    /// Tokens to reserve, 1..=2^53−1.
+    #[schema(value_type = u64, minimum = 1, maximum = 9007199254740991_u64)]
+    pub tokens: Tokens,
+}
+
+/// Reserve what a prompt and the most the model may write are estimated to use.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReservePrompt {
+    /// The caller's id for this request: a retried reserve with the same id reserves nothing more.
+    pub request_id: RequestId,
+    /// A prompt (at most 4 MiB) whose tokens are counted by the model's tokenizer; the
+    /// reservation is `ceil((prompt tokens + max_tokens) × 1.05)`.
+    #[schema(min_length = 1)]
+    pub prompt: String,
+    /// The most tokens the model may write.
+    #[schema(maximum = 10000000)]
+    pub max_tokens: u64,
+    /// The model whose tokenizer counts the prompt (1..=128 characters).
+    #[schema(min_length = 1, max_length = 128)]
+    pub model: String,
+}
+
+/// Reserve what the model may write after an empty prompt.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveEmptyPrompt {
+    /// The caller's id for this request: a retried reserve with the same id reserves nothing more.
+    pub request_id: RequestId,
+    /// An empty prompt.
+    #[schema(max_length = 0)]
+    pub prompt: String,
+    /// The most tokens the model may write: at least 1, so that something is reserved.
+    #[schema(minimum = 1, maximum = 10000000)]
+    pub max_tokens: u64,
+    /// The model (1..=128 characters).
+    #[schema(min_length = 1, max_length = 128)]
+    pub model: String,
 }
 
 /// A reservation as answered: what was reserved, under which request id, and the estimate
@@ -71,6 +129,7 @@ pub struct ReserveReply {
 #[utoipa::path(
     tag = "quota",
     params(("tenant" = TenantId, Path, description = "The tenant whose quota pays")),
+    request_body(content = ReserveRequest),
     responses(
         (status = 200, description = "Reserved (`replayed` when this request id had reserved before)", body = ReserveReply),
         (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
@@ -132,9 +191,8 @@ pub async fn reserve_quota(
 fn actual_tokens<'de, D: serde::Deserializer<'de>>(d: D) -> Result<TokenCount, D::Error> {
     let value = serde_json::Value::deserialize(d)?;
     let integer = value
-        .as_i64()
-        .map(i128::from)
-        .or_else(|| value.as_u64().map(i128::from))
+        .as_number()
+        .and_then(crate::inputs::exact_integer)
         .ok_or_else(|| serde::de::Error::custom(format!("actual_tokens: must be an integer, got {value}")))?;
     TokenCount::parse("actual_tokens", integer).map_err(serde::de::Error::custom)
 }
@@ -147,6 +205,7 @@ pub struct SettleBody {
     request_id: RequestId,
     /// The tokens the request really used (may exceed the reservation: an overdraft).
     #[serde(deserialize_with = "actual_tokens")]
+    #[schema(value_type = u64, maximum = 9007199254740991_u64)]
     actual_tokens: TokenCount,
     /// The stream broke part-way: `actual_tokens` is what was consumed before it did
     /// (charged as for any settle).

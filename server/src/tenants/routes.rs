@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::{store, NewGrant, TenantSpec};
 use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::http::{actor, expected};
+use crate::inputs::exact_integer;
 use crate::publish::publish_now;
 use crate::state::AppState;
 
@@ -95,7 +96,8 @@ pub async fn put_tenant(
     let who = actor(&req, &state, &reason_raw, false)?;
     let expected_version = match fields.remove("expected_version") {
         Some(v) => {
-            expected(v.as_i64().ok_or_else(|| ApiError::bad_request("expected_version", "must be an integer"))?)?
+            let version = v.as_number().and_then(exact_integer).and_then(|v| i64::try_from(v).ok());
+            expected(version.ok_or_else(|| ApiError::bad_request("expected_version", "must be an integer"))?)?
         }
         None => return Err(ApiError::bad_request("expected_version", "is required (0 to create)")),
     };
@@ -125,6 +127,7 @@ pub struct GrantBody {
     kind: String,
     /// Bonus grants only: lower pays first (default 0).
     #[schema(maximum = 2147483647)]
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     priority: Option<u32>,
     /// Tokens granted, 1..=2^53−1.
     #[schema(value_type = u64, minimum = 1, maximum = 9007199254740991_u64)]
@@ -135,10 +138,81 @@ pub struct GrantBody {
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
     /// The tenant's version this change was made against; left out: not checked.
     #[schema(minimum = 0)]
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     expected_version: Option<i64>,
     /// Why (at most 500 characters, no control characters), for the audit trail.
-    #[schema(max_length = 500)]
+    #[schema(value_type = Option<crate::schema::Reason>)]
     reason: Option<String>,
+}
+
+/// A grant to add as documented: a temporary grant, or a bonus grant (only a bonus grant has
+/// a priority). [`GrantBody`] reads either and refuses the rest, naming the field.
+#[derive(utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum GrantRequest {
+    Temporary(TemporaryGrant),
+    Bonus(BonusGrant),
+}
+
+/// `temporary`.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum TemporaryKind {
+    Temporary,
+}
+
+/// `bonus`.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum BonusKind {
+    Bonus,
+}
+
+/// A temporary grant: its tokens pay after every bonus, soonest expiry first.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TemporaryGrant {
+    /// The grant's id, unique for the tenant forever: 1..=64 of `[A-Za-z0-9_-]`, not `plan`.
+    #[schema(pattern = "^(?!plan$)[A-Za-z0-9_-]{1,64}$")]
+    pub id: String,
+    pub kind: TemporaryKind,
+    /// Tokens granted, 1..=2^53−1.
+    #[schema(minimum = 1, maximum = 9007199254740991_u64)]
+    pub amount: u64,
+    /// When the grant starts paying (default: at once).
+    pub starts_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it stops (default: never); after `starts_at` and after now (422 otherwise).
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The tenant's version this change was made against; left out: not checked.
+    #[schema(minimum = 0)]
+    pub expected_version: Option<i64>,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    pub reason: Option<crate::schema::Reason>,
+}
+
+/// A bonus grant: its tokens pay first, lower `priority` first.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BonusGrant {
+    /// The grant's id, unique for the tenant forever: 1..=64 of `[A-Za-z0-9_-]`, not `plan`.
+    #[schema(pattern = "^(?!plan$)[A-Za-z0-9_-]{1,64}$")]
+    pub id: String,
+    pub kind: BonusKind,
+    /// Lower pays first (default 0).
+    #[schema(maximum = 2147483647)]
+    pub priority: Option<u32>,
+    /// Tokens granted, 1..=2^53−1.
+    #[schema(minimum = 1, maximum = 9007199254740991_u64)]
+    pub amount: u64,
+    /// When the grant starts paying (default: at once).
+    pub starts_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it stops (default: never); after `starts_at` and after now (422 otherwise).
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The tenant's version this change was made against; left out: not checked.
+    #[schema(minimum = 0)]
+    pub expected_version: Option<i64>,
+    /// Why (at most 500 characters, no control characters), for the audit trail.
+    pub reason: Option<crate::schema::Reason>,
 }
 
 /// `POST /api/v1/tenants/{tenant}/grants` with `{"id", "kind": "temporary"|"bonus",
@@ -148,6 +222,7 @@ pub struct GrantBody {
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
     params(("tenant" = TenantId, Path, description = "The tenant")),
+    request_body(content = GrantRequest),
     responses(
         (status = 201, description = "Added, and the tenant's quota republished", body = WriteReply),
         (status = 400, description = "A malformed tenant name or body, naming the field: kind, a priority on a temporary grant, an amount outside 1..=2^53−1, a negative `expected_version`", body = ErrorBody),
@@ -180,8 +255,7 @@ pub async fn add_grant(
             return Err(ApiError::bad_request("kind", format!("must be \"temporary\" or \"bonus\", got {other:?}")))
         }
     };
-    let amount =
-        body.amount.as_i64().map(i128::from).ok_or_else(|| ApiError::bad_request("amount", "must be an integer"))?;
+    let amount = exact_integer(&body.amount).ok_or_else(|| ApiError::bad_request("amount", "must be an integer"))?;
     let grant = NewGrant {
         id: body.id,
         kind,
@@ -201,10 +275,11 @@ pub async fn add_grant(
 #[serde(deny_unknown_fields)]
 pub struct RevokeBody {
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = String, max_length = 500)]
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
     /// The tenant's version this change was made against; left out: not checked.
     #[schema(minimum = 0)]
+    #[serde(default, deserialize_with = "crate::inputs::optional_integer")]
     expected_version: Option<i64>,
 }
 
@@ -213,7 +288,7 @@ pub struct RevokeBody {
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("tenant" = TenantId, Path, description = "The tenant"), ("id" = String, Path, description = "The grant's id: 1..=64 of `[A-Za-z0-9_-]`, not `plan`")),
+    params(("tenant" = TenantId, Path, description = "The tenant"), ("id" = String, Path, description = "The grant's id: 1..=64 of `[A-Za-z0-9_-]`, not `plan`", pattern = "^(?!plan$)[A-Za-z0-9_-]{1,64}$")),
     responses(
         (status = 200, description = "Revoked, and the tenant's quota republished", body = WriteReply),
         (status = 400, description = "A malformed tenant name, grant id or body, a missing reason, or a negative `expected_version`", body = ErrorBody),
