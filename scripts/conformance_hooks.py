@@ -1,0 +1,134 @@
+"""Schemathesis hooks for scripts/conformance: rules across fields that an OpenAPI document
+cannot state (JSON Schema has no arithmetic across fields, and each query parameter has a
+schema of its own), so the generator is told them here. Each rule is also written in the
+document, in the description of the field it names, and the server refuses a request that
+breaks it with a 400 naming that field.
+
+Loaded through SCHEMATHESIS_HOOKS by scripts/conformance. The coverage, fuzzing and
+stateful phases pass every case through `filter_case`; the examples phase through
+`before_add_examples`.
+"""
+
+from datetime import datetime
+
+import schemathesis
+
+MAX_TOTAL = 2**53 - 1
+
+
+def _time(raw):
+    if not isinstance(raw, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _audit_range_ok(query):
+    """GET /api/v1/audit[.csv]: `to` must be after `from`."""
+    if not isinstance(query, dict):
+        return True
+    start, end = _time(query.get("from")), _time(query.get("to"))
+    return start is None or end is None or end > start
+
+
+def _outcomes_ok(body):
+    """POST /api/v1/channels/{code}/outcomes: `latency_count` ≤ `ok + fail`, and a
+    `latency_ms_sum` above 0 needs a `latency_count` of at least 1."""
+    if not isinstance(body, dict):
+        return True
+    numbers = {k: body.get(k) for k in ("ok", "fail", "latency_ms_sum", "latency_count")}
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in numbers.values()):
+        return True
+    ok, fail = numbers["ok"] or 0, numbers["fail"] or 0
+    total, count = numbers["latency_ms_sum"] or 0, numbers["latency_count"] or 0
+    return count <= ok + fail and (total == 0 or count >= 1)
+
+
+def _weights_ok(entries):
+    """A weights list: members unique, at least one weight above 0, the total at most
+    2^53 − 1."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        return True
+    members = [e.get("member") for e in entries]
+    weights = [e.get("weight") for e in entries]
+    if not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights):
+        return True
+    if len(set(map(repr, members))) != len(members):
+        return False
+    return any(w > 0 for w in weights) and sum(weights) <= MAX_TOTAL
+
+
+def _seconds(raw):
+    parts = raw.split(":") if isinstance(raw, str) else []
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        return None
+    return sum(int(p) * m for p, m in zip(parts, (3600, 60, 1)))
+
+
+def _windows_ok(body):
+    """A pool's peak windows: `end` not equal to `start`."""
+    lists = []
+    for holder in (body, body.get("snapshot")):
+        if isinstance(holder, dict) and isinstance(holder.get("peak_windows"), list):
+            lists.append(holder["peak_windows"])
+    for windows in lists:
+        for w in windows:
+            if isinstance(w, dict):
+                start, end = _seconds(w.get("start")), _seconds(w.get("end"))
+                if start is not None and start == end:
+                    return False
+    return True
+
+
+def _all_weights_ok(body):
+    """Every weights list of a body: `weights`, each peak window's, a snapshot's and its
+    tiers'."""
+    if not isinstance(body, dict):
+        return True
+    lists = []
+    for holder in (body, body.get("snapshot")):
+        if not isinstance(holder, dict):
+            continue
+        lists.append(holder.get("weights"))
+        tiers = holder.get("tiers")
+        if isinstance(tiers, dict):
+            lists.extend(tiers.values())
+        windows = holder.get("peak_windows")
+        if isinstance(windows, list):
+            lists.extend(w.get("weights") for w in windows if isinstance(w, dict))
+    return all(_weights_ok(entries) for entries in lists if entries is not None)
+
+
+def _grant_ok(body):
+    """POST /api/v1/tenants/{tenant}/grants: `expires_at` after `starts_at`."""
+    if not isinstance(body, dict):
+        return True
+    start, end = _time(body.get("starts_at")), _time(body.get("expires_at"))
+    return start is None or end is None or end > start
+
+
+def _case_ok(case):
+    path = case.operation.path
+    if path in ("/api/v1/audit", "/api/v1/audit.csv"):
+        return _audit_range_ok(case.query)
+    if path == "/api/v1/channels/{code}/outcomes":
+        return _outcomes_ok(case.body)
+    if path.startswith("/api/v1/pools/"):
+        return _all_weights_ok(case.body) and (not isinstance(case.body, dict) or _windows_ok(case.body))
+    if path == "/api/v1/tenants/{tenant}/grants":
+        return _grant_ok(case.body)
+    return True
+
+
+@schemathesis.hook
+def filter_case(context, case):
+    return _case_ok(case)
+
+
+@schemathesis.hook
+def before_add_examples(context, examples):
+    # The examples phase takes its cases from here, not through `filter_case`.
+    examples[:] = [case for case in examples if _case_ok(case)]
