@@ -363,7 +363,7 @@ async fn the_data_plane_documents_its_bodies_and_errors() {
     let reserve = op("post", "/api/v1/tenants/{tenant}/quota/reserve");
     assert_eq!(
         reserve["requestBody"]["content"]["application/json"]["schema"]["$ref"],
-        "#/components/schemas/ReserveBody"
+        "#/components/schemas/ReserveRequest"
     );
     assert_eq!(body_ref(&reserve, "200"), "#/components/schemas/ReserveReply");
     assert_eq!(body_ref(&reserve, "429"), "#/components/schemas/QuotaRefusedBody");
@@ -372,8 +372,14 @@ async fn the_data_plane_documents_its_bodies_and_errors() {
     }
     let tenant = &reserve["parameters"][0];
     assert_eq!((tenant["name"].as_str(), tenant["in"].as_str()), (Some("tenant"), Some("path")));
-    let reserve_body = &doc["components"]["schemas"]["ReserveBody"];
-    assert_eq!(reserve_body["required"], serde_json::json!(["request_id"]));
+    // Tokens, or a prompt with max_tokens and model: one of the shapes, each with its request id.
+    let shapes = doc["components"]["schemas"]["ReserveRequest"]["oneOf"].as_array().expect("oneOf").clone();
+    assert_eq!(shapes.len(), 3, "{shapes:?}");
+    for shape in shapes {
+        let name = shape["$ref"].as_str().unwrap_or("").rsplit('/').next().unwrap_or("").to_owned();
+        let required = doc["components"]["schemas"][name.as_str()]["required"].clone();
+        assert!(required.as_array().is_some_and(|r| r.contains(&serde_json::json!("request_id"))), "{name}");
+    }
     assert_eq!(doc["components"]["schemas"]["RequestId"]["pattern"], "^[A-Za-z0-9_.:-]{1,128}$");
 
     for action in ["settle", "release"] {
