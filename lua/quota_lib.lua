@@ -1,16 +1,21 @@
 -- quota_lib.lua: shared by every quota script; the client prepends it to each script's
 -- body (so each script stays one self-contained EVALSHA). Defines no keys of its own.
 --
--- Every quota script takes the same six KEYS:
+-- Every quota script takes the same seven KEYS:
 --   KEYS[1] meta     hash  the tenant's published snapshot (version, monthly_tokens,
 --                          daily_requests, concurrency, grants JSON, reservation_ttl_ms,
 --                          retention_days, policy, fallback_allowance)
 --   KEYS[2] state    hash  r:<bucket> reserved per bucket (plan bucket: r:plan:<period>),
---                          u:<grant> tokens used per grant (grants outlive periods)
+--                          u:<grant> tokens used per grant (grants outlive periods),
+--                          gen: this copy's generation (set when the counters were
+--                          restored from the usage ledger or adopted), restored_upto:
+--                          the last ledger row the restore included
 --   KEYS[3] ledger   hash  request id -> open reservation "period|amount|deadline|parts"
 --   KEYS[4] leases   zset  request id -> deadline (ms); its size is the concurrency in use
 --   KEYS[5] current  hash  the current period: plan_used, req:<day>, done:<request id>
 --   KEYS[6] previous hash  the previous period (reservations made before the month turned)
+--   KEYS[7] usage    stream every settle, release and expiry, as it changed the counters,
+--                          for the Postgres usage ledger (drained by the leader)
 -- and the same first three ARGV:
 --   ARGV[1] the current period "YYYY-MM" the caller assumes (UTC)
 --   ARGV[2] the previous period "YYYY-MM"
@@ -234,9 +239,11 @@ local function find_done(rid)
   return nil
 end
 
-local function charge(bucket, period, amount)
+-- `plans` (optional) adds up the plan charges per period, for the usage record.
+local function charge(bucket, period, amount, plans)
   if amount <= 0 then return end
   if bucket == 'plan' then
+    if plans then plans[period] = (plans[period] or 0) + amount end
     local key = period_key(period)
     -- A plan period the caller did not pass ended over a month ago; its count is gone.
     if key then redis.call('HINCRBY', key, 'plan_used', fmt(amount)) end
@@ -247,19 +254,47 @@ end
 
 -- Charges use beyond a reservation (or after it was swept): live buckets in order as far
 -- as they go, the rest to the current plan, which may go negative (an overdraft).
-local function charge_now(meta, amount)
+local function charge_now(meta, amount, plans)
   if amount <= 0 then return {} end
   local parts, rest = take(live_buckets(meta), amount)
   if rest > 0 then add_part(parts, 'plan', rest) end
-  for _, p in ipairs(parts) do charge(p[1], PERIOD, p[2]) end
+  for _, p in ipairs(parts) do charge(p[1], PERIOD, p[2], plans) end
   return parts
+end
+
+-- "period:amount,..." of the plan charges per period.
+local function encode_plans(plans)
+  local out = {}
+  for period, amount in pairs(plans) do out[#out + 1] = period .. ':' .. fmt(amount) end
+  table.sort(out)
+  return table.concat(out, ',')
+end
+
+-- When a reservation was made: its deadline less the tenant's reservation TTL.
+local function reserved_at(meta, deadline)
+  if meta and meta.reservation_ttl_ms then return deadline - meta.reservation_ttl_ms end
+  return deadline
+end
+
+-- Appends one finished reservation to the usage stream, in the same script that changed
+-- the counters (so the stream holds exactly what the counters hold), and returns the
+-- record's fields as the reply carries them: {plans, reserved_at, at, gen}.
+-- outcome "settled" | "released" | "expired"; actual '' for a release or an expiry.
+local function record_usage(rid, outcome, late, reserved, actual, charged, plans, at_reserve)
+  local plan_text = encode_plans(plans)
+  local gen = redis.call('HGET', KEYS[2], 'gen') or ''
+  redis.call('XADD', KEYS[7], '*', 'rid', rid, 'outcome', outcome, 'late', late and '1' or '0',
+    'reserved', fmt(reserved), 'actual', actual and fmt(actual) or '', 'charged', charged,
+    'plans', plan_text, 'reserved_at', fmt(at_reserve), 'at', fmt(NOW), 'gen', gen)
+  return {plan_text, fmt(at_reserve), fmt(NOW), gen}
 end
 
 -- Closes an open reservation (meta may be nil for a release of an unpublished tenant's
 -- reservation): returns its reserved amounts, charges `actual` (nil for a
 -- release) to the buckets that reserved, in their order, and any excess by charge_now;
 -- removes the ledger entry and the lease; leaves a done marker in the reservation's period.
--- Returns the charged parts (encoded) and the overdraft beyond the reservation.
+-- Appends the usage record. Returns the charged parts (encoded), the overdraft beyond the
+-- reservation and the record's fields (see record_usage).
 local function finish(meta, rid, entry, actual, state)
   local parts = decode_parts(entry.parts)
   for _, p in ipairs(parts) do
@@ -269,19 +304,20 @@ local function finish(meta, rid, entry, actual, state)
     end
   end
   local charged = {}
+  local plans = {}
   local excess = 0
   if actual then
     local due = actual
     for _, p in ipairs(parts) do
       local c = math.min(p[2], due)
       if c > 0 then
-        charge(p[1], entry.period, c)
+        charge(p[1], entry.period, c, plans)
         add_part(charged, p[1], c)
         due = due - c
       end
     end
     excess = due
-    for _, p in ipairs(charge_now(meta, due)) do add_part(charged, p[1], p[2]) end
+    for _, p in ipairs(charge_now(meta, due, plans)) do add_part(charged, p[1], p[2]) end
   end
   redis.call('HDEL', KEYS[3], rid)
   redis.call('ZREM', KEYS[4], rid)
@@ -294,5 +330,7 @@ local function finish(meta, rid, entry, actual, state)
   end
   -- An overdraft may have written the current period's hash first: give it its expiry.
   if meta then touch_period(meta) end
-  return encoded, excess
+  local record = record_usage(rid, state, false, entry.amount, actual, encoded, plans,
+    reserved_at(meta, entry.deadline))
+  return encoded, excess, record
 end

@@ -2,7 +2,7 @@
 -- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
 -- ARGV[4] request id
 -- Returns one of:
---   {"released", version, reserved}
+--   {"released", version, reserved}   (its record appended to the usage stream)
 --   {"already_released", version, reserved}   (also after the sweeper expired it)
 --   {"already_settled", version, reserved, actual, charged}
 --   {"unknown"}   {"unknown_tenant"}   {"period", actual_period}

@@ -5,16 +5,20 @@
 -- Several requests may come in one call (see the end of the script): each is settled in
 -- turn exactly as alone.
 -- Returns one of:
---   {"settled", version, reserved, actual, overdraft, charged, late 0|1}
+--   {"settled", version, reserved, actual, overdraft, charged, late 0|1, plans,
+--    reserved_at, at, gen}
 --       charged "bucket:amount,..."; overdraft: actual beyond the reservation; late = 1
---       when the reservation had expired (swept) and the use is charged now
+--       when the reservation had expired (swept) or is not known (lost with a Redis that
+--       restarted empty: reserved 0) and the use is charged now; plans "period:amount,..."
+--       the plan charges per period; reserved_at, at (ms) and gen as in the usage record
 --   {"already_settled", version, reserved, actual, charged}
 --   {"already_released", version, reserved}
---   {"unknown"}   {"unknown_tenant"}   {"period", actual_period}
+--   {"unknown_tenant"}   {"period", actual_period}
 -- Guarantees: the reservation's buckets pay the actual use in their order (a grant that
 -- expired since the reservation still pays what it reserved); use beyond the reservation
 -- is charged to live buckets, then the plan, which may go negative; the difference is
--- refunded. A repeated settle changes nothing.
+-- refunded. A repeated settle changes nothing. Every settle that charges appends its
+-- record to the usage stream (KEYS[7]) in this same script.
 local mismatch = period_mismatch()
 if mismatch then return mismatch end
 local meta = read_meta()
@@ -26,23 +30,36 @@ local function settle_one(rid, actual_arg)
   local open = redis.call('HGET', KEYS[3], rid)
   if open then
     local entry = decode_entry(open)
-    local charged, excess = finish(meta, rid, entry, actual, 'settled')
-    return {'settled', meta.version, entry.amount, actual, excess, charged, 0}
+    local charged, excess, r = finish(meta, rid, entry, actual, 'settled')
+    return {'settled', meta.version, entry.amount, actual, excess, charged, 0, r[1], r[2], r[3], r[4]}
   end
   local done = find_done(rid)
-  if not done then return {'unknown'} end
+  if not done then
+    -- No reservation and no trace of one: the use happened (a caller settles only what it
+    -- was admitted for), so it is charged now, as a late settle of nothing reserved.
+    local plans = {}
+    local charged = encode_parts(charge_now(meta, actual, plans))
+    redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', '0', fmt(NOW), '',
+      fmt(actual), charged}, '|'))
+    touch_period(meta)
+    local r = record_usage(rid, 'settled', true, 0, actual, charged, plans, NOW)
+    return {'settled', meta.version, 0, actual, actual, charged, 1, r[1], r[2], r[3], r[4]}
+  end
   if done.state == 'settled' then
     return {'already_settled', meta.version, done.amount, done.actual, done.charged}
   end
   if done.state == 'expired' then
     -- Swept before the caller settled: the use happened, so it is charged now.
-    local charged = encode_parts(charge_now(meta, actual))
+    local plans = {}
+    local charged = encode_parts(charge_now(meta, actual, plans))
     redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', fmt(done.amount),
       fmt(done.deadline), done.parts, fmt(actual), charged}, '|'))
     touch_period(meta)
     local over = actual - done.amount
     if over < 0 then over = 0 end
-    return {'settled', meta.version, done.amount, actual, over, charged, 1}
+    local r = record_usage(rid, 'settled', true, done.amount, actual, charged, plans,
+      reserved_at(meta, done.deadline))
+    return {'settled', meta.version, done.amount, actual, over, charged, 1, r[1], r[2], r[3], r[4]}
   end
   return {'already_released', meta.version, done.amount}
 end

@@ -5,7 +5,8 @@
 -- how many expired ones are still waiting (more than the limit), and how many
 -- reservations stay open; or {"period", actual}.
 -- Guarantees: only reservations with deadline <= now (Redis TIME) are touched; each is
--- refunded as by release_quota and marked "expired", so a late settle still charges.
+-- refunded as by release_quota and marked "expired" (its record appended to the usage
+-- stream), so a late settle still charges.
 local mismatch = period_mismatch()
 if mismatch then return mismatch end
 local meta = read_meta()

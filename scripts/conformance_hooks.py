@@ -9,7 +9,7 @@ stateful phases pass every case through `filter_case`; the examples phase throug
 `before_add_examples`.
 """
 
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 import schemathesis
 
@@ -32,6 +32,20 @@ def _audit_range_ok(query):
         return True
     start, end = _time(query.get("from")), _time(query.get("to"))
     return start is None or end is None or end > start
+
+
+def _usage_range_ok(query):
+    """GET /api/v1/tenants/{tenant}/usage[.csv]: `to` (default now) after `from` (default
+    the start of the current UTC month), at most 400 days later."""
+    if not isinstance(query, dict):
+        return True
+    now = datetime.now(timezone.utc)
+    start = _time(query.get("from")) if "from" in query else now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = _time(query.get("to")) if "to" in query else now
+    if start is None or end is None:
+        return True
+    # Margins of a minute: the server's clock runs on while the case travels.
+    return end - start > timedelta(minutes=1) and end - start < timedelta(days=400)
 
 
 def _outcomes_ok(body):
@@ -114,6 +128,8 @@ def _case_ok(case):
     path = case.operation.path
     if path in ("/api/v1/audit", "/api/v1/audit.csv"):
         return _audit_range_ok(case.query)
+    if path in ("/api/v1/tenants/{tenant}/usage", "/api/v1/tenants/{tenant}/usage.csv"):
+        return _usage_range_ok(case.query)
     if path == "/api/v1/channels/{code}/outcomes":
         return _outcomes_ok(case.body)
     if path.startswith("/api/v1/pools/"):

@@ -67,6 +67,17 @@ impl Period {
         (y.len() == 4 && m.len() == 2 && (1..=12).contains(&month)).then_some(Self { year, month })
     }
 
+    /// When this period begins, in ms since the epoch.
+    pub fn start_ms(self) -> i64 {
+        Utc.with_ymd_and_hms(self.year, self.month, 1, 0, 0, 0).single().expect("valid month").timestamp_millis()
+    }
+
+    /// When the next period begins, in ms since the epoch.
+    pub fn next_start_ms(self) -> i64 {
+        let first = Utc.with_ymd_and_hms(self.year, self.month, 1, 0, 0, 0).single().expect("valid month");
+        first.checked_add_months(Months::new(1)).expect("in range").timestamp_millis()
+    }
+
     /// The period before this one.
     pub fn previous(self) -> Self {
         let first = Utc.with_ymd_and_hms(self.year, self.month, 1, 0, 0, 0).single().expect("valid month");

@@ -164,6 +164,11 @@ impl Keys {
         format!("{}:quota:{{{tenant}}}:period:{period}", self.prefix)
     }
 
+    /// A tenant's usage stream: every settle, release and expiry, for the usage ledger.
+    pub fn quota_usage(&self, tenant: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:usage", self.prefix)
+    }
+
     /// `SCAN MATCH` pattern of every tenant's leases key.
     pub fn quota_leases_pattern(&self) -> String {
         format!("{}:quota:{{*}}:leases", self.prefix)

@@ -36,7 +36,8 @@ pub struct QuotaScripts {
     pub release: Script,
     pub sweep: Script,
     pub read: Script,
-    pub publish_meta: Script,
+    pub publish_tenant: Script,
+    pub apply_usage: Script,
 }
 
 fn with_lib(body: &str) -> Script {
@@ -52,7 +53,8 @@ pub fn quota() -> &'static QuotaScripts {
         release: with_lib(include_str!("../../lua/release_quota.lua")),
         sweep: with_lib(include_str!("../../lua/sweep_quota.lua")),
         read: with_lib(include_str!("../../lua/read_quota.lua")),
-        publish_meta: Script::new(include_str!("../../lua/publish_snapshot.lua")),
+        publish_tenant: Script::new(include_str!("../../lua/publish_tenant.lua")),
+        apply_usage: with_lib(include_str!("../../lua/apply_usage.lua")),
     })
 }
 

@@ -43,6 +43,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tenants;
+pub mod usage;
 
 #[cfg(test)]
 mod architecture;

@@ -36,6 +36,16 @@ pub struct Metrics {
     pub pool_tickets_added: IntCounterVec,
     /// Scheduler job runs by job and outcome (`ok`, `error`, `skipped` when not leader).
     pub job_runs: IntCounterVec,
+    /// Usage ledger rows written, by source (`stream`: drained; `instance`: the stream had
+    /// lost them).
+    pub usage_ledger_rows: IntCounterVec,
+    /// Settle records this process keeps until the ledger holds them.
+    pub usage_records_waiting: IntGauge,
+    /// Tenants whose counters were restored from the usage ledger.
+    pub usage_restores: IntCounter,
+    /// Tokens the counters hold beyond the ledger (negative: fewer), per tenant and bucket,
+    /// as the last compensation measured them.
+    pub usage_drift: IntGaugeVec,
 }
 
 impl Metrics {
@@ -69,8 +79,32 @@ impl Metrics {
             &["job", "outcome"],
         )
         .expect("valid metric");
+        let usage_ledger_rows = IntCounterVec::new(
+            Opts::new("tessera_usage_ledger_rows_total", "Usage ledger rows written, by source"),
+            &["source"],
+        )
+        .expect("valid metric");
+        let usage_records_waiting = IntGauge::new(
+            "tessera_usage_records_waiting",
+            "Settle records this process keeps until the usage ledger holds them",
+        )
+        .expect("valid metric");
+        let usage_restores = IntCounter::new(
+            "tessera_usage_restores_total",
+            "Tenants whose counters were restored from the usage ledger",
+        )
+        .expect("valid metric");
+        let usage_drift = IntGaugeVec::new(
+            Opts::new("tessera_usage_drift_tokens", "Tokens the Redis counters hold beyond the usage ledger"),
+            &["tenant", "bucket"],
+        )
+        .expect("valid metric");
         for collector in [
-            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(usage_ledger_rows.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(usage_records_waiting.clone()),
+            Box::new(usage_restores.clone()),
+            Box::new(usage_drift.clone()),
+            Box::new(http_requests.clone()),
             Box::new(http_duration.clone()),
             Box::new(dependency_up.clone()),
             Box::new(quota_open_reservations.clone()),
@@ -109,6 +143,10 @@ impl Metrics {
             quota_open_reservations,
             quota_swept,
             job_runs,
+            usage_ledger_rows,
+            usage_records_waiting,
+            usage_restores,
+            usage_drift,
         }
     }
 

@@ -93,6 +93,8 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::tenants::routes::put_tenant,
         crate::tenants::routes::add_grant,
         crate::tenants::routes::revoke_grant,
+        crate::usage::routes::usage,
+        crate::usage::routes::usage_csv,
         // Health state, pins and policies (routes/channel_health.rs).
         crate::health::routes::pool_health,
         crate::health::routes::channel_health,

@@ -206,6 +206,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::channels::routes::configure(cfg);
     crate::plans::routes::configure(cfg);
     crate::tenants::routes::configure(cfg);
+    crate::usage::routes::configure(cfg);
     crate::health::routes::configure(cfg);
     crate::access::routes::configure(cfg);
     cfg.service(crate::audit::routes::verify)

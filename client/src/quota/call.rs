@@ -113,6 +113,7 @@ impl Quotas {
                 .key(keys.quota_leases(t))
                 .key(keys.quota_period(t, &period.to_string()))
                 .key(keys.quota_period(t, &period.previous().to_string()))
+                .key(keys.quota_usage(t))
                 .arg(period.to_string())
                 .arg(period.previous().to_string())
                 .arg(self.inner.clock.script_arg());

@@ -13,7 +13,8 @@
 //! Layout, one job a module: [`reserve`], [`settle`], [`release`], [`sweep`] (expired
 //! reservations back), [`tenant`] (publish a tenant's snapshot, read its usage),
 //! [`replay`] (charge the offline journal once Redis answers), [`call`] (one script call,
-//! alone or shared, with the period retry and the breaker); [`types`] holds the validated
+//! alone or shared, with the period retry and the breaker), [`usage`] (the usage stream
+//! for the Postgres ledger, and counters restored from it); [`types`] holds the validated
 //! names and amounts.
 
 mod call;
@@ -25,8 +26,9 @@ mod settle;
 mod sweep;
 mod tenant;
 mod types;
+mod usage;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -44,6 +46,7 @@ pub use self::types::{
     exact_integer, FallbackPolicy, Grant, GrantId, GrantKind, InvalidInput, RequestId, TenantId, TenantQuota,
     TokenCount, Tokens, MAX_RESERVATION_TTL,
 };
+pub use self::usage::{Applied, Published, Restore, UsageOutcome, UsageRecord, MAX_UNCONFIRMED, USAGE_GROUP};
 use crate::clock::Clock;
 use crate::coalesce::Coalescer;
 pub use crate::coalesce::DEFAULT_COALESCE;
@@ -132,6 +135,10 @@ struct Inner {
     /// Concurrent operations of one script (`reserve_quota`, `settle_quota`) for one
     /// tenant sharing a call: each one's arguments in, its own reply out.
     coalescer: Coalescer<(&'static str, TenantId), Vec<String>, Vec<Value>>,
+    /// Settle records this process made, until the usage ledger holds them.
+    unconfirmed: Mutex<usage::Unconfirmed>,
+    /// Tenants whose usage stream has the ledger's consumer group (made once per process).
+    usage_groups: Mutex<HashSet<TenantId>>,
 }
 
 /// The quota client: cheap to clone, shared by every task of a process.
@@ -161,6 +168,8 @@ impl Quotas {
                 redis_down: AtomicBool::new(false),
                 breaker: Breaker::default(),
                 coalescer: Coalescer::new(),
+                unconfirmed: Mutex::new(usage::Unconfirmed::default()),
+                usage_groups: Mutex::new(HashSet::new()),
             }),
         }
     }

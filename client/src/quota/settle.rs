@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use super::call::CallError;
+use super::usage::settle_record;
 use super::{parts, Part, QuotaError, Quotas, Source};
 use super::{RequestId, TenantId, TokenCount};
 use crate::reply::Fields;
@@ -25,13 +26,13 @@ pub enum SettleOutcome {
     AlreadyReleased { reserved: u64 },
     /// Redis is unreachable: the settle is kept and applied when it answers.
     Queued,
-    /// No reservation with this request id.
-    Unknown,
 }
 
 impl Quotas {
     /// Closes a reservation with the tokens actually used (`partial`: the stream broke and
-    /// `actual` is what was consumed before it did). A repeated settle changes nothing.
+    /// `actual` is what was consumed before it did). A repeated settle changes nothing. A
+    /// settle of a request id with no trace (its reservation lost with a Redis that
+    /// restarted empty) is charged all the same: `Settled` with `late` and `reserved` 0.
     #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get(), partial), err)]
     pub async fn settle(
         &self,
@@ -59,19 +60,16 @@ impl Quotas {
         };
         let f = Fields::new("settle_quota", &reply);
         let outcome = match f.str(0)? {
-            "settled" => SettleOutcome::Settled {
-                reserved: f.uint(2)?,
-                actual: f.uint(3)?,
-                overdraft: f.uint(4)?,
-                charged: parts(&f, 5)?,
-                late: f.int(6)? == 1,
-                source: Source::Redis,
-            },
+            "settled" => {
+                let (reserved, actual, charged, late) = (f.uint(2)?, f.uint(3)?, parts(&f, 5)?, f.int(6)? == 1);
+                // Kept until the ledger holds it: a Redis that restarts empty loses its stream.
+                self.keep_record(settle_record(tenant, request.as_str(), reserved, actual, late, &charged, &f)?);
+                SettleOutcome::Settled { reserved, actual, overdraft: f.uint(4)?, charged, late, source: Source::Redis }
+            }
             "already_settled" => {
                 SettleOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? }
             }
             "already_released" => SettleOutcome::AlreadyReleased { reserved: f.uint(2)? },
-            "unknown" => SettleOutcome::Unknown,
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
             other => return Err(f.unexpected(other).into()),
         };

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::call::CallError;
-use super::{QuotaError, Quotas, TenantId, TenantQuota};
+use super::{Published, QuotaError, Quotas, Restore, TenantId, TenantQuota};
 use crate::reply::Fields;
 use crate::scripts;
 
@@ -43,20 +43,17 @@ pub struct QuotaUsage {
 
 impl Quotas {
     /// Installs a tenant's snapshot unless Redis holds one as new or newer. Returns whether
-    /// it was written and the version Redis now holds.
-    #[tracing::instrument(skip_all, fields(tenant = %tenant, version = quota.version), err)]
+    /// it was written and the version Redis now holds. Without a usage ledger to restore
+    /// from: a tenant with no counters in this Redis starts from zero (the control plane
+    /// uses [`Quotas::publish_restoring`]).
     pub async fn publish(&self, tenant: &TenantId, quota: &TenantQuota) -> Result<(bool, u64), QuotaError> {
-        if let Err(invalid) = quota.validate() {
-            return Err(QuotaError::Protocol { script: "publish_snapshot", detail: invalid.to_string() });
+        match self.publish_restoring(tenant, quota, Some(&Restore::default())).await? {
+            Published::Done { written, version } => Ok((written, version)),
+            Published::NeedsRestore => Err(QuotaError::Protocol {
+                script: "publish_tenant",
+                detail: "asked for a restore it was given".into(),
+            }),
         }
-        let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
-        let mut call = scripts::quota().publish_meta.key(self.inner.keys.quota_meta(tenant.as_str()));
-        call.arg(quota.version);
-        for (field, value) in quota.meta_fields() {
-            call.arg(field).arg(value);
-        }
-        let reply: (i64, u64) = call.invoke_async(&mut conn).await.map_err(QuotaError::Redis)?;
-        Ok((reply.0 == 1, reply.1))
     }
 
     /// Removes a tenant's published snapshot (the tenant is then unknown to the data plane).

@@ -12,6 +12,8 @@ pub mod pool_sampler;
 pub mod quota_sweep;
 pub mod reconcile;
 pub mod sample_prune;
+pub mod usage_confirm;
+pub mod usage_drain;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ pub struct Scheduler {
     inner: JobScheduler,
     stop: tokio::sync::watch::Sender<bool>,
     refiller: tokio::task::JoinHandle<()>,
+    confirmer: tokio::task::JoinHandle<()>,
     /// Every job's leadership, resigned on shutdown: the cron library keeps its job closures
     /// (and so their lock connections) alive after it stops, which would keep the jobs from
     /// another instance of the same process (tests, embedded use) until it exits.
@@ -72,6 +75,10 @@ impl Scheduler {
             sample_prune::run_once(&state).await.map(|_| ())
         })
         .await?;
+        add(&inner, &state, led, "usage_drain", usage_drain::CRON, |state| async move {
+            usage_drain::run_once(&state).await.map(|_| ())
+        })
+        .await?;
         add(&inner, &state, led, "health", health::CRON, |state| async move {
             health::run_once(&state, chrono::Utc::now()).await.map(|r| {
                 for change in &r.changes {
@@ -85,8 +92,9 @@ impl Scheduler {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let leadership = Arc::new(Leadership::new(state.db.clone(), "pool_refill"));
         leaderships.push(leadership.clone());
+        let confirmer = tokio::spawn(usage_confirm::run(state.clone(), stopped.clone()));
         let refiller = tokio::spawn(pool_refill::listen(state, Some(leadership), stopped));
-        Ok(Self { inner, stop, refiller, leaderships })
+        Ok(Self { inner, stop, refiller, confirmer, leaderships })
     }
 
     /// Stops scheduling and resigns every job, so another instance takes each on its next
@@ -94,6 +102,7 @@ impl Scheduler {
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         let _ = self.refiller.await;
+        let _ = self.confirmer.await;
         if let Err(e) = self.inner.shutdown().await {
             tracing::warn!(error = %e, "job scheduler did not shut down cleanly");
         }

@@ -49,7 +49,21 @@ async fn publish_snapshot(
         Entity::Tenant(tenant) => {
             let snapshot: client::quota::TenantQuota =
                 serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
-            state.quotas.publish(tenant, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+            let published = state
+                .quotas
+                .publish_restoring(tenant, &snapshot, None)
+                .await
+                .with_context(|| format!("publishing {entity}"))?;
+            if published == client::quota::Published::NeedsRestore {
+                // No counters in this Redis (a new tenant, or a Redis that restarted empty):
+                // rebuilt from the usage ledger before the snapshot lets anyone be served.
+                let restore = crate::usage::restore(state, tenant).await?;
+                state
+                    .quotas
+                    .publish_restoring(tenant, &snapshot, Some(&restore))
+                    .await
+                    .with_context(|| format!("publishing {entity} with its counters restored"))?;
+            }
         }
     }
     Ok(())

@@ -17,3 +17,4 @@ mod publish;
 mod quota_http;
 mod recover;
 mod sampler;
+mod usage_ledger;

@@ -1,0 +1,179 @@
+//! The usage stream, counters restored from the ledger, and ledger rows charged to counters
+//! that lost them (`lua/quota_lib.lua` record_usage, `lua/publish_tenant.lua`,
+//! `lua/apply_usage.lua`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use client::quota::{Applied, Published, Restore, UsageOutcome, UsageRecord};
+
+use super::*;
+
+async fn stream(h: &Harness, t: &TenantId) -> Vec<UsageRecord> {
+    h.quotas.read_usage(std::slice::from_ref(t), 100).await.unwrap()
+}
+
+async fn wipe(h: &Harness) {
+    let mut conn = raw_connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(h.keys().scan_pattern()).query(&mut conn).unwrap();
+    if !keys.is_empty() {
+        redis::cmd("DEL").arg(keys).query::<()>(&mut conn).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn settles_releases_and_expiries_are_appended_to_the_usage_stream_by_the_script_that_made_them() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let mut quota = plan(1000);
+    quota.grants = vec![grant("gift", bonus(0), 30, None)];
+    publish(&h, &t, &quota).await;
+    for (r, n) in [("s1", 50), ("r1", 10), ("e1", 5)] {
+        reserved(h.quotas.reserve(&t, &rid(r), tokens(n)).await.unwrap());
+    }
+
+    // Act
+    h.quotas.settle(&t, &rid("s1"), count(45), false).await.unwrap();
+    h.quotas.release(&t, &rid("r1")).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::seconds(61));
+    h.quotas.sweep(&t, 100).await.unwrap();
+    let records = stream(&h, &t).await;
+
+    // Assert: one record each, in order, with what each bucket paid.
+    let by: BTreeMap<&str, &UsageRecord> = records.iter().map(|r| (r.request_id.as_str(), r)).collect();
+    assert_eq!(records.len(), 3, "{records:?}");
+    let s = by["s1"];
+    assert_eq!((s.outcome, s.reserved, s.actual, s.late), (UsageOutcome::Settled, 50, Some(45), false));
+    assert_eq!(s.charged, parts(&[("gift", 30), ("plan", 15)]));
+    assert_eq!(s.plan_periods, vec![("2030-03".to_owned(), 15)]);
+    assert_eq!((s.reserved_at_ms, s.at_ms), (noon().timestamp_millis(), noon().timestamp_millis()));
+    assert!(!s.generation.is_empty(), "published counters have a generation");
+    assert_eq!((by["r1"].outcome, by["r1"].actual, by["r1"].charged.len()), (UsageOutcome::Released, None, 0));
+    assert_eq!((by["e1"].outcome, by["e1"].reserved), (UsageOutcome::Expired, 5));
+
+    // Read again before acknowledging: the same records (a failed commit loses nothing);
+    // acknowledged: gone.
+    assert_eq!(stream(&h, &t).await.len(), 3);
+    h.quotas.ack_usage(&records).await.unwrap();
+    assert!(stream(&h, &t).await.is_empty());
+    assert_eq!(h.quotas.usage_backlog(&t).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn the_process_keeps_each_settle_it_made_until_it_is_taken_for_the_ledger() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("s1"), tokens(50)).await.unwrap());
+
+    // Act
+    h.quotas.settle(&t, &rid("s1"), count(20), false).await.unwrap();
+    h.quotas.settle(&t, &rid("s1"), count(20), false).await.unwrap();
+    let young = h.quotas.take_records(Duration::from_secs(60));
+    let kept = h.quotas.take_records(Duration::ZERO);
+
+    // Assert: one record (the repeat charged nothing), the same as the stream's.
+    assert!(young.is_empty());
+    assert_eq!(kept.len(), 1);
+    let mut from_stream = stream(&h, &t).await.remove(0);
+    from_stream.entry = None;
+    assert_eq!(kept[0], from_stream);
+    h.quotas.give_back_records(kept);
+    assert_eq!(h.quotas.records_waiting(), 1);
+}
+
+#[tokio::test]
+async fn a_redis_without_the_tenants_counters_gets_them_from_the_ledger_before_its_snapshot() {
+    // Arrange: a tenant that used 300 plan tokens and 20 of a grant, then Redis lost it all.
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let mut quota = plan(1000);
+    quota.daily_requests = 5;
+    quota.grants = vec![grant("gift", bonus(0), 100, None)];
+    publish(&h, &t, &quota).await;
+    wipe(&h).await;
+    let restore = Restore {
+        upto: 42,
+        grant_used: BTreeMap::from([("gift".to_owned(), 20)]),
+        plan_used: BTreeMap::from([("2030-03".to_owned(), 300), ("2030-02".to_owned(), 7)]),
+        requests: BTreeMap::from([("2030-03-15".to_owned(), 4), ("2030-03-14".to_owned(), 9)]),
+    };
+
+    // Act
+    let asked = h.quotas.publish_restoring(&t, &quota, None).await.unwrap();
+    let unknown_meanwhile = h.quotas.reserve(&t, &rid("early"), tokens(1)).await;
+    let restored = h.quotas.publish_restoring(&t, &quota, Some(&restore)).await.unwrap();
+    let usage = h.quotas.usage(&t).await.unwrap();
+    let last = h.quotas.reserve(&t, &rid("fifth"), tokens(1)).await.unwrap();
+    let over = h.quotas.reserve(&t, &rid("sixth"), tokens(1)).await.unwrap();
+
+    // Assert: no snapshot (so no admission) until the counters are back.
+    assert_eq!(asked, Published::NeedsRestore);
+    assert!(matches!(unknown_meanwhile, Err(QuotaError::UnknownTenant(_))), "{unknown_meanwhile:?}");
+    assert_eq!(restored, Published::Done { written: true, version: 1 });
+    assert_eq!((bucket(&usage, "plan").used, bucket(&usage, "gift").used), (300, 20));
+    assert_eq!(usage.requests_today, 4);
+    assert_eq!(usage.available, 700 + 80);
+    reserved(last);
+    assert_eq!(refused(over).dimension, Dimension::Requests);
+    // The previous period's plan use is back too, with an expiry.
+    let mut conn = raw_connection();
+    let previous: Option<u64> =
+        redis::cmd("HGET").arg(h.keys().quota_period("acme", "2030-02")).arg("plan_used").query(&mut conn).unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(h.keys().quota_period("acme", "2030-02")).query(&mut conn).unwrap();
+    assert_eq!(previous, Some(7));
+    assert!(ttl > 0, "the restored previous period expires (pttl {ttl})");
+}
+
+#[tokio::test]
+async fn counters_written_before_there_was_a_ledger_are_adopted_not_overwritten() {
+    // Arrange: counters without a generation (as a Redis from before the ledger holds them).
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("s1"), tokens(50)).await.unwrap());
+    h.quotas.settle(&t, &rid("s1"), count(50), false).await.unwrap();
+    let mut conn = raw_connection();
+    redis::cmd("HDEL").arg(h.keys().quota_state("acme")).arg("gen").query::<()>(&mut conn).unwrap();
+    let mut newer = plan(1000);
+    newer.version = 2;
+
+    // Act
+    let published = h.quotas.publish_restoring(&t, &newer, None).await.unwrap();
+
+    // Assert
+    assert_eq!(published, Published::Done { written: true, version: 2 });
+    assert_eq!(bucket(&h.quotas.usage(&t).await.unwrap(), "plan").used, 50);
+    let gen: Option<String> = redis::cmd("HGET").arg(h.keys().quota_state("acme")).arg("gen").query(&mut conn).unwrap();
+    assert!(gen.is_some());
+}
+
+#[tokio::test]
+async fn a_ledger_row_is_charged_once_and_only_to_counters_that_cannot_hold_it() {
+    // Arrange: a settle counted in the first generation, then Redis lost everything and the
+    // counters were restored from a ledger holding rows up to 10.
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let mut quota = plan(1000);
+    quota.grants = vec![grant("gift", bonus(0), 100, None)];
+    publish(&h, &t, &quota).await;
+    reserved(h.quotas.reserve(&t, &rid("s1"), tokens(60)).await.unwrap());
+    h.quotas.settle(&t, &rid("s1"), count(60), false).await.unwrap();
+    let record = h.quotas.take_records(Duration::ZERO).remove(0);
+    assert_eq!(record.charged, parts(&[("gift", 60)]));
+
+    // Act / Assert: same generation: the counters hold it.
+    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Counted);
+    wipe(&h).await;
+    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Missing);
+    let restore = Restore { upto: 10, ..Restore::default() };
+    h.quotas.publish_restoring(&t, &quota, Some(&restore)).await.unwrap();
+    // A row the restore included is not charged again; one after it is, once.
+    assert_eq!(h.quotas.apply_usage(9, &record, true).await.unwrap(), Applied::Counted);
+    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Applied);
+    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Counted);
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((bucket(&usage, "gift").used, bucket(&usage, "plan").used, usage.requests_today), (60, 0, 1));
+}

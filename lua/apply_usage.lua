@@ -1,0 +1,32 @@
+-- apply_usage.lua: charges a usage-ledger row that this Redis's counters may not hold
+-- (written to Postgres after the Redis that counted it lost it: from an instance's own
+-- records, or from a stream drained across a restart).
+-- Prepended by quota_lib.lua (KEYS[1..7] and ARGV[1..3] as described there).
+-- ARGV[4] the ledger row id   ARGV[5] the generation the record was counted in
+-- ARGV[6] charged grant parts "grant:amount,..." (the plan is in ARGV[7])
+-- ARGV[7] plan charges "period:amount,..."   ARGV[8] the reservation's day "YYYY-MM-DD",
+-- or "" when its request is not to be counted again
+-- Returns {"missing"} when the counters are not restored yet (the restore reads the
+-- ledger, which holds this row), {"counted"} when they already hold it, {"applied"}.
+-- Guarantees: a row is charged at most once, and only when this copy of the counters
+-- cannot hold it: counted in another generation and not included by the restore.
+local mismatch = period_mismatch()
+if mismatch then return mismatch end
+local gen = redis.call('HGET', KEYS[2], 'gen')
+if not gen then return {'missing'} end
+if gen == ARGV[5] then return {'counted'} end
+local upto = tonumber(redis.call('HGET', KEYS[2], 'restored_upto') or '0')
+if tonumber(ARGV[4]) <= upto then return {'counted'} end
+if redis.call('HSETNX', KEYS[2], 'applied:' .. ARGV[4], '1') == 0 then return {'counted'} end
+for _, p in ipairs(decode_parts(ARGV[6])) do
+  if p[1] ~= 'plan' then charge(p[1], PERIOD, p[2]) end
+end
+for period, amount in string.gmatch(ARGV[7], '([^:,]+):(%d+)') do
+  charge('plan', period, tonumber(amount))
+end
+if ARGV[8] ~= '' and string.sub(ARGV[8], 1, 7) == ARGV[1] then
+  redis.call('HINCRBY', KEYS[5], 'req:' .. ARGV[8], 1)
+end
+local meta = read_meta()
+if meta then touch_period(meta) end
+return {'applied'}

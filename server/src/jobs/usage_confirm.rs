@@ -1,0 +1,30 @@
+//! Task `usage_confirm`, on every instance (not led: each instance holds its own records):
+//! writes the settle records this process made that the usage ledger does not hold after
+//! [`crate::usage::CONFIRM_AFTER`] (see [`crate::usage::confirm`]).
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::state::AppState;
+
+/// How often the records are looked at.
+pub const EVERY: Duration = Duration::from_secs(5);
+
+/// Runs until `stop` turns true; a last run on the way out writes what can be written.
+pub async fn run(state: AppState, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stopping = tokio::time::timeout(EVERY, stop.changed()).await.is_ok();
+        let age = if stopping { Duration::ZERO } else { crate::usage::CONFIRM_AFTER };
+        match crate::usage::confirm(&state, age).await {
+            Ok(_) => state.metrics.job_runs.with_label_values(&["usage_confirm", "ok"]).inc(),
+            Err(e) => {
+                state.metrics.job_runs.with_label_values(&["usage_confirm", "error"]).inc();
+                tracing::warn!(error = format!("{e:#}"), "usage records kept for the next attempt");
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The usage ledger: Postgres's durable copy of every finished reservation, so Redis is a
+//! fast copy and never the only record of what a tenant used.
+//!
+//! - [`drain`] (a leader job) reads the tenants' usage streams through the consumer group,
+//!   writes the records to the ledger (idempotent by tenant, request id and outcome) and
+//!   acknowledges them after the commit: a Postgres outage delays the ledger, loses nothing.
+//! - [`confirm`] (every instance) writes the settle records this process made itself when
+//!   the ledger does not hold them a while later: a Redis that restarted empty lost its
+//!   streams' undrained tails, not the instances' copies.
+//! - Either way, a row the live counters cannot hold (counted by a Redis that since lost
+//!   it, and not in the restore) is charged to them ([`client::quota::Quotas::apply_usage`]).
+//! - [`restore`] rebuilds a tenant's counters from the ledger before its snapshot is
+//!   published into a Redis that has none (see `lua/publish_tenant.lua`).
+//! - [`routes`]: the usage report and its CSV.
+
+pub mod routes;
+pub mod store;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use client::quota::{Applied, Restore, TenantId, UsageOutcome, UsageRecord};
+
+use crate::state::AppState;
+
+/// How long this process keeps its settle records before writing those the ledger lacks.
+pub const CONFIRM_AFTER: Duration = Duration::from_secs(10);
+/// Records read per tenant stream per drain call.
+const READ_COUNT: usize = 500;
+
+/// What one drain or confirm run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Records read (from the streams, or this process's own).
+    pub read: usize,
+    /// Rows newly written to the ledger.
+    pub written: usize,
+    /// Rows charged to counters that did not hold them.
+    pub applied: usize,
+}
+
+/// Moves every tenant's usage stream into the ledger (until the streams are empty or a
+/// run has read 20 batches).
+#[tracing::instrument(name = "job.usage_drain", skip_all, err)]
+pub async fn drain(state: &AppState) -> anyhow::Result<Drained> {
+    let names = store::tenant_names(&state.db).await.context("listing tenants")?;
+    let tenants: Vec<TenantId> = names.iter().filter_map(|n| TenantId::parse(n).ok()).collect();
+    let mut done = Drained::default();
+    for _ in 0..20 {
+        let records = state.quotas.read_usage(&tenants, READ_COUNT).await.context("reading the usage streams")?;
+        if records.is_empty() {
+            break;
+        }
+        let written = store::insert(&state.db, &records, store::Source::Stream).await.context("writing the ledger")?;
+        done.read += records.len();
+        done.written += written.len();
+        done.applied += charge_missing(state, &records, &written).await?;
+        state.quotas.ack_usage(&records).await.context("acknowledging the usage streams")?;
+    }
+    state.metrics.usage_ledger_rows.with_label_values(&["stream"]).inc_by(done.written as u64);
+    Ok(done)
+}
+
+/// Writes this process's settle records that the ledger does not hold after
+/// [`CONFIRM_AFTER`]; on failure they are kept for the next run.
+#[tracing::instrument(name = "job.usage_confirm", skip_all, err)]
+pub async fn confirm(state: &AppState, age: Duration) -> anyhow::Result<Drained> {
+    let records = state.quotas.take_records(age);
+    if records.is_empty() {
+        return Ok(Drained::default());
+    }
+    let written = match store::insert(&state.db, &records, store::Source::Instance).await {
+        Ok(w) => w,
+        Err(e) => {
+            state.quotas.give_back_records(records);
+            return Err(e).context("writing this instance's settle records to the ledger");
+        }
+    };
+    if !written.is_empty() {
+        tracing::warn!(
+            rows = written.len(),
+            "the usage stream had lost settles this instance made: written from its own records"
+        );
+    }
+    let applied = charge_missing(state, &records, &written).await?;
+    state.metrics.usage_ledger_rows.with_label_values(&["instance"]).inc_by(written.len() as u64);
+    state.metrics.usage_records_waiting.set(state.quotas.records_waiting() as i64);
+    Ok(Drained { read: records.len(), written: written.len(), applied })
+}
+
+/// Charges newly written settle rows to counters that may not hold them: rows counted in
+/// another generation of the tenant's counters than the live one.
+async fn charge_missing(state: &AppState, records: &[UsageRecord], written: &[(usize, i64)]) -> anyhow::Result<usize> {
+    let candidates: Vec<(&UsageRecord, i64)> =
+        written.iter().map(|(i, id)| (&records[*i], *id)).filter(|(r, _)| r.outcome == UsageOutcome::Settled).collect();
+    if candidates.is_empty() {
+        return Ok(0);
+    }
+    let mut tenants: Vec<TenantId> = candidates.iter().map(|(r, _)| r.tenant.clone()).collect();
+    tenants.sort();
+    tenants.dedup();
+    let generations: HashMap<TenantId, Option<String>> =
+        state.quotas.generations(&tenants).await.context("reading the counters' generations")?;
+    let mut applied = 0;
+    for (record, id) in candidates {
+        if generations.get(&record.tenant).and_then(|g| g.as_deref()) == Some(record.generation.as_str()) {
+            continue;
+        }
+        if state.quotas.apply_usage(id, record, !record.late).await.context("charging a ledger row")?
+            == Applied::Applied
+        {
+            tracing::warn!(tenant = %record.tenant, request_id = record.request_id, row = id, "charged a settle the counters had lost");
+            applied += 1;
+        }
+    }
+    Ok(applied)
+}
+
+/// A tenant's counters as the ledger holds them (for a Redis that has none).
+pub async fn restore(state: &AppState, tenant: &TenantId) -> anyhow::Result<Restore> {
+    let now = Utc::now();
+    let first = chrono::NaiveDate::from_ymd_opt(chrono::Datelike::year(&now), chrono::Datelike::month(&now), 1)
+        .expect("first of the month");
+    let previous_start = store::day_start(first.checked_sub_months(chrono::Months::new(1)).expect("in range"));
+    let restore = store::restore(&state.db, tenant, previous_start)
+        .await
+        .with_context(|| format!("reading the usage ledger of tenant {tenant}"))?;
+    tracing::info!(tenant = %tenant, upto = restore.upto, "restoring the tenant's counters from the usage ledger");
+    state.metrics.usage_restores.inc();
+    Ok(restore)
+}

@@ -1,0 +1,234 @@
+//! The usage ledger's SQL: writing records (idempotently), rebuilding a tenant's counters,
+//! and the usage reports.
+//!
+//! Writers and the restore of one tenant exclude each other through an advisory lock on
+//! the tenant (writers share it, a restore holds it alone): every row a restore does not
+//! see gets a larger id than every row it sees, so `restored_upto` splits the rows the
+//! restored counters hold from those still to be charged.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use client::quota::{Restore, TenantId, UsageRecord};
+use serde_json::{Map, Value};
+use sqlx::{PgPool, Row};
+
+use api::tenants::{UsageGroup as Group, UsageRow};
+
+/// Who wrote a ledger row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Drained from the usage stream.
+    Stream,
+    /// Written by the instance that settled it (the stream had lost it).
+    Instance,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Stream => "stream",
+            Self::Instance => "instance",
+        }
+    }
+}
+
+fn lock_key(tenant: &TenantId) -> String {
+    format!("usage:{tenant}")
+}
+
+fn at(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+/// Writes records in one transaction; a record the ledger holds already is left alone.
+/// Returns, for each record newly written, its index in `records` and its row id.
+pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Result<Vec<(usize, i64)>, sqlx::Error> {
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tx = db.begin().await?;
+    let mut tenants: Vec<&TenantId> = records.iter().map(|r| &r.tenant).collect();
+    tenants.sort();
+    tenants.dedup();
+    for t in tenants {
+        sqlx::query("select pg_advisory_xact_lock_shared(hashtext($1))").bind(lock_key(t)).execute(&mut *tx).await?;
+    }
+    let mut written = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let charged: Map<String, Value> = r.charged.iter().map(|p| (p.bucket.clone(), Value::from(p.tokens))).collect();
+        let plans: Map<String, Value> = r.plan_periods.iter().map(|(p, n)| (p.clone(), Value::from(*n))).collect();
+        let id: Option<i64> = sqlx::query_scalar(
+            "insert into usage_ledger
+               (tenant, request_id, outcome, late, reserved, actual, charged, plan_periods, reserved_at, at, source)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             on conflict (tenant, request_id, outcome) do nothing
+             returning id",
+        )
+        .bind(r.tenant.as_str())
+        .bind(&r.request_id)
+        .bind(r.outcome.name())
+        .bind(r.late)
+        .bind(r.reserved as i64)
+        .bind(r.actual.map(|a| a as i64))
+        .bind(Value::Object(charged))
+        .bind(Value::Object(plans))
+        .bind(at(r.reserved_at_ms))
+        .bind(at(r.at_ms))
+        .bind(source.name())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(id) = id {
+            written.push((i, id));
+        }
+    }
+    tx.commit().await?;
+    Ok(written)
+}
+
+/// What the ledger says a tenant's counters hold: use per grant (all time), plan use per
+/// period and requests per day since `since` (the previous period's start).
+pub async fn restore(db: &PgPool, tenant: &TenantId, since: DateTime<Utc>) -> Result<Restore, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock(hashtext($1))").bind(lock_key(tenant)).execute(&mut *tx).await?;
+    let upto: Option<i64> = sqlx::query_scalar("select max(id) from usage_ledger where tenant = $1")
+        .bind(tenant.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut restore = Restore { upto: upto.unwrap_or(0), ..Restore::default() };
+    let grants = sqlx::query(
+        "select c.key, sum(c.value::bigint)::bigint as used
+         from usage_ledger u, jsonb_each_text(u.charged) c
+         where u.tenant = $1 and c.key <> 'plan' group by c.key",
+    )
+    .bind(tenant.as_str())
+    .fetch_all(&mut *tx)
+    .await?;
+    for g in grants {
+        restore.grant_used.insert(g.try_get("key")?, g.try_get::<i64, _>("used")?.max(0) as u64);
+    }
+    let plans = sqlx::query(
+        "select p.key, sum(p.value::bigint)::bigint as used
+         from usage_ledger u, jsonb_each_text(u.plan_periods) p
+         where u.tenant = $1 and u.at >= $2 group by p.key",
+    )
+    .bind(tenant.as_str())
+    .bind(since)
+    .fetch_all(&mut *tx)
+    .await?;
+    for p in plans {
+        restore.plan_used.insert(p.try_get("key")?, p.try_get::<i64, _>("used")?.max(0) as u64);
+    }
+    let days = sqlx::query(
+        "select to_char(reserved_at at time zone 'UTC', 'YYYY-MM-DD') as day, count(distinct request_id) as n
+         from usage_ledger where tenant = $1 and reserved_at >= $2 group by 1",
+    )
+    .bind(tenant.as_str())
+    .bind(since)
+    .fetch_all(&mut *tx)
+    .await?;
+    for d in days {
+        restore.requests.insert(d.try_get("day")?, d.try_get::<i64, _>("n")?.max(0) as u64);
+    }
+    tx.commit().await?;
+    Ok(restore)
+}
+
+/// A tenant's usage between two instants (`at` in `[from, to)`), grouped by UTC day or by
+/// model; rows in key order.
+pub async fn report(
+    db: &PgPool,
+    tenant: &TenantId,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group: Group,
+) -> Result<Vec<UsageRow>, sqlx::Error> {
+    let key = match group {
+        Group::Day => "to_char(at at time zone 'UTC', 'YYYY-MM-DD')",
+        Group::Model => "coalesce(model, 'unknown')",
+    };
+    let rows = sqlx::query(&format!(
+        "select {key} as key,
+                count(*) filter (where outcome = 'settled')::bigint as settled,
+                count(*) filter (where outcome = 'released')::bigint as released,
+                count(*) filter (where outcome = 'expired')::bigint as expired,
+                coalesce(sum(actual) filter (where outcome = 'settled'), 0)::bigint as tokens,
+                coalesce(sum((charged->>'plan')::bigint), 0)::bigint as plan_tokens,
+                coalesce(sum(reserved) filter (where outcome = 'settled' and not late), 0)::bigint as reserved
+         from usage_ledger where tenant = $1 and at >= $2 and at < $3
+         group by 1 order by 1"
+    ))
+    .bind(tenant.as_str())
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let tokens: i64 = r.try_get("tokens")?;
+            let plan: i64 = r.try_get("plan_tokens")?;
+            Ok(UsageRow {
+                key: r.try_get("key")?,
+                settled: r.try_get::<i64, _>("settled")? as u64,
+                released: r.try_get::<i64, _>("released")? as u64,
+                expired: r.try_get::<i64, _>("expired")? as u64,
+                tokens: tokens as u64,
+                plan_tokens: plan as u64,
+                grant_tokens: (tokens - plan).max(0) as u64,
+                reserved: r.try_get::<i64, _>("reserved")? as u64,
+            })
+        })
+        .collect()
+}
+
+/// The ledger's totals of one tenant for the compensation: use per grant (all time) and
+/// plan use of `period`, counting only rows finished at or before `until` and not in
+/// `exclude` (request ids still in the stream, counted there).
+pub async fn totals(
+    db: &PgPool,
+    tenant: &TenantId,
+    period: &str,
+    until: DateTime<Utc>,
+    exclude: &[String],
+) -> Result<(u64, BTreeMap<String, u64>), sqlx::Error> {
+    let plan: i64 = sqlx::query_scalar(
+        "select coalesce(sum((plan_periods->>$2)::bigint), 0)::bigint from usage_ledger
+         where tenant = $1 and at <= $3 and not (request_id = any($4)) and plan_periods ? $2",
+    )
+    .bind(tenant.as_str())
+    .bind(period)
+    .bind(until)
+    .bind(exclude)
+    .fetch_one(db)
+    .await?;
+    let rows = sqlx::query(
+        "select c.key, sum(c.value::bigint)::bigint as used
+         from usage_ledger u, jsonb_each_text(u.charged) c
+         where u.tenant = $1 and u.at <= $2 and not (u.request_id = any($3)) and c.key <> 'plan' group by c.key",
+    )
+    .bind(tenant.as_str())
+    .bind(until)
+    .bind(exclude)
+    .fetch_all(db)
+    .await?;
+    let mut grants = BTreeMap::new();
+    for r in rows {
+        grants.insert(r.try_get("key")?, r.try_get::<i64, _>("used")?.max(0) as u64);
+    }
+    Ok((plan.max(0) as u64, grants))
+}
+
+/// Every tenant's name, in order (the tenants whose streams are drained).
+pub async fn tenant_names(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select name from tenant order by name").fetch_all(db).await
+}
+
+/// Whether a tenant exists.
+pub async fn tenant_exists(db: &PgPool, tenant: &TenantId) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select exists (select 1 from tenant where name = $1)").bind(tenant.as_str()).fetch_one(db).await
+}
+
+/// The UTC midnight starting `day`.
+pub fn day_start(day: NaiveDate) -> DateTime<Utc> {
+    day.and_hms_opt(0, 0, 0).expect("midnight").and_utc()
+}

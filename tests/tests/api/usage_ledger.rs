@@ -1,0 +1,181 @@
+//! The usage ledger over HTTP with the jobs run by hand: settles reach Postgres through the
+//! usage stream, the usage report and its CSV read them, and a Redis that loses a tenant's
+//! keys gets its counters back from the ledger, with the settles its stream lost written
+//! from the instance's own records and a settle whose reservation was lost charged late.
+
+use std::time::Duration;
+
+use integration::{json_reply, spawn_app_with, with_json, TestApp};
+use serde_json::{json, Value};
+use server::configuration::AdminAccess;
+
+const TOKEN: &str = "usage-admin-token-0123456789";
+
+async fn app() -> TestApp {
+    spawn_app_with(|s| {
+        s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
+    })
+    .await
+}
+
+async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    json_reply(with_json(app.request(method, path).bearer_auth(TOKEN), &body)).await
+}
+
+/// A plan of 10,000 tokens a month and a tenant `acme` on it, published.
+async fn acme(app: &TestApp) {
+    let plan = json!({"name": "pro", "monthly_tokens": 10000, "daily_requests": 100, "concurrency": 10});
+    let (status, reply) = send(app, reqwest::Method::POST, "/api/v1/plans", plan).await;
+    assert_eq!(status, 201, "{reply}");
+    let tenant = json!({"plan": "pro", "expected_version": 0, "reason": "signed"});
+    let (status, reply) = send(app, reqwest::Method::PUT, "/api/v1/tenants/acme", tenant).await;
+    assert_eq!(status, 200, "{reply}");
+}
+
+async fn reserve(app: &TestApp, rid: &str, tokens: u64) {
+    let body = json!({"request_id": rid, "tokens": tokens});
+    let (status, reply) = send(app, reqwest::Method::POST, "/api/v1/tenants/acme/quota/reserve", body).await;
+    assert_eq!((status, reply["result"].as_str()), (200, Some("reserved")), "{reply}");
+}
+
+async fn settle(app: &TestApp, rid: &str, actual: u64) -> Value {
+    let body = json!({"request_id": rid, "actual_tokens": actual});
+    let (status, reply) = send(app, reqwest::Method::POST, "/api/v1/tenants/acme/quota/settle", body).await;
+    assert_eq!(status, 200, "{reply}");
+    reply
+}
+
+async fn plan_used(app: &TestApp) -> u64 {
+    let (status, usage) = send(app, reqwest::Method::GET, "/api/v1/tenants/acme/quota", Value::Null).await;
+    assert_eq!(status, 200, "{usage}");
+    let plan = usage["buckets"].as_array().unwrap().iter().find(|b| b["id"] == "plan").unwrap().clone();
+    plan["used"].as_u64().unwrap()
+}
+
+async fn ledger_rows(app: &TestApp) -> Vec<(String, String, Option<i64>, String)> {
+    sqlx::query_as("select request_id, outcome, actual, source from usage_ledger order by request_id, outcome")
+        .fetch_all(&app.state.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn settles_reach_the_ledger_once_and_the_usage_report_and_csv_read_it() {
+    let app = app().await;
+    acme(&app).await;
+    reserve(&app, "r-1", 500).await;
+    settle(&app, "r-1", 420).await;
+    reserve(&app, "r-2", 100).await;
+    let (status, _) =
+        send(&app, reqwest::Method::POST, "/api/v1/tenants/acme/quota/release", json!({"request_id": "r-2"})).await;
+    assert_eq!(status, 200);
+
+    // Drained twice: the second run finds nothing new.
+    let first = server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    let second = server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    assert_eq!((first.read, first.written), (2, 2));
+    assert_eq!(second.read, 0);
+    assert_eq!(
+        ledger_rows(&app).await,
+        vec![
+            ("r-1".to_owned(), "settled".to_owned(), Some(420), "stream".to_owned()),
+            ("r-2".to_owned(), "released".to_owned(), None, "stream".to_owned()),
+        ]
+    );
+    // The instance's own record of r-1 finds the ledger holding it: nothing written twice.
+    let confirmed = server::usage::confirm(&app.state, Duration::ZERO).await.unwrap();
+    assert_eq!((confirmed.read, confirmed.written, confirmed.applied), (1, 0, 0));
+
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let (status, report) = send(&app, reqwest::Method::GET, "/api/v1/tenants/acme/usage", Value::Null).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["group"], "day");
+    assert_eq!(report["rows"].as_array().unwrap().len(), 1, "{report}");
+    let row = &report["rows"][0];
+    assert_eq!(row["key"], today.as_str());
+    assert_eq!(
+        (row["settled"].as_u64(), row["released"].as_u64(), row["tokens"].as_u64()),
+        (Some(1), Some(1), Some(420))
+    );
+    assert_eq!((row["plan_tokens"].as_u64(), row["reserved"].as_u64()), (Some(420), Some(500)));
+    assert_eq!(report["total"]["tokens"], 420);
+
+    let (status, by_model) =
+        send(&app, reqwest::Method::GET, "/api/v1/tenants/acme/usage?group=model", Value::Null).await;
+    assert_eq!((status, by_model["rows"][0]["key"].as_str()), (200, Some("unknown")), "{by_model}");
+
+    let csv =
+        app.request(reqwest::Method::GET, "/api/v1/tenants/acme/usage.csv").bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(csv.status(), 200);
+    assert!(csv.headers()["content-type"].to_str().unwrap().starts_with("text/csv"));
+    let text = csv.text().await.unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "key,settled,released,expired,tokens,plan_tokens,grant_tokens,reserved\n{today},1,1,0,420,420,0,500\ntotal,1,1,0,420,420,0,500\n"
+        )
+    );
+
+    // Refusals name the parameter; an unknown tenant is 404.
+    for (query, field) in [
+        ("from=yesterday", "from"),
+        ("from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", "to"),
+        ("from=2024-01-01T00:00:00Z&to=2026-01-01T00:00:00Z", "to"),
+        ("group=hour", "group"),
+    ] {
+        let (status, reply) =
+            send(&app, reqwest::Method::GET, &format!("/api/v1/tenants/acme/usage?{query}"), Value::Null).await;
+        assert_eq!((status, reply["field"].as_str()), (400, Some(field)), "{query}: {reply}");
+    }
+    let (status, _) = send(&app, reqwest::Method::GET, "/api/v1/tenants/nobody/usage", Value::Null).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn after_redis_loses_a_tenant_every_token_callers_were_told_was_settled_is_charged_again() {
+    let app = app().await;
+    acme(&app).await;
+    // r-1 settled and drained; r-2 settled, still in the stream; r-3 open.
+    reserve(&app, "r-1", 200).await;
+    settle(&app, "r-1", 100).await;
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    reserve(&app, "r-2", 200).await;
+    settle(&app, "r-2", 50).await;
+    reserve(&app, "r-3", 200).await;
+    assert_eq!(plan_used(&app).await, 150);
+
+    // Redis loses every key of this deployment (a restart without persistence).
+    let mut conn = app.state.redis.connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(app.state.keys.scan_pattern()).query_async(&mut conn).await.unwrap();
+    redis::cmd("DEL").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
+
+    // Republished with the counters from the ledger: r-1's 100.
+    server::jobs::reconcile::run_once(&app.state).await.unwrap();
+    assert_eq!(plan_used(&app).await, 100);
+    // The instance writes r-2, which the stream lost, and charges it.
+    let confirmed = server::usage::confirm(&app.state, Duration::ZERO).await.unwrap();
+    assert_eq!((confirmed.written, confirmed.applied), (1, 1), "{confirmed:?}");
+    assert_eq!(plan_used(&app).await, 150);
+    // r-3's reservation was lost: its settle is charged from its body, flagged late.
+    let late = settle(&app, "r-3", 30).await;
+    assert_eq!(
+        (late["result"].as_str(), late["late"].as_bool(), late["reserved"].as_u64()),
+        (Some("settled"), Some(true), Some(0))
+    );
+    assert_eq!(plan_used(&app).await, 180);
+    // Nothing is charged twice by any later run.
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    server::usage::confirm(&app.state, Duration::ZERO).await.unwrap();
+    assert_eq!(plan_used(&app).await, 180);
+    let settled: Vec<(String, Option<i64>)> =
+        ledger_rows(&app).await.into_iter().filter(|r| r.1 == "settled").map(|r| (r.0, r.2)).collect();
+    assert_eq!(
+        settled,
+        vec![("r-1".to_owned(), Some(100)), ("r-2".to_owned(), Some(50)), ("r-3".to_owned(), Some(30))]
+    );
+    // A second loss restores all three from the ledger.
+    let keys: Vec<String> = redis::cmd("KEYS").arg(app.state.keys.scan_pattern()).query_async(&mut conn).await.unwrap();
+    redis::cmd("DEL").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
+    server::jobs::reconcile::run_once(&app.state).await.unwrap();
+    assert_eq!(plan_used(&app).await, 180);
+}
