@@ -107,7 +107,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
     let outcomes =
         client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));
-    Ok(AppState {
+    let state = AppState {
         db,
         redis,
         keys,
@@ -120,7 +120,10 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         auth: settings.auth.clone(),
         tokens: Default::default(),
         sample_retention: settings.sample_retention,
-    })
+    };
+    let (pools, tenants) = crate::publish::remember_published(&state).await?;
+    tracing::info!(pools, tenants, "last published snapshots loaded: the data plane degrades from its first request");
+    Ok(state)
 }
 
 fn http_server(

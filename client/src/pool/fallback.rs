@@ -80,6 +80,7 @@ impl Pools {
         match why {
             Degrade::Unreachable(source) => Err(PoolError::Unavailable { pool: pool.clone(), source }),
             Degrade::Empty => Err(PoolError::Exhausted { pool: pool.clone(), skipped_ejected: 0, skipped_capped: 0 }),
+            Degrade::Missing => Err(PoolError::UnknownPool(pool.clone())),
         }
     }
 }

@@ -152,6 +152,10 @@ struct Inner {
     draws: AtomicU64,
     /// Concurrent draws of one pool sharing a script call.
     coalescer: Coalescer<PoolName, (), Draw>,
+    /// Pools this client knows whose meta hash Redis does not hold (it lost it): for the
+    /// control plane to republish at once ([`Pools::missing_meta`]).
+    missing: Mutex<HashSet<PoolName>>,
+    missing_notify: tokio::sync::Notify,
 }
 
 /// The pool client: cheap to clone, shared by every task of a process.
@@ -183,6 +187,8 @@ impl Pools {
                 rng: Mutex::new(ChaCha8Rng::seed_from_u64(crate::fresh_seed())),
                 draws: AtomicU64::new(0),
                 coalescer: Coalescer::new(),
+                missing: Mutex::new(HashSet::new()),
+                missing_notify: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -191,6 +197,44 @@ impl Pools {
     /// 1: every draw makes its own call).
     pub fn set_coalescing(&self, max: usize) {
         self.inner.coalescer.set_max(max);
+    }
+
+    /// Remembers a pool's snapshot (the control plane's last published one, read from
+    /// Postgres at start) unless this client has seen one as new or newer, so the local
+    /// pool serves draws before any successful Redis call and while Redis lacks the pool.
+    pub fn remember(&self, pool: &PoolName, snapshot: PoolSnapshot) {
+        let mut cache = self.inner.cache.lock().expect("pool cache lock");
+        let entry = cache.entry(pool.clone()).or_default();
+        if entry.snapshot.as_ref().is_none_or(|s| s.version < snapshot.version) {
+            entry.snapshot = Some(snapshot);
+            entry.local = None;
+            entry.ring = None;
+        }
+    }
+
+    /// Waits until a draw finds a known pool missing from Redis, then returns every such
+    /// pool (each reported once until it goes missing again).
+    pub async fn missing_meta(&self) -> Vec<PoolName> {
+        loop {
+            let notified = self.inner.missing_notify.notified();
+            let found: Vec<PoolName> = self.inner.missing.lock().expect("missing lock").drain().collect();
+            if !found.is_empty() {
+                return found;
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether this client knows a snapshot of `pool`.
+    fn knows(&self, pool: &PoolName) -> bool {
+        self.inner.cache.lock().expect("pool cache lock").get(pool).is_some_and(|c| c.snapshot.is_some())
+    }
+
+    fn note_missing(&self, pool: &PoolName) {
+        if self.inner.missing.lock().expect("missing lock").insert(pool.clone()) {
+            tracing::warn!(pool = %pool, "redis lost this pool's meta hash: served locally until it is republished");
+        }
+        self.inner.missing_notify.notify_waiters();
     }
 
     /// Draws the next ticket of `pool`.
@@ -265,4 +309,6 @@ enum Degrade {
     Unreachable(redis::RedisError),
     /// Redis answered but had no ticket (the refill is behind) or no current day.
     Empty,
+    /// Redis does not hold the pool's meta hash, but this client knows the pool.
+    Missing,
 }

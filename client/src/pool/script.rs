@@ -225,7 +225,15 @@ impl Pools {
                         skipped_capped: f.uint(3)?,
                     })
                 }
-                "unknown_pool" => return Err(PoolError::UnknownPool(pool.clone())),
+                "unknown_pool" => {
+                    if self.knows(pool) {
+                        // Redis lost the pool (a restart, an empty replica): served from the
+                        // local pool while the control plane republishes it.
+                        self.note_missing(pool);
+                        return Ok(Err(Degrade::Missing));
+                    }
+                    return Err(PoolError::UnknownPool(pool.clone()));
+                }
                 other => return Err(f.unexpected(other).into()),
             }
         }
@@ -268,7 +276,10 @@ impl Pools {
             entry.local = None;
             entry.ring = None;
         }
-        entry.snapshot = snapshot;
+        // A snapshot Redis no longer holds stays known: the local pool serves from it.
+        if snapshot.is_some() {
+            entry.snapshot = snapshot;
+        }
         entry.ejected = ejected;
         Ok(())
     }

@@ -50,6 +50,11 @@ impl Pools {
                 Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Redis, tier: None }))
             }
             Ok(false) => self.draw(pool).await,
+            // Redis lost the pool: the key stays on its member, uncounted, until it is back.
+            Err(PoolError::UnknownPool(_)) if self.knows(pool) => {
+                self.note_missing(pool);
+                Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local, tier: None }))
+            }
             Err(PoolError::Redis(e)) if is_unreachable(&e) => {
                 self.inner.breaker.trip();
                 Ok(self.served(Draw { member, pool: pool.clone(), version, source: DrawSource::Local, tier: None }))

@@ -80,6 +80,13 @@ impl Quotas {
                 if self.inner.redis_down.swap(false, Ordering::AcqRel) {
                     tracing::info!("redis answers again: quota decisions are made in redis");
                 }
+                let unknown = matches!(reply.first(), Some(Value::BulkString(tag)) if tag == b"unknown_tenant");
+                if unknown && self.knows(tenant) {
+                    // Redis lost a tenant this client knows (a restart, an empty replica):
+                    // its fallback policy applies until the control plane republishes it.
+                    self.note_missing(tenant);
+                    return Err(CallError::Unreachable(missing_error(tenant)));
+                }
                 Ok(reply)
             }
             Err(QuotaError::Redis(e)) if is_unreachable(&e) => Err(self.went_down(e)),
@@ -176,6 +183,14 @@ impl Quotas {
             .map(|k| k.policy)
             .unwrap_or(FallbackPolicy::FailClosed)
     }
+}
+
+/// The error a call of a known tenant reports while Redis lacks the tenant's snapshot.
+fn missing_error(tenant: &TenantId) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!("redis holds no snapshot of tenant {tenant:?} (lost with a restart?); republishing"),
+    ))
 }
 
 /// The replies of a shared call, one per request in order; empty when the call answered

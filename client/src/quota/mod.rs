@@ -139,6 +139,10 @@ struct Inner {
     unconfirmed: Mutex<usage::Unconfirmed>,
     /// Tenants whose usage stream has the ledger's consumer group (made once per process).
     usage_groups: Mutex<HashSet<TenantId>>,
+    /// Known tenants whose snapshot Redis does not hold (it lost it), for the control
+    /// plane to republish at once ([`Quotas::missing_meta`]).
+    missing: Mutex<HashSet<TenantId>>,
+    missing_notify: tokio::sync::Notify,
 }
 
 /// The quota client: cheap to clone, shared by every task of a process.
@@ -170,6 +174,8 @@ impl Quotas {
                 coalescer: Coalescer::new(),
                 unconfirmed: Mutex::new(usage::Unconfirmed::default()),
                 usage_groups: Mutex::new(HashSet::new()),
+                missing: Mutex::new(HashSet::new()),
+                missing_notify: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -183,6 +189,41 @@ impl Quotas {
     /// The key names this client uses.
     pub fn keys(&self) -> &Keys {
         &self.inner.keys
+    }
+
+    /// Remembers a tenant's fallback policy as of `version` (the control plane's last
+    /// published snapshot, read from Postgres at start) unless this client knows a newer
+    /// one: the policy applies from the first request, and while Redis lacks the tenant.
+    pub fn remember(&self, tenant: &TenantId, version: u64, policy: FallbackPolicy) {
+        let mut policies = self.inner.policies.lock().expect("policy lock");
+        if policies.get(tenant).is_none_or(|k| k.version < version) {
+            policies.insert(tenant.clone(), KnownPolicy { version, policy });
+        }
+    }
+
+    /// Whether this client knows `tenant` (from a reply of Redis or [`Quotas::remember`]).
+    pub(crate) fn knows(&self, tenant: &TenantId) -> bool {
+        self.inner.policies.lock().expect("policy lock").contains_key(tenant)
+    }
+
+    /// Waits until a call finds a known tenant missing from Redis, then returns every such
+    /// tenant (each reported once until it goes missing again).
+    pub async fn missing_meta(&self) -> Vec<TenantId> {
+        loop {
+            let notified = self.inner.missing_notify.notified();
+            let found: Vec<TenantId> = self.inner.missing.lock().expect("missing lock").drain().collect();
+            if !found.is_empty() {
+                return found;
+            }
+            notified.await;
+        }
+    }
+
+    fn note_missing(&self, tenant: &TenantId) {
+        if self.inner.missing.lock().expect("missing lock").insert(tenant.clone()) {
+            tracing::warn!(tenant = %tenant, "redis lost this tenant's snapshot: its fallback policy applies until it is republished");
+        }
+        self.inner.missing_notify.notify_waiters();
     }
 }
 

@@ -993,3 +993,37 @@ async fn a_tier_whose_list_ran_dry_is_served_from_its_standby_batch_not_mapped_a
     assert_eq!(llen(&g_list), standby_len - 1);
     assert!(h.admin.refill_flagged(&p).await.unwrap());
 }
+
+// ---------------------------------------------------------------------------------------
+// A pool Redis lost
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_pool_redis_lost_is_drawn_locally_and_reported_missing_while_a_stranger_stays_unknown() {
+    // Arrange: one pool drawn from Redis (the client learns its snapshot), one only
+    // remembered from the control plane, then Redis loses every key.
+    let h = harness(Clock::manual(noon()));
+    let (seen, told, stranger) = (pool("seen"), pool("told"), pool("stranger"));
+    publish(&h, &seen, &snapshot("A=3,B=1", 4, 0, Ordering::Smooth)).await;
+    keep_filled(&h.admin, &seen).await;
+    from_redis(h.pools.draw(&seen).await);
+    h.pools.remember(&told, snapshot("C=1", 4, 0, Ordering::Smooth));
+    let mut conn = raw_connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(h.keys().scan_pattern()).query(&mut conn).unwrap();
+    redis::cmd("DEL").arg(keys).query::<()>(&mut conn).unwrap();
+
+    // Act
+    let a = h.pools.draw(&seen).await.unwrap();
+    let b = h.pools.draw(&told).await.unwrap();
+    let sticky = h.pools.draw_sticky(&seen, b"user-7").await.unwrap();
+    let unknown = h.pools.draw(&stranger).await;
+    let missing = tokio::time::timeout(Duration::from_secs(5), h.pools.missing_meta()).await.expect("reported at once");
+
+    // Assert
+    assert_eq!((a.source, b.source, sticky.source), (DrawSource::Local, DrawSource::Local, DrawSource::Local));
+    assert_eq!(b.member, "C");
+    assert!(matches!(unknown, Err(PoolError::UnknownPool(_))), "{unknown:?}");
+    let mut missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    missing.sort();
+    assert_eq!(missing, vec!["seen".to_owned(), "told".to_owned()]);
+}

@@ -47,8 +47,9 @@ pub struct Report {
     pub pools_recover_ms: f64,
     pub tenants_recover_ms: f64,
     /// Operations refused after the wipe until recovery: draws from an unknown pool (or a
-    /// tiers pool whose channel lists are still being rebuilt), reserves for an unknown
-    /// tenant, settles of reservations the wipe took away.
+    /// tiers pool whose channel lists are still being rebuilt), reserves refused by a
+    /// tenant's fallback policy while its snapshot is republished (or for a tenant this
+    /// process never saw).
     pub refused_while_recovering: u64,
     /// Other errors after the wipe (none expected), and the first few of them.
     pub errors_while_recovering: u64,
@@ -368,7 +369,9 @@ async fn load(
                 }
             }
             Ok(ReserveOutcome::Refused(_)) => {}
-            Err(QuotaError::UnknownTenant(_)) => {
+            // A tenant the wipe took away: its fallback policy (fail_closed) refuses while its
+            // snapshot is republished; a tenant this process never saw is unknown.
+            Err(QuotaError::UnknownTenant(_)) | Err(QuotaError::Unavailable { .. }) if tracker.wiped() => {
                 tracker.refused.fetch_add(1, Ordering::Relaxed);
                 failed = true;
             }

@@ -30,6 +30,7 @@ pub struct Scheduler {
     stop: tokio::sync::watch::Sender<bool>,
     refiller: tokio::task::JoinHandle<()>,
     confirmer: tokio::task::JoinHandle<()>,
+    republisher: tokio::task::JoinHandle<()>,
     /// Every job's leadership, resigned on shutdown: the cron library keeps its job closures
     /// (and so their lock connections) alive after it stops, which would keep the jobs from
     /// another instance of the same process (tests, embedded use) until it exits.
@@ -93,8 +94,10 @@ impl Scheduler {
         let leadership = Arc::new(Leadership::new(state.db.clone(), "pool_refill"));
         leaderships.push(leadership.clone());
         let confirmer = tokio::spawn(usage_confirm::run(state.clone(), stopped.clone()));
+        // Every instance: what its data plane finds missing in Redis is republished at once.
+        let republisher = tokio::spawn(crate::publish::republish_missing(state.clone(), stopped.clone()));
         let refiller = tokio::spawn(pool_refill::listen(state, Some(leadership), stopped));
-        Ok(Self { inner, stop, refiller, confirmer, leaderships })
+        Ok(Self { inner, stop, refiller, confirmer, republisher, leaderships })
     }
 
     /// Stops scheduling and resigns every job, so another instance takes each on its next
@@ -103,6 +106,7 @@ impl Scheduler {
         let _ = self.stop.send(true);
         let _ = self.refiller.await;
         let _ = self.confirmer.await;
+        let _ = self.republisher.await;
         if let Err(e) = self.inner.shutdown().await {
             tracing::warn!(error = %e, "job scheduler did not shut down cleanly");
         }

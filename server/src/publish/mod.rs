@@ -146,6 +146,68 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
     Ok(outcome)
 }
 
+/// Gives the data plane every pool's and tenant's last published snapshot from Postgres
+/// (at start), so the local pool and each tenant's fallback policy serve from the first
+/// request, before any successful Redis call, and while Redis lacks an entity. Returns how
+/// many pools and tenants it remembered.
+pub async fn remember_published(state: &AppState) -> anyhow::Result<(usize, usize)> {
+    let newest = store::newest_versions(&state.db).await.context("reading the newest versions")?;
+    let (mut pools, mut tenants) = (0, 0);
+    for (entity, version) in newest {
+        let Ok(parsed) = Entity::parse(&entity) else { continue };
+        let mut body = store::body_at(&state.db, &entity, version)
+            .await
+            .with_context(|| format!("reading {entity} v{version}"))?;
+        let Some(object) = body.as_object_mut() else { continue };
+        object.insert("version".to_owned(), serde_json::json!(version));
+        match parsed {
+            Entity::Pool(pool) => match serde_json::from_value::<PoolSnapshot>(body) {
+                Ok(snapshot) => {
+                    state.pools.remember(&pool, snapshot);
+                    pools += 1;
+                }
+                Err(e) => tracing::warn!(entity, error = %e, "a stored pool snapshot does not parse; not remembered"),
+            },
+            Entity::Tenant(tenant) => match serde_json::from_value::<client::quota::TenantQuota>(body) {
+                Ok(quota) => {
+                    state.quotas.remember(&tenant, quota.version, quota.fallback);
+                    tenants += 1;
+                }
+                Err(e) => tracing::warn!(entity, error = %e, "a stored tenant snapshot does not parse; not remembered"),
+            },
+        }
+    }
+    Ok((pools, tenants))
+}
+
+/// Republishes at once what the data plane finds missing from Redis (a pool's meta hash, a
+/// tenant's snapshot), rather than at the next reconcile; runs until `stop`.
+pub async fn republish_missing(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let pools = state.pools.clone();
+        let quotas = state.quotas.clone();
+        let missing = tokio::select! {
+            _ = stop.changed() => return,
+            p = pools.missing_meta() => p.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            t = quotas.missing_meta() => t.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        };
+        tracing::info!(?missing, "redis lost entities the data plane serves: republishing now");
+        // The settles this instance made that the lost streams held go to the ledger first,
+        // so the tenants' counters are restored with them.
+        if let Err(e) = crate::usage::confirm(&state, std::time::Duration::ZERO).await {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "writing this instance's settle records before the restore failed"
+            );
+        }
+        if let Err(e) = reconcile(&state).await {
+            tracing::warn!(error = format!("{e:#}"), "republishing what redis lost failed; the reconcile job retries");
+        }
+        // At most a few runs a second, however many requests find something missing.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Publishes right away (best effort: the outbox delivers it otherwise); says whether it did.
 pub(crate) async fn publish_now(state: &AppState) -> bool {
     match drain_outbox(state).await {

@@ -16,5 +16,6 @@ mod postgres_down;
 mod publish;
 mod quota_http;
 mod recover;
+mod redis_restart;
 mod sampler;
 mod usage_ledger;

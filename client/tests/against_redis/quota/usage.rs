@@ -177,3 +177,32 @@ async fn a_ledger_row_is_charged_once_and_only_to_counters_that_cannot_hold_it()
     let usage = h.quotas.usage(&t).await.unwrap();
     assert_eq!((bucket(&usage, "gift").used, bucket(&usage, "plan").used, usage.requests_today), (60, 0, 1));
 }
+
+#[tokio::test]
+async fn a_tenant_redis_lost_follows_its_fallback_policy_and_is_reported_missing_while_a_stranger_stays_unknown() {
+    // Arrange: a fail_closed tenant the client learnt from Redis, a fail_open_limited one
+    // only remembered from the control plane; then Redis loses every key.
+    let h = harness(Clock::manual(noon()));
+    let (closed, open) = (tenant("closed"), tenant("open"));
+    publish(&h, &closed, &plan(1000)).await;
+    reserved(h.quotas.reserve(&closed, &rid("before"), tokens(10)).await.unwrap());
+    let allowance = tokens(50);
+    h.quotas.remember(&open, 3, FallbackPolicy::FailOpenLimited { allowance });
+    wipe(&h).await;
+
+    // Act
+    let refused = h.quotas.reserve(&closed, &rid("r1"), tokens(10)).await;
+    let admitted = h.quotas.reserve(&open, &rid("r2"), tokens(10)).await.unwrap();
+    let stranger = h.quotas.reserve(&tenant("nobody"), &rid("r3"), tokens(1)).await;
+    let missing =
+        tokio::time::timeout(Duration::from_secs(5), h.quotas.missing_meta()).await.expect("reported at once");
+
+    // Assert: 503-like (not unknown) for the fail_closed tenant, a fallback admission for
+    // the other; a tenant never seen is still unknown.
+    assert!(matches!(refused, Err(QuotaError::Unavailable { .. })), "{refused:?}");
+    assert_eq!(reserved(admitted).source, Source::Fallback);
+    assert!(matches!(stranger, Err(QuotaError::UnknownTenant(_))), "{stranger:?}");
+    let mut missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    missing.sort();
+    assert_eq!(missing, vec!["closed".to_owned(), "open".to_owned()]);
+}
