@@ -13,6 +13,20 @@ use crate::configuration::Settings;
 /// Every migration in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
+/// Session settings every connection of the pool (and each leader's own connection, which
+/// reuses the pool's options) asks Postgres for. A statement runs at most 30 s, so a stuck
+/// query turns into an error instead of holding a connection for good. Postgres probes an
+/// idle connection after 30 s, every 10 s, 3 times, so the session of an instance that
+/// vanished without closing its socket, and the advisory locks it holds (job leadership),
+/// end within about a minute. sqlx has no client-side keepalive option, hence the
+/// server-side settings. A setting the URL already gives (`?options=-c name=value`) wins.
+pub const SESSION_SETTINGS: [(&str, &str); 4] = [
+    ("statement_timeout", "30s"),
+    ("tcp_keepalives_idle", "30"),
+    ("tcp_keepalives_interval", "10"),
+    ("tcp_keepalives_count", "3"),
+];
+
 /// Opens the connection pool. Acquiring a connection waits at most 3 s, so a Postgres
 /// outage turns into quick errors (and a 503) rather than hung requests.
 pub async fn connect(settings: &Settings) -> anyhow::Result<PgPool> {
@@ -21,6 +35,7 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<PgPool> {
         .expose_secret()
         .parse()
         .context("database.url (DATABASE_URL): not a valid Postgres URL")?;
+    let options = with_session_settings(options);
     PgPoolOptions::new()
         .max_connections(10)
         .acquire_timeout(Duration::from_secs(3))
@@ -29,6 +44,13 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<PgPool> {
         .with_context(|| {
             format!("connecting to Postgres at {}", crate::configuration::redact(settings.database_url.expose_secret()))
         })
+}
+
+/// `options` plus each of [`SESSION_SETTINGS`] that its own startup options do not set.
+fn with_session_settings(options: PgConnectOptions) -> PgConnectOptions {
+    let given = options.get_options().unwrap_or_default().to_owned();
+    let missing = SESSION_SETTINGS.into_iter().filter(|(name, _)| !given.contains(&format!("{name}=")));
+    options.options(missing)
 }
 
 /// Creates the configured database when it does not exist yet.
@@ -88,4 +110,34 @@ pub async fn count_rows(db: &PgPool, table: &'static str) -> Result<i64, sqlx::E
 pub async fn drop_database(admin: &mut PgConnection, name: &str) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(r#"drop database if exists "{name}" with (force)"#)).execute(admin).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options_of(url: &str) -> String {
+        let options: PgConnectOptions = url.parse().unwrap();
+        with_session_settings(options).get_options().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn every_session_asks_for_a_statement_timeout_and_keepalives() {
+        let options = options_of("postgres://u@127.0.0.1:5432/t");
+
+        assert_eq!(
+            options,
+            "-c statement_timeout=30s -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+        );
+    }
+
+    #[test]
+    fn a_setting_the_url_gives_is_kept_and_not_given_twice() {
+        let options = options_of("postgres://u@127.0.0.1:5432/t?options=-c%20statement_timeout%3D5s");
+
+        assert_eq!(
+            options,
+            "-c statement_timeout=5s -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+        );
+    }
 }

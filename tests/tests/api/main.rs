@@ -13,6 +13,7 @@ mod openapi;
 mod outcomes_http;
 mod pool_http;
 mod postgres_down;
+mod postgres_sessions;
 mod publish;
 mod quota_http;
 mod recover;
