@@ -100,17 +100,18 @@ impl RedisHandle {
     }
 }
 
-/// Whether an error means Redis could not be reached (so a fallback applies), as opposed
-/// to Redis answering with an error.
+/// Whether an error means Redis could not serve the request (so a fallback applies, and
+/// a later attempt may succeed), as opposed to Redis refusing the request itself. Besides
+/// connection failures, that is a server that cannot serve for now: `READONLY` (a replica,
+/// say the old primary after a failover), `MASTERDOWN` (a replica cut off from its
+/// primary), `LOADING` (a restart reading its data back), `TRYAGAIN` and `CLUSTERDOWN`.
 pub fn is_unreachable(error: &redis::RedisError) -> bool {
+    use redis::ErrorKind::{BusyLoadingError, ClusterDown, MasterDown, ReadOnly, TryAgain};
     error.is_io_error()
         || error.is_timeout()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
-        || matches!(
-            error.kind(),
-            redis::ErrorKind::BusyLoadingError | redis::ErrorKind::TryAgain | redis::ErrorKind::ClusterDown
-        )
+        || matches!(error.kind(), ReadOnly | MasterDown | BusyLoadingError | TryAgain | ClusterDown)
 }
 
 /// How long callers skip Redis after finding it unreachable, before trying it again.
@@ -157,5 +158,41 @@ impl Breaker {
     /// Redis answered.
     pub fn reset(&self) {
         self.open_until.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::{ErrorKind, RedisError};
+
+    fn reply(kind: ErrorKind) -> RedisError {
+        RedisError::from((kind, "a reply of that kind"))
+    }
+
+    #[test]
+    fn a_server_that_cannot_serve_now_counts_as_unreachable() {
+        // READONLY (a replica after failover), MASTERDOWN (a replica cut from its primary),
+        // LOADING (a restart reading its data back), TRYAGAIN (a slot moving).
+        let kinds = [ErrorKind::ReadOnly, ErrorKind::MasterDown, ErrorKind::BusyLoadingError, ErrorKind::TryAgain];
+
+        let unreachable: Vec<bool> = kinds.iter().map(|kind| is_unreachable(&reply(*kind))).collect();
+
+        assert_eq!(unreachable, [true; 4], "{kinds:?}");
+    }
+
+    #[test]
+    fn a_connection_that_fails_counts_as_unreachable() {
+        let refused = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+
+        assert!(is_unreachable(&refused));
+        assert!(is_unreachable(&Breaker::skipped_error()));
+    }
+
+    #[test]
+    fn an_error_in_the_request_itself_does_not_count_as_unreachable() {
+        for kind in [ErrorKind::ResponseError, ErrorKind::NoScriptError, ErrorKind::TypeError] {
+            assert!(!is_unreachable(&reply(kind)), "{kind:?}");
+        }
     }
 }
