@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use redis::Value;
 use serde::Serialize;
 
-use super::types::{PoolName, PoolSnapshot, MAX_BATCH};
+use super::types::{weighted, PoolName, PoolSnapshot, MAX_BATCH};
 use super::PoolError;
 use crate::clock::Clock;
 use crate::connection::RedisHandle;
@@ -136,9 +136,10 @@ impl PoolAdmin {
     pub async fn publish(&self, pool: &PoolName, snapshot: &PoolSnapshot) -> Result<bool, PoolError> {
         snapshot.validate().map_err(PoolError::Invalid)?;
         let mut conn = self.conn().await?;
-        let mut call = scripts::pool().publish.key(self.keys.pool_meta(pool.as_str()));
-        call.key(self.keys.pool_state(pool.as_str()))
-            .key(self.keys.pool_ejected(pool.as_str()))
+        let p = pool.as_str();
+        let mut call = scripts::pool().publish.key(self.keys.pool_meta(p));
+        call.key(self.keys.pool_state(p))
+            .key(self.keys.pool_ejected(p))
             .arg(snapshot.version)
             .arg(snapshot.low_water)
             .arg(if snapshot.caps.is_empty() { "0" } else { "1" })
@@ -146,6 +147,14 @@ impl PoolAdmin {
             .arg(snapshot.ejected.len());
         for member in &snapshot.ejected {
             call.arg(member);
+        }
+        // Tiers with no channel left lose their tickets with the same step.
+        let dead = snapshot.dead_tiers();
+        call.arg(dead.len());
+        for tier in &dead {
+            call.key(self.keys.pool_tier_tickets(p, tier.as_str()))
+                .key(self.keys.pool_tier_standby(p, tier.as_str()))
+                .arg(format!("seq:{tier}"));
         }
         for (field, value) in snapshot.meta_fields() {
             call.arg(field).arg(value);
@@ -217,8 +226,9 @@ impl PoolAdmin {
             RefillOutcome::NotNeeded => {}
             other => return Ok(other),
         }
-        // A tiers pool: then each tier's list (a tier whose channels are all ejected is
-        // left to run dry; draws then map its tickets to another tier).
+        // A tiers pool: then each tier's list (a tier whose channels are all ejected gets
+        // none: its list went with its last channel, and draws map its tickets to another
+        // tier).
         for tier in self.tier_lanes(pool).await? {
             match self.add_batch(pool, Some(tier), None).await {
                 Ok(RefillOutcome::NotNeeded) | Err(PoolError::NothingDrawable(_)) => {}
@@ -398,7 +408,7 @@ impl PoolAdmin {
                 format!("{member:?} is not a member of {pool}"),
             )));
         }
-        let ejected = self.set_ejected(pool, "eject", member).await?;
+        let ejected = self.set_ejected(pool, "eject", member, snapshot.tier_of(member)).await?;
         let total = channels.total() as f64;
         let out: u64 = ejected.iter().filter_map(|m| channels.index_of(m)).map(|i| channels.weight(i)).sum();
         let ejected_percent = 100.0 * out as f64 / total;
@@ -409,21 +419,40 @@ impl PoolAdmin {
         Ok(EjectOutcome { ejected_percent, rebuilt })
     }
 
-    /// Lets an ejected member be drawn again (from its remaining tickets and every new batch).
+    /// Lets an ejected member be drawn again (from its remaining tickets and every new
+    /// batch). In a `tiers` pool, its tier's list gets a batch at once when it is below
+    /// low-water (as it is when the member was the tier's last channel).
     pub async fn restore(&self, pool: &PoolName, member: &str) -> Result<(), PoolError> {
-        self.set_ejected(pool, "restore", member).await.map(|_| ())
+        self.set_ejected(pool, "restore", member, None).await?;
+        let snapshot = self.snapshot(pool).await?;
+        if let Some((tier, _)) = snapshot.as_ref().and_then(|s| s.tier_of(member)) {
+            match self.add_batch(pool, Some(tier), None).await {
+                Ok(_) | Err(PoolError::NothingDrawable(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
-    async fn set_ejected(&self, pool: &PoolName, op: &str, member: &str) -> Result<HashSet<String>, PoolError> {
-        scripts::pool()
-            .set_ejected
-            .key(self.keys.pool_ejected(pool.as_str()))
-            .key(self.keys.pool_state(pool.as_str()))
-            .arg(op)
-            .arg(member)
-            .invoke_async(&mut self.conn().await?)
-            .await
-            .map_err(PoolError::Redis)
+    /// Ejects or restores `member`. `lane`, for an ejection in a `tiers` pool: the member's
+    /// tier and its channels, whose list goes in the same step when none of them is left.
+    async fn set_ejected(
+        &self,
+        pool: &PoolName,
+        op: &str,
+        member: &str,
+        lane: Option<(Tier, &Weights)>,
+    ) -> Result<HashSet<String>, PoolError> {
+        let p = pool.as_str();
+        let mut call = scripts::pool().set_ejected.key(self.keys.pool_ejected(p));
+        call.key(self.keys.pool_state(p)).arg(op).arg(member);
+        if let Some((tier, channels)) = lane {
+            call.key(self.keys.pool_tier_tickets(p, tier.as_str()))
+                .key(self.keys.pool_tier_standby(p, tier.as_str()))
+                .arg(format!("seq:{tier}"))
+                .arg(weighted(channels).collect::<Vec<_>>());
+        }
+        call.invoke_async(&mut self.conn().await?).await.map_err(PoolError::Redis)
     }
 
     /// Every pool published under this prefix (a `SCAN`, for the jobs).

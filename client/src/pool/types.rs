@@ -212,6 +212,25 @@ impl PoolSnapshot {
         Weights::from_integers(flat).map(|w| w.reduced()).unwrap_or_else(|_| self.weights.clone())
     }
 
+    /// The tier of a `tiers` pool that holds `channel`, with that tier's channels.
+    pub(crate) fn tier_of(&self, channel: &str) -> Option<(Tier, &Weights)> {
+        self.tiers.iter().find(|(_, channels)| channels.index_of(channel).is_some()).map(|(t, w)| (*t, w))
+    }
+
+    /// The tiers of a `tiers` pool left with no channel to draw: every channel with a
+    /// weight is ejected, or the tier has none. Their lists must hold no tickets, so that
+    /// draws map their tier tickets to another tier at once (DESIGN §3) rather than skip
+    /// tickets of ejected channels until the lists drain.
+    pub(crate) fn dead_tiers(&self) -> Vec<Tier> {
+        if self.kind != PoolKind::Tiers {
+            return Vec::new();
+        }
+        let dead = |tier: &Tier| {
+            self.tiers.get(tier).is_none_or(|channels| weighted(channels).all(|c| self.ejected.contains(c)))
+        };
+        Tier::ALL.into_iter().filter(dead).collect()
+    }
+
     /// Share of the pool's weight its ejected members hold, in percent.
     pub fn ejected_percent(&self) -> f64 {
         let channels = self.channels();
@@ -246,4 +265,9 @@ impl PoolSnapshot {
         }
         fields
     }
+}
+
+/// The members of `weights` that have a weight (the ones a batch can hold).
+pub(crate) fn weighted(weights: &Weights) -> impl Iterator<Item = &str> + '_ {
+    weights.iter().filter(|(_, w)| *w > 0).map(|(m, _)| m)
 }

@@ -934,13 +934,8 @@ async fn a_tiers_pool_draws_a_tier_then_a_channel_of_it_in_one_call_and_maps_a_t
     assert_eq!(by_tier, expected(&[("G", 12), ("N", 6), ("U", 2)]));
     assert_eq!(tally(&channels), expected(&[("GA", 6), ("GB", 6), ("NA", 6), ("UA", 2)]));
 
-    // Act: eject U's only channel and drain U's list; its tickets now map to G.
+    // Act: eject U's only channel (U's list goes with it); its tickets now map to G.
     h.admin.eject(&p, "UA").await.unwrap();
-    redis::cmd("DEL")
-        .arg(h.keys().pool_tier_tickets(p.as_str(), "U"))
-        .arg(h.keys().pool_tier_standby(p.as_str(), "U"))
-        .query::<()>(&mut raw_connection())
-        .unwrap();
     keep_filled(&h.admin, &p).await;
     let mut served = Vec::new();
     for _ in 0..40 {
@@ -960,6 +955,88 @@ async fn a_tiers_pool_draws_a_tier_then_a_channel_of_it_in_one_call_and_maps_a_t
         0,
         "a tier with every channel ejected is not refilled"
     );
+}
+
+/// A tiers pool whose lists hold more of tier U's only channel than a draw may skip
+/// (batches of 200, one in the list and one standby per lane, against the 64 tickets
+/// `client::pool::MAX_SKIPS` lets a draw skip).
+fn large_tiers_snapshot() -> PoolSnapshot {
+    let mut s = tiers_snapshot();
+    s.batch_size = 200;
+    s.low_water = 50;
+    s
+}
+
+/// `n` draws without refilling: (serving tier, channel) of each, and the errors. One
+/// script call per draw (no coalescing), so each answer is the draw script's own: a
+/// coalesced draw whose shared call found nothing tries again alone, on the next ticket.
+async fn draw_tiers(h: &Harness, p: &PoolName, n: usize) -> (Vec<(String, String)>, Vec<String>) {
+    h.pools.set_coalescing(1);
+    let (mut served, mut failed) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        match h.pools.draw(p).await {
+            Ok(draw) => served.push((draw.tier.clone().expect("a tier"), draw.member)),
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    (served, failed)
+}
+
+#[tokio::test]
+async fn ejecting_the_last_channel_of_a_tier_maps_its_tickets_to_another_tier_at_once() {
+    // Arrange: U's lane holds 400 tickets of UA (list and standby).
+    let h = harness(Clock::manual(noon()));
+    let p = pool("tier-eject");
+    publish(&h, &p, &large_tiers_snapshot()).await;
+    keep_filled(&h.admin, &p).await;
+    let (u_list, u_standby) =
+        (h.keys().pool_tier_tickets(p.as_str(), "U"), h.keys().pool_tier_standby(p.as_str(), "U"));
+    assert_eq!(llen(&u_list) + llen(&u_standby), 400);
+
+    // Act: eject UA, then draw a whole batch of tier tickets (20 of them U) without refills.
+    let outcome = h.admin.eject(&p, "UA").await.expect("eject");
+    let lane_after_eject = llen(&u_list) + llen(&u_standby);
+    let (served, failed) = draw_tiers(&h, &p, 200).await;
+
+    // Assert: U's lane went with its last channel; every draw answered, U's as tier G.
+    assert!(!outcome.rebuilt, "UA holds 10%: its tickets would only be skipped");
+    assert!(failed.is_empty(), "{} of 200 draws failed, the first: {}", failed.len(), failed[0]);
+    assert_eq!(lane_after_eject, 0, "U's list and standby batch are dropped with its last channel");
+    assert!(served.iter().all(|(_, m)| m != "UA"), "{served:?}");
+    assert_eq!(tally(&served.iter().map(|(t, _)| t).collect::<Vec<_>>()), expected(&[("G", 140), ("N", 60)]));
+
+    // Act: restore UA, then draw another batch.
+    h.admin.restore(&p, "UA").await.expect("restore");
+    keep_filled(&h.admin, &p).await;
+    let (served, failed) = draw_tiers(&h, &p, 200).await;
+
+    // Assert: U serves from UA again.
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(served.iter().filter(|(t, m)| t == "U" && m == "UA").count(), 20);
+}
+
+#[tokio::test]
+async fn a_published_snapshot_that_ejects_a_tiers_last_channel_maps_its_tickets_at_once() {
+    // Arrange: U's lane holds 400 tickets of UA (list and standby).
+    let h = harness(Clock::manual(noon()));
+    let p = pool("tier-publish");
+    let mut s = large_tiers_snapshot();
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+
+    // Act: the control plane's way to eject (a health decision, a pin, the admin API): a
+    // new snapshot naming UA ejected.
+    s.version = 2;
+    s.ejected = ["UA".to_owned()].into_iter().collect();
+    publish(&h, &p, &s).await;
+    let lane_after_publish =
+        llen(&h.keys().pool_tier_tickets(p.as_str(), "U")) + llen(&h.keys().pool_tier_standby(p.as_str(), "U"));
+    let (served, failed) = draw_tiers(&h, &p, 200).await;
+
+    // Assert
+    assert!(failed.is_empty(), "{} of 200 draws failed, the first: {}", failed.len(), failed[0]);
+    assert_eq!(lane_after_publish, 0, "U's list and standby batch are dropped with its last channel");
+    assert!(served.iter().all(|(_, m)| m != "UA"), "{served:?}");
 }
 
 #[tokio::test]
