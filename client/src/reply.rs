@@ -44,6 +44,11 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// The item as it came.
+    pub(crate) fn raw(&self, i: usize) -> Result<&'a Value, ReplyError> {
+        self.get(i)
+    }
+
     pub(crate) fn uint(&self, i: usize) -> Result<u64, ReplyError> {
         u64::try_from(self.int(i)?).map_err(|_| self.bad(i, "negative"))
     }

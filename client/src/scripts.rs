@@ -15,6 +15,7 @@ pub struct PoolScripts {
     pub refill: Script,
     pub publish: Script,
     pub set_ejected: Script,
+    pub restore_hits: Script,
 }
 
 /// The pool scripts, built on first use.
@@ -26,6 +27,7 @@ pub fn pool() -> &'static PoolScripts {
         refill: Script::new(include_str!("../../lua/refill_pool.lua")),
         publish: Script::new(include_str!("../../lua/publish_pool.lua")),
         set_ejected: Script::new(include_str!("../../lua/set_ejected.lua")),
+        restore_hits: Script::new(include_str!("../../lua/restore_hits.lua")),
     })
 }
 
@@ -38,6 +40,8 @@ pub struct QuotaScripts {
     pub read: Script,
     pub publish_tenant: Script,
     pub apply_usage: Script,
+    pub read_counters: Script,
+    pub correct_counter: Script,
 }
 
 fn with_lib(body: &str) -> Script {
@@ -55,6 +59,8 @@ pub fn quota() -> &'static QuotaScripts {
         read: with_lib(include_str!("../../lua/read_quota.lua")),
         publish_tenant: Script::new(include_str!("../../lua/publish_tenant.lua")),
         apply_usage: with_lib(include_str!("../../lua/apply_usage.lua")),
+        read_counters: with_lib(include_str!("../../lua/read_counters.lua")),
+        correct_counter: with_lib(include_str!("../../lua/correct_counter.lua")),
     })
 }
 

@@ -8,7 +8,7 @@ use app::api::{
 };
 use app::api::{BucketView, GrantView, TenantView, UsageView};
 use app::api::{TokenView, UserView};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
 
 use crate::access::{Permission, Principal, Role, Via};
 use crate::audit::store::{list_audit, verify_audit, AuditFilter};
@@ -305,7 +305,9 @@ impl app::api::Backend for AppState {
                     Err(format!("usage unavailable: {e}"))
                 }
             };
+            let month = self.month_usage(&name).await;
             out.push(TenantView {
+                month,
                 monthly_tokens: t.snapshot["monthly_tokens"].as_i64().unwrap_or(0),
                 daily_requests: t.snapshot["daily_requests"].as_i64().unwrap_or(0),
                 concurrency: t.snapshot["concurrency"].as_i64().unwrap_or(0),
@@ -402,6 +404,27 @@ impl app::api::Backend for AppState {
 }
 
 /// A time as the UI lists it: UTC, to the minute.
+impl AppState {
+    /// A tenant's use this month per UTC day, from the usage ledger.
+    async fn month_usage(&self, tenant: &client::quota::TenantId) -> Result<Vec<app::api::DayUsage>, String> {
+        let now = Utc::now();
+        let first = now.date_naive().with_day(1).expect("the first");
+        let rows = crate::usage::store::report(
+            &self.db,
+            tenant,
+            crate::usage::store::day_start(first),
+            now,
+            api::tenants::UsageGroup::Day,
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(tenant = %tenant, error = %e, "reading a tenant's month from the usage ledger failed");
+            format!("usage ledger unavailable: {e}")
+        })?;
+        Ok(rows.into_iter().map(|r| app::api::DayUsage { day: r.key, tokens: r.tokens, settled: r.settled }).collect())
+    }
+}
+
 fn minute(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }

@@ -40,6 +40,21 @@ pub enum Command {
     /// Drive draws and quota traffic (reserve, then settle or release; a few left to
     /// expire) against the configured Redis through the client, so the dashboard is alive.
     Simulate(crate::simulate::SimulateArgs),
+    /// Compare every tenant's use counters in Redis with the usage ledger in Postgres, print
+    /// the differences, and (unless --dry-run) correct those beyond what is in flight; each
+    /// tenant with a difference gets an audit row. The daily job does the same.
+    Compensate(CompensateArgs),
+}
+
+/// Arguments of `tessera compensate`.
+#[derive(Debug, Default, clap::Args)]
+pub struct CompensateArgs {
+    /// Report only; change nothing in Redis.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `tessera serve`.

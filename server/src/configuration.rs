@@ -58,6 +58,10 @@ pub struct Settings {
     pub sample_retention: SampleRetention,
     /// Logins, sessions and the development switch that opens the API.
     pub auth: AuthSettings,
+    /// The file that keeps quota operations admitted while Redis is unreachable until they
+    /// are charged to it, so a restart loses none (`quota.journal`, `TESSERA_QUOTA_JOURNAL`,
+    /// default `data/quota-journal.log`; one process per file).
+    pub quota_journal: PathBuf,
 }
 
 /// How long the sampler's rows are kept before the daily prune deletes them: 1..=365 days.
@@ -133,6 +137,14 @@ struct FileSettings {
     samples: FileSamples,
     #[serde(default)]
     auth: FileAuth,
+    #[serde(default)]
+    quota: FileQuota,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileQuota {
+    journal: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -193,6 +205,7 @@ pub mod defaults {
     pub const BIND: &str = "127.0.0.1:3000";
     pub const SITE_ROOT: &str = "target/site";
     pub const LOG_FILTER: &str = "info,sqlx=warn";
+    pub const QUOTA_JOURNAL: &str = "data/quota-journal.log";
 }
 
 impl Settings {
@@ -308,6 +321,7 @@ impl Settings {
             log_filter,
             admin,
             sample_retention,
+            quota_journal: PathBuf::from(pick("TESSERA_QUOTA_JOURNAL", file.quota.journal, defaults::QUOTA_JOURNAL)),
         })
     }
 

@@ -97,6 +97,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 server::simulate::run(&state, &args, stop, |t| println!("{}", server::simulate::render(t))).await?;
             println!("{}  (done)", server::simulate::render(&totals));
         }
+        Command::Compensate(args) => {
+            let state = server::startup::build_state(&settings).await?;
+            let report = server::usage::compensate::compensate(&state, !args.dry_run).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("compared {} tenants; skipped {:?}", report.compared, report.skipped);
+                for d in &report.drifts {
+                    println!(
+                        "{} {}: redis {} ledger {} (drift {:+}, in flight {}){}",
+                        d.tenant,
+                        d.bucket,
+                        d.redis,
+                        d.ledger,
+                        d.tokens(),
+                        d.in_flight,
+                        if d.corrected { ", corrected" } else { "" }
+                    );
+                }
+            }
+        }
         Command::Migrate => {
             let created = server::store::create_database_if_missing(&settings).await?;
             let db = server::store::connect(&settings).await?;

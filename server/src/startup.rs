@@ -46,6 +46,19 @@ impl Application {
     pub async fn build(settings: &Settings, signals: Signals) -> anyhow::Result<Self> {
         check_bundle(&settings.site_root.join("pkg"))?;
         let state = build_state(settings).await?;
+        let waiting = state.quotas.open_journal(&settings.quota_journal).with_context(|| {
+            format!(
+                "opening the quota journal quota.journal (TESSERA_QUOTA_JOURNAL) {}",
+                settings.quota_journal.display()
+            )
+        })?;
+        if waiting.operations > 0 {
+            tracing::warn!(
+                operations = waiting.operations,
+                admitted_tokens = waiting.admitted_tokens,
+                "quota operations from before the restart wait for redis"
+            );
+        }
         let listener = TcpListener::bind(settings.bind)
             .with_context(|| format!("binding http.bind (TESSERA_BIND) {}", settings.bind))?;
         let port = listener.local_addr()?.port();

@@ -141,7 +141,10 @@ pub async fn spawn_app_sharing(first: &TestApp) -> TestApp {
     start(first.settings.clone(), first.db_name.clone(), first.prefix.clone(), first._cleanup.clone()).await
 }
 
-async fn start(settings: Settings, db_name: String, prefix: String, cleanup: Arc<Cleanup>) -> TestApp {
+async fn start(mut settings: Settings, db_name: String, prefix: String, cleanup: Arc<Cleanup>) -> TestApp {
+    // Each instance its own quota journal, as each process of a deployment has.
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    settings.quota_journal = std::env::temp_dir().join(format!("tessera-test-journal-{}.log", &id[..16]));
     let application = Application::build(&settings, Signals::Ignore).await.expect("building the application");
     let port = application.port();
     let state = application.state().clone();

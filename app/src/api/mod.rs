@@ -21,7 +21,7 @@ pub use dashboard::{get_dashboard, Dashboard};
 pub use pools::{get_pool, list_pools, MemberView, PeakWindowView, PoolDetail, PoolListing, WeightEntry};
 pub use session::{whoami, SessionInfo, SESSION_COOKIE};
 pub use status::{get_system_status, DependencyStatus, SystemStatus};
-pub use tenants::{list_tenants, BucketView, GrantView, TenantView, UsageView};
+pub use tenants::{list_tenants, BucketView, DayUsage, GrantView, TenantView, UsageView};
 
 /// Why the server could not answer a server function: what the UI shows in its place.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -49,6 +49,17 @@ pub struct UsageView {
     pub buckets: Vec<BucketView>,
 }
 
+/// One UTC day of a tenant's use this month, from the usage ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayUsage {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    /// Tokens charged that day.
+    pub tokens: u64,
+    /// Reservations settled that day.
+    pub settled: u64,
+}
+
 /// One tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantView {
@@ -61,6 +72,9 @@ pub struct TenantView {
     pub grants: Vec<GrantView>,
     /// The usage, or why it could not be read (Redis unreachable, not yet published).
     pub usage: Result<UsageView, String>,
+    /// This month's use per day from the usage ledger (days with use only), or why it
+    /// could not be read.
+    pub month: Result<Vec<DayUsage>, String>,
 }
 
 /// Every tenant, by name, for any signed-in user.

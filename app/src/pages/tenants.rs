@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use crate::api::rest::Refusal;
-use crate::api::{list_tenants, GrantView, TenantView, UsageView};
+use crate::api::{list_tenants, DayUsage, GrantView, TenantView, UsageView};
 use crate::components::layout::CurrentSession;
 
 /// The tenants, read again after each change.
@@ -67,6 +67,10 @@ fn TenantCard(tenant: TenantView, editor: Option<Editor>) -> impl IntoView {
         Err(why) => view! { <p class="notice">{why}</p> }.into_any(),
     };
     let form = editor.map(|editor| view! { <GrantForm tenant=tenant.name.clone() editor/> });
+    let month = match tenant.month {
+        Ok(days) => view! { <MonthChart tenant=tenant.name.clone() days/> }.into_any(),
+        Err(why) => view! { <p class="notice">{why}</p> }.into_any(),
+    };
     view! {
         <section class="card" data-tenant=tenant.name.clone() aria-labelledby=labelled_by>
             <h2 id=heading>"Tenant " <code>{tenant.name.clone()}</code></h2>
@@ -82,6 +86,8 @@ fn TenantCard(tenant: TenantView, editor: Option<Editor>) -> impl IntoView {
             {form}
             <h3>"Usage now"</h3>
             {usage}
+            <h3>"This month, per day"</h3>
+            {month}
         </section>
     }
     .into_any()
@@ -521,6 +527,43 @@ fn Usage(tenant: String, usage: UsageView) -> impl IntoView {
                 }).collect_view()}
             </tbody>
         </table>
+    }
+    .into_any()
+}
+
+/// The month's tokens per UTC day from the usage ledger: one bar per day with use (its
+/// height relative to the busiest day), each titled with its figures, and the total in words.
+#[component]
+fn MonthChart(tenant: String, days: Vec<DayUsage>) -> impl IntoView {
+    if days.is_empty() {
+        return view! { <p class="notice" id=format!("month-{tenant}")>"No use recorded this month yet."</p> }
+            .into_any();
+    }
+    let busiest = days.iter().map(|d| d.tokens).max().unwrap_or(0).max(1);
+    let total: u64 = days.iter().map(|d| d.tokens).sum();
+    let settled: u64 = days.iter().map(|d| d.settled).sum();
+    let (width, height, gap) = (24.0_f64, 80.0_f64, 4.0_f64);
+    let svg_width = days.len() as f64 * (width + gap);
+    let summary = format!("{total} tokens over {settled} settled requests on {} day(s)", days.len());
+    view! {
+        <figure class="month-chart" id=format!("month-{tenant}")>
+            <svg role="img" aria-label=summary.clone() width=format!("{svg_width:.0}") height=format!("{:.0}", height + 16.0)
+                viewBox=format!("0 0 {svg_width:.0} {:.0}", height + 16.0)>
+                {days.into_iter().enumerate().map(|(i, d)| {
+                    let h = (d.tokens as f64 / busiest as f64 * height).max(1.0);
+                    let x = i as f64 * (width + gap);
+                    let label = d.day.get(8..).unwrap_or(&d.day).to_owned();
+                    view! {
+                        <g class="month-day" data-day=d.day.clone() data-tokens=d.tokens>
+                            <title>{format!("{}: {} tokens, {} settled", d.day, d.tokens, d.settled)}</title>
+                            <rect x=format!("{x:.1}") y=format!("{:.1}", height - h) width=format!("{width:.0}") height=format!("{h:.1}")></rect>
+                            <text x=format!("{:.1}", x + width / 2.0) y=format!("{:.0}", height + 12.0) text-anchor="middle">{label}</text>
+                        </g>
+                    }
+                }).collect_view()}
+            </svg>
+            <figcaption>{summary}</figcaption>
+        </figure>
     }
     .into_any()
 }

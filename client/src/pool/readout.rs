@@ -96,4 +96,26 @@ impl PoolAdmin {
             .await
             .map_err(PoolError::Redis)
     }
+
+    /// Gives a pool's day counters back from a sample (after Redis lost them): each
+    /// member's draws on `day` become at least `hits`; a counter never goes down. Returns
+    /// how many were raised.
+    pub async fn restore_day_hits(
+        &self,
+        pool: &PoolName,
+        day: NaiveDate,
+        hits: &[(String, u64)],
+    ) -> Result<u64, PoolError> {
+        if hits.is_empty() {
+            return Ok(0);
+        }
+        // The day's hash lives 48 h past the day's end; three days from now covers it.
+        let expires = chrono::Utc::now().timestamp_millis() + 72 * 3600 * 1000;
+        let mut call = crate::scripts::pool().restore_hits.key(self.keys.pool_hits(pool.as_str(), &day.to_string()));
+        call.arg(expires);
+        for (member, n) in hits {
+            call.arg(member).arg(n);
+        }
+        call.invoke_async(&mut self.conn().await?).await.map_err(PoolError::Redis)
+    }
 }

@@ -18,6 +18,8 @@
 //! names and amounts.
 
 mod call;
+mod counters;
+mod journal;
 mod offline;
 mod release;
 mod replay;
@@ -35,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use redis::Value;
 use serde::Serialize;
 
+pub use self::counters::{Correction, Counters, MAX_TAIL};
 use self::offline::Offline;
 pub use self::offline::OfflineSummary;
 pub use self::release::ReleaseOutcome;

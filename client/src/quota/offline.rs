@@ -1,9 +1,12 @@
 //! What a client admitted, settled or released while Redis was unreachable, kept in order
 //! until it is charged to Redis. Replaying is safe to repeat: every script is idempotent
-//! per request id, so an entry leaves the journal only after its replay succeeded.
+//! per request id, so an entry leaves the journal only after its replay succeeded. With a
+//! journal file ([`super::journal`]) every change is also appended to it, and the file is
+//! read back at start.
 
 use serde::Serialize;
 
+use super::journal::{Acks, Entry, JournalFile};
 use super::{Dimension, Refusal, ReleaseOutcome, Reservation, ReservationState, ReserveOutcome, SettleOutcome, Source};
 use super::{RequestId, TenantId, TokenCount, Tokens};
 
@@ -41,12 +44,81 @@ pub struct OfflineSummary {
     pub admitted_tokens: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct Offline {
     ops: Vec<(TenantId, Op)>,
+    file: Option<JournalFile>,
+    /// Lines appended and not yet known to be on disk, for the caller to wait for.
+    acks: Acks,
 }
 
 impl Offline {
+    /// Attaches a journal file and applies the entries it held (a restart while Redis was
+    /// away) after what this journal holds already.
+    pub(super) fn attach(&mut self, file: JournalFile, entries: Vec<Entry>) {
+        for entry in entries {
+            self.apply(entry);
+        }
+        self.file = Some(file);
+    }
+
+    fn apply(&mut self, entry: Entry) {
+        let parsed =
+            |tenant: &str, request: &str| Some((TenantId::parse(tenant).ok()?, RequestId::parse(request).ok()?));
+        match entry {
+            Entry::Admit { tenant, request, tokens } => {
+                if let (Some((t, r)), Ok(tokens)) = (parsed(&tenant, &request), Tokens::parse("tokens", tokens as i128))
+                {
+                    if self.find(&t, &r).is_none() {
+                        self.ops.push((t, Op::Admit { request: r, tokens, close: None }));
+                    }
+                }
+            }
+            Entry::Close { tenant, request, actual, partial } => {
+                if let Some((t, r)) = parsed(&tenant, &request) {
+                    let close = match actual.map(|a| TokenCount::parse("actual_tokens", a as i128)) {
+                        None => Some(Close::Release),
+                        Some(Ok(actual)) => Some(Close::Settle { actual, partial }),
+                        Some(Err(_)) => None,
+                    };
+                    if let (Some(Op::Admit { close: slot, .. }), Some(close)) = (self.find(&t, &r), close) {
+                        *slot = Some(close);
+                    }
+                }
+            }
+            Entry::Settle { tenant, request, actual, partial } => {
+                if let (Some((t, r)), Ok(actual)) =
+                    (parsed(&tenant, &request), TokenCount::parse("actual_tokens", actual as i128))
+                {
+                    if self.find(&t, &r).is_none() {
+                        self.ops.push((t, Op::Settle { request: r, actual, partial }));
+                    }
+                }
+            }
+            Entry::Release { tenant, request } => {
+                if let Some((t, r)) = parsed(&tenant, &request) {
+                    if self.find(&t, &r).is_none() {
+                        self.ops.push((t, Op::Release { request: r }));
+                    }
+                }
+            }
+            Entry::Done { tenant, request } => {
+                self.ops.retain(|(t, op)| !(t.as_str() == tenant && op.request().as_str() == request));
+            }
+        }
+    }
+
+    fn log(&mut self, entry: Entry) {
+        if let Some(file) = &self.file {
+            file.append(&entry, &mut self.acks);
+        }
+    }
+
+    /// The lines appended since the last call, to wait for (after the lock is released).
+    pub(super) fn take_acks(&mut self) -> Acks {
+        std::mem::take(&mut self.acks)
+    }
+
     pub(super) fn len(&self) -> usize {
         self.ops.len()
     }
@@ -105,6 +177,7 @@ impl Offline {
             });
         }
         self.ops.push((tenant.clone(), Op::Admit { request: request.clone(), tokens, close: None }));
+        self.log(Entry::Admit { tenant: tenant.to_string(), request: request.to_string(), tokens: tokens.get() });
         ReserveOutcome::Reserved(fallback_reservation(tokens, false, ReservationState::Open))
     }
 
@@ -121,14 +194,22 @@ impl Offline {
         actual: TokenCount,
         partial: bool,
     ) -> SettleOutcome {
+        let entry = Entry::Close {
+            tenant: tenant.to_string(),
+            request: request.to_string(),
+            actual: Some(actual.get()),
+            partial,
+        };
         match self.find(tenant, request) {
             Some(Op::Admit { tokens, close, .. }) => match close {
                 None => {
                     *close = Some(Close::Settle { actual, partial });
+                    let reserved = tokens.get();
+                    self.log(entry);
                     SettleOutcome::Settled {
-                        reserved: tokens.get(),
+                        reserved,
                         actual: actual.get(),
-                        overdraft: actual.get().saturating_sub(tokens.get()),
+                        overdraft: actual.get().saturating_sub(reserved),
                         charged: Vec::new(),
                         late: false,
                         source: Source::Fallback,
@@ -142,6 +223,12 @@ impl Offline {
             Some(_) => SettleOutcome::Queued,
             None => {
                 self.ops.push((tenant.clone(), Op::Settle { request: request.clone(), actual, partial }));
+                self.log(Entry::Settle {
+                    tenant: tenant.to_string(),
+                    request: request.to_string(),
+                    actual: actual.get(),
+                    partial,
+                });
                 SettleOutcome::Queued
             }
         }
@@ -152,7 +239,14 @@ impl Offline {
             Some(Op::Admit { tokens, close, .. }) => match close {
                 None => {
                     *close = Some(Close::Release);
-                    ReleaseOutcome::Released { reserved: tokens.get(), source: Source::Fallback }
+                    let reserved = tokens.get();
+                    self.log(Entry::Close {
+                        tenant: tenant.to_string(),
+                        request: request.to_string(),
+                        actual: None,
+                        partial: false,
+                    });
+                    ReleaseOutcome::Released { reserved, source: Source::Fallback }
                 }
                 Some(Close::Settle { actual, .. }) => {
                     ReleaseOutcome::AlreadySettled { reserved: tokens.get(), actual: actual.get(), charged: Vec::new() }
@@ -162,6 +256,7 @@ impl Offline {
             Some(_) => ReleaseOutcome::Queued,
             None => {
                 self.ops.push((tenant.clone(), Op::Release { request: request.clone() }));
+                self.log(Entry::Release { tenant: tenant.to_string(), request: request.to_string() });
                 ReleaseOutcome::Queued
             }
         }
@@ -177,6 +272,12 @@ impl Offline {
     pub(super) fn remove(&mut self, tenant: &TenantId, op: &Op) {
         if let Some(i) = self.ops.iter().position(|(t, o)| t == tenant && o == op) {
             self.ops.remove(i);
+            self.log(Entry::Done { tenant: tenant.to_string(), request: op.request().to_string() });
+            if self.ops.is_empty() {
+                if let Some(file) = &self.file {
+                    file.truncate();
+                }
+            }
         }
     }
 }

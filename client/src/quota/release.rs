@@ -37,13 +37,17 @@ impl Quotas {
     #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request), err)]
     pub async fn release(&self, tenant: &TenantId, request: &RequestId) -> Result<ReleaseOutcome, QuotaError> {
         if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
-            let mut journal = self.inner.offline.lock().expect("offline journal lock");
-            return Ok(journal.release(tenant, request));
+            let (outcome, acks) = {
+                let mut journal = self.inner.offline.lock().expect("offline journal lock");
+                (journal.release(tenant, request), journal.take_acks())
+            };
+            super::journal::synced(acks).await;
+            return Ok(outcome);
         }
         let extra = [request.as_str().to_owned()];
         let reply = match self.call("release_quota", &scripts::quota().release, tenant, &extra).await {
             Ok(reply) => reply,
-            Err(CallError::Unreachable(error)) => return Ok(self.release_offline(tenant, request, error)),
+            Err(CallError::Unreachable(error)) => return Ok(self.release_offline(tenant, request, error).await),
             Err(other) => return Err(other.into_quota_error()),
         };
         let f = Fields::new("release_quota", &reply);
@@ -59,14 +63,23 @@ impl Quotas {
         })
     }
 
-    fn release_offline(&self, tenant: &TenantId, request: &RequestId, error: redis::RedisError) -> ReleaseOutcome {
-        let mut journal = self.inner.offline.lock().expect("offline journal lock");
-        let outcome = journal.release(tenant, request);
-        tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: release kept until it answers");
-        self.inner.has_offline.store(true, Ordering::Release);
-        if let Some(m) = &self.inner.metrics {
-            m.offline_pending.set(journal.len() as i64);
-        }
+    async fn release_offline(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        error: redis::RedisError,
+    ) -> ReleaseOutcome {
+        let (outcome, acks) = {
+            let mut journal = self.inner.offline.lock().expect("offline journal lock");
+            let outcome = journal.release(tenant, request);
+            tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: release kept until it answers");
+            self.inner.has_offline.store(true, Ordering::Release);
+            if let Some(m) = &self.inner.metrics {
+                m.offline_pending.set(journal.len() as i64);
+            }
+            (outcome, journal.take_acks())
+        };
+        super::journal::synced(acks).await;
         outcome
     }
 }

@@ -13,6 +13,23 @@ impl Quotas {
         self.inner.offline.lock().expect("offline journal lock").summary()
     }
 
+    /// Keeps the offline journal in a file at `path` too (created with its folder, locked
+    /// for this process), and takes in what the file holds: what a process admitted while
+    /// Redis was away and had not charged to it when it stopped. Returns what is waiting.
+    pub fn open_journal(&self, path: &std::path::Path) -> std::io::Result<OfflineSummary> {
+        let (file, entries) = super::journal::JournalFile::open(path)?;
+        let mut journal = self.inner.offline.lock().expect("offline journal lock");
+        journal.attach(file, entries);
+        if !journal.is_empty() {
+            self.inner.has_offline.store(true, Ordering::Release);
+            tracing::warn!(path = %path.display(), operations = journal.len(), "the quota journal holds operations from before a restart: charged to redis when it answers");
+        }
+        if let Some(m) = &self.inner.metrics {
+            m.offline_pending.set(journal.len() as i64);
+        }
+        Ok(journal.summary())
+    }
+
     /// Charges to Redis everything admitted or queued while it was away. Runs by itself
     /// before the next operation once Redis answers; callers may also run it on a timer.
     pub async fn flush_offline(&self) -> Result<usize, QuotaError> {
@@ -28,6 +45,22 @@ impl Quotas {
         result
     }
 
+    /// One replayed call; a tenant Redis does not hold (lost, not republished yet) keeps
+    /// the operation in the journal.
+    async fn replay_call(
+        &self,
+        name: &'static str,
+        script: &redis::Script,
+        tenant: &super::TenantId,
+        extra: &[String],
+    ) -> Result<(), QuotaError> {
+        let reply = self.call_direct(name, script, tenant, extra).await?;
+        if matches!(reply.first(), Some(redis::Value::BulkString(tag)) if tag == b"unknown_tenant") {
+            return Err(QuotaError::UnknownTenant(tenant.clone()));
+        }
+        Ok(())
+    }
+
     async fn flush_journal(&self) -> Result<usize, QuotaError> {
         let work = self.inner.offline.lock().expect("offline journal lock").snapshot();
         let mut done = 0;
@@ -35,7 +68,7 @@ impl Quotas {
             let applied = match &op {
                 offline::Op::Admit { request, tokens, close } => {
                     let extra = [request.as_str().to_owned(), tokens.get().to_string(), "1".to_owned()];
-                    self.call_direct("reserve_quota", &scripts::quota().reserve, &tenant, &extra).await?;
+                    self.replay_call("reserve_quota", &scripts::quota().reserve, &tenant, &extra).await?;
                     match close {
                         Some(offline::Close::Settle { actual, partial }) => {
                             let extra = [
@@ -43,10 +76,10 @@ impl Quotas {
                                 actual.get().to_string(),
                                 if *partial { "1" } else { "0" }.to_owned(),
                             ];
-                            self.call_direct("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
+                            self.replay_call("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
                         }
                         Some(offline::Close::Release) => {
-                            self.call_direct(
+                            self.replay_call(
                                 "release_quota",
                                 &scripts::quota().release,
                                 &tenant,
@@ -64,11 +97,11 @@ impl Quotas {
                         actual.get().to_string(),
                         if *partial { "1" } else { "0" }.to_owned(),
                     ];
-                    self.call_direct("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
+                    self.replay_call("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
                     true
                 }
                 offline::Op::Release { request } => {
-                    self.call_direct(
+                    self.replay_call(
                         "release_quota",
                         &scripts::quota().release,
                         &tenant,

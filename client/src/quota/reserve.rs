@@ -84,7 +84,9 @@ impl Quotas {
             Some(reply) => reply,
             None => match self.call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await {
                 Ok(reply) => reply,
-                Err(CallError::Unreachable(error)) => return self.reserve_offline(tenant, request, tokens, error),
+                Err(CallError::Unreachable(error)) => {
+                    return self.reserve_offline(tenant, request, tokens, error).await
+                }
                 Err(other) => return Err(other.into_quota_error()),
             },
         };
@@ -126,7 +128,7 @@ impl Quotas {
         Ok(outcome)
     }
 
-    fn reserve_offline(
+    async fn reserve_offline(
         &self,
         tenant: &TenantId,
         request: &RequestId,
@@ -140,8 +142,21 @@ impl Quotas {
             }
             return Err(QuotaError::Unavailable { tenant: tenant.clone(), policy: policy.name(), source: error });
         };
+        let (outcome, acks) = self.admit_offline(tenant, request, tokens, allowance.get());
+        // Answered only once the admission is on disk (with a journal file).
+        super::journal::synced(acks).await;
+        Ok(outcome)
+    }
+
+    fn admit_offline(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        tokens: Tokens,
+        allowance: u64,
+    ) -> (ReserveOutcome, super::journal::Acks) {
         let mut journal = self.inner.offline.lock().expect("offline journal lock");
-        let outcome = journal.admit(tenant, request, tokens, allowance.get());
+        let outcome = journal.admit(tenant, request, tokens, allowance);
         let metric_event = match &outcome {
             ReserveOutcome::Reserved(r) if r.replayed => None,
             ReserveOutcome::Reserved(_) => Some(("admitted", "none")),
@@ -158,6 +173,6 @@ impl Quotas {
         if !journal.is_empty() {
             self.inner.has_offline.store(true, Ordering::Release);
         }
-        Ok(outcome)
+        (outcome, journal.take_acks())
     }
 }

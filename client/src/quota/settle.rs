@@ -43,8 +43,12 @@ impl Quotas {
     ) -> Result<SettleOutcome, QuotaError> {
         if self.inner.offline.lock().expect("offline journal lock").holds_admission(tenant, request) {
             // Admitted without Redis and not replayed yet: the journal closes it.
-            let mut journal = self.inner.offline.lock().expect("offline journal lock");
-            return Ok(journal.settle(tenant, request, actual, partial));
+            let (outcome, acks) = {
+                let mut journal = self.inner.offline.lock().expect("offline journal lock");
+                (journal.settle(tenant, request, actual, partial), journal.take_acks())
+            };
+            super::journal::synced(acks).await;
+            return Ok(outcome);
         }
         let extra =
             vec![request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()];
@@ -53,7 +57,7 @@ impl Quotas {
             None => match self.call("settle_quota", &scripts::quota().settle, tenant, &extra).await {
                 Ok(reply) => reply,
                 Err(CallError::Unreachable(error)) => {
-                    return Ok(self.settle_offline(tenant, request, actual, partial, error))
+                    return Ok(self.settle_offline(tenant, request, actual, partial, error).await)
                 }
                 Err(other) => return Err(other.into_quota_error()),
             },
@@ -79,7 +83,7 @@ impl Quotas {
         Ok(outcome)
     }
 
-    fn settle_offline(
+    async fn settle_offline(
         &self,
         tenant: &TenantId,
         request: &RequestId,
@@ -87,13 +91,17 @@ impl Quotas {
         partial: bool,
         error: redis::RedisError,
     ) -> SettleOutcome {
-        let mut journal = self.inner.offline.lock().expect("offline journal lock");
-        let outcome = journal.settle(tenant, request, actual, partial);
-        tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: settle kept until it answers");
-        self.inner.has_offline.store(true, Ordering::Release);
-        if let Some(m) = &self.inner.metrics {
-            m.offline_pending.set(journal.len() as i64);
-        }
+        let (outcome, acks) = {
+            let mut journal = self.inner.offline.lock().expect("offline journal lock");
+            let outcome = journal.settle(tenant, request, actual, partial);
+            tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: settle kept until it answers");
+            self.inner.has_offline.store(true, Ordering::Release);
+            if let Some(m) = &self.inner.metrics {
+                m.offline_pending.set(journal.len() as i64);
+            }
+            (outcome, journal.take_acks())
+        };
+        super::journal::synced(acks).await;
         outcome
     }
 }

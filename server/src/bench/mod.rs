@@ -5,6 +5,7 @@ pub mod draw;
 pub mod publish;
 pub mod quota;
 pub mod recover;
+pub mod recover_quota;
 pub mod ui;
 
 use std::future::Future;

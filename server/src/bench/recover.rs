@@ -60,6 +60,15 @@ pub struct Report {
     pub versions_match: bool,
     /// `entity: redis vX, postgres vY` for each that does not.
     pub mismatched: Vec<String>,
+    /// Tokens callers were told were settled (or queued) that Redis does not count once
+    /// healed, and tokens it counts beyond them (all tenants).
+    pub quota_tokens_lost: u64,
+    pub quota_tokens_extra: u64,
+    /// Tokens a tenant on a 20,000-token plan was told were settled beyond its plan.
+    pub oversold: u64,
+    /// From the wipe until every tenant's count equalled what callers were told (none:
+    /// not within the timeout).
+    pub healed_ms: Option<f64>,
 }
 
 /// Runs the benchmark; removes its database and keys afterwards.
@@ -127,6 +136,7 @@ pub async fn measure(state: &AppState, address: &str, token: &str, args: &BenchR
     }
     let (pools_recover, tenants_recover) = outcome?;
 
+    let healed = super::recover_quota::heal(state, &tracker.told, wiped_at, deadline).await?;
     let (entities, mismatched) = compare_versions(state).await?;
     let error_samples = tracker.error_samples.lock().expect("tracker lock").clone();
     Ok(Report {
@@ -144,6 +154,10 @@ pub async fn measure(state: &AppState, address: &str, token: &str, args: &BenchR
         entities,
         versions_match: mismatched.is_empty(),
         mismatched,
+        quota_tokens_lost: healed.lost,
+        quota_tokens_extra: healed.extra,
+        oversold: healed.oversold,
+        healed_ms: healed.healed_ms,
     })
 }
 
@@ -188,6 +202,9 @@ async fn configure(state: &AppState, address: &str, token: &str, args: &BenchRec
     for i in configured.tenants.len()..args.tenants as usize {
         let body = json!({"plan": acme["plan"], "expected_version": 0, "reason": "bench recover"});
         put(format!("/api/v1/tenants/acme-{i}"), body).await?;
+    }
+    if !configured.tenants.iter().any(|t| t.as_str() == super::recover_quota::CAPPED_TENANT) {
+        super::recover_quota::configure(&http, address, token).await?;
     }
     // The seed's own outbox rows: delivered now, as `demo-seed` does.
     crate::publish::drain_outbox(state).await.context("publishing the seed")?;
@@ -235,6 +252,7 @@ async fn wait_until_served(state: &AppState, targets: &Targets, deadline: Durati
 /// the operations started after the wipe.
 struct Tracker {
     ops: AtomicU64,
+    told: super::recover_quota::Told,
     refused: AtomicU64,
     errors: AtomicU64,
     error_samples: Mutex<Vec<String>>,
@@ -247,6 +265,7 @@ impl Tracker {
     fn new(targets: &Targets) -> Self {
         Self {
             ops: AtomicU64::new(0),
+            told: Default::default(),
             refused: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             error_samples: Mutex::new(Vec::new()),
@@ -360,7 +379,7 @@ async fn load(
                     Tracker::served(&tracker.tenants, tenant);
                 }
                 match state.quotas.settle(tenant, &request, actual, false).await {
-                    Ok(_) => {}
+                    Ok(outcome) => tracker.told.settled(tenant, actual.get(), &outcome),
                     // Reserved before the wipe, which took the reservation with it.
                     Err(QuotaError::UnknownTenant(_)) => {
                         tracker.refused.fetch_add(1, Ordering::Relaxed);
@@ -368,7 +387,12 @@ async fn load(
                     Err(e) => tracker.error(format!("settle for {tenant}: {e}")),
                 }
             }
-            Ok(ReserveOutcome::Refused(_)) => {}
+            // A refusal by Redis (the small plan ran out) is Redis serving the tenant too.
+            Ok(ReserveOutcome::Refused(r)) => {
+                if after_wipe && r.dimension != client::quota::Dimension::FallbackAllowance {
+                    Tracker::served(&tracker.tenants, tenant);
+                }
+            }
             // A tenant the wipe took away: its fallback policy (fail_closed) refuses while its
             // snapshot is republished; a tenant this process never saw is unknown.
             Err(QuotaError::UnknownTenant(_)) | Err(QuotaError::Unavailable { .. }) if tracker.wiped() => {
@@ -452,7 +476,8 @@ pub fn render(r: &Report) -> String {
          wiped every key of the prefix ({} keys; SCAN + UNLINK, standing in for a FLUSHALL)\n\
          served again after {:.0} ms (pools {:.0} ms, tenants {:.0} ms)   (target < 5000 ms)\n\
          refused while recovering: {}   other errors: {}{}\n\
-         config: {} of {} entities at Postgres's version{}\n",
+         config: {} of {} entities at Postgres's version{}\n\
+         quota: quota_tokens_lost {} (extra {}), oversold {}, healed_ms {}\n",
         r.pools,
         r.tenants,
         r.concurrency,
@@ -467,5 +492,9 @@ pub fn render(r: &Report) -> String {
         r.entities as usize - r.mismatched.len(),
         r.entities,
         if r.versions_match { " (none lost)".to_owned() } else { format!(": MISMATCH {}", r.mismatched.join("; ")) },
+        r.quota_tokens_lost,
+        r.quota_tokens_extra,
+        r.oversold,
+        r.healed_ms.map_or("not within the timeout".to_owned(), |ms| format!("{ms:.0}")),
     )
 }

@@ -9,6 +9,7 @@ pub mod outbox;
 pub mod pool_refill;
 pub mod pool_rotation;
 pub mod pool_sampler;
+pub mod quota_compensate;
 pub mod quota_sweep;
 pub mod reconcile;
 pub mod sample_prune;
@@ -74,6 +75,12 @@ impl Scheduler {
         .await?;
         add(&inner, &state, led, "sample_prune", sample_prune::CRON, |state| async move {
             sample_prune::run_once(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, led, "quota_compensate", quota_compensate::CRON, |state| async move {
+            quota_compensate::run_once(&state).await.map(|r| {
+                tracing::info!(compared = r.compared, drifts = r.drifts.len(), "quota compensation");
+            })
         })
         .await?;
         add(&inner, &state, led, "usage_drain", usage_drain::CRON, |state| async move {

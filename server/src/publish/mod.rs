@@ -45,6 +45,15 @@ async fn publish_snapshot(
             let snapshot: client::pool::PoolSnapshot =
                 serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
             state.pool_admin.publish(pool, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+            // A Redis that lost the pool lost its day counters too (which enforce the daily
+            // caps): the last sample gives them back, short of one sample interval at most.
+            if let Some((day, hits)) = crate::samples::store::last_day_hits(&state.db, pool).await? {
+                let hits: Vec<(String, u64)> = hits.into_iter().map(|(m, n)| (m, n.max(0) as u64)).collect();
+                let raised = state.pool_admin.restore_day_hits(pool, day, &hits).await?;
+                if raised > 0 {
+                    tracing::warn!(pool = %pool, %day, raised, "day counters given back from the last sample");
+                }
+            }
         }
         Entity::Tenant(tenant) => {
             let snapshot: client::quota::TenantQuota =

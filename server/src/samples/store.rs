@@ -301,3 +301,25 @@ pub async fn prune_samples(db: &PgPool, retention: SampleRetention) -> Result<u6
         }
     }
 }
+
+/// The members' day counters in a pool's last sample of the last two days: its pool-local
+/// day and each member's draws that day (what a Redis that lost the pool is given back).
+pub async fn last_day_hits(
+    db: &PgPool,
+    pool: &PoolName,
+) -> Result<Option<(NaiveDate, Vec<(String, i64)>)>, sqlx::Error> {
+    let last: Option<(i64, NaiveDate)> = sqlx::query_as(
+        "select id, day from pool_sample where pool = $1 and taken_at > now() - interval '2 days'
+         order by taken_at desc limit 1",
+    )
+    .bind(pool.as_str())
+    .fetch_optional(db)
+    .await?;
+    let Some((id, day)) = last else { return Ok(None) };
+    let hits: Vec<(String, i64)> =
+        sqlx::query_as("select member, hits from pool_sample_member where sample_id = $1 order by member")
+            .bind(id)
+            .fetch_all(db)
+            .await?;
+    Ok(Some((day, hits)))
+}

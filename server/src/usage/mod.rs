@@ -11,8 +11,11 @@
 //!   it, and not in the restore) is charged to them ([`client::quota::Quotas::apply_usage`]).
 //! - [`restore`] rebuilds a tenant's counters from the ledger before its snapshot is
 //!   published into a Redis that has none (see `lua/publish_tenant.lua`).
+//! - [`compensate`] (daily, and `tessera compensate`): Redis's counters against the ledger,
+//!   the drift as a metric and an audit row, corrected beyond what is in flight.
 //! - [`routes`]: the usage report and its CSV.
 
+pub mod compensate;
 pub mod routes;
 pub mod store;
 

@@ -218,6 +218,20 @@ pub async fn totals(
     Ok((plan.max(0) as u64, grants))
 }
 
+/// Tokens a tenant's ledger rows written since `since` charged (all buckets): rows whose
+/// charge to the counters may be under way.
+pub async fn recent_charges(db: &PgPool, tenant: &TenantId, since: DateTime<Utc>) -> Result<u64, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "select coalesce(sum(c.value::bigint), 0)::bigint
+         from usage_ledger u, jsonb_each_text(u.charged) c where u.tenant = $1 and u.recorded_at >= $2",
+    )
+    .bind(tenant.as_str())
+    .bind(since)
+    .fetch_one(db)
+    .await?;
+    Ok(n.max(0) as u64)
+}
+
 /// Every tenant's name, in order (the tenants whose streams are drained).
 pub async fn tenant_names(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar("select name from tenant order by name").fetch_all(db).await

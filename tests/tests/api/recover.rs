@@ -59,9 +59,13 @@ async fn after_every_key_is_wiped_under_load_all_pools_and_quotas_are_served_wit
     );
     assert_eq!(report.errors_while_recovering, 0, "{report:?}");
     assert!(report.versions_match, "{report:?}");
+    // Quotas: every token callers were told was settled is counted again, none twice.
+    assert_eq!((report.quota_tokens_lost, report.quota_tokens_extra), (0, 0), "{report:?}");
+    assert!(report.healed_ms.is_some(), "{report:?}");
     // Checked here again, not only by the benchmark: every meta hash is at Postgres's version.
     let compared = versions(&app).await;
     assert_eq!(compared.len() as u32, report.pools + report.tenants);
+    eprintln!("oversold across the wipe: {} tokens", report.oversold);
     for (entity, postgres, redis) in &compared {
         assert_eq!(Some(*postgres), *redis, "{entity}");
     }

@@ -282,3 +282,30 @@ async fn simulate_drives_draws_and_quota_traffic_that_redis_counts() {
     let used = |u: &client::quota::QuotaUsage| u.buckets.iter().map(|b| b.used).sum::<u64>();
     assert!(used(&after) > used(&before), "{after:?}");
 }
+
+#[tokio::test]
+async fn after_redis_loses_a_pool_its_day_counters_come_back_from_the_last_sample() {
+    let app = seeded_app().await;
+    let now = app.state.pool_admin.now().await.unwrap();
+    let drawn = draw_n(&app.state.pools, "cn-pay", 50).await;
+    sampler::run_at(&app.state, now).await.unwrap();
+    let day = samples(&app, "cn-pay", now - TimeDelta::seconds(5)).await.last().expect("a sample").day;
+    let before = app.state.pool_admin.day_hits(&pool("cn-pay"), day).await.unwrap();
+    assert_eq!(before.values().sum::<u64>(), 50);
+
+    // Redis loses every key of this deployment; the reconcile republishes.
+    let mut conn = app.state.redis.connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(app.state.keys.scan_pattern()).query_async(&mut conn).await.unwrap();
+    redis::cmd("DEL").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
+    server::jobs::reconcile::run_once(&app.state).await.unwrap();
+
+    let after = app.state.pool_admin.day_hits(&pool("cn-pay"), day).await.unwrap();
+    let expected: HashMap<String, u64> = drawn.into_iter().collect();
+    assert_eq!(after, expected, "the day's counts as the last sample had them");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(app.state.keys.pool_hits("cn-pay", &day.to_string()))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the restored counters expire (pttl {ttl})");
+}

@@ -179,3 +179,54 @@ async fn after_redis_loses_a_tenant_every_token_callers_were_told_was_settled_is
     server::jobs::reconcile::run_once(&app.state).await.unwrap();
     assert_eq!(plan_used(&app).await, 180);
 }
+
+#[tokio::test]
+async fn the_compensation_finds_counters_that_differ_from_the_ledger_audits_them_and_corrects_beyond_what_is_in_flight()
+{
+    let app = app().await;
+    acme(&app).await;
+    reserve(&app, "r-1", 200).await;
+    settle(&app, "r-1", 100).await;
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    reserve(&app, "r-2", 200).await;
+    settle(&app, "r-2", 40).await;
+
+    // In step: one settle in the ledger, one still in the stream.
+    let clean = server::usage::compensate::compensate(&app.state, true).await.unwrap();
+    assert_eq!((clean.compared, clean.drifts.len()), (1, 0), "{clean:?}");
+
+    // Redis counts 500 tokens the ledger never saw.
+    let period = chrono::Utc::now().format("%Y-%m").to_string();
+    let mut conn = app.state.redis.connection().await.unwrap();
+    redis::cmd("HINCRBY")
+        .arg(app.state.keys.quota_period("acme", &period))
+        .arg("plan_used")
+        .arg(500)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+
+    let dry = server::usage::compensate::compensate(&app.state, false).await.unwrap();
+    assert_eq!(dry.drifts.len(), 1, "{dry:?}");
+    let d = &dry.drifts[0];
+    assert_eq!((d.bucket.as_str(), d.redis, d.ledger, d.in_flight, d.corrected), ("plan", 640, 140, 100, false));
+    assert_eq!(plan_used(&app).await, 640);
+    assert!(app.state.metrics.render().contains(r#"tessera_usage_drift_tokens{bucket="plan",tenant="acme"} 500"#));
+
+    let fixed = server::usage::compensate::compensate(&app.state, true).await.unwrap();
+    assert!(fixed.drifts[0].corrected, "{fixed:?}");
+    assert_eq!(plan_used(&app).await, 140);
+    let again = server::usage::compensate::compensate(&app.state, true).await.unwrap();
+    assert!(again.drifts.is_empty(), "{again:?}");
+
+    let rows: Vec<(String, String, Value, Value)> = sqlx::query_as(
+        "select actor, source, before, after from audit where action = 'quota.compensate' and entity = 'tenant:acme' order by id",
+    )
+    .fetch_all(&app.state.db)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2, "one row for each run that found a difference: {rows:?}");
+    assert_eq!((rows[1].0.as_str(), rows[1].1.as_str()), ("compensation", "system"));
+    assert_eq!(rows[1].2, json!({"plan": 640}));
+    assert_eq!(rows[1].3, json!({"plan": {"ledger": 140, "in_flight": 100, "corrected": true}}));
+}

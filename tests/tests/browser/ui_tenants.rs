@@ -25,6 +25,13 @@ async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {
     server::tenants::store::add_grant(&app.state.db, &ctx, &acme, &grant, None, chrono::Utc::now()).await.unwrap();
     server::tenants::store::revoke_grant(&app.state.db, &ctx, &acme, &grant.id, None).await.unwrap();
     server::publish::drain_outbox(&app.state).await.unwrap();
+    // Some use for acme's month chart, drained into the usage ledger.
+    let rid = client::quota::RequestId::parse("ui-1").unwrap();
+    let tokens = client::quota::Tokens::parse("tokens", 300).unwrap();
+    app.state.quotas.reserve(&acme, &rid, tokens).await.unwrap();
+    let actual = client::quota::TokenCount::parse("actual_tokens", 250).unwrap();
+    app.state.quotas.settle(&acme, &rid, actual, false).await.unwrap();
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
 
     let browser = Browser::start().await.expect("headless chromium");
     let c = &browser.client;
@@ -48,6 +55,13 @@ async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {
     assert!(buckets.contains("launch-bonus") && buckets.contains("plan"), "{buckets}");
     assert!(!buckets.contains("trial"), "a revoked grant is no bucket: {buckets}");
     assert!(c.find(Locator::Css("section[data-tenant='globex']")).await.is_ok());
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let bars = c.find_all(Locator::Css("#month-acme g.month-day")).await.unwrap();
+    assert_eq!(bars.len(), 1, "one day with use");
+    assert_eq!(bars[0].attr("data-day").await.unwrap().as_deref(), Some(today.as_str()));
+    assert_eq!(bars[0].attr("data-tokens").await.unwrap().as_deref(), Some("250"));
+    let caption = c.find(Locator::Css("#month-acme figcaption")).await.unwrap().text().await.unwrap();
+    assert!(caption.contains("250 tokens over 1 settled"), "{caption}");
     assert!(c.find_all(Locator::Css("#tenants form")).await.unwrap().is_empty(), "read-only");
     let dir = integration::workspace_root().join("target/screenshots");
     std::fs::create_dir_all(&dir).unwrap();

@@ -206,3 +206,48 @@ async fn a_tenant_redis_lost_follows_its_fallback_policy_and_is_reported_missing
     missing.sort();
     assert_eq!(missing, vec!["closed".to_owned(), "open".to_owned()]);
 }
+
+#[tokio::test]
+async fn what_a_process_admitted_while_redis_was_away_survives_its_restart_and_is_charged_when_redis_answers() {
+    // Arrange: a process with a journal file admits and settles while Redis is unreachable
+    // (a dead address), then stops; the next process opens the same file.
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("open");
+    let allowance = tokens(100);
+    publish(&h, &t, &TenantQuota { fallback: FallbackPolicy::FailOpenLimited { allowance }, ..plan(1000) }).await;
+    let dir = std::env::temp_dir().join(format!("tessera-journal-{}", h.keys().prefix()));
+    let path = dir.join("quota-journal.log");
+    let before = quotas_at("redis://127.0.0.1:1", h.keys().clone(), h.clock.clone());
+    assert_eq!(before.open_journal(&path).unwrap().operations, 0);
+    before.remember(&t, 1, FallbackPolicy::FailOpenLimited { allowance });
+    reserved(before.reserve(&t, &rid("r1"), tokens(60)).await.unwrap());
+    before.settle(&t, &rid("r1"), count(25), false).await.unwrap();
+    reserved(before.reserve(&t, &rid("r2"), tokens(30)).await.unwrap());
+    before.release(&t, &rid("r2")).await.unwrap();
+    assert!(before.open_journal(&path).is_err(), "one process per journal file");
+    drop(before);
+
+    // Act: the next process, with Redis back.
+    let mut after = None;
+    for _ in 0..100 {
+        // The stopped process's writer lets the file go as it winds down.
+        let q = quotas_at(&redis_url(), h.keys().clone(), h.clock.clone());
+        if let Ok(waiting) = q.open_journal(&path) {
+            after = Some((q, waiting));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (after, waiting) = after.expect("the journal is free once its process stopped");
+    let charged = after.flush_offline().await.unwrap();
+
+    // Assert: both admissions came back from the file and were charged once.
+    assert_eq!((waiting.operations, waiting.admitted_tokens), (2, 90));
+    assert_eq!(charged, 2);
+    assert_eq!(bucket(&after.usage(&t).await.unwrap(), "plan").used, 25);
+    let records = stream(&h, &t).await;
+    let outcomes: Vec<(&str, UsageOutcome)> = records.iter().map(|r| (r.request_id.as_str(), r.outcome)).collect();
+    assert_eq!(outcomes, vec![("r1", UsageOutcome::Settled), ("r2", UsageOutcome::Released)]);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "an empty journal leaves an empty file");
+    std::fs::remove_dir_all(dir).ok();
+}
