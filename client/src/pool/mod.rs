@@ -21,6 +21,7 @@
 
 pub mod admin;
 mod fallback;
+mod peak;
 pub mod readout;
 mod script;
 mod sticky;

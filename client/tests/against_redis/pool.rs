@@ -1104,3 +1104,34 @@ async fn a_pool_redis_lost_is_drawn_locally_and_reported_missing_while_a_strange
     missing.sort();
     assert_eq!(missing, vec!["seen".to_owned(), "told".to_owned()]);
 }
+
+#[tokio::test]
+async fn a_peak_window_applies_within_a_refill_interval_of_its_start_and_stops_at_its_end() {
+    // Arrange: A=3,B=1, and from 12:30 to 13:00 local (Singapore) A=1,B=3; batches of 4.
+    let h = harness(Clock::manual(at("2030-03-15T04:29:50Z")));
+    let p = pool("peaky");
+    let mut s = snapshot("A=3,B=1", 4, 0, Ordering::Smooth);
+    let start = engine::peak::parse_local_time("12:30").unwrap();
+    let end = engine::peak::parse_local_time("13:00").unwrap();
+    s.peak_windows = vec![engine::peak::PeakWindow::new(start, end, 1, Some(weights("A=1,B=3"))).unwrap()];
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    assert!(!h.admin.follow_peak(&p).await.unwrap(), "first seen: nothing to rebuild");
+    let before = tally(&draw_n(&h, &p, 4).await);
+
+    // Act: the window opens; the refiller's next sweep follows it. Then it closes.
+    h.clock.set(at("2030-03-15T04:30:01Z"));
+    let opened = h.admin.follow_peak(&p).await.unwrap();
+    let again = h.admin.follow_peak(&p).await.unwrap();
+    let inside = tally(&draw_n(&h, &p, 4).await);
+    h.clock.set(at("2030-03-15T05:00:01Z"));
+    let closed = h.admin.follow_peak(&p).await.unwrap();
+    let after = tally(&draw_n(&h, &p, 4).await);
+
+    // Assert: whole batches of the weights in force, no lingering tickets.
+    assert_eq!(before, expected(&[("A", 3), ("B", 1)]));
+    assert!(opened && !again);
+    assert_eq!(inside, expected(&[("A", 1), ("B", 3)]));
+    assert!(closed);
+    assert_eq!(after, expected(&[("A", 3), ("B", 1)]));
+}

@@ -1,7 +1,10 @@
 //! The pool refiller: a pool below low-water gets its next batch (and a pool without a
 //! standby batch gets one), built with the engine, added exactly once. Draws publish the
 //! pool's name as they cross low-water; [`listen`] refills on that message at once, and
-//! sweeps every pool each second as well (a missed message costs at most a second).
+//! sweeps every pool each second as well (a missed message costs at most a second). The
+//! sweep also rebuilds a pool whose peak window opened or closed since its batches were
+//! built, so a window applies within a second of its start and stops within a second of
+//! its end.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +38,10 @@ pub struct Outcome {
 pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::default();
     for pool in state.pool_admin.pools().await.context("listing pools")? {
+        // A peak window that opened or closed since the batches were built: rebuilt first.
+        if let Err(e) = state.pool_admin.follow_peak(&pool).await {
+            tracing::error!(pool = %pool, error = %e, "following the peak windows failed");
+        }
         refill_pool(state, &pool, &mut outcome).await;
     }
     Ok(outcome)
