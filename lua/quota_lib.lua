@@ -217,10 +217,14 @@ local function decode_parts(s)
   return parts
 end
 
--- "period|amount|deadline|parts"
+-- "period|amount|deadline|parts|model" (model last: it may hold any character; entries
+-- written before the model was kept end after the parts)
 local function decode_entry(s)
-  local period, amount, deadline, parts = string.match(s, '^([^|]*)|(%d+)|(%d+)|(.*)$')
-  return {period = period, amount = tonumber(amount), deadline = tonumber(deadline), parts = parts}
+  local period, amount, deadline, parts, rest = string.match(s, '^([^|]*)|(%d+)|(%d+)|([^|]*)(.*)$')
+  local model = ''
+  if rest and rest ~= '' then model = string.sub(rest, 2) end
+  return {period = period, amount = tonumber(amount), deadline = tonumber(deadline), parts = parts,
+    model = model}
 end
 
 -- A finished reservation: "state|amount|deadline|parts|actual|charged".
@@ -278,15 +282,16 @@ end
 
 -- Appends one finished reservation to the usage stream, in the same script that changed
 -- the counters (so the stream holds exactly what the counters hold), and returns the
--- record's fields as the reply carries them: {plans, reserved_at, at, gen}.
+-- record's fields as the reply carries them: {plans, reserved_at, at, gen, model}.
 -- outcome "settled" | "released" | "expired"; actual '' for a release or an expiry.
-local function record_usage(rid, outcome, late, reserved, actual, charged, plans, at_reserve)
+local function record_usage(rid, outcome, late, reserved, actual, charged, plans, at_reserve, model)
   local plan_text = encode_plans(plans)
   local gen = redis.call('HGET', KEYS[2], 'gen') or ''
   redis.call('XADD', KEYS[7], '*', 'rid', rid, 'outcome', outcome, 'late', late and '1' or '0',
     'reserved', fmt(reserved), 'actual', actual and fmt(actual) or '', 'charged', charged,
-    'plans', plan_text, 'reserved_at', fmt(at_reserve), 'at', fmt(NOW), 'gen', gen)
-  return {plan_text, fmt(at_reserve), fmt(NOW), gen}
+    'plans', plan_text, 'reserved_at', fmt(at_reserve), 'at', fmt(NOW), 'gen', gen,
+    'model', model or '')
+  return {plan_text, fmt(at_reserve), fmt(NOW), gen, model or ''}
 end
 
 -- Closes an open reservation (meta may be nil for a release of an unpublished tenant's
@@ -331,6 +336,6 @@ local function finish(meta, rid, entry, actual, state)
   -- An overdraft may have written the current period's hash first: give it its expiry.
   if meta then touch_period(meta) end
   local record = record_usage(rid, state, false, entry.amount, actual, encoded, plans,
-    reserved_at(meta, entry.deadline))
+    reserved_at(meta, entry.deadline), entry.model)
   return encoded, excess, record
 end

@@ -2,6 +2,8 @@
 -- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
 -- ARGV[4] request id   ARGV[5] tokens (1..2^53-1)   ARGV[6] "1" to admit regardless of the
 --         limits (replaying an admission made while Redis was unreachable), else "0"
+-- ARGV[7] the model the request is for ('' when not known), kept with the reservation for
+--         the usage record
 -- Several requests may come in one call (see the end of the script): each is admitted in
 -- turn exactly as alone.
 -- Returns one of:
@@ -19,7 +21,7 @@ local meta = read_meta()
 if not meta then return {'unknown_tenant'} end
 
 -- One request: its reply.
-local function reserve_one(rid, tokens_arg, force_arg)
+local function reserve_one(rid, tokens_arg, force_arg, model)
   local tokens = tonumber(tokens_arg)
   local force = force_arg == '1'
   local open = redis.call('HGET', KEYS[3], rid)
@@ -63,20 +65,20 @@ local function reserve_one(rid, tokens_arg, force_arg)
   end
   local deadline = NOW + meta.reservation_ttl_ms
   local encoded = encode_parts(parts)
-  redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded}, '|'))
+  redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded, model or ''}, '|'))
   redis.call('ZADD', KEYS[4], fmt(deadline), rid)
   redis.call('HINCRBY', KEYS[5], day_field, 1)
   touch_period(meta)
   return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open'}
 end
 
--- ARGV[4..] holds one request (3 values) or several in turn (the client coalesces
+-- ARGV[4..] holds one request (4 values) or several in turn (the client coalesces
 -- concurrent calls for one tenant): one reply for one request, else {"batch", {reply, ...}}
 -- with a reply per request, in order.
-local groups = math.floor((#ARGV - 3) / 3)
-if groups <= 1 then return reserve_one(ARGV[4], ARGV[5], ARGV[6]) end
+local groups = math.floor((#ARGV - 3) / 4)
+if groups <= 1 then return reserve_one(ARGV[4], ARGV[5], ARGV[6], ARGV[7]) end
 local replies = {}
 for i = 0, groups - 1 do
-  replies[#replies + 1] = reserve_one(ARGV[4 + 3 * i], ARGV[5 + 3 * i], ARGV[6 + 3 * i])
+  replies[#replies + 1] = reserve_one(ARGV[4 + 4 * i], ARGV[5 + 4 * i], ARGV[6 + 4 * i], ARGV[7 + 4 * i])
 end
 return {'batch', replies}

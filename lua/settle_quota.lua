@@ -6,11 +6,12 @@
 -- turn exactly as alone.
 -- Returns one of:
 --   {"settled", version, reserved, actual, overdraft, charged, late 0|1, plans,
---    reserved_at, at, gen}
+--    reserved_at, at, gen, model}
 --       charged "bucket:amount,..."; overdraft: actual beyond the reservation; late = 1
 --       when the reservation had expired (swept) or is not known (lost with a Redis that
 --       restarted empty: reserved 0) and the use is charged now; plans "period:amount,..."
---       the plan charges per period; reserved_at, at (ms) and gen as in the usage record
+--       the plan charges per period; reserved_at, at (ms), gen and model ('' unknown) as in
+--       the usage record
 --   {"already_settled", version, reserved, actual, charged}
 --   {"already_released", version, reserved}
 --   {"unknown_tenant"}   {"period", actual_period}
@@ -31,7 +32,7 @@ local function settle_one(rid, actual_arg)
   if open then
     local entry = decode_entry(open)
     local charged, excess, r = finish(meta, rid, entry, actual, 'settled')
-    return {'settled', meta.version, entry.amount, actual, excess, charged, 0, r[1], r[2], r[3], r[4]}
+    return {'settled', meta.version, entry.amount, actual, excess, charged, 0, r[1], r[2], r[3], r[4], r[5]}
   end
   local done = find_done(rid)
   if not done then
@@ -43,7 +44,7 @@ local function settle_one(rid, actual_arg)
       fmt(actual), charged}, '|'))
     touch_period(meta)
     local r = record_usage(rid, 'settled', true, 0, actual, charged, plans, NOW)
-    return {'settled', meta.version, 0, actual, actual, charged, 1, r[1], r[2], r[3], r[4]}
+    return {'settled', meta.version, 0, actual, actual, charged, 1, r[1], r[2], r[3], r[4], r[5]}
   end
   if done.state == 'settled' then
     return {'already_settled', meta.version, done.amount, done.actual, done.charged}
@@ -59,7 +60,7 @@ local function settle_one(rid, actual_arg)
     if over < 0 then over = 0 end
     local r = record_usage(rid, 'settled', true, done.amount, actual, charged, plans,
       reserved_at(meta, done.deadline))
-    return {'settled', meta.version, done.amount, actual, over, charged, 1, r[1], r[2], r[3], r[4]}
+    return {'settled', meta.version, done.amount, actual, over, charged, 1, r[1], r[2], r[3], r[4], r[5]}
   end
   return {'already_released', meta.version, done.amount}
 end

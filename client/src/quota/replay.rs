@@ -67,7 +67,7 @@ impl Quotas {
         for (tenant, op) in work {
             let applied = match &op {
                 offline::Op::Admit { request, tokens, close } => {
-                    let extra = [request.as_str().to_owned(), tokens.get().to_string(), "1".to_owned()];
+                    let extra = [request.as_str().to_owned(), tokens.get().to_string(), "1".to_owned(), String::new()];
                     self.replay_call("reserve_quota", &scripts::quota().reserve, &tenant, &extra).await?;
                     match close {
                         Some(offline::Close::Settle { actual, partial }) => {

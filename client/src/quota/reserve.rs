@@ -79,7 +79,21 @@ impl Quotas {
         request: &RequestId,
         tokens: Tokens,
     ) -> Result<ReserveOutcome, QuotaError> {
-        let extra = vec![request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned()];
+        self.reserve_for_model(tenant, request, tokens, None).await
+    }
+
+    /// [`Quotas::reserve`] for a request to `model`, which the usage ledger then records
+    /// with its use (control characters are left out of the name).
+    #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request), err)]
+    pub async fn reserve_for_model(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        tokens: Tokens,
+        model: Option<&str>,
+    ) -> Result<ReserveOutcome, QuotaError> {
+        let model: String = model.unwrap_or_default().chars().filter(|c| !c.is_control()).take(128).collect();
+        let extra = vec![request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned(), model];
         let reply = match self.coalesced("reserve_quota", tenant, &extra).await {
             Some(reply) => reply,
             None => match self.call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await {

@@ -78,6 +78,8 @@ pub struct UsageRecord {
     pub at_ms: i64,
     /// The generation of the counters that hold this record.
     pub generation: String,
+    /// The model the request was for, when its reservation said.
+    pub model: Option<String>,
     /// The stream entry id, for a record read from the stream.
     pub entry: Option<String>,
 }
@@ -479,11 +481,12 @@ fn record_of(tenant: &TenantId, entry: Option<String>, m: &HashMap<&str, &str>) 
         reserved_at_ms: number("reserved_at")?,
         at_ms: number("at")?,
         generation: field("gen")?.to_owned(),
+        model: m.get("model").filter(|s| !s.is_empty()).map(|s| (*s).to_owned()),
         entry,
     })
 }
 
-/// The record of a settle from its reply fields 7.. (`plans, reserved_at, at, gen`).
+/// The record of a settle from its reply fields 7.. (`plans, reserved_at, at, gen, model`).
 pub(super) fn settle_record(
     tenant: &TenantId,
     request: &str,
@@ -510,6 +513,7 @@ pub(super) fn settle_record(
         reserved_at_ms: f.int(8)?,
         at_ms: f.int(9)?,
         generation: f.str(10)?.to_owned(),
+        model: f.str(11).ok().filter(|s| !s.is_empty()).map(str::to_owned),
         entry: None,
     })
 }

@@ -163,10 +163,11 @@ pub async fn reserve_quota(
                 return Err(ApiError::bad_request("max_tokens", format!("must be at most {MAX_OUTPUT_TOKENS}")));
             }
             let model = body.model.ok_or_else(|| ApiError::bad_request("model", "is required with prompt"))?;
-            let e = web::block(move || estimate(&prompt, max_tokens, &model, DEFAULT_MARGIN))
+            let for_model = model.clone();
+            let e = web::block(move || estimate(&prompt, max_tokens, &for_model, DEFAULT_MARGIN))
                 .await
                 .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("estimate task: {e}")))??;
-            (e.tokens, Some(e))
+            (e.tokens, Some((e, model)))
         }
         (Some(_), Some(_)) => return Err(ApiError::bad_request("tokens", "give either tokens or prompt, not both")),
         (None, None) => {
@@ -174,7 +175,9 @@ pub async fn reserve_quota(
         }
     };
     let request_id = body.request_id;
-    match state.quotas.reserve(&tenant, &request_id, tokens).await.map_err(quota_error)? {
+    let model = estimated.as_ref().map(|(_, model)| model.as_str());
+    let estimated = estimated.as_ref().map(|(e, _)| e.clone());
+    match state.quotas.reserve_for_model(&tenant, &request_id, tokens, model).await.map_err(quota_error)? {
         ReserveOutcome::Reserved(reservation) => Ok(HttpResponse::Ok().json(ReserveReply {
             result: "reserved",
             request_id,

@@ -60,8 +60,8 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
         let plans: Map<String, Value> = r.plan_periods.iter().map(|(p, n)| (p.clone(), Value::from(*n))).collect();
         let id: Option<i64> = sqlx::query_scalar(
             "insert into usage_ledger
-               (tenant, request_id, outcome, late, reserved, actual, charged, plan_periods, reserved_at, at, source)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+               (tenant, request_id, outcome, late, reserved, actual, charged, plan_periods, reserved_at, at, source, model)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              on conflict (tenant, request_id, outcome) do nothing
              returning id",
         )
@@ -76,6 +76,7 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
         .bind(at(r.reserved_at_ms))
         .bind(at(r.at_ms))
         .bind(source.name())
+        .bind(r.model.as_deref().map(|m| m.replace('\0', "")))
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(id) = id {

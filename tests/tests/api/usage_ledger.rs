@@ -129,6 +129,23 @@ async fn settles_reach_the_ledger_once_and_the_usage_report_and_csv_read_it() {
     }
     let (status, _) = send(&app, reqwest::Method::GET, "/api/v1/tenants/nobody/usage", Value::Null).await;
     assert_eq!(status, 404);
+
+    // A reservation estimated for a model: the ledger keeps the model with its use.
+    let body = json!({"request_id": "r-3", "prompt": "hello there", "max_tokens": 20, "model": "gpt-4o"});
+    let (status, reply) = send(&app, reqwest::Method::POST, "/api/v1/tenants/acme/quota/reserve", body).await;
+    assert_eq!(status, 200, "{reply}");
+    settle(&app, "r-3", 12).await;
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    let (status, by_model) =
+        send(&app, reqwest::Method::GET, "/api/v1/tenants/acme/usage?group=model", Value::Null).await;
+    assert_eq!(status, 200, "{by_model}");
+    let keys: Vec<(&str, u64)> = by_model["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap(), r["tokens"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(keys, vec![("gpt-4o", 12), ("unknown", 420)]);
 }
 
 #[tokio::test]
