@@ -14,7 +14,11 @@ local mismatch = period_mismatch()
 if mismatch then return mismatch end
 local gen = redis.call('HGET', KEYS[2], 'gen')
 if not gen then return {'missing'} end
-if gen == ARGV[5] then return {'counted'} end
+-- The counters hold a settle whose done marker is here (whatever its generation).
+if ARGV[9] ~= '' and find_done(ARGV[9]) then return {'counted'} end
+if gen == ARGV[5] and ARGV[10] ~= '1' then return {'counted'} end
+-- Records counted before the counters were adopted (no generation then) are theirs.
+if ARGV[5] == '' and redis.call('HGET', KEYS[2], 'adopted') == '1' then return {'counted'} end
 local upto = tonumber(redis.call('HGET', KEYS[2], 'restored_upto') or '0')
 if tonumber(ARGV[4]) <= upto then return {'counted'} end
 if redis.call('HSETNX', KEYS[2], 'applied:' .. ARGV[4], '1') == 0 then return {'counted'} end

@@ -287,7 +287,9 @@ end
 local function record_usage(rid, outcome, late, reserved, actual, charged, plans, at_reserve, model)
   local plan_text = encode_plans(plans)
   local gen = redis.call('HGET', KEYS[2], 'gen') or ''
-  redis.call('XADD', KEYS[7], '*', 'rid', rid, 'outcome', outcome, 'late', late and '1' or '0',
+  -- Capped far above what a drain running every second leaves (a Postgres outage of hours
+  -- at thousands of settles a second); settles are also kept by the instances that made them.
+  redis.call('XADD', KEYS[7], 'MAXLEN', '~', '1000000', '*', 'rid', rid, 'outcome', outcome, 'late', late and '1' or '0',
     'reserved', fmt(reserved), 'actual', actual and fmt(actual) or '', 'charged', charged,
     'plans', plan_text, 'reserved_at', fmt(at_reserve), 'at', fmt(NOW), 'gen', gen,
     'model', model or '')

@@ -2,10 +2,12 @@
 -- one step, for the compensation to compare with the usage ledger (read only).
 -- Prepended by quota_lib.lua (KEYS[1..7] and ARGV[1..3] as described there).
 -- ARGV[4] the most stream entries to read (more: {"busy", length})
--- Returns {now_ms, plan_used, {grant, used, ...}, tail_plan, {grant, tail, ...}, {rid, ...}}
+-- Returns {now_ms, plan_used, {grant, used, ...}, tail_plan, {grant, tail, ...}, {rid, ...},
+--          adopted "1"|"0"}
 --   plan_used: the current period's; tail_plan and the tail's grant amounts: what the
 --   stream's records charged (the plan: in the current period), which the ledger does not
---   hold yet; rids: those records' request ids. Or {"period", actual}.
+--   hold yet; rids: those records' request ids; adopted: the counters predate the ledger
+--   (it has no opening balance for them). Or {"period", actual}.
 local mismatch = period_mismatch()
 if mismatch then return mismatch end
 local length = redis.call('XLEN', KEYS[7])
@@ -37,4 +39,5 @@ for g, n in pairs(tail) do
   tail_flat[#tail_flat + 1] = g
   tail_flat[#tail_flat + 1] = fmt(n)
 end
-return {fmt(NOW), fmt(hnum(KEYS[5], 'plan_used')), grants, fmt(tail_plan), tail_flat, rids}
+return {fmt(NOW), fmt(hnum(KEYS[5], 'plan_used')), grants, fmt(tail_plan), tail_flat, rids,
+  redis.call('HGET', KEYS[2], 'adopted') or '0'}

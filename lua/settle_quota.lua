@@ -8,12 +8,14 @@
 --   {"settled", version, reserved, actual, overdraft, charged, late 0|1, plans,
 --    reserved_at, at, gen, model}
 --       charged "bucket:amount,..."; overdraft: actual beyond the reservation; late = 1
---       when the reservation had expired (swept) or is not known (lost with a Redis that
---       restarted empty: reserved 0) and the use is charged now; plans "period:amount,..."
+--       when the reservation had expired (swept) or is not known within a reservation's TTL
+--       of a restore (lost with a Redis that restarted empty: reserved 0) and the use is
+--       charged now; plans "period:amount,..."
 --       the plan charges per period; reserved_at, at (ms), gen and model ('' unknown) as in
 --       the usage record
 --   {"already_settled", version, reserved, actual, charged}
 --   {"already_released", version, reserved}
+--   {"unknown"} (no reservation, and the counters were not restored lately)
 --   {"unknown_tenant"}   {"period", actual_period}
 -- Guarantees: the reservation's buckets pay the actual use in their order (a grant that
 -- expired since the reservation still pays what it reserved); use beyond the reservation
@@ -36,8 +38,12 @@ local function settle_one(rid, actual_arg)
   end
   local done = find_done(rid)
   if not done then
-    -- No reservation and no trace of one: the use happened (a caller settles only what it
-    -- was admitted for), so it is charged now, as a late settle of nothing reserved.
+    -- No reservation and no trace of one. Within a reservation's TTL after the counters
+    -- were restored (Redis lost them, with the open reservations), it is one the loss took:
+    -- the use happened, so it is charged now, as a late settle of nothing reserved.
+    -- Otherwise it was never reserved here: unknown, nothing charged.
+    local restored_at = tonumber(redis.call('HGET', KEYS[2], 'restored_at') or '0')
+    if restored_at == 0 or NOW - restored_at > meta.reservation_ttl_ms then return {'unknown'} end
     local plans = {}
     local charged = encode_parts(charge_now(meta, actual, plans))
     redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', '0', fmt(NOW), '',

@@ -30,6 +30,9 @@ pub struct Counters {
     pub tail_grants: BTreeMap<String, u64>,
     /// The undrained records' request ids (the ledger may hold some of them already).
     pub tail_requests: Vec<String>,
+    /// The counters predate the usage ledger (adopted, not restored): the ledger holds no
+    /// opening balance for them, so it cannot judge them.
+    pub adopted: bool,
 }
 
 /// What a correction did.
@@ -65,6 +68,7 @@ impl Quotas {
             tail_plan: f.uint(3)?,
             tail_grants: pairs(&f, 4)?,
             tail_requests: strings(&f, 5)?,
+            adopted: f.str(6).ok() == Some("1"),
         }))
     }
 

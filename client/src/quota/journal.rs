@@ -69,6 +69,19 @@ impl JournalFile {
                 }
             }
         }
+        // A crash during a write leaves a torn last line: end it, so the next entry starts
+        // on a line of its own (the torn one is skipped above).
+        let mut file = file;
+        if file.metadata()?.len() > 0 {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut last = [0u8; 1];
+            file.seek(SeekFrom::End(-1))?;
+            file.read_exact(&mut last)?;
+            if last[0] != b'\n' {
+                file.write_all(b"\n")?;
+                file.sync_data()?;
+            }
+        }
         let (tx, rx) = mpsc::channel();
         let writer_path = path.to_owned();
         std::thread::Builder::new().name("quota-journal".into()).spawn(move || write_loop(file, &writer_path, rx))?;

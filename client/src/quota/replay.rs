@@ -61,57 +61,55 @@ impl Quotas {
         Ok(())
     }
 
+    /// Replays one operation of the journal.
+    async fn replay_op(&self, tenant: &super::TenantId, op: &offline::Op) -> Result<(), QuotaError> {
+        let settle_args = |request: &super::RequestId, actual: &super::TokenCount, partial: bool| {
+            [request.as_str().to_owned(), actual.get().to_string(), if partial { "1" } else { "0" }.to_owned()]
+        };
+        match op {
+            offline::Op::Admit { request, tokens, close } => {
+                let extra = [request.as_str().to_owned(), tokens.get().to_string(), "1".to_owned(), String::new()];
+                self.replay_call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await?;
+                match close {
+                    Some(offline::Close::Settle { actual, partial }) => {
+                        let extra = settle_args(request, actual, *partial);
+                        self.replay_call("settle_quota", &scripts::quota().settle, tenant, &extra).await?;
+                    }
+                    Some(offline::Close::Release) => {
+                        let extra = [request.as_str().to_owned()];
+                        self.replay_call("release_quota", &scripts::quota().release, tenant, &extra).await?;
+                    }
+                    None => {}
+                }
+            }
+            offline::Op::Settle { request, actual, partial } => {
+                let extra = settle_args(request, actual, *partial);
+                self.replay_call("settle_quota", &scripts::quota().settle, tenant, &extra).await?;
+            }
+            offline::Op::Release { request } => {
+                let extra = [request.as_str().to_owned()];
+                self.replay_call("release_quota", &scripts::quota().release, tenant, &extra).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays every operation in order. One that fails for its own reason (its tenant not
+    /// republished yet) stays and the others go on; Redis unreachable stops the replay.
     async fn flush_journal(&self) -> Result<usize, QuotaError> {
         let work = self.inner.offline.lock().expect("offline journal lock").snapshot();
         let mut done = 0;
+        let mut first_error = None;
         for (tenant, op) in work {
-            let applied = match &op {
-                offline::Op::Admit { request, tokens, close } => {
-                    let extra = [request.as_str().to_owned(), tokens.get().to_string(), "1".to_owned(), String::new()];
-                    self.replay_call("reserve_quota", &scripts::quota().reserve, &tenant, &extra).await?;
-                    match close {
-                        Some(offline::Close::Settle { actual, partial }) => {
-                            let extra = [
-                                request.as_str().to_owned(),
-                                actual.get().to_string(),
-                                if *partial { "1" } else { "0" }.to_owned(),
-                            ];
-                            self.replay_call("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
-                        }
-                        Some(offline::Close::Release) => {
-                            self.replay_call(
-                                "release_quota",
-                                &scripts::quota().release,
-                                &tenant,
-                                &[request.as_str().to_owned()],
-                            )
-                            .await?;
-                        }
-                        None => {}
-                    }
-                    true
+            match self.replay_op(&tenant, &op).await {
+                Ok(()) => {}
+                Err(QuotaError::Redis(e)) if crate::connection::is_unreachable(&e) => return Err(QuotaError::Redis(e)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
                 }
-                offline::Op::Settle { request, actual, partial } => {
-                    let extra = [
-                        request.as_str().to_owned(),
-                        actual.get().to_string(),
-                        if *partial { "1" } else { "0" }.to_owned(),
-                    ];
-                    self.replay_call("settle_quota", &scripts::quota().settle, &tenant, &extra).await?;
-                    true
-                }
-                offline::Op::Release { request } => {
-                    self.replay_call(
-                        "release_quota",
-                        &scripts::quota().release,
-                        &tenant,
-                        &[request.as_str().to_owned()],
-                    )
-                    .await?;
-                    true
-                }
-            };
-            if applied {
+            }
+            let acks = {
                 let mut journal = self.inner.offline.lock().expect("offline journal lock");
                 journal.remove(&tenant, &op);
                 if let Some(m) = &self.inner.metrics {
@@ -121,12 +119,18 @@ impl Quotas {
                 if journal.is_empty() {
                     self.inner.has_offline.store(false, Ordering::Release);
                 }
-                done += 1;
-            }
+                journal.take_acks()
+            };
+            // On disk before the next operation: a restart replays nothing twice.
+            super::journal::synced(acks).await;
+            done += 1;
         }
         if done > 0 {
             tracing::info!(operations = done, "charged to redis what was admitted while it was unreachable");
         }
-        Ok(done)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
     }
 }

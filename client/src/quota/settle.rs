@@ -26,13 +26,17 @@ pub enum SettleOutcome {
     AlreadyReleased { reserved: u64 },
     /// Redis is unreachable: the settle is kept and applied when it answers.
     Queued,
+    /// No reservation with this request id (and the tenant's counters were not restored
+    /// lately, which would have taken reservations with them).
+    Unknown,
 }
 
 impl Quotas {
     /// Closes a reservation with the tokens actually used (`partial`: the stream broke and
     /// `actual` is what was consumed before it did). A repeated settle changes nothing. A
-    /// settle of a request id with no trace (its reservation lost with a Redis that
-    /// restarted empty) is charged all the same: `Settled` with `late` and `reserved` 0.
+    /// settle of a request id with no trace within a reservation's TTL after the tenant's
+    /// counters were restored (its reservation lost with a Redis that restarted empty) is
+    /// charged all the same: `Settled` with `late` and `reserved` 0; otherwise `Unknown`.
     #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get(), partial), err)]
     pub async fn settle(
         &self,
@@ -74,6 +78,7 @@ impl Quotas {
                 SettleOutcome::AlreadySettled { reserved: f.uint(2)?, actual: f.uint(3)?, charged: parts(&f, 4)? }
             }
             "already_released" => SettleOutcome::AlreadyReleased { reserved: f.uint(2)? },
+            "unknown" => SettleOutcome::Unknown,
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
             other => return Err(f.unexpected(other).into()),
         };

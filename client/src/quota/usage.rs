@@ -338,12 +338,16 @@ impl Quotas {
             .map_err(QuotaError::Redis)
     }
 
-    /// Charges ledger row `row` (written from `record`) to the counters unless they hold it.
+    /// Charges ledger row `row` (written from `record`) to the counters unless they hold it
+    /// (its done marker is there, it was counted in this generation, or the restore
+    /// included it). `from_instance`: the record is the settling instance's own copy, so
+    /// the same generation does not prove the counters hold it (only its done marker does).
     pub async fn apply_usage(
         &self,
         row: i64,
         record: &UsageRecord,
         count_request: bool,
+        from_instance: bool,
     ) -> Result<Applied, QuotaError> {
         let extra = vec![
             row.to_string(),
@@ -351,6 +355,8 @@ impl Quotas {
             record.grant_parts(),
             record.plan_text(),
             if count_request { record.reserved_day() } else { String::new() },
+            record.request_id.clone(),
+            if from_instance { "1" } else { "0" }.to_owned(),
         ];
         let reply = self
             .call("apply_usage", &scripts::quota().apply_usage, &record.tenant, &extra)
@@ -434,6 +440,7 @@ impl Quotas {
             "previous": previous_fields,
             "current_expires_ms": period.next_start_ms() + retention,
             "previous_expires_ms": period.start_ms() + retention,
+            "at": now.timestamp_millis(),
         })
         .to_string()
     }

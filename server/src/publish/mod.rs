@@ -66,12 +66,15 @@ async fn publish_snapshot(
             if published == client::quota::Published::NeedsRestore {
                 // No counters in this Redis (a new tenant, or a Redis that restarted empty):
                 // rebuilt from the usage ledger before the snapshot lets anyone be served.
-                let restore = crate::usage::restore(state, tenant).await?;
+                let (restore, lock) = crate::usage::restore(state, tenant).await?;
                 state
                     .quotas
                     .publish_restoring(tenant, &snapshot, Some(&restore))
                     .await
                     .with_context(|| format!("publishing {entity} with its counters restored"))?;
+                // Ledger writers of this tenant waited for the publish: they now see the
+                // restored counters (and charge rows after the restore to them).
+                lock.commit().await.context("releasing the tenant's ledger lock")?;
             }
         }
     }

@@ -219,16 +219,17 @@ pub struct SettleBody {
 /// Settles a reservation with the tokens really used, refunding the rest.
 ///
 /// 200 with what was charged (or that it was already settled / released), 202 when Redis
-/// is unreachable and the settle is queued, 404 for an unknown tenant. A request id with no
-/// reservation (lost with a Redis that restarted empty) is charged: late, reserved 0.
+/// is unreachable and the settle is queued, 404 for an unknown tenant or request id. A
+/// request id with no reservation within a reservation's TTL after the tenant's counters
+/// were restored (lost with a Redis that restarted empty) is charged: late, reserved 0.
 #[utoipa::path(
     tag = "quota",
     params(("tenant" = TenantId, Path, description = "The tenant whose quota pays")),
     responses(
-        (status = 200, description = "Settled (`late` when the reservation had expired or is not known: the use is charged all the same), or already settled / released (nothing changed)", body = SettleOutcome),
+        (status = 200, description = "Settled (`late` when the reservation had expired, or was lost with a Redis that restarted empty: the use is charged all the same), or already settled / released (nothing changed)", body = SettleOutcome),
         (status = 202, description = "Redis is unreachable: the settle is kept and applied when it answers (`result: queued`)", body = SettleOutcome),
         (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
-        (status = 404, description = "Unknown tenant", body = ErrorBody),
+        (status = 404, description = "Unknown tenant, or no reservation with this request id", body = ErrorBody),
         (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
     )
 )]
@@ -241,6 +242,9 @@ pub async fn settle_quota(
     let tenant = tenant(&path)?;
     let outcome =
         state.quotas.settle(&tenant, &body.request_id, body.actual_tokens, body.partial).await.map_err(quota_error)?;
+    if outcome == SettleOutcome::Unknown {
+        return Err(ApiError::NotFound(format!("no reservation with request_id {:?}", body.request_id.as_str())));
+    }
     let status = if outcome == SettleOutcome::Queued { 202 } else { 200 };
     Ok(HttpResponse::build(actix_web::http::StatusCode::from_u16(status).expect("valid")).json(outcome))
 }

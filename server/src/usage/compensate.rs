@@ -53,8 +53,9 @@ impl Drift {
 pub struct Report {
     /// Tenants compared.
     pub compared: usize,
-    /// Tenants skipped: their stream holds too many undrained records, or Redis holds no
-    /// counters for them (not published, or lost and not restored yet).
+    /// Tenants skipped: their stream holds too many undrained records, Redis holds no
+    /// counters for them (not published, or lost and not restored yet), or their counters
+    /// predate the ledger (adopted: no opening balance to compare with).
     pub skipped: Vec<String>,
     pub drifts: Vec<Drift>,
 }
@@ -77,6 +78,12 @@ pub async fn compensate(state: &AppState, correct: bool) -> anyhow::Result<Repor
             report.skipped.push(name);
             continue;
         };
+        // Counters from before the ledger existed: it has no opening balance to judge them by
+        // (they are compared once Redis has lost and restored them).
+        if c.adopted {
+            report.skipped.push(name);
+            continue;
+        }
         let until = DateTime::<Utc>::from_timestamp_millis(c.at_ms).unwrap_or_else(Utc::now);
         let (plan, grants) = store::totals(&state.db, &tenant, &c.period, until, &c.tail_requests).await?;
         let recent =

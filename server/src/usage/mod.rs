@@ -59,7 +59,7 @@ pub async fn drain(state: &AppState) -> anyhow::Result<Drained> {
         let written = store::insert(&state.db, &records, store::Source::Stream).await.context("writing the ledger")?;
         done.read += records.len();
         done.written += written.len();
-        done.applied += charge_missing(state, &records, &written).await?;
+        done.applied += charge_missing(state, &records, &written, false).await?;
         state.quotas.ack_usage(&records).await.context("acknowledging the usage streams")?;
     }
     state.metrics.usage_ledger_rows.with_label_values(&["stream"]).inc_by(done.written as u64);
@@ -87,15 +87,22 @@ pub async fn confirm(state: &AppState, age: Duration) -> anyhow::Result<Drained>
             "the usage stream had lost settles this instance made: written from its own records"
         );
     }
-    let applied = charge_missing(state, &records, &written).await?;
+    let applied = charge_missing(state, &records, &written, true).await?;
     state.metrics.usage_ledger_rows.with_label_values(&["instance"]).inc_by(written.len() as u64);
     state.metrics.usage_records_waiting.set(state.quotas.records_waiting() as i64);
     Ok(Drained { read: records.len(), written: written.len(), applied })
 }
 
-/// Charges newly written settle rows to counters that may not hold them: rows counted in
-/// another generation of the tenant's counters than the live one.
-async fn charge_missing(state: &AppState, records: &[UsageRecord], written: &[(usize, i64)]) -> anyhow::Result<usize> {
+/// Charges newly written settle rows to counters that may not hold them: from the stream,
+/// rows counted in another generation of the tenant's counters than the live one; from an
+/// instance's own records (`from_instance`: the stream had lost them, and the counters may
+/// have too, in the same generation), every row, which the script checks by its done marker.
+async fn charge_missing(
+    state: &AppState,
+    records: &[UsageRecord],
+    written: &[(usize, i64)],
+    from_instance: bool,
+) -> anyhow::Result<usize> {
     let candidates: Vec<(&UsageRecord, i64)> =
         written.iter().map(|(i, id)| (&records[*i], *id)).filter(|(r, _)| r.outcome == UsageOutcome::Settled).collect();
     if candidates.is_empty() {
@@ -108,12 +115,13 @@ async fn charge_missing(state: &AppState, records: &[UsageRecord], written: &[(u
         state.quotas.generations(&tenants).await.context("reading the counters' generations")?;
     let mut applied = 0;
     for (record, id) in candidates {
-        if generations.get(&record.tenant).and_then(|g| g.as_deref()) == Some(record.generation.as_str()) {
+        let same = generations.get(&record.tenant).and_then(|g| g.as_deref()) == Some(record.generation.as_str());
+        if same && !from_instance {
             continue;
         }
-        if state.quotas.apply_usage(id, record, !record.late).await.context("charging a ledger row")?
-            == Applied::Applied
-        {
+        let outcome =
+            state.quotas.apply_usage(id, record, !record.late, from_instance).await.context("charging a ledger row")?;
+        if outcome == Applied::Applied {
             tracing::warn!(tenant = %record.tenant, request_id = record.request_id, row = id, "charged a settle the counters had lost");
             applied += 1;
         }
@@ -121,16 +129,21 @@ async fn charge_missing(state: &AppState, records: &[UsageRecord], written: &[(u
     Ok(applied)
 }
 
-/// A tenant's counters as the ledger holds them (for a Redis that has none).
-pub async fn restore(state: &AppState, tenant: &TenantId) -> anyhow::Result<Restore> {
+/// A tenant's counters as the ledger holds them (for a Redis that has none), and the
+/// transaction holding the tenant's ledger lock: keep it until the restore is published, so
+/// no row lands between the read and the publish unseen by both (writers wait meanwhile).
+pub async fn restore(
+    state: &AppState,
+    tenant: &TenantId,
+) -> anyhow::Result<(Restore, sqlx::Transaction<'static, sqlx::Postgres>)> {
     let now = Utc::now();
     let first = chrono::NaiveDate::from_ymd_opt(chrono::Datelike::year(&now), chrono::Datelike::month(&now), 1)
         .expect("first of the month");
     let previous_start = store::day_start(first.checked_sub_months(chrono::Months::new(1)).expect("in range"));
-    let restore = store::restore(&state.db, tenant, previous_start)
+    let (restore, lock) = store::restore(&state.db, tenant, previous_start)
         .await
         .with_context(|| format!("reading the usage ledger of tenant {tenant}"))?;
     tracing::info!(tenant = %tenant, upto = restore.upto, "restoring the tenant's counters from the usage ledger");
     state.metrics.usage_restores.inc();
-    Ok(restore)
+    Ok((restore, lock))
 }

@@ -151,7 +151,7 @@ pub async fn usage_csv(
         // Keys are days, model names or "total". A model name is quoted (quotes doubled),
         // and one a spreadsheet would read as a formula is prefixed with an apostrophe.
         let mut key = row.key.clone();
-        if key.starts_with(['=', '+', '-', '@']) {
+        if key.starts_with(['=', '+', '-', '@', '\t', '\r']) {
             key.insert(0, '\'');
         }
         if key.contains([',', '"', '\n', '\r']) {

@@ -88,8 +88,13 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
 }
 
 /// What the ledger says a tenant's counters hold: use per grant (all time), plan use per
-/// period and requests per day since `since` (the previous period's start).
-pub async fn restore(db: &PgPool, tenant: &TenantId, since: DateTime<Utc>) -> Result<Restore, sqlx::Error> {
+/// period and requests per day since `since` (the previous period's start); with the open
+/// transaction that holds the tenant's lock alone (commit it once the restore is published).
+pub async fn restore(
+    db: &PgPool,
+    tenant: &TenantId,
+    since: DateTime<Utc>,
+) -> Result<(Restore, sqlx::Transaction<'static, sqlx::Postgres>), sqlx::Error> {
     let mut tx = db.begin().await?;
     sqlx::query("select pg_advisory_xact_lock(hashtext($1))").bind(lock_key(tenant)).execute(&mut *tx).await?;
     let upto: Option<i64> = sqlx::query_scalar("select max(id) from usage_ledger where tenant = $1")
@@ -131,8 +136,7 @@ pub async fn restore(db: &PgPool, tenant: &TenantId, since: DateTime<Utc>) -> Re
     for d in days {
         restore.requests.insert(d.try_get("day")?, d.try_get::<i64, _>("n")?.max(0) as u64);
     }
-    tx.commit().await?;
-    Ok(restore)
+    Ok((restore, tx))
 }
 
 /// A tenant's usage between two instants (`at` in `[from, to)`), grouped by UTC day or by

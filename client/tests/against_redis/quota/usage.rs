@@ -165,15 +165,15 @@ async fn a_ledger_row_is_charged_once_and_only_to_counters_that_cannot_hold_it()
     assert_eq!(record.charged, parts(&[("gift", 60)]));
 
     // Act / Assert: same generation: the counters hold it.
-    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Counted);
+    assert_eq!(h.quotas.apply_usage(11, &record, true, false).await.unwrap(), Applied::Counted);
     wipe(&h).await;
-    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Missing);
+    assert_eq!(h.quotas.apply_usage(11, &record, true, false).await.unwrap(), Applied::Missing);
     let restore = Restore { upto: 10, ..Restore::default() };
     h.quotas.publish_restoring(&t, &quota, Some(&restore)).await.unwrap();
     // A row the restore included is not charged again; one after it is, once.
-    assert_eq!(h.quotas.apply_usage(9, &record, true).await.unwrap(), Applied::Counted);
-    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Applied);
-    assert_eq!(h.quotas.apply_usage(11, &record, true).await.unwrap(), Applied::Counted);
+    assert_eq!(h.quotas.apply_usage(9, &record, true, false).await.unwrap(), Applied::Counted);
+    assert_eq!(h.quotas.apply_usage(11, &record, true, false).await.unwrap(), Applied::Applied);
+    assert_eq!(h.quotas.apply_usage(11, &record, true, false).await.unwrap(), Applied::Counted);
     let usage = h.quotas.usage(&t).await.unwrap();
     assert_eq!((bucket(&usage, "gift").used, bucket(&usage, "plan").used, usage.requests_today), (60, 0, 1));
 }
@@ -250,4 +250,69 @@ async fn what_a_process_admitted_while_redis_was_away_survives_its_restart_and_i
     assert_eq!(outcomes, vec![("r1", UsageOutcome::Settled), ("r2", UsageOutcome::Released)]);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "an empty journal leaves an empty file");
     std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn within_a_reservations_ttl_after_a_restore_a_settle_with_no_trace_is_charged_late_and_after_it_is_unknown() {
+    // Arrange: counters restored from a ledger with rows (Redis had lost them).
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    let quota = plan(1000);
+    let restore = Restore { upto: 7, ..Restore::default() };
+    assert_eq!(
+        h.quotas.publish_restoring(&t, &quota, Some(&restore)).await.unwrap(),
+        Published::Done { written: true, version: 1 }
+    );
+
+    // Act: a settle of a reservation the loss took, once and again; then one after the TTL.
+    let lost = h.quotas.settle(&t, &rid("lost"), count(7), false).await.unwrap();
+    let again = h.quotas.settle(&t, &rid("lost"), count(7), false).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::seconds(61));
+    let stranger = h.quotas.settle(&t, &rid("made-up"), count(50), false).await.unwrap();
+
+    // Assert: charged once from its body; a made-up id long after the restore charges nothing.
+    let plan7 = parts(&[("plan", 7)]);
+    assert_eq!(
+        lost,
+        SettleOutcome::Settled {
+            reserved: 0,
+            actual: 7,
+            overdraft: 7,
+            charged: plan7.clone(),
+            late: true,
+            source: Source::Redis
+        }
+    );
+    assert_eq!(again, SettleOutcome::AlreadySettled { reserved: 0, actual: 7, charged: plan7 });
+    assert_eq!(stranger, SettleOutcome::Unknown);
+    assert_eq!(bucket(&h.quotas.usage(&t).await.unwrap(), "plan").used, 7);
+}
+
+#[tokio::test]
+async fn an_instances_own_record_is_charged_when_the_counters_lost_it_in_the_same_generation() {
+    // Arrange: a settle, then the counters lose it without a restore (an append-only
+    // file's last second: the done marker and the use are gone, the generation stays).
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("s1"), tokens(60)).await.unwrap());
+    h.quotas.settle(&t, &rid("s1"), count(40), false).await.unwrap();
+    let record = h.quotas.take_records(Duration::ZERO).remove(0);
+    let kept_by_redis = h.quotas.apply_usage(5, &record, false, true).await.unwrap();
+    let mut conn = raw_connection();
+    let period = h.keys().quota_period("acme", "2030-03");
+    redis::cmd("HDEL").arg(&period).arg("done:s1").query::<()>(&mut conn).unwrap();
+    redis::cmd("HINCRBY").arg(&period).arg("plan_used").arg(-40).query::<()>(&mut conn).unwrap();
+
+    // Act: from the stream (same generation: trusted), then from the instance (checked).
+    let from_stream = h.quotas.apply_usage(5, &record, false, false).await.unwrap();
+    let from_instance = h.quotas.apply_usage(5, &record, false, true).await.unwrap();
+    let again = h.quotas.apply_usage(5, &record, false, true).await.unwrap();
+
+    // Assert
+    assert_eq!(
+        (kept_by_redis, from_stream, from_instance, again),
+        (Applied::Counted, Applied::Counted, Applied::Applied, Applied::Counted)
+    );
+    assert_eq!(bucket(&h.quotas.usage(&t).await.unwrap(), "plan").used, 40);
 }
