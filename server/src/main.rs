@@ -60,10 +60,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(done) => tracing::info!(count = done.published.len(), "published what redis was missing"),
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "could not publish snapshots to redis yet"),
             }
+            let state_for_journal = state.clone();
             let scheduler = server::jobs::Scheduler::start(state).await?;
-            // The HTTP server stops on SIGINT/SIGTERM; the scheduler stops with it.
+            // The HTTP server stops on SIGINT/SIGTERM; the scheduler stops with it, then the
+            // quota journal file is synced and let go.
             let stopped = application.run_until_stopped().await;
             scheduler.shutdown().await;
+            state_for_journal.quotas.close_journal();
             tracing::info!("http server and scheduler stopped");
             stopped?;
         }

@@ -146,6 +146,38 @@ async fn start(mut settings: Settings, db_name: String, prefix: String, cleanup:
     let id = uuid::Uuid::new_v4().simple().to_string();
     settings.quota_journal = std::env::temp_dir().join(format!("tessera-test-journal-{}.log", &id[..16]));
     let application = Application::build(&settings, Signals::Ignore).await.expect("building the application");
+    serve(application, settings, db_name, prefix, cleanup)
+}
+
+/// Restarts an app as the next process of the same instance: its HTTP server stops, its
+/// state goes, and a new process starts on the same database, Redis prefix and quota
+/// journal (once the stopped process has let the journal go).
+pub async fn restart(app: TestApp) -> TestApp {
+    app.stop_server().await;
+    app.state.quotas.close_journal();
+    let (settings, db_name, prefix, cleanup) =
+        (app.settings.clone(), app.db_name.clone(), app.prefix.clone(), app._cleanup.clone());
+    drop(app);
+    let started = std::time::Instant::now();
+    loop {
+        match Application::build(&settings, Signals::Ignore).await {
+            Ok(application) => return serve(application, settings, db_name, prefix, cleanup),
+            // The stopped process's tasks let its journal go as they wind down.
+            Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("restarting the application: {e:#}"),
+        }
+    }
+}
+
+fn serve(
+    application: Application,
+    settings: Settings,
+    db_name: String,
+    prefix: String,
+    cleanup: Arc<Cleanup>,
+) -> TestApp {
     let port = application.port();
     let state = application.state().clone();
     let server = StopServer(application.handle());

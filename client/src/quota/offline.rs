@@ -62,6 +62,11 @@ impl Offline {
         self.file = Some(file);
     }
 
+    /// Drops the journal file (its writer writes what was queued, then lets the file go).
+    pub(super) fn detach(&mut self) {
+        self.file = None;
+    }
+
     fn apply(&mut self, entry: Entry) {
         let parsed =
             |tenant: &str, request: &str| Some((TenantId::parse(tenant).ok()?, RequestId::parse(request).ok()?));

@@ -13,6 +13,12 @@ impl Quotas {
         self.inner.offline.lock().expect("offline journal lock").summary()
     }
 
+    /// Lets the journal file go (at shutdown): what was appended is written and synced, the
+    /// file is unlocked for the next process; the journal goes on in memory only.
+    pub fn close_journal(&self) {
+        self.inner.offline.lock().expect("offline journal lock").detach();
+    }
+
     /// Keeps the offline journal in a file at `path` too (created with its folder, locked
     /// for this process), and takes in what the file holds: what a process admitted while
     /// Redis was away and had not charged to it when it stopped. Returns what is waiting.

@@ -1,6 +1,7 @@
 //! Task `usage_confirm`, on every instance (not led: each instance holds its own records):
-//! writes the settle records this process made that the usage ledger does not hold after
-//! [`crate::usage::CONFIRM_AFTER`] (see [`crate::usage::confirm`]).
+//! charges the quota journal to Redis once it answers, and writes the settle records this
+//! process made that the usage ledger does not hold after [`crate::usage::CONFIRM_AFTER`]
+//! (see [`crate::usage::confirm`]).
 
 use std::time::Duration;
 
@@ -16,6 +17,11 @@ pub async fn run(state: AppState, mut stop: watch::Receiver<bool>) {
     loop {
         let stopping = tokio::time::timeout(EVERY, stop.changed()).await.is_ok();
         let age = if stopping { Duration::ZERO } else { crate::usage::CONFIRM_AFTER };
+        // What was admitted or queued while Redis was away (also before a restart, from the
+        // journal file) is charged as soon as Redis answers, with or without new requests.
+        if let Err(e) = state.quotas.flush_offline().await {
+            tracing::debug!(error = %e, "the quota journal waits for redis");
+        }
         match crate::usage::confirm(&state, age).await {
             Ok(_) => state.metrics.job_runs.with_label_values(&["usage_confirm", "ok"]).inc(),
             Err(e) => {

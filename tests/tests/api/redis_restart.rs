@@ -127,3 +127,87 @@ async fn a_redis_killed_and_restarted_empty_under_http_draws_loses_no_draw_and_s
     eprintln!("{} draws, all 200; served by redis {} ms after the restart", answers.len(), back.as_millis());
     assert!(back <= Duration::from_secs(5), "served by redis again only after {back:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_made_while_redis_is_away_survive_a_serve_restart_and_are_settled_in_the_ledger_when_it_returns() {
+    const TOKEN: &str = "restart-admin-token-0123456789";
+    let port = free_port();
+    let mut redis = OwnRedis::start(port);
+    let app = spawn_app_with(|s| {
+        s.redis_url = format!("redis://127.0.0.1:{port}").into();
+        s.admin = Some(server::configuration::AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
+    })
+    .await;
+    let send = |app: &integration::TestApp, method: reqwest::Method, path: &str, body: Value| {
+        let request = app.request(method, path).bearer_auth(TOKEN).timeout(Duration::from_secs(10));
+        integration::json_reply(integration::with_json(request, &body))
+    };
+    let plan = serde_json::json!({"name": "pro", "monthly_tokens": 100000, "daily_requests": 1000, "concurrency": 100});
+    assert_eq!(send(&app, reqwest::Method::POST, "/api/v1/plans", plan).await.0, 201);
+    let tenant = serde_json::json!({"plan": "pro", "expected_version": 0, "reason": "test",
+        "fallback": {"policy": "fail_open_limited", "allowance": 10000}});
+    assert_eq!(send(&app, reqwest::Method::PUT, "/api/v1/tenants/acme", tenant).await.0, 200);
+    let reserve = |app: &integration::TestApp, rid: &str, tokens: u64| {
+        send(
+            app,
+            reqwest::Method::POST,
+            "/api/v1/tenants/acme/quota/reserve",
+            serde_json::json!({"request_id": rid, "tokens": tokens}),
+        )
+    };
+    let settle = |app: &integration::TestApp, rid: &str, actual: u64| {
+        send(
+            app,
+            reqwest::Method::POST,
+            "/api/v1/tenants/acme/quota/settle",
+            serde_json::json!({"request_id": rid, "actual_tokens": actual}),
+        )
+    };
+    // The jobs run as under `tessera serve`, and stop with the process.
+    let first_jobs = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
+    assert_eq!(reserve(&app, "warm", 10).await.1["source"], "redis");
+    assert_eq!(settle(&app, "warm", 10).await.0, 200);
+
+    // Redis goes away: three admissions by the fallback policy, two of them settled.
+    redis.kill();
+    for (rid, tokens) in [("r1", 100), ("r2", 200), ("r3", 300)] {
+        let (status, body) = reserve(&app, rid, tokens).await;
+        assert_eq!((status, body["source"].as_str()), (200, Some("fallback")), "{body}");
+    }
+    for (rid, actual) in [("r1", 50), ("r2", 150)] {
+        let (status, body) = settle(&app, rid, actual).await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    // The process restarts while Redis is still away (its jobs stop with it, writing the
+    // settles it made to the ledger); the third admission is settled by the new process,
+    // from the journal it read back.
+    first_jobs.shutdown().await;
+    let app = integration::restart(app).await;
+    assert_eq!(app.state.quotas.offline_summary().operations, 3);
+    let (status, body) = settle(&app, "r3", 250).await;
+    assert_eq!((status, body["source"].as_str()), (200, Some("fallback")), "{body}");
+
+    // Redis returns (empty: no persistence here); the jobs charge the journal and drain.
+    let _back = OwnRedis::start(port);
+    let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
+    let started = Instant::now();
+    let settled = loop {
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
+            "select request_id, actual from usage_ledger where tenant = 'acme' and outcome = 'settled' order by request_id",
+        )
+        .fetch_all(&app.state.db)
+        .await
+        .unwrap();
+        if rows.len() == 4 || started.elapsed() > Duration::from_secs(30) {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    scheduler.shutdown().await;
+    eprintln!("every offline admission in the ledger {} ms after redis returned", started.elapsed().as_millis());
+    let expected: Vec<(String, Option<i64>)> =
+        [("r1", 50), ("r2", 150), ("r3", 250), ("warm", 10)].iter().map(|(r, a)| (r.to_string(), Some(*a))).collect();
+    assert_eq!(settled, expected);
+    assert_eq!(app.state.quotas.offline_summary().operations, 0, "the journal is empty");
+}
