@@ -161,14 +161,15 @@ impl PoolAdmin {
         }
         let (written, _current): (i64, u64) = call.invoke_async(&mut conn).await.map_err(PoolError::Redis)?;
         self.rotate(pool).await?;
-        // Ready to draw: the list gets a batch, and so does each tier's list.
-        self.add_batch(pool, None, None).await?;
+        // Ready to draw: each tier's list of channels gets a batch, then the list of tier
+        // tickets (in this order, so no draw finds a tier ticket without its channels).
         for tier in self.tier_lanes(pool).await? {
             match self.add_batch(pool, Some(tier), None).await {
                 Ok(_) | Err(PoolError::NothingDrawable(_)) => {}
                 Err(e) => return Err(e),
             }
         }
+        self.add_batch(pool, None, None).await?;
         Ok(written == 1)
     }
 
@@ -246,14 +247,15 @@ impl PoolAdmin {
     /// `immediate` reweight, or a rebuild after a large ejection.
     #[tracing::instrument(skip_all, fields(pool = %pool), err)]
     pub async fn rebuild(&self, pool: &PoolName) -> Result<RefillOutcome, PoolError> {
-        let outcome = self.replace(pool, None).await?;
+        // The tiers' channels first, then the tier tickets (a new tier's tickets never
+        // arrive before its channels).
         for tier in self.tier_lanes(pool).await? {
             match self.replace(pool, Some(tier)).await {
                 Ok(_) | Err(PoolError::NothingDrawable(_)) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(outcome)
+        self.replace(pool, None).await
     }
 
     /// A replacement must happen: when a refill commits between reading the sequence and

@@ -1135,3 +1135,38 @@ async fn a_peak_window_applies_within_a_refill_interval_of_its_start_and_stops_a
     assert!(closed);
     assert_eq!(after, expected(&[("A", 3), ("B", 1)]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draws_racing_the_first_publish_of_a_tiers_pool_never_find_a_tier_without_its_channels() {
+    // Arrange: fresh tiers pools, each drawn in a tight loop by another client while it is
+    // published for the first time.
+    let h = harness(Clock::manual(noon()));
+    let mut errors = Vec::new();
+    for i in 0..20 {
+        let p = pool(&format!("race-{i}"));
+        let drawer = h.client_at(&redis_url(), HashMap::new());
+        drawer.set_coalescing(1);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p2, stop2) = (p.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut failures = Vec::new();
+            while !stop2.load(AtomicOrdering::Relaxed) {
+                match drawer.draw(&p2).await {
+                    Ok(_) | Err(PoolError::UnknownPool(_)) => {}
+                    Err(e) => failures.push(e.to_string()),
+                }
+            }
+            failures
+        });
+
+        // Act
+        publish(&h, &p, &tiers_snapshot()).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        stop.store(true, AtomicOrdering::Relaxed);
+        errors.extend(task.await.unwrap());
+    }
+
+    // Assert: a draw between the tier tickets and the tiers' channel lists would be refused
+    // ("no drawable member"); the lists of channels come first, so none is.
+    assert!(errors.is_empty(), "{} draws refused, first: {:?}", errors.len(), errors.first());
+}
