@@ -1,11 +1,13 @@
 -- apply_usage.lua: charges a usage-ledger row that this Redis's counters may not hold
 -- (written to Postgres after the Redis that counted it lost it: from an instance's own
 -- records, or from a stream drained across a restart).
--- Prepended by quota_lib.lua (KEYS[1..7] and ARGV[1..3] as described there).
+-- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
 -- ARGV[4] the ledger row id   ARGV[5] the generation the record was counted in
 -- ARGV[6] charged grant parts "grant:amount,..." (the plan is in ARGV[7])
 -- ARGV[7] plan charges "period:amount,..."   ARGV[8] the reservation's day "YYYY-MM-DD",
 -- or "" when its request is not to be counted again
+-- ARGV[9] the request id   ARGV[10] "1" when the record is the settling instance's own copy
+-- ARGV[11] when the record was counted (ms since the epoch)
 -- Returns {"missing"} when the counters are not restored yet (the restore reads the
 -- ledger, which holds this row), {"counted"} when they already hold it, {"applied"}.
 -- Guarantees: a row is charged at most once, and only when this copy of the counters
@@ -14,9 +16,17 @@ local mismatch = period_mismatch()
 if mismatch then return mismatch end
 local gen = redis.call('HGET', KEYS[2], 'gen')
 if not gen then return {'missing'} end
+local meta = read_meta()
 -- The counters hold a settle whose done marker is here (whatever its generation).
 if ARGV[9] ~= '' and find_done(ARGV[9]) then return {'counted'} end
-if gen == ARGV[5] and ARGV[10] ~= '1' then return {'counted'} end
+if gen == ARGV[5] then
+  if ARGV[10] ~= '1' then return {'counted'} end
+  -- An instance's own record of this generation is proven only by its done marker, which
+  -- expires the retention after the settle: a record that old was counted by this copy
+  -- of the counters long ago (charging it again would charge it twice).
+  local days = (meta and meta.retention_days) or 62
+  if ARGV[11] ~= '' and NOW - tonumber(ARGV[11]) >= days * 86400000 then return {'counted'} end
+end
 -- Records counted before the counters were adopted (no generation then) are theirs.
 if ARGV[5] == '' and redis.call('HGET', KEYS[2], 'adopted') == '1' then return {'counted'} end
 local upto = tonumber(redis.call('HGET', KEYS[2], 'restored_upto') or '0')
@@ -31,6 +41,5 @@ end
 if ARGV[8] ~= '' and string.sub(ARGV[8], 1, 7) == ARGV[1] then
   redis.call('HINCRBY', KEYS[5], 'req:' .. ARGV[8], 1)
 end
-local meta = read_meta()
 if meta then touch_period(meta) end
 return {'applied'}

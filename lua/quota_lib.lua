@@ -1,7 +1,7 @@
 -- quota_lib.lua: shared by every quota script; the client prepends it to each script's
 -- body (so each script stays one self-contained EVALSHA). Defines no keys of its own.
 --
--- Every quota script takes the same seven KEYS:
+-- Every quota script takes the same eight KEYS:
 --   KEYS[1] meta     hash  the tenant's published snapshot (version, monthly_tokens,
 --                          daily_requests, concurrency, grants JSON, reservation_ttl_ms,
 --                          retention_days, policy, fallback_allowance)
@@ -12,10 +12,17 @@
 --                          the last ledger row the restore included
 --   KEYS[3] ledger   hash  request id -> open reservation "period|amount|deadline|parts"
 --   KEYS[4] leases   zset  request id -> deadline (ms); its size is the concurrency in use
---   KEYS[5] current  hash  the current period: plan_used, req:<day>, done:<request id>
+--   KEYS[5] current  hash  the current period: plan_used, req:<day> (and the done:<request
+--                          id> fields written before done markers had keys of their own)
 --   KEYS[6] previous hash  the previous period (reservations made before the month turned)
 --   KEYS[7] usage    stream every settle, release and expiry, as it changed the counters,
 --                          for the Postgres usage ledger (drained by the leader)
+--   KEYS[8] done     the prefix of the done markers: KEYS[8] .. <request id> is a string
+--                          key holding the outcome of that finished reservation, expiring
+--                          the tenant's retention after it was written. These keys are not
+--                          declared one by one (a script does not know them in advance);
+--                          they share the tenant's hash tag, so they live in the slot of
+--                          every declared key of the call.
 -- and the same first three ARGV:
 --   ARGV[1] the current period "YYYY-MM" the caller assumes (UTC)
 --   ARGV[2] the previous period "YYYY-MM"
@@ -235,12 +242,24 @@ local function decode_done(s)
     actual = tonumber(actual), charged = charged}
 end
 
--- The done marker of a request id, looked up in the current then the previous period.
+-- The done marker of a request id: its own key, else a field of the current or previous
+-- period's hash (where markers were kept before they had keys of their own).
 local function find_done(rid)
-  local raw = redis.call('HGET', KEYS[5], 'done:' .. rid)
+  local raw = redis.call('GET', KEYS[8] .. rid)
+  if not raw then raw = redis.call('HGET', KEYS[5], 'done:' .. rid) end
   if not raw then raw = redis.call('HGET', KEYS[6], 'done:' .. rid) end
   if raw then return decode_done(raw) end
   return nil
+end
+
+-- Writes the done marker of a finished reservation, "state|amount|deadline|parts|actual|
+-- charged", in a key of its own that expires the tenant's retention from now (62 days for
+-- a tenant no longer published): memory follows the requests of the retention, never
+-- the whole history. `actual` is nil for a release or an expiry.
+local function write_done(meta, rid, state, amount, deadline, parts, actual, charged)
+  local days = (meta and meta.retention_days) or 62
+  redis.call('SET', KEYS[8] .. rid, table.concat({state, fmt(amount), fmt(deadline), parts,
+    actual and fmt(actual) or '', charged}, '|'), 'PXAT', fmt(NOW + days * 86400000))
 end
 
 -- `plans` (optional) adds up the plan charges per period, for the usage record.
@@ -299,7 +318,7 @@ end
 -- Closes an open reservation (meta may be nil for a release of an unpublished tenant's
 -- reservation): returns its reserved amounts, charges `actual` (nil for a
 -- release) to the buckets that reserved, in their order, and any excess by charge_now;
--- removes the ledger entry and the lease; leaves a done marker in the reservation's period.
+-- removes the ledger entry and the lease; leaves the request's done marker.
 -- Appends the usage record. Returns the charged parts (encoded), the overdraft beyond the
 -- reservation and the record's fields (see record_usage).
 local function finish(meta, rid, entry, actual, state)
@@ -328,13 +347,10 @@ local function finish(meta, rid, entry, actual, state)
   end
   redis.call('HDEL', KEYS[3], rid)
   redis.call('ZREM', KEYS[4], rid)
-  local key = period_key(entry.period)
   local encoded = encode_parts(charged)
-  if key then
-    redis.call('HSET', key, 'done:' .. rid, table.concat({state, fmt(entry.amount),
-      fmt(entry.deadline), entry.parts, actual and fmt(actual) or '', encoded}, '|'))
-    if key == KEYS[6] then touch_previous(meta) end
-  end
+  write_done(meta, rid, state, entry.amount, entry.deadline, entry.parts, actual, encoded)
+  -- A plan charge to the previous period may have written its hash first.
+  if plans[ARGV[2]] then touch_previous(meta) end
   -- An overdraft may have written the current period's hash first: give it its expiry.
   if meta then touch_period(meta) end
   local record = record_usage(rid, state, false, entry.amount, actual, encoded, plans,

@@ -1,5 +1,5 @@
 -- release_quota.lua: cancels a reservation (the request failed before using anything).
--- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
+-- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
 -- ARGV[4] request id
 -- Returns one of:
 --   {"released", version, reserved}   (its record appended to the usage stream)

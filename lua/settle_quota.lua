@@ -1,5 +1,5 @@
 -- settle_quota.lua: closes a reservation with the tokens actually used.
--- Prepended by quota_lib.lua (KEYS[1..6] and ARGV[1..3] as described there).
+-- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
 -- ARGV[4] request id   ARGV[5] actual tokens (0..2^53-1)   ARGV[6] "1" for a stream that
 --         broke part-way (what was consumed is charged, as for any settle), else "0"
 -- Several requests may come in one call (see the end of the script): each is settled in
@@ -46,8 +46,7 @@ local function settle_one(rid, actual_arg)
     if restored_at == 0 or NOW - restored_at > meta.reservation_ttl_ms then return {'unknown'} end
     local plans = {}
     local charged = encode_parts(charge_now(meta, actual, plans))
-    redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', '0', fmt(NOW), '',
-      fmt(actual), charged}, '|'))
+    write_done(meta, rid, 'settled', 0, NOW, '', actual, charged)
     touch_period(meta)
     local r = record_usage(rid, 'settled', true, 0, actual, charged, plans, NOW)
     return {'settled', meta.version, 0, actual, actual, charged, 1, r[1], r[2], r[3], r[4], r[5]}
@@ -59,8 +58,7 @@ local function settle_one(rid, actual_arg)
     -- Swept before the caller settled: the use happened, so it is charged now.
     local plans = {}
     local charged = encode_parts(charge_now(meta, actual, plans))
-    redis.call('HSET', KEYS[5], 'done:' .. rid, table.concat({'settled', fmt(done.amount),
-      fmt(done.deadline), done.parts, fmt(actual), charged}, '|'))
+    write_done(meta, rid, 'settled', done.amount, done.deadline, done.parts, actual, charged)
     touch_period(meta)
     local over = actual - done.amount
     if over < 0 then over = 0 end

@@ -127,17 +127,6 @@ impl Keys {
         format!("{}:pool-refill", self.prefix)
     }
 
-    /// `SCAN MATCH` pattern of every pool's meta hash.
-    pub fn pool_meta_pattern(&self) -> String {
-        format!("{}:pool:{{*}}:meta", self.prefix)
-    }
-
-    /// The pool named by one of its keys under this prefix.
-    pub fn pool_of_key<'k>(&self, key: &'k str) -> Option<&'k str> {
-        let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(":pool:{")?;
-        rest.split_once('}').map(|(pool, _)| pool)
-    }
-
     /// The meta hash holding a tenant's published quota snapshot.
     pub fn quota_meta(&self, tenant: &str) -> String {
         format!("{}:quota:{{{tenant}}}:meta", self.prefix)
@@ -169,9 +158,11 @@ impl Keys {
         format!("{}:quota:{{{tenant}}}:usage", self.prefix)
     }
 
-    /// `SCAN MATCH` pattern of every tenant's leases key.
-    pub fn quota_leases_pattern(&self) -> String {
-        format!("{}:quota:{{*}}:leases", self.prefix)
+    /// The prefix of a tenant's done markers: `<this><request id>` holds the outcome of one
+    /// finished reservation (its own key, expiring the tenant's retention after it was
+    /// written), so a repeated settle or release answers as the first one did.
+    pub fn quota_done(&self, tenant: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:done:", self.prefix)
     }
 
     /// The tenant named by one of its quota keys under this prefix.
@@ -184,17 +175,6 @@ impl Keys {
     /// reported by applications and read by the health evaluation.
     pub fn health(&self, channel: &str) -> String {
         format!("{}:health:{{{channel}}}", self.prefix)
-    }
-
-    /// `SCAN MATCH` pattern of every channel's outcome hash.
-    pub fn health_pattern(&self) -> String {
-        format!("{}:health:{{*}}", self.prefix)
-    }
-
-    /// The channel named by its outcome hash under this prefix.
-    pub fn channel_of_health_key<'k>(&self, key: &'k str) -> Option<&'k str> {
-        let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(":health:{")?;
-        rest.strip_suffix('}')
     }
 }
 
@@ -220,7 +200,6 @@ mod tests {
         assert_eq!(keys.tenant_of_quota_key(&keys.quota_leases("acme")), Some("acme"));
         assert_eq!(keys.tenant_of_quota_key("other:quota:{acme}:leases"), None);
         assert_eq!(keys.health("ALIPAY_A"), "tessera:health:{ALIPAY_A}");
-        assert_eq!(keys.channel_of_health_key(&keys.health("pay.v2")), Some("pay.v2"));
-        assert_eq!(keys.channel_of_health_key("tessera:pool:{pay}:meta"), None);
+        assert_eq!(keys.quota_done("acme"), "tessera:quota:{acme}:done:");
     }
 }

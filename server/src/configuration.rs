@@ -4,11 +4,14 @@
 //! malformed prefix or address. Connection URLs may hold passwords: they are kept as
 //! [`SecretString`] and never printed.
 
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use client::pool::PoolName;
 use client::KeyPrefix;
+use engine::weights::Weights;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
@@ -62,6 +65,10 @@ pub struct Settings {
     /// are charged to it, so a restart loses none (`quota.journal`, `TESSERA_QUOTA_JOURNAL`,
     /// default `data/quota-journal.log`; one process per file).
     pub quota_journal: PathBuf,
+    /// Weights a pool is drawn by locally when Redis is unreachable and neither Redis nor
+    /// Postgres ever gave this process a snapshot of it: the last resort of the data plane
+    /// (`[static_weights]`, `TESSERA_STATIC_WEIGHTS`).
+    pub static_weights: HashMap<PoolName, Weights>,
 }
 
 /// How long the sampler's rows are kept before the daily prune deletes them: 1..=365 days.
@@ -139,6 +146,9 @@ struct FileSettings {
     auth: FileAuth,
     #[serde(default)]
     quota: FileQuota,
+    /// Pool name → weights spec (`"A=5,B=3"`, the order kept as written).
+    #[serde(default)]
+    static_weights: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -322,6 +332,13 @@ impl Settings {
             admin,
             sample_retention,
             quota_journal: PathBuf::from(pick("TESSERA_QUOTA_JOURNAL", file.quota.journal, defaults::QUOTA_JOURNAL)),
+            static_weights: match env("TESSERA_STATIC_WEIGHTS").filter(|v| !v.trim().is_empty()) {
+                Some(raw) => parse_static_weights_env(&raw)?,
+                None => parse_static_weights(
+                    "static_weights",
+                    file.static_weights.iter().map(|(p, w)| (p.as_str(), w.as_str())),
+                )?,
+            },
         })
     }
 
@@ -368,6 +385,33 @@ fn parse_toml(text: &str) -> anyhow::Result<FileSettings> {
             None => anyhow::anyhow!("{}", e.message()),
         }
     })
+}
+
+/// `TESSERA_STATIC_WEIGHTS`: `pool:A=1,B=3;other:X=2` (it replaces the file's table).
+fn parse_static_weights_env(raw: &str) -> anyhow::Result<HashMap<PoolName, Weights>> {
+    const FIELD: &str = "static_weights (TESSERA_STATIC_WEIGHTS)";
+    let mut entries = Vec::new();
+    for part in raw.split(';').filter(|p| !p.trim().is_empty()) {
+        let (pool, spec) = part.split_once(':').ok_or_else(|| {
+            anyhow::anyhow!("{FIELD}: each pool must be written POOL:MEMBER=WEIGHT,…, got {:?}", part.trim())
+        })?;
+        entries.push((pool.trim(), spec));
+    }
+    parse_static_weights(FIELD, entries)
+}
+
+/// Parses pool names and weight specs, naming the field, the pool and the rule broken.
+fn parse_static_weights<'a>(
+    field: &str,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> anyhow::Result<HashMap<PoolName, Weights>> {
+    let mut out = HashMap::new();
+    for (pool, spec) in entries {
+        let name = PoolName::parse(pool).map_err(|e| anyhow::anyhow!("{field}: pool {pool:?}: {e}"))?;
+        let weights = Weights::parse_spec(spec).map_err(|e| anyhow::anyhow!("{field}.{pool}: {e}"))?;
+        anyhow::ensure!(out.insert(name, weights).is_none(), "{field}: pool {pool:?} is given twice");
+    }
+    Ok(out)
 }
 
 fn check_url(field: &str, url: &str, schemes: &[&str]) -> anyhow::Result<()> {
@@ -444,6 +488,28 @@ mod tests {
         let env = |name: &str| (name == "TESSERA_SAMPLE_RETENTION_DAYS").then(|| "0".to_owned());
         let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
         assert!(err.contains("TESSERA_SAMPLE_RETENTION_DAYS") && err.contains("1..=365"), "{err}");
+    }
+
+    #[test]
+    fn static_weights_come_from_the_file_or_the_environment_and_errors_name_the_pool() {
+        assert!(Settings::from_toml_and_env("", no_env).unwrap().static_weights.is_empty());
+        let toml = "[static_weights]\nedge = \"EDGE_B=3, EDGE_A=1\"\n";
+        let s = Settings::from_toml_and_env(toml, no_env).unwrap();
+        let edge = &s.static_weights[&PoolName::parse("edge").unwrap()];
+        assert_eq!(edge.members(), ["EDGE_B", "EDGE_A"], "the order is kept as written");
+        assert_eq!(edge.weights(), [3, 1]);
+        let env = |name: &str| (name == "TESSERA_STATIC_WEIGHTS").then(|| "a:X=1,Y=2; b:Z=5".to_owned());
+        let s = Settings::from_toml_and_env(toml, env).unwrap();
+        assert_eq!(s.static_weights.len(), 2, "the environment replaces the file's table");
+        assert_eq!(s.static_weights[&PoolName::parse("b").unwrap()].members(), ["Z"]);
+        let err = Settings::from_toml_and_env("[static_weights]\nedge = \"A=0\"\n", no_env).unwrap_err();
+        assert!(err.to_string().contains("static_weights.edge"), "{err}");
+        let env = |name: &str| (name == "TESSERA_STATIC_WEIGHTS").then(|| "bad pool!:A=1".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("TESSERA_STATIC_WEIGHTS") && err.contains("bad pool!"), "{err}");
+        let env = |name: &str| (name == "TESSERA_STATIC_WEIGHTS").then(|| "A=1".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("POOL:MEMBER=WEIGHT"), "{err}");
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         redis.clone(),
         keys.clone(),
         client::Clock::Redis,
-        Default::default(),
+        settings.static_weights.clone(),
         Some(metrics.pool.clone()),
     );
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
@@ -133,6 +133,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         auth: settings.auth.clone(),
         tokens: Default::default(),
         sample_retention: settings.sample_retention,
+        known: Default::default(),
     };
     let (pools, tenants) = crate::publish::remember_published(&state).await?;
     tracing::info!(pools, tenants, "last published snapshots loaded: the data plane degrades from its first request");

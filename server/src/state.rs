@@ -33,4 +33,6 @@ pub struct AppState {
     pub tokens: crate::access::TokenCache,
     /// How long pool samples are kept (the daily prune deletes older ones).
     pub sample_retention: crate::configuration::SampleRetention,
+    /// The pools and tenants the jobs last read from Postgres.
+    pub known: std::sync::Arc<crate::jobs::known::Known>,
 }

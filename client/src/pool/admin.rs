@@ -457,34 +457,6 @@ impl PoolAdmin {
         call.invoke_async(&mut self.conn().await?).await.map_err(PoolError::Redis)
     }
 
-    /// Every pool published under this prefix (a `SCAN`, for the jobs).
-    pub async fn pools(&self) -> Result<Vec<PoolName>, PoolError> {
-        let mut conn = self.conn().await?;
-        let mut cursor: u64 = 0;
-        let mut pools = Vec::new();
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(self.keys.pool_meta_pattern())
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut conn)
-                .await
-                .map_err(PoolError::Redis)?;
-            pools.extend(
-                batch.iter().filter_map(|key| self.keys.pool_of_key(key)).filter_map(|p| PoolName::parse(p).ok()),
-            );
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        pools.sort();
-        pools.dedup();
-        Ok(pools)
-    }
-
     /// Tickets left in the pool's list (not counting the standby batch).
     pub async fn length(&self, pool: &PoolName) -> Result<u64, PoolError> {
         redis::cmd("LLEN")

@@ -121,6 +121,7 @@ impl Quotas {
                 .key(keys.quota_period(t, &period.to_string()))
                 .key(keys.quota_period(t, &period.previous().to_string()))
                 .key(keys.quota_usage(t))
+                .key(keys.quota_done(t))
                 .arg(period.to_string())
                 .arg(period.previous().to_string())
                 .arg(self.inner.clock.script_arg());

@@ -29,35 +29,4 @@ impl Quotas {
         let f = Fields::new("sweep_quota", &reply);
         Ok(SweepOutcome { released: f.uint(0)?, tokens: f.uint(1)?, left: f.uint(2)?, open: f.uint(3)? })
     }
-
-    /// Every tenant with open reservations under this prefix (a `SCAN`, for the sweeper).
-    pub async fn tenants_with_leases(&self) -> Result<Vec<TenantId>, QuotaError> {
-        let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
-        let pattern = self.inner.keys.quota_leases_pattern();
-        let mut cursor: u64 = 0;
-        let mut tenants = Vec::new();
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut conn)
-                .await
-                .map_err(QuotaError::Redis)?;
-            for key in batch {
-                if let Some(tenant) = self.inner.keys.tenant_of_quota_key(&key).and_then(|t| TenantId::parse(t).ok()) {
-                    tenants.push(tenant);
-                }
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        tenants.sort();
-        tenants.dedup();
-        Ok(tenants)
-    }
 }

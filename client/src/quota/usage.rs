@@ -357,6 +357,7 @@ impl Quotas {
             if count_request { record.reserved_day() } else { String::new() },
             record.request_id.clone(),
             if from_instance { "1" } else { "0" }.to_owned(),
+            record.at_ms.to_string(),
         ];
         let reply = self
             .call("apply_usage", &scripts::quota().apply_usage, &record.tenant, &extra)

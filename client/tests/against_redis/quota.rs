@@ -342,6 +342,75 @@ async fn a_repeated_settle_is_a_no_op_and_a_release_after_it_says_already_settle
 }
 
 #[tokio::test]
+async fn each_finished_request_keeps_its_done_marker_in_a_key_of_its_own_for_the_retention() {
+    // Arrange: a settle, a release and an expiry (retention 30 days)
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    for r in ["settled", "released", "expired"] {
+        reserved(h.quotas.reserve(&t, &rid(r), tokens(40)).await.unwrap());
+    }
+
+    // Act
+    h.quotas.settle(&t, &rid("settled"), count(25), false).await.unwrap();
+    h.quotas.release(&t, &rid("released")).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::seconds(61));
+    assert_eq!(h.quotas.sweep(&t, 100).await.unwrap().released, 1);
+
+    // Assert: one key per request, expiring the retention after it was written; none of
+    // them in the month's hash (whose fields would live as long as the month's counters).
+    let mut conn = raw_connection();
+    let prefix = h.keys().quota_done("acme");
+    let thirty_days = chrono::Duration::days(30);
+    for (r, written, state) in [
+        ("settled", noon(), "settled"),
+        ("released", noon(), "released"),
+        ("expired", noon() + chrono::Duration::seconds(61), "expired"),
+    ] {
+        let key = format!("{prefix}{r}");
+        let value: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+        assert!(value.starts_with(&format!("{state}|40|")), "{r}: {value}");
+        let expires: i64 = redis::cmd("PEXPIRETIME").arg(&key).query(&mut conn).unwrap();
+        assert_eq!(expires, (written + thirty_days).timestamp_millis(), "{r}");
+    }
+    let fields: Vec<String> =
+        redis::cmd("HKEYS").arg(h.keys().quota_period("acme", "2030-03")).query(&mut conn).unwrap();
+    assert!(fields.iter().all(|f| !f.starts_with("done:")), "{fields:?}");
+    // And the markers answer repeated calls as before.
+    let again = h.quotas.settle(&t, &rid("settled"), count(99), false).await.unwrap();
+    assert_eq!(again, SettleOutcome::AlreadySettled { reserved: 40, actual: 25, charged: parts(&[("plan", 25)]) });
+}
+
+#[tokio::test]
+async fn a_done_marker_written_in_the_months_hash_before_markers_had_keys_is_still_honoured() {
+    // Arrange: a settle recorded the way earlier versions did, as a field of the month
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    let deadline = noon().timestamp_millis() + 60_000;
+    let mut conn = raw_connection();
+    redis::cmd("HSET")
+        .arg(h.keys().quota_period("acme", "2030-03"))
+        .arg("done:old")
+        .arg(format!("settled|40|{deadline}|plan:40|25|plan:25"))
+        .query::<()>(&mut conn)
+        .unwrap();
+    let before = h.quotas.usage(&t).await.unwrap();
+
+    // Act
+    let settle = h.quotas.settle(&t, &rid("old"), count(30), false).await.unwrap();
+    let release = h.quotas.release(&t, &rid("old")).await.unwrap();
+    let reserve = reserved(h.quotas.reserve(&t, &rid("old"), tokens(40)).await.unwrap());
+
+    // Assert: answered from the old marker, nothing charged or reserved again
+    let charged = parts(&[("plan", 25)]);
+    assert_eq!(settle, SettleOutcome::AlreadySettled { reserved: 40, actual: 25, charged: charged.clone() });
+    assert_eq!(release, ReleaseOutcome::AlreadySettled { reserved: 40, actual: 25, charged });
+    assert_eq!((reserve.replayed, reserve.state), (true, ReservationState::Settled));
+    assert_eq!(h.quotas.usage(&t).await.unwrap(), before);
+}
+
+#[tokio::test]
 async fn a_repeated_release_is_a_no_op_and_a_settle_after_it_says_already_released() {
     // Arrange
     let h = harness(Clock::manual(noon()));
@@ -664,7 +733,6 @@ async fn the_sweeper_returns_a_reservation_only_after_its_deadline_and_a_late_se
     publish(&h, &t, &plan(1000)).await;
     let r = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
     assert_eq!(r.deadline_ms, noon().timestamp_millis() + 60_000);
-    assert_eq!(h.quotas.tenants_with_leases().await.unwrap(), vec![t.clone()]);
 
     // Act: one second before the deadline, then one second after
     h.clock.set(noon() + chrono::Duration::seconds(59));
@@ -679,7 +747,6 @@ async fn the_sweeper_returns_a_reservation_only_after_its_deadline_and_a_late_se
     assert_eq!((bucket(&before, "plan").reserved, before.leases), (40, 1));
     assert_eq!(due, SweepOutcome { released: 1, tokens: 40, left: 0, open: 0 });
     assert_eq!((bucket(&after, "plan").reserved, after.leases, after.available), (0, 0, 1000));
-    assert_eq!(h.quotas.tenants_with_leases().await.unwrap(), Vec::<TenantId>::new());
     let again = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
     assert_eq!((again.replayed, again.state), (true, ReservationState::Expired));
 

@@ -4,6 +4,7 @@
 //! closure calls and tests call directly; the file of a job is named by its id.
 
 pub mod health;
+pub mod known;
 pub mod leader;
 pub mod outbox;
 pub mod pool_refill;

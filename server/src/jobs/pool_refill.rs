@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use client::pool::{PoolName, RefillOutcome};
 use futures::StreamExt;
 use serde::Serialize;
@@ -33,11 +32,12 @@ pub struct Outcome {
     pub tickets: u64,
 }
 
-/// Refills every pool under the configured prefix that needs it.
+/// Refills every pool of the configuration (read from Postgres, not scanned from Redis)
+/// that needs it.
 #[tracing::instrument(name = "job.pool_refill", skip_all, err)]
 pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::default();
-    for pool in state.pool_admin.pools().await.context("listing pools")? {
+    for pool in super::known::pools(state).await {
         // A peak window that opened or closed since the batches were built: rebuilt first.
         if let Err(e) = state.pool_admin.follow_peak(&pool).await {
             tracing::error!(pool = %pool, error = %e, "following the peak windows failed");
@@ -62,6 +62,8 @@ async fn refill_pool(state: &AppState, pool: &PoolName, outcome: &mut Outcome) {
                 }
                 Ok(RefillOutcome::Raced) => continue,
                 Ok(RefillOutcome::NotNeeded) => break,
+                // Configured but not yet published (or wiped; reconcile republishes it).
+                Err(client::pool::PoolError::UnknownPool(_)) => break,
                 Err(e) => {
                     // One broken pool must not stop the others.
                     tracing::error!(pool = %pool, error = %e, "refill failed");

@@ -1,7 +1,6 @@
 //! The quota sweeper: returns reservations whose deadline passed (the caller crashed or
 //! never settled), by Redis `TIME`, so their tokens and leases are free again.
 
-use anyhow::Context;
 use serde::Serialize;
 
 use crate::state::AppState;
@@ -25,11 +24,12 @@ pub struct Outcome {
     pub open: u64,
 }
 
-/// Sweeps every tenant under the configured prefix once.
+/// Sweeps every tenant of the configuration (read from Postgres, not scanned from Redis)
+/// once.
 #[tracing::instrument(name = "job.quota_sweep", skip_all, err)]
 pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::default();
-    let tenants = state.quotas.tenants_with_leases().await.context("listing tenants with leases")?;
+    let tenants = super::known::tenants(state).await;
     for tenant in tenants {
         outcome.tenants += 1;
         loop {

@@ -14,6 +14,11 @@ use crate::change::store::{lock, publish};
 use crate::change::{check_version, ChangeError, Ctx, Written};
 use crate::inputs::*;
 
+/// The name of every pool in the configuration, in order.
+pub async fn pool_names(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select name from pool order by name").fetch_all(db).await
+}
+
 /// Every pool, by name.
 pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolSummary>, sqlx::Error> {
     let rows = sqlx::query(

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use client::pool::{PoolName, PoolSnapshot};
 use engine::{Ordering, Weights};
 use integration::{spawn_app, TestApp};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 async fn draw(app: &TestApp, pool: &str) -> (u16, Value) {
     app.post_json(&format!("/api/v1/pools/{pool}/draw"), Value::Null).await
@@ -73,7 +73,14 @@ async fn an_unknown_pool_is_404_and_a_malformed_name_400() {
 async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keeps_its_days() {
     let app = spawn_app().await;
     let pool = PoolName::parse("small").unwrap();
-    app.state.pool_admin.publish(&pool, &small_pool(1)).await.unwrap();
+    configure_small_pool(&app).await;
+    // A pool only Redis holds (no configuration row): the jobs work on the pools Postgres
+    // knows and leave it alone, where a scan of the keyspace would have refilled it.
+    let stray = PoolName::parse("stray").unwrap();
+    app.state.pool_admin.publish(&stray, &small_pool(1)).await.unwrap();
+    for _ in 0..16 {
+        assert_eq!(draw(&app, "stray").await.0, 200);
+    }
     // Publishing filled the list with one batch; the job adds the standby batch.
     let first = server::jobs::pool_refill::run_once(&app.state).await.unwrap();
     assert_eq!((first.batches, first.tickets), (1, 20));
@@ -94,6 +101,31 @@ async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keep
     assert!(metrics.contains(r#"tessera_pool_draws_total{member="A",pool="small",source="redis"}"#), "{metrics}");
 
     assert_eq!(server::jobs::pool_rotation::run_once(&app.state).await.unwrap(), 1);
+    assert_eq!(app.state.pool_admin.length(&stray).await.unwrap(), 4, "a pool Postgres does not know is not refilled");
+}
+
+/// Creates the pool `small` (members A and B, 3:1, batches of 20, low-water 5) through the
+/// API, and publishes it.
+async fn configure_small_pool(app: &TestApp) {
+    for code in ["A", "B"] {
+        let (status, body) = app
+            .send(
+                reqwest::Method::POST,
+                "/api/v1/channels",
+                None,
+                json!({"code": code, "name": code, "base_weight": 1}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let snapshot = json!({"kind": "channels", "ordering": "smooth", "batch_size": 20, "low_water": 5,
+        "timezone": "Asia/Singapore", "weights": [{"member": "A", "weight": 3}, {"member": "B", "weight": 1}],
+        "eject_rebuild_percent": 50});
+    let (status, body) = app
+        .send(reqwest::Method::PUT, "/api/v1/pools/small", None, json!({"snapshot": snapshot, "expected_version": 0}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    server::publish::drain_outbox(&app.state).await.unwrap();
 }
 
 #[tokio::test]

@@ -75,6 +75,33 @@ async fn a_change_made_while_redis_is_down_stays_in_the_outbox_and_is_counted_as
 }
 
 #[tokio::test]
+async fn with_redis_away_from_the_start_a_known_pool_draws_locally_and_a_configured_one_by_its_static_weights() {
+    let app = spawn_app_with(|s| {
+        s.redis_url = "redis://127.0.0.1:1".to_owned().into();
+        s.static_weights = [(
+            client::pool::PoolName::parse("edge").unwrap(),
+            engine::Weights::parse_spec("EDGE_A=1,EDGE_B=0").unwrap(),
+        )]
+        .into();
+    })
+    .await;
+    server::seed::demo_seed(&app.state.db).await.unwrap();
+    // The next process starts with Redis still away: all it knows comes from Postgres and
+    // its configuration, before any Redis call has succeeded.
+    let app = integration::restart(app).await;
+
+    let (status, body) = app.post_json("/api/v1/pools/cn-pay/draw", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["source"], "local", "{body}");
+    assert!(body["version"].as_i64().unwrap() >= 1, "{body}");
+    let (status, body) = app.post_json("/api/v1/pools/edge/draw", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body["source"].as_str(), body["member"].as_str()), (Some("static"), Some("EDGE_A")), "{body}");
+    let (status, body) = app.post_json("/api/v1/pools/nowhere/draw", json!({})).await;
+    assert_eq!(status, 503, "neither Redis, Postgres nor the configuration knows it: {body}");
+}
+
+#[tokio::test]
 async fn reconcile_makes_a_wiped_redis_whole_again_and_does_nothing_when_nothing_is_stale() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();

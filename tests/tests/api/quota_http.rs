@@ -155,6 +155,8 @@ async fn a_prompt_is_estimated_with_the_models_tokenizer_and_a_margin() {
 #[tokio::test]
 async fn the_sweeper_returns_an_abandoned_reservation_and_counts_it() {
     let app = spawn_app().await;
+    // The sweeper works on the tenants of the configuration (Postgres): acme is one.
+    server::seed::demo_seed(&app.state.db).await.unwrap();
     tenant(&app, "acme", quota(1000, 10, Duration::from_millis(50))).await;
     let (status, _) =
         app.post_json("/api/v1/tenants/acme/quota/reserve", json!({"request_id": "lost", "tokens": 40})).await;

@@ -1,0 +1,47 @@
+//! The pools and tenants the jobs work on, read from Postgres (the configuration's truth)
+//! instead of scanning Redis: a `SCAN` of the keyspace every second costs Redis time in
+//! proportion to every key it holds, and it cannot see a pool or tenant whose keys a wipe
+//! removed. When Postgres does not answer within [`LIST_WITHIN`], the last list read is
+//! used, so pools keep being refilled while the configuration store is away.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use client::pool::PoolName;
+use client::quota::TenantId;
+
+use crate::state::AppState;
+
+/// How long a job waits for the list before it uses the last one.
+pub const LIST_WITHIN: Duration = Duration::from_millis(500);
+
+/// The last lists read, shared by every job of a process.
+#[derive(Debug, Default)]
+pub struct Known {
+    pools: Mutex<Vec<PoolName>>,
+    tenants: Mutex<Vec<TenantId>>,
+}
+
+/// Every pool in the configuration, or the last list read when Postgres is away.
+pub async fn pools(state: &AppState) -> Vec<PoolName> {
+    let read = tokio::time::timeout(LIST_WITHIN, crate::pools::store::pool_names(&state.db)).await;
+    let mut last = state.known.pools.lock().expect("known pools");
+    match read {
+        Ok(Ok(names)) => *last = names.iter().filter_map(|n| PoolName::parse(n).ok()).collect(),
+        Ok(Err(e)) => tracing::warn!(error = %e, "listing pools failed; using the last list"),
+        Err(_) => tracing::warn!(within = ?LIST_WITHIN, "listing pools timed out; using the last list"),
+    }
+    last.clone()
+}
+
+/// Every tenant in the configuration, or the last list read when Postgres is away.
+pub async fn tenants(state: &AppState) -> Vec<TenantId> {
+    let read = tokio::time::timeout(LIST_WITHIN, crate::usage::store::tenant_names(&state.db)).await;
+    let mut last = state.known.tenants.lock().expect("known tenants");
+    match read {
+        Ok(Ok(names)) => *last = names.iter().filter_map(|n| TenantId::parse(n).ok()).collect(),
+        Ok(Err(e)) => tracing::warn!(error = %e, "listing tenants failed; using the last list"),
+        Err(_) => tracing::warn!(within = ?LIST_WITHIN, "listing tenants timed out; using the last list"),
+    }
+    last.clone()
+}
