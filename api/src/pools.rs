@@ -75,6 +75,47 @@ pub struct PoolWriteReply {
     pub ejected: Option<Vec<String>>,
 }
 
+/// One recorded configuration version of a pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PoolVersion {
+    /// The configuration version.
+    pub version: i64,
+    /// When it was recorded (RFC 3339).
+    pub at: String,
+    /// Who made it; null for a version recorded after the fact (the pool's configuration
+    /// before its history was kept).
+    pub actor: Option<String>,
+    /// The action that made it (`pool.put`, `pool.weights`, `pool.restore`, …); null likewise.
+    pub action: Option<String>,
+    /// The pool as configured at this version: what `PUT /api/v1/pools/{pool}` takes.
+    #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
+    pub snapshot: serde_json::Value,
+}
+
+/// `GET /api/v1/pools/{pool}/versions`: the pool's recorded configuration versions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PoolHistory {
+    /// The pool's current configuration version.
+    pub version: i64,
+    /// Every recorded version, newest first.
+    pub versions: Vec<PoolVersion>,
+}
+
+/// `POST /api/v1/pools/{pool}/restore`: a new configuration version equal to an earlier one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PoolRestored {
+    /// What was written; `version` is the new configuration version.
+    #[serde(flatten)]
+    pub reply: PoolWriteReply,
+    /// The configuration version whose configuration the pool now has again.
+    pub restored_from: i64,
+    /// The versions made after `restored_from` whose changes the restore undid, oldest first.
+    pub undoes: Vec<PoolVersion>,
+}
+
 /// `POST /api/v1/pools/{pool}/rebuild`: the remaining tickets were replaced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]

@@ -77,6 +77,8 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::pools::routes::put_peak_windows,
         crate::pools::routes::put_caps,
         crate::pools::routes::rebuild_pool,
+        crate::pools::routes::pool_versions,
+        crate::pools::routes::restore_pool,
         // Channels, plans, tenants and grants (routes/config.rs).
         crate::channels::routes::list_channels,
         crate::channels::routes::get_channel,

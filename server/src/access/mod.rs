@@ -283,6 +283,7 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         | "/api/v1/pools/{pool}/peak_windows"
         | "/api/v1/pools/{pool}/caps"
         | "/api/v1/pools/{pool}/health_policy"
+        | "/api/v1/pools/{pool}/restore"
         | "/api/v1/channels"
         | "/api/v1/channels/{code}"
         | "/api/v1/plans"

@@ -11,7 +11,7 @@ use crate::audit::store::Source;
 use crate::change::store::{audit, lock};
 use crate::change::{Ctx, Entity};
 use crate::pools::parse_pool_body;
-use crate::pools::store::store_pool;
+use crate::pools::store::{store_pool, MadeBy};
 
 /// Brings pools and tenants published before the configuration tables existed (snapshots
 /// only) into the tables, so the admin API sees them: their channels are registered (named
@@ -81,7 +81,7 @@ pub(crate) async fn adopt_one(
                     .execute(&mut *tx)
                     .await?;
             }
-            store_pool(&mut tx, pool, &snapshot, version)
+            store_pool(&mut tx, pool, &snapshot, version, MadeBy { actor: "system", action: "adopt" })
                 .await
                 .with_context(|| format!("adopting {entity} v{version}"))?;
         } else if let Ok(Entity::Tenant(tenant)) = &kind {

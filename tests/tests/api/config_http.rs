@@ -47,6 +47,7 @@ async fn footprint(app: &TestApp) -> Vec<i64> {
         "tenant",
         "quota_grant",
         "snapshot",
+        "config_history",
         "audit",
         "outbox",
     ] {
@@ -547,4 +548,103 @@ async fn snapshots_written_before_the_configuration_tables_are_adopted_into_them
         .await
         .unwrap();
     assert_eq!(actions, vec!["adopt", "pool.weights"]);
+}
+
+#[tokio::test]
+async fn a_restore_makes_a_new_version_equal_to_an_earlier_one_and_says_what_it_undid() {
+    // Arrange: version 1, then new weights (2), then caps (3)
+    let app = app().await;
+    for code in ["A", "B"] {
+        channel(&app, code, None).await;
+    }
+    let (status, reply) =
+        put(&app, "/api/v1/pools/p", json!({"snapshot": pool_body(&[("A", 5), ("B", 3)]), "expected_version": 0}))
+            .await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, reply) = post(
+        &app,
+        "/api/v1/pools/p/weights",
+        json!({"weights": [{"member": "A", "weight": 1}, {"member": "B", "weight": 9}], "mode": "drain",
+               "reason": "shift to B", "expected_version": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, reply) =
+        put(&app, "/api/v1/pools/p/caps", json!({"caps": {"B": 500}, "reason": "cap B", "expected_version": 2})).await;
+    assert_eq!(status, 200, "{reply}");
+    let (_, history) = get(&app, "/api/v1/pools/p/versions").await;
+    let version_one = history["versions"].as_array().unwrap().iter().find(|v| v["version"] == 1).unwrap().clone();
+
+    // Act
+    let (status, restored) =
+        post(&app, "/api/v1/pools/p/restore", json!({"version": 1, "reason": "back out", "expected_version": 3})).await;
+
+    // Assert: version 4 is version 1's configuration, published, audited naming version 1
+    assert_eq!(status, 200, "{restored}");
+    assert_eq!((restored["version"].as_i64(), restored["restored_from"].as_i64()), (Some(4), Some(1)), "{restored}");
+    let undone: Vec<(i64, String, String)> = restored["undoes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (v["version"].as_i64().unwrap(), v["action"].as_str().unwrap().into(), v["actor"].as_str().unwrap().into())
+        })
+        .collect();
+    assert_eq!(undone, [(2, "pool.weights".into(), "ops-bot".into()), (3, "pool.caps".into(), "ops-bot".into())]);
+    let (_, pool) = get(&app, "/api/v1/pools/p").await;
+    assert_eq!(pool["version"], 4);
+    assert_eq!(pool["snapshot"], version_one["snapshot"], "the configuration equals version 1's");
+    let (_, history) = get(&app, "/api/v1/pools/p/versions").await;
+    assert_eq!(history["versions"][0]["version"], 4);
+    assert_eq!(history["versions"][0]["action"], "pool.restore");
+    assert_eq!(history["versions"][0]["snapshot"], version_one["snapshot"]);
+    let in_redis = app.state.pool_admin.snapshot(&client::pool::PoolName::parse("p").unwrap()).await.unwrap().unwrap();
+    assert_eq!(Some(in_redis.version), restored["published_version"].as_u64(), "Redis has the restored version");
+    let (actor, reason): (String, String) =
+        sqlx::query_as("select actor, reason from audit where action = 'pool.restore'")
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap();
+    assert_eq!((actor.as_str(), reason.as_str()), ("ops-bot", "restores configuration version 1: back out"));
+}
+
+#[tokio::test]
+async fn a_restore_that_cannot_be_made_is_refused_naming_why_and_changes_nothing() {
+    // Arrange: version 1 holds C; version 2 drops it; then C is disabled
+    let app = app().await;
+    for code in ["A", "B", "C"] {
+        channel(&app, code, None).await;
+    }
+    put(&app, "/api/v1/pools/p", json!({"snapshot": pool_body(&[("A", 5), ("C", 3)]), "expected_version": 0})).await;
+    let (status, reply) =
+        put(&app, "/api/v1/pools/p", json!({"snapshot": pool_body(&[("A", 5), ("B", 3)]), "expected_version": 1}))
+            .await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, reply) =
+        post(&app, "/api/v1/channels/C/disable", json!({"reason": "acquirer gone", "expected_version": 1})).await;
+    assert_eq!(status, 200, "{reply}");
+    let before = footprint(&app).await;
+
+    // Act + Assert
+    let restore =
+        |version: i64, expected: i64| json!({"version": version, "reason": "try", "expected_version": expected});
+    let (status, reply) = post(&app, "/api/v1/pools/p/restore", restore(1, 2)).await;
+    assert_eq!((status, reply["field"].as_str()), (422, Some("version")), "{reply}");
+    assert!(reply["error"].as_str().unwrap().contains("\"C\""), "{reply}");
+    let (status, reply) = post(&app, "/api/v1/pools/p/restore", restore(2, 2)).await;
+    assert_eq!((status, reply["field"].as_str()), (422, Some("version")), "the current version: {reply}");
+    assert_eq!(post(&app, "/api/v1/pools/p/restore", restore(9, 2)).await.0, 404);
+    assert_eq!(post(&app, "/api/v1/pools/p/restore", restore(1, 1)).await.0, 409);
+    assert_eq!(post(&app, "/api/v1/pools/p/restore", restore(0, 2)).await.0, 400);
+    assert_eq!(post(&app, "/api/v1/pools/nope/restore", restore(1, 1)).await.0, 404);
+    let (status, _) = post(&app, "/api/v1/pools/p/restore", json!({"version": 1, "expected_version": 2})).await;
+    assert_eq!(status, 400, "a reason is required");
+    assert_eq!(footprint(&app).await, before, "a refused restore changes nothing");
+
+    // Once C is enabled again, version 1 can come back.
+    let (status, reply) =
+        post(&app, "/api/v1/channels/C/enable", json!({"reason": "back", "expected_version": 2})).await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, reply) = post(&app, "/api/v1/pools/p/restore", restore(1, 2)).await;
+    assert_eq!((status, reply["version"].as_i64()), (200, Some(3)), "{reply}");
 }
