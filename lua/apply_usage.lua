@@ -17,8 +17,13 @@ if mismatch then return mismatch end
 local gen = redis.call('HGET', KEYS[2], 'gen')
 if not gen then return {'missing'} end
 local meta = read_meta()
--- The counters hold a settle whose done marker is here (whatever its generation).
-if ARGV[9] ~= '' and find_done(ARGV[9]) then return {'counted'} end
+-- The counters hold a settle whose done marker is here and was written with them (the same
+-- generation; a marker of the month's hash went with its counters). A marker that outlived
+-- its counters (they were lost and rebuilt, the marker was not) proves nothing.
+if ARGV[9] ~= '' then
+  local done = find_done(ARGV[9])
+  if done and (done.gen == nil or done.gen == gen) then return {'counted'} end
+end
 if gen == ARGV[5] then
   if ARGV[10] ~= '1' then return {'counted'} end
   -- An instance's own record of this generation is proven only by its done marker, which

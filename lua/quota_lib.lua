@@ -234,12 +234,15 @@ local function decode_entry(s)
     model = model}
 end
 
--- A finished reservation: "state|amount|deadline|parts|actual|charged".
+-- A finished reservation: "state|amount|deadline|parts|actual|charged|gen", gen being the
+-- generation of the counters that counted it (absent from markers written before markers
+-- had keys of their own: those lived in the period's hash, lost together with its counters).
 local function decode_done(s)
-  local state, amount, deadline, parts, actual, charged =
-    string.match(s, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(%d*)|(.*)$')
+  local state, amount, deadline, parts, actual, charged, sep, gen =
+    string.match(s, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(%d*)|([^|]*)(|?)(.*)$')
+  if sep == '' then gen = nil end
   return {state = state, amount = tonumber(amount), deadline = tonumber(deadline), parts = parts,
-    actual = tonumber(actual), charged = charged}
+    actual = tonumber(actual), charged = charged, gen = gen}
 end
 
 -- The done marker of a request id: its own key, else a field of the current or previous
@@ -253,13 +256,14 @@ local function find_done(rid)
 end
 
 -- Writes the done marker of a finished reservation, "state|amount|deadline|parts|actual|
--- charged", in a key of its own that expires the tenant's retention from now (62 days for
+-- charged|gen", in a key of its own that expires the tenant's retention from now (62 days for
 -- a tenant no longer published): memory follows the requests of the retention, never
 -- the whole history. `actual` is nil for a release or an expiry.
 local function write_done(meta, rid, state, amount, deadline, parts, actual, charged)
   local days = (meta and meta.retention_days) or 62
+  local gen = redis.call('HGET', KEYS[2], 'gen') or ''
   redis.call('SET', KEYS[8] .. rid, table.concat({state, fmt(amount), fmt(deadline), parts,
-    actual and fmt(actual) or '', charged}, '|'), 'PXAT', fmt(NOW + days * 86400000))
+    actual and fmt(actual) or '', charged, gen}, '|'), 'PXAT', fmt(NOW + days * 86400000))
 end
 
 -- `plans` (optional) adds up the plan charges per period, for the usage record.

@@ -8,6 +8,7 @@
 //! schema, rules included (patterns, lengths, ranges).
 
 pub mod access;
+pub mod changes;
 pub mod channels;
 pub mod health;
 pub mod names;

@@ -34,6 +34,10 @@ pub enum ApiError {
     /// Something with that identity exists already (409), naming the field and the rule.
     #[error("{field}: {rule}")]
     Duplicate { field: String, rule: String },
+    /// The request is refused by the state of things (409): a policy that asks for a change
+    /// request, a request in a state that does not allow it; naming the field and the rule.
+    #[error("{field}: {rule}")]
+    Blocked { field: String, rule: String },
     /// A dependency cannot be reached (503).
     #[error("{0}")]
     Unavailable(String),
@@ -123,7 +127,7 @@ impl ResponseError for ApiError {
             Self::QuotaRefused { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
-            Self::Conflict { .. } | Self::Duplicate { .. } => StatusCode::CONFLICT,
+            Self::Conflict { .. } | Self::Duplicate { .. } | Self::Blocked { .. } => StatusCode::CONFLICT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -134,7 +138,8 @@ impl ResponseError for ApiError {
         match self {
             Self::BadRequest { field, rule }
             | Self::Unprocessable { field, rule }
-            | Self::Duplicate { field, rule } => response.json(ErrorBody {
+            | Self::Duplicate { field, rule }
+            | Self::Blocked { field, rule } => response.json(ErrorBody {
                 error: self.to_string(),
                 field: Some(field.clone()),
                 rule: Some(rule.clone()),

@@ -15,6 +15,7 @@
 
 pub mod access;
 pub mod adopt;
+pub mod approvals;
 pub mod audit;
 pub mod backend;
 pub mod bench;

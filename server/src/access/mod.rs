@@ -277,6 +277,10 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         | "/api/v1/channels/{code}/health/pin"
         | "/api/v1/channels/{code}/health/unpin"
         | "/api/v1/pools/{pool}/rebuild" => Operate,
+        // Reviewers are checked against the request's policy by the handler.
+        "/api/v1/changes/{id}/approve" | "/api/v1/changes/{id}/reject" => Read,
+        "/api/v1/policies/{scope}" => ManageAccess,
+        "/api/v1/changes" | "/api/v1/changes/{id}/apply" | "/api/v1/changes/{id}/cancel" => Edit,
         "/api/v1/pools/{pool}"
         | "/api/v1/pools/{pool}/weights"
         | "/api/v1/pools/{pool}/members"

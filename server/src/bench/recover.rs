@@ -113,6 +113,8 @@ pub async fn measure(state: &AppState, address: &str, token: &str, args: &BenchR
     let loaded = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     let ops_before = tracker.ops.load(Ordering::Relaxed) as f64 / loaded.elapsed().as_secs_f64();
+    // Set first: the wipe takes effect in Redis before its reply reaches this process.
+    tracker.wipe_started.store(true, Ordering::Release);
     let keys_wiped = wipe(state).await.context("wiping the prefix")?;
     let wiped_at = Instant::now();
     *tracker.wiped_at.lock().expect("tracker lock") = Some(wiped_at);
@@ -257,6 +259,8 @@ struct Tracker {
     errors: AtomicU64,
     error_samples: Mutex<Vec<String>>,
     wiped_at: Mutex<Option<Instant>>,
+    /// The wipe was sent (it may have taken effect before `wiped_at` is set).
+    wipe_started: std::sync::atomic::AtomicBool,
     pools: Mutex<BTreeMap<PoolName, Option<Instant>>>,
     tenants: Mutex<BTreeMap<TenantId, Option<Instant>>>,
 }
@@ -270,6 +274,7 @@ impl Tracker {
             errors: AtomicU64::new(0),
             error_samples: Mutex::new(Vec::new()),
             wiped_at: Mutex::new(None),
+            wipe_started: Default::default(),
             pools: Mutex::new(targets.pools.iter().map(|p| (p.clone(), None)).collect()),
             tenants: Mutex::new(targets.tenants.iter().map(|t| (t.clone(), None)).collect()),
         }
@@ -395,7 +400,9 @@ async fn load(
             }
             // A tenant the wipe took away: its fallback policy (fail_closed) refuses while its
             // snapshot is republished; a tenant this process never saw is unknown.
-            Err(QuotaError::UnknownTenant(_)) | Err(QuotaError::Unavailable { .. }) if tracker.wiped() => {
+            Err(QuotaError::UnknownTenant(_)) | Err(QuotaError::Unavailable { .. })
+                if tracker.wipe_started.load(Ordering::Acquire) =>
+            {
                 tracker.refused.fetch_add(1, Ordering::Relaxed);
                 failed = true;
             }

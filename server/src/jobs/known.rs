@@ -22,7 +22,7 @@ pub struct Known {
     tenants: Mutex<Vec<TenantId>>,
 }
 
-/// Every pool in the configuration, or the last list read when Postgres is away.
+/// Every pool in the configuration or published, or the last list read when Postgres is away.
 pub async fn pools(state: &AppState) -> Vec<PoolName> {
     let read = tokio::time::timeout(LIST_WITHIN, crate::pools::store::pool_names(&state.db)).await;
     let mut last = state.known.pools.lock().expect("known pools");
@@ -34,9 +34,9 @@ pub async fn pools(state: &AppState) -> Vec<PoolName> {
     last.clone()
 }
 
-/// Every tenant in the configuration, or the last list read when Postgres is away.
+/// Every tenant in the configuration or published, or the last list read when Postgres is away.
 pub async fn tenants(state: &AppState) -> Vec<TenantId> {
-    let read = tokio::time::timeout(LIST_WITHIN, crate::usage::store::tenant_names(&state.db)).await;
+    let read = tokio::time::timeout(LIST_WITHIN, crate::tenants::store::tenant_names(&state.db)).await;
     let mut last = state.known.tenants.lock().expect("known tenants");
     match read {
         Ok(Ok(names)) => *last = names.iter().filter_map(|n| TenantId::parse(n).ok()).collect(),

@@ -14,9 +14,16 @@ use crate::change::store::{lock, publish};
 use crate::change::{check_version, ChangeError, Ctx, Written};
 use crate::inputs::*;
 
-/// The name of every pool in the configuration, in order.
+/// The name of every pool the jobs keep: those of the configuration tables and those
+/// only published (a snapshot that could not be adopted into the tables is still drawn,
+/// refilled and rotated), in order.
 pub async fn pool_names(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("select name from pool order by name").fetch_all(db).await
+    sqlx::query_scalar(
+        "select name from pool
+         union select substr(entity, 6) from snapshot where left(entity, 5) = 'pool:' group by entity order by 1",
+    )
+    .fetch_all(db)
+    .await
 }
 
 /// Every pool, by name.
@@ -467,9 +474,23 @@ pub async fn modify_pool(
     edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
 ) -> Result<PoolWritten, ChangeError> {
     let mut tx = db.begin().await?;
+    let written = modify_pool_tx(&mut tx, ctx, pool, action, expected_version, edit).await?;
+    tx.commit().await?;
+    Ok(written)
+}
+
+/// [`modify_pool`] in the caller's transaction (which commits it).
+pub(crate) async fn modify_pool_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    pool: &PoolName,
+    action: &str,
+    expected_version: Option<i64>,
+    edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
+) -> Result<PoolWritten, ChangeError> {
     let entity = crate::change::Entity::pool_key(pool);
-    lock(&mut tx, &entity).await?;
-    let (config_version, body) = compile_pool(&mut tx, pool.as_str())
+    lock(&mut *tx, &entity).await?;
+    let (config_version, body) = compile_pool(&mut *tx, pool.as_str())
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
     check_version(&entity, expected_version, config_version)?;
@@ -477,9 +498,8 @@ pub async fn modify_pool(
     edit(&mut snapshot)?;
     snapshot.version = 1;
     snapshot.validate().map_err(from_input)?;
-    store_pool(&mut tx, pool.as_str(), &snapshot, 1, MadeBy { actor: ctx.actor, action }).await?;
-    let (written, published) = republish_pool_body(&mut tx, ctx, pool.as_str(), action).await?;
-    tx.commit().await?;
+    store_pool(&mut *tx, pool.as_str(), &snapshot, 1, MadeBy { actor: ctx.actor, action }).await?;
+    let (written, published) = republish_pool_body(&mut *tx, ctx, pool.as_str(), action).await?;
     Ok(PoolWritten { written, config_version: config_version + 1, published })
 }
 
@@ -519,7 +539,9 @@ pub async fn pool_history(db: &PgPool, pool: &PoolName) -> Result<Option<api::po
 /// (made against the configuration version `expected_version`), audited and published as
 /// any other change. Refused, changing nothing: an unknown pool or version (404), the
 /// current version (422), a version naming a channel that is no longer registered or is
-/// disabled (422, field `version`). Answers what was written and the versions undone.
+/// disabled (422, field `version`). The pool's own ejections are operations, not
+/// configuration: the members ejected now stay ejected (those of version N that are not
+/// ejected now are not ejected again). Answers what was written and the versions undone.
 pub async fn restore_pool(
     db: &PgPool,
     ctx: &Ctx<'_>,
@@ -530,7 +552,7 @@ pub async fn restore_pool(
     let mut tx = db.begin().await?;
     let entity = crate::change::Entity::pool_key(pool);
     lock(&mut tx, &entity).await?;
-    let (current, _) = compile_pool(&mut tx, pool.as_str())
+    let (current, current_body) = compile_pool(&mut tx, pool.as_str())
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
     check_version(&entity, Some(expected_version), current)?;
@@ -543,11 +565,22 @@ pub async fn restore_pool(
             .bind(version)
             .fetch_optional(&mut *tx)
             .await?;
-    let body = body.ok_or_else(|| {
+    let mut body = body.ok_or_else(|| {
         ChangeError::NotFound(format!("pool {:?} has no recorded configuration version {version}", pool.as_str()))
     })?;
     let snapshot = parse_pool_body(&body)?;
     let channels = snapshot.channels();
+    let ejected_now: Vec<String> =
+        parse_pool_body(&current_body)?.ejected.into_iter().filter(|m| channels.index_of(m).is_some()).collect();
+    match body.as_object_mut() {
+        Some(object) if ejected_now.is_empty() => {
+            object.remove("ejected");
+        }
+        Some(object) => {
+            object.insert("ejected".into(), json!(ejected_now));
+        }
+        None => {}
+    }
     let codes: Vec<&str> = channels.members().iter().map(String::as_str).collect();
     let known: BTreeMap<String, bool> = sqlx::query_as("select code, enabled from channel where code = any($1)")
         .bind(&codes)
@@ -583,7 +616,7 @@ pub async fn restore_pool(
     .fetch_all(&mut *tx)
     .await?;
     let undoes = undone.iter().map(pool_version).collect::<Result<Vec<_>, _>>()?;
-    let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.restore", &body, Some(current)).await?;
+    let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.restore_version", &body, Some(current)).await?;
     tx.commit().await?;
     Ok((written, undoes))
 }

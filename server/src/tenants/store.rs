@@ -88,6 +88,18 @@ pub(crate) async fn republish_tenant(
     Ok(written)
 }
 
+/// The name of every tenant the jobs keep: those of the configuration tables and those
+/// only published (a snapshot not adopted into the tables is still served and swept), in
+/// order.
+pub async fn tenant_names(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select name from tenant
+         union select substr(entity, 8) from snapshot where left(entity, 7) = 'tenant:' group by entity order by 1",
+    )
+    .fetch_all(db)
+    .await
+}
+
 /// Every tenant's name, plan and version.
 pub async fn list_tenants(db: &PgPool) -> Result<Vec<TenantSummary>, sqlx::Error> {
     let rows = sqlx::query(

@@ -552,7 +552,7 @@ async fn snapshots_written_before_the_configuration_tables_are_adopted_into_them
 
 #[tokio::test]
 async fn a_restore_makes_a_new_version_equal_to_an_earlier_one_and_says_what_it_undid() {
-    // Arrange: version 1, then new weights (2), then caps (3)
+    // Arrange: version 1, then new weights (2), caps (3), and an operator's ejection (4)
     let app = app().await;
     for code in ["A", "B"] {
         channel(&app, code, None).await;
@@ -572,16 +572,22 @@ async fn a_restore_makes_a_new_version_equal_to_an_earlier_one_and_says_what_it_
     let (status, reply) =
         put(&app, "/api/v1/pools/p/caps", json!({"caps": {"B": 500}, "reason": "cap B", "expected_version": 2})).await;
     assert_eq!(status, 200, "{reply}");
+    let (status, reply) =
+        post(&app, "/api/v1/pools/p/members/A/eject", json!({"reason": "acquirer incident", "expected_version": 3}))
+            .await;
+    assert_eq!(status, 200, "{reply}");
     let (_, history) = get(&app, "/api/v1/pools/p/versions").await;
     let version_one = history["versions"].as_array().unwrap().iter().find(|v| v["version"] == 1).unwrap().clone();
 
     // Act
     let (status, restored) =
-        post(&app, "/api/v1/pools/p/restore", json!({"version": 1, "reason": "back out", "expected_version": 3})).await;
+        post(&app, "/api/v1/pools/p/restore", json!({"version": 1, "reason": "back out", "expected_version": 4})).await;
 
-    // Assert: version 4 is version 1's configuration, published, audited naming version 1
+    // Assert: version 5 is version 1's configuration (the ejection stays: it is operations,
+    // not configuration), published, audited naming version 1
     assert_eq!(status, 200, "{restored}");
-    assert_eq!((restored["version"].as_i64(), restored["restored_from"].as_i64()), (Some(4), Some(1)), "{restored}");
+    assert_eq!((restored["version"].as_i64(), restored["restored_from"].as_i64()), (Some(5), Some(1)), "{restored}");
+    assert_eq!((restored["mode"].as_str(), restored["ejected"].clone()), (Some("drain"), json!(["A"])), "{restored}");
     let undone: Vec<(i64, String, String)> = restored["undoes"]
         .as_array()
         .unwrap()
@@ -590,18 +596,27 @@ async fn a_restore_makes_a_new_version_equal_to_an_earlier_one_and_says_what_it_
             (v["version"].as_i64().unwrap(), v["action"].as_str().unwrap().into(), v["actor"].as_str().unwrap().into())
         })
         .collect();
-    assert_eq!(undone, [(2, "pool.weights".into(), "ops-bot".into()), (3, "pool.caps".into(), "ops-bot".into())]);
+    assert_eq!(
+        undone,
+        [
+            (2, "pool.weights".into(), "ops-bot".into()),
+            (3, "pool.caps".into(), "ops-bot".into()),
+            (4, "pool.eject".into(), "ops-bot".into())
+        ]
+    );
+    let mut expected = version_one["snapshot"].clone();
+    expected["ejected"] = json!(["A"]);
     let (_, pool) = get(&app, "/api/v1/pools/p").await;
-    assert_eq!(pool["version"], 4);
-    assert_eq!(pool["snapshot"], version_one["snapshot"], "the configuration equals version 1's");
+    assert_eq!(pool["version"], 5);
+    assert_eq!(pool["snapshot"], expected, "the configuration equals version 1's, with today's ejection");
     let (_, history) = get(&app, "/api/v1/pools/p/versions").await;
-    assert_eq!(history["versions"][0]["version"], 4);
-    assert_eq!(history["versions"][0]["action"], "pool.restore");
-    assert_eq!(history["versions"][0]["snapshot"], version_one["snapshot"]);
+    assert_eq!(history["versions"][0]["version"], 5);
+    assert_eq!(history["versions"][0]["action"], "pool.restore_version");
+    assert_eq!(history["versions"][0]["snapshot"], expected);
     let in_redis = app.state.pool_admin.snapshot(&client::pool::PoolName::parse("p").unwrap()).await.unwrap().unwrap();
     assert_eq!(Some(in_redis.version), restored["published_version"].as_u64(), "Redis has the restored version");
     let (actor, reason): (String, String) =
-        sqlx::query_as("select actor, reason from audit where action = 'pool.restore'")
+        sqlx::query_as("select actor, reason from audit where action = 'pool.restore_version'")
             .fetch_one(&app.state.db)
             .await
             .unwrap();

@@ -5,6 +5,7 @@
 mod admin_http;
 mod audit_http;
 mod auth_http;
+mod changes_http;
 mod config_http;
 mod health;
 mod health_eval;

@@ -1,0 +1,105 @@
+//! The replies of change requests and approval policies (`/api/v1/changes…`,
+//! `/api/v1/policies…`).
+
+use serde::{Deserialize, Serialize};
+
+/// An approval policy: where it applies, a pool's weights change only through a change
+/// request that enough other people approved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Policy {
+    /// `pools` (every pool) or `pool:<name>` (one pool; it wins over `pools`).
+    pub scope: String,
+    /// Approvals a request needs before it may be applied (1..=10).
+    pub required_approvals: i16,
+    /// The roles that may approve or reject (self-approval is refused to everyone).
+    pub approver_roles: Vec<String>,
+    /// A request not applied within this many hours of its submission expires.
+    pub expires_after_hours: i32,
+    /// The policy's version (the next change's `expected_version`).
+    pub version: i64,
+    /// When it last changed (RFC 3339).
+    pub updated_at: String,
+}
+
+/// `GET /api/v1/policies`: every approval policy, by scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PolicyList {
+    /// Every policy, by scope.
+    pub policies: Vec<Policy>,
+}
+
+/// One approval or rejection of a change request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Review {
+    /// Who reviewed.
+    pub actor: String,
+    /// Their role when they did (`admin` for the admin token or an admin-scope token).
+    pub role: String,
+    /// `approve` or `reject`.
+    pub verdict: String,
+    /// What they said.
+    pub comment: Option<String>,
+    /// The content hash they reviewed.
+    pub content_hash: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// A change request: one operation on one pool, the version it was made against, what it
+/// changes, and where it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ChangeRequest {
+    /// The request's number.
+    pub id: i64,
+    /// `pool:<name>`.
+    pub entity: String,
+    /// The operation, with the body of the direct write it stands for:
+    /// `{"kind": "pool.weights", "weights": [...], "mode": "drain"|"immediate"}`.
+    #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
+    pub operation: serde_json::Value,
+    /// The pool's configuration version the operation was made against.
+    pub base_version: i64,
+    /// SHA-256 (hex) of the operation and the base version: approvals name it.
+    pub content_hash: String,
+    /// The weights before and after, and each member's share of them, for reviewers:
+    /// `{"before": [...], "after": [...], "moved_percent": n}`.
+    #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
+    pub diff: serde_json::Value,
+    /// Who proposed it.
+    pub author: String,
+    /// Why.
+    pub reason: String,
+    /// `in_review`, `approved`, `rejected`, `applied`, `suspended`, `cancelled` or `expired`.
+    pub state: String,
+    /// The policy in force when it was submitted; null when none applied.
+    pub policy_scope: Option<String>,
+    /// Approvals it needs.
+    pub required_approvals: i16,
+    /// Roles that may review it.
+    pub approver_roles: Vec<String>,
+    /// Approvals it has, for its content hash.
+    pub approvals: i64,
+    /// Every review, oldest first.
+    pub reviews: Vec<Review>,
+    /// When it was submitted (RFC 3339).
+    pub created_at: String,
+    /// When it expires unless applied (RFC 3339).
+    pub expires_at: String,
+    /// When its state last changed (RFC 3339).
+    pub updated_at: String,
+    /// Applied: `{"version", "published_version"}`; suspended: `{"reason", "current_version"}`.
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
+    pub outcome: Option<serde_json::Value>,
+}
+
+/// `GET /api/v1/changes`: change requests, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ChangeList {
+    /// The requests, newest first.
+    pub changes: Vec<ChangeRequest>,
+}

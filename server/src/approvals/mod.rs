@@ -1,0 +1,75 @@
+//! Change requests and approval policies (four-eyes). Where a policy applies to a pool
+//! (`pool:<name>`, else `pools`), its weights change only through a change request: one
+//! operation with the body of the direct write, bound by a content hash to what it changes
+//! and to the configuration version it was made against; approved by enough people in the
+//! policy's roles, never by its author (admins included); applied only while that version
+//! is current (otherwise suspended, saying what moved). Each state change is a row in the
+//! audit chain (entity `change:<id>`). Direct weight writes to such a pool are refused
+//! (409 naming the policy); operations that only reduce risk (eject, disable, rebuild) stay
+//! immediate.
+
+pub mod routes;
+pub mod store;
+
+use client::pool::PoolName;
+use sqlx::PgPool;
+
+use crate::access::{Principal, Via};
+use crate::error::ApiError;
+
+/// The role a reviewer acts in: a session's role; `admin` for the configured admin token,
+/// an admin-scope API token and the development mode.
+pub fn role_of(principal: &Principal) -> String {
+    match &principal.via {
+        Via::Session { role, .. } => role.as_str().to_owned(),
+        Via::Token { .. } | Via::Configured | Via::Open => "admin".to_owned(),
+    }
+}
+
+/// 409 naming the policy when one applies to `pool`: its weights change through a change
+/// request (`POST /api/v1/changes`).
+pub async fn refuse_direct_write(db: &PgPool, pool: &PoolName) -> Result<(), ApiError> {
+    if let Some(policy) = store::policy_for(db, pool).await? {
+        return Err(ApiError::Blocked {
+            field: "policy".into(),
+            rule: format!(
+                "approval policy {:?} applies to pool {:?}: propose the change with POST /api/v1/changes \
+                 ({} approval(s) by {})",
+                policy.scope,
+                pool.as_str(),
+                policy.required_approvals,
+                policy.approver_roles.join(" or ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The share of the traffic a change of weights moves: half the sum of the absolute
+/// changes of each member's share, in percent (0 when nothing moves, 100 when every ticket
+/// goes elsewhere).
+pub fn moved_percent(before: &engine::Weights, after: &engine::Weights) -> f64 {
+    let share = |w: &engine::Weights, m: &str| w.index_of(m).map_or(0.0, |i| w.weight(i) as f64 / w.total() as f64);
+    let mut members: Vec<&str> = before.members().iter().map(String::as_str).collect();
+    for m in after.members() {
+        if !members.contains(&m.as_str()) {
+            members.push(m);
+        }
+    }
+    let sum: f64 = members.iter().map(|m| (share(after, m) - share(before, m)).abs()).sum();
+    (sum / 2.0 * 100.0 * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moved_traffic_is_half_the_sum_of_the_share_changes() {
+        let w = |spec: &str| engine::Weights::parse_spec(spec).unwrap();
+        assert_eq!(moved_percent(&w("A=1,B=1"), &w("A=1,B=1")), 0.0);
+        assert_eq!(moved_percent(&w("A=1,B=1"), &w("A=3,B=1")), 25.0);
+        assert_eq!(moved_percent(&w("A=1"), &w("B=1")), 100.0);
+        assert_eq!(moved_percent(&w("A=45,B=30,C=25"), &w("A=45,B=30,D=25")), 25.0);
+    }
+}

@@ -1,0 +1,395 @@
+//! `/api/v1/policies` and `/api/v1/changes`: approval policies, and change requests of pool
+//! weights (submit, list, read, approve, reject, apply, cancel).
+
+use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use api::changes::{ChangeList, ChangeRequest, Policy, PolicyList};
+use client::pool::{PoolName, ReweightMode};
+use engine::Weights;
+use serde::Deserialize;
+
+use super::store::{self, PolicySpec, WeightsProposal};
+use crate::access::Role;
+use crate::error::{ApiError, ConflictBody, ErrorBody};
+use crate::http::{actor, expected};
+use crate::publish::{publish_now, rebuild_if_needed};
+use crate::state::AppState;
+
+/// Every route, for the app's service list.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(list_policies)
+        .service(put_policy)
+        .service(list_changes)
+        .service(submit_change)
+        .service(get_change)
+        .service(approve_change)
+        .service(reject_change)
+        .service(apply_change)
+        .service(cancel_change);
+}
+
+/// `GET /api/v1/policies` → every approval policy, by scope.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses((status = 200, description = "Every approval policy, by scope", body = PolicyList)),
+)]
+#[get("/api/v1/policies")]
+pub async fn list_policies(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(PolicyList { policies: store::list_policies(&state.db).await? }))
+}
+
+/// An approval policy as written.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBody {
+    /// Approvals a request needs (1..=10).
+    #[schema(minimum = 1, maximum = 10)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    required_approvals: i64,
+    /// The roles that may approve or reject (a role named twice counts once; self-approval
+    /// is refused to everyone).
+    #[schema(value_type = Vec<crate::schema::Role>, min_items = 1)]
+    approver_roles: Vec<Role>,
+    /// A request not applied within this many hours of its submission expires (1..=720).
+    #[schema(minimum = 1, maximum = 720)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    expires_after_hours: i64,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    reason: Option<String>,
+    /// The policy's version (0: create it).
+    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    expected_version: i64,
+}
+
+fn scope(raw: &str) -> Result<String, ApiError> {
+    let ok = raw == "pools" || raw.strip_prefix("pool:").is_some_and(|p| PoolName::parse(p).is_ok());
+    if !ok {
+        return Err(ApiError::bad_request("scope", "must be \"pools\" or \"pool:<name>\" (1..=64 of [A-Za-z0-9_-])"));
+    }
+    Ok(raw.to_owned())
+}
+
+/// `PUT /api/v1/policies/{scope}` with `{"required_approvals", "approver_roles",
+/// "expires_after_hours", "reason", "expected_version"}`: creates (expected 0) or replaces
+/// the policy of a scope, audited. From then on the weights of the pools it covers change
+/// only through change requests.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("scope" = String, Path, description = "`pools` (every pool) or `pool:<name>` (one pool; it wins over `pools`)", pattern = "^(pools|pool:[A-Za-z0-9_-]{1,64})$")),
+    responses(
+        (status = 200, description = "Written and audited", body = Policy),
+        (status = 400, description = "A malformed scope or body (naming the field), or a missing reason", body = ErrorBody),
+        (status = 409, description = "The policy is at another version than `expected_version` (0: it exists already)", body = ConflictBody),
+    ),
+)]
+#[put("/api/v1/policies/{scope}")]
+pub async fn put_policy(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PolicyBody>,
+) -> Result<HttpResponse, ApiError> {
+    let scope = scope(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    if !(1..=10).contains(&body.required_approvals) {
+        return Err(ApiError::bad_request("required_approvals", "must be in 1..=10"));
+    }
+    if !(1..=720).contains(&body.expires_after_hours) {
+        return Err(ApiError::bad_request("expires_after_hours", "must be in 1..=720"));
+    }
+    let mut roles: Vec<String> = Vec::new();
+    for role in &body.approver_roles {
+        if !roles.iter().any(|r| r == role.as_str()) {
+            roles.push(role.as_str().to_owned());
+        }
+    }
+    if roles.is_empty() {
+        return Err(ApiError::bad_request("approver_roles", "must name at least one role"));
+    }
+    let spec = PolicySpec {
+        required_approvals: body.required_approvals as i16,
+        approver_roles: roles,
+        expires_after_hours: body.expires_after_hours as i32,
+    };
+    let policy = store::put_policy(&state.db, &who.ctx(), &scope, &spec, expected(body.expected_version)?).await?;
+    Ok(HttpResponse::Ok().json(policy))
+}
+
+/// The filters of the list.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeQuery {
+    /// Only requests in this state.
+    #[param(pattern = "^(in_review|approved|rejected|applied|suspended|cancelled|expired)$")]
+    state: Option<String>,
+    /// Only requests about this pool.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pool: Option<String>,
+}
+
+const STATES: [&str; 7] = ["in_review", "approved", "rejected", "applied", "suspended", "cancelled", "expired"];
+
+/// `GET /api/v1/changes?state=&pool=` → change requests, newest first (at most 200).
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(ChangeQuery),
+    responses(
+        (status = 200, description = "Change requests, newest first (at most 200)", body = ChangeList),
+        (status = 400, description = "A malformed or unknown parameter, naming it", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/changes")]
+pub async fn list_changes(
+    state: web::Data<AppState>,
+    query: web::Query<ChangeQuery>,
+) -> Result<HttpResponse, ApiError> {
+    if let Some(s) = &query.state {
+        if !STATES.contains(&s.as_str()) {
+            return Err(ApiError::bad_request("state", format!("must be one of {}", STATES.join(", "))));
+        }
+    }
+    let entity = match &query.pool {
+        Some(p) => Some(crate::change::Entity::pool_key(PoolName::parse(p)?)),
+        None => None,
+    };
+    let changes = store::list_requests(&state.db, query.state.as_deref(), entity.as_deref()).await?;
+    Ok(HttpResponse::Ok().json(ChangeList { changes }))
+}
+
+/// A proposed change of a pool's weights: the body of `POST /api/v1/pools/{pool}/weights`
+/// and the pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeBody {
+    /// The pool.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pool: String,
+    /// The new weights, as `POST /api/v1/pools/{pool}/weights` takes them.
+    #[schema(value_type = Vec<crate::schema::WeightEntry>, min_items = 1)]
+    weights: Weights,
+    #[schema(value_type = crate::schema::ReweightMode)]
+    mode: ReweightMode,
+    /// Why (1..=500 characters, no control characters): what reviewers read, and the reason
+    /// of the change once applied. Required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    reason: Option<String>,
+    /// The pool's configuration version the change is made against.
+    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    expected_version: i64,
+}
+
+/// `POST /api/v1/changes` with `{"pool", "weights", "mode", "reason", "expected_version"}`:
+/// submits a change request of a pool's weights for review (state `in_review`), with the
+/// diff reviewers see and the content hash their approvals name. It needs the approvals of
+/// the policy that applies to the pool (one by a pm or an admin where none does).
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    responses(
+        (status = 201, description = "Submitted for review", body = ChangeRequest),
+        (status = 400, description = "A malformed body (naming the field) or a missing reason", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "Weights the pool cannot take (an unregistered channel, a tier without channels, …), naming the field", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/changes")]
+pub async fn submit_change(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<ChangeBody>,
+) -> Result<HttpResponse, ApiError> {
+    let who = actor(&req, &state, &body.reason, true)?;
+    let body = body.into_inner();
+    let pool = PoolName::parse(&body.pool)?;
+    let proposal =
+        WeightsProposal { weights: body.weights, mode: body.mode, expected_version: expected(body.expected_version)? };
+    let request = store::submit(&state.db, &who.ctx(), &pool, &proposal).await?;
+    Ok(HttpResponse::Created().json(request))
+}
+
+fn request_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|id| *id >= 1)
+        .ok_or_else(|| ApiError::bad_request("id", "must be a change request's number (1 or more)"))
+}
+
+/// `GET /api/v1/changes/{id}` → one change request with its reviews.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The request's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "The request", body = ChangeRequest),
+        (status = 400, description = "A malformed id", body = ErrorBody),
+        (status = 404, description = "No such request", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/changes/{id}")]
+pub async fn get_change(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let id = request_id(&path)?;
+    let request = store::get_request(&state.db, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no change request {id}")))?;
+    Ok(HttpResponse::Ok().json(request))
+}
+
+/// A review: the content hash the reviewer read, and what they say.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewBody {
+    /// The request's `content_hash` as the reviewer read it: a review of anything else is
+    /// refused.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    content_hash: String,
+    /// What the reviewer says (1..=500 characters, no control characters); required to
+    /// reject.
+    #[schema(value_type = Option<crate::schema::Reason>)]
+    comment: Option<String>,
+}
+
+async fn review(
+    req: HttpRequest,
+    state: &AppState,
+    id: &str,
+    body: &ReviewBody,
+    approve: bool,
+) -> Result<ChangeRequest, ApiError> {
+    let id = request_id(id)?;
+    let principal = crate::access::principal(&req)?;
+    let role = super::role_of(&principal);
+    let who = actor(&req, state, &body.comment, !approve).map_err(|e| match e {
+        ApiError::BadRequest { rule, .. } => ApiError::bad_request("comment", rule),
+        other => other,
+    })?;
+    if body.content_hash.len() != 64
+        || !body.content_hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(ApiError::bad_request("content_hash", "must be 64 lowercase hexadecimal digits"));
+    }
+    store::review_request(&state.db, &who.ctx(), id, &role, approve, &body.content_hash, who.reason.as_deref()).await
+}
+
+/// `POST /api/v1/changes/{id}/approve` with `{"content_hash", "comment"?}`.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The request's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "Approved for this content hash (`approved` once it has enough approvals)", body = ChangeRequest),
+        (status = 400, description = "A malformed id or body, naming the field", body = ErrorBody),
+        (status = 403, description = "The caller proposed the request (nobody approves their own), or acts in a role the request's policy does not name", body = ErrorBody),
+        (status = 404, description = "No such request", body = ErrorBody),
+        (status = 409, description = "The request is not in review (or expired: it is now `expired`), its content hash is another, or the caller reviewed it already; naming the field", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/changes/{id}/approve")]
+pub async fn approve_change(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ReviewBody>,
+) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(review(req, &state, &path, &body, true).await?))
+}
+
+/// `POST /api/v1/changes/{id}/reject` with `{"content_hash", "comment"}`: one rejection
+/// ends the request (`rejected`).
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The request's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "Rejected", body = ChangeRequest),
+        (status = 400, description = "A malformed id or body, or a missing comment, naming the field", body = ErrorBody),
+        (status = 403, description = "The caller proposed the request, or acts in a role the request's policy does not name", body = ErrorBody),
+        (status = 404, description = "No such request", body = ErrorBody),
+        (status = 409, description = "The request is not in review (or expired), its content hash is another, or the caller reviewed it already; naming the field", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/changes/{id}/reject")]
+pub async fn reject_change(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ReviewBody>,
+) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(review(req, &state, &path, &body, false).await?))
+}
+
+/// `POST /api/v1/changes/{id}/apply`: applies an approved request (the pool's weights
+/// change as the direct write would change them, audited as `pool.weights` with the
+/// request named in the reason, and published), or suspends it when the pool changed
+/// since the version it was made against.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The request's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "Applied: `outcome` has the pool's new configuration and published versions", body = ChangeRequest),
+        (status = 400, description = "A malformed id", body = ErrorBody),
+        (status = 404, description = "No such request", body = ErrorBody),
+        (status = 409, description = "Not approved (an `ErrorBody` naming `state`; an expired request is now `expired`), or the pool changed since the request's version (a `ConflictBody`; the request is now `suspended`)", body = crate::schema::ConflictOrDuplicateBody),
+        (status = 422, description = "The pool cannot take the weights any more (a channel left the registry), naming the field", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/changes/{id}/apply")]
+pub async fn apply_change(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = request_id(&path)?;
+    let who = actor(&req, &state, &None, false)?;
+    let (request, written) = store::apply_request(&state.db, &who.ctx(), id).await?;
+    if let Some((pool, written, mode)) = written {
+        if publish_now(&state).await {
+            rebuild_if_needed(&state, &pool, &written.published, mode).await;
+        }
+    }
+    Ok(HttpResponse::Ok().json(request))
+}
+
+/// Why a request is cancelled.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelBody {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    reason: Option<String>,
+}
+
+/// `POST /api/v1/changes/{id}/cancel` with `{"reason"}`: its author or an admin cancels an
+/// open or suspended request.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The request's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "Cancelled", body = ChangeRequest),
+        (status = 400, description = "A malformed id or body, or a missing reason", body = ErrorBody),
+        (status = 403, description = "Neither its author nor an admin", body = ErrorBody),
+        (status = 404, description = "No such request", body = ErrorBody),
+        (status = 409, description = "Already applied, rejected, cancelled or expired (naming `state`)", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/changes/{id}/cancel")]
+pub async fn cancel_change(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<CancelBody>,
+) -> Result<HttpResponse, ApiError> {
+    let id = request_id(&path)?;
+    let principal = crate::access::principal(&req)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let request = store::cancel_request(&state.db, &who.ctx(), id, &super::role_of(&principal)).await?;
+    Ok(HttpResponse::Ok().json(request))
+}

@@ -1,0 +1,493 @@
+//! The policy and change-request tables (`migrations/0011_change_requests.sql`). Every
+//! write takes the configuration lock first and writes its audit row in the same
+//! transaction: nothing is partly applied.
+
+use api::changes::{ChangeRequest, Policy, Review};
+use client::pool::{PoolName, ReweightMode};
+use serde_json::{json, Value};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, PgPool, Row};
+
+use crate::change::store::{audit, lock};
+use crate::change::{Ctx, Entity};
+use crate::error::ApiError;
+use crate::http::rfc3339;
+
+/// Without a policy a request still needs one approval by a pm or an admin, and lives
+/// three days.
+const DEFAULT_ROLES: [&str; 2] = ["pm", "admin"];
+const DEFAULT_HOURS: i32 = 72;
+
+/// A policy as written by `PUT /api/v1/policies/{scope}`.
+#[derive(Debug, Clone)]
+pub struct PolicySpec {
+    pub required_approvals: i16,
+    pub approver_roles: Vec<String>,
+    pub expires_after_hours: i32,
+}
+
+fn policy(r: &PgRow) -> Result<Policy, sqlx::Error> {
+    Ok(Policy {
+        scope: r.try_get("scope")?,
+        required_approvals: r.try_get("required_approvals")?,
+        approver_roles: r.try_get("approver_roles")?,
+        expires_after_hours: r.try_get("expires_after_hours")?,
+        version: r.try_get("version")?,
+        updated_at: rfc3339(r.try_get("updated_at")?),
+    })
+}
+
+const POLICY_COLUMNS: &str = "scope, required_approvals, approver_roles, expires_after_hours, version, updated_at";
+
+/// Every policy, by scope.
+pub async fn list_policies(db: &PgPool) -> Result<Vec<Policy>, sqlx::Error> {
+    let rows =
+        sqlx::query(&format!("select {POLICY_COLUMNS} from approval_policy order by scope")).fetch_all(db).await?;
+    rows.iter().map(policy).collect()
+}
+
+/// The policy that applies to `pool`: its own (`pool:<name>`), else the one of every pool.
+pub async fn policy_for<'e>(db: impl sqlx::PgExecutor<'e>, pool: &PoolName) -> Result<Option<Policy>, sqlx::Error> {
+    let row = sqlx::query(&format!(
+        "select {POLICY_COLUMNS} from approval_policy where scope = 'pool:' || $1 or scope = 'pools'
+         order by scope = 'pools' limit 1"
+    ))
+    .bind(pool.as_str())
+    .fetch_optional(db)
+    .await?;
+    row.as_ref().map(policy).transpose()
+}
+
+/// Creates (`expected_version` 0) or replaces the policy of `scope`, audited
+/// (`policy.put`, entity `policy:<scope>`).
+pub async fn put_policy(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    scope: &str,
+    spec: &PolicySpec,
+    expected_version: i64,
+) -> Result<Policy, ApiError> {
+    let mut tx = db.begin().await?;
+    let entity = format!("policy:{scope}");
+    lock(&mut tx, &entity).await?;
+    let before = sqlx::query(&format!("select {POLICY_COLUMNS} from approval_policy where scope = $1"))
+        .bind(scope)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let before = before.as_ref().map(policy).transpose()?;
+    let current = before.as_ref().map_or(0, |p| p.version);
+    if current != expected_version {
+        return Err(ApiError::Conflict { entity, expected: expected_version, current });
+    }
+    let row = sqlx::query(&format!(
+        "insert into approval_policy (scope, required_approvals, approver_roles, expires_after_hours, version)
+         values ($1, $2, $3, $4, 1)
+         on conflict (scope) do update set required_approvals = excluded.required_approvals,
+             approver_roles = excluded.approver_roles, expires_after_hours = excluded.expires_after_hours,
+             version = approval_policy.version + 1, updated_at = now()
+         returning {POLICY_COLUMNS}"
+    ))
+    .bind(scope)
+    .bind(spec.required_approvals)
+    .bind(&spec.approver_roles)
+    .bind(spec.expires_after_hours)
+    .fetch_one(&mut *tx)
+    .await?;
+    let after = policy(&row)?;
+    let before_json = before.map(|p| json!(p));
+    audit(&mut tx, ctx, &entity, "policy.put", before_json.as_ref(), Some(&json!(after))).await?;
+    tx.commit().await?;
+    Ok(after)
+}
+
+const REQUEST_COLUMNS: &str = "id, entity, operation, base_version, content_hash, diff, author, reason, state,
+    policy_scope, required_approvals, approver_roles, created_at, expires_at, updated_at, outcome";
+
+fn review(r: &PgRow) -> Result<Review, sqlx::Error> {
+    Ok(Review {
+        actor: r.try_get("actor")?,
+        role: r.try_get("role")?,
+        verdict: r.try_get("verdict")?,
+        comment: r.try_get("comment")?,
+        content_hash: r.try_get("content_hash")?,
+        at: rfc3339(r.try_get("at")?),
+    })
+}
+
+async fn request_in(conn: &mut PgConnection, id: i64, for_update: bool) -> Result<Option<ChangeRequest>, sqlx::Error> {
+    let lock = if for_update { " for update" } else { "" };
+    let Some(r) = sqlx::query(&format!("select {REQUEST_COLUMNS} from change_request where id = $1{lock}"))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let reviews = sqlx::query(
+        "select actor, role, verdict, comment, content_hash, at from change_review where request_id = $1 order by id",
+    )
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let reviews = reviews.iter().map(review).collect::<Result<Vec<_>, _>>()?;
+    let content_hash: String = r.try_get("content_hash")?;
+    let approvals = reviews.iter().filter(|v| v.verdict == "approve" && v.content_hash == content_hash).count() as i64;
+    Ok(Some(ChangeRequest {
+        id: r.try_get("id")?,
+        entity: r.try_get("entity")?,
+        operation: r.try_get("operation")?,
+        base_version: r.try_get("base_version")?,
+        content_hash,
+        diff: r.try_get("diff")?,
+        author: r.try_get("author")?,
+        reason: r.try_get("reason")?,
+        state: r.try_get("state")?,
+        policy_scope: r.try_get("policy_scope")?,
+        required_approvals: r.try_get("required_approvals")?,
+        approver_roles: r.try_get("approver_roles")?,
+        approvals,
+        reviews,
+        created_at: rfc3339(r.try_get("created_at")?),
+        expires_at: rfc3339(r.try_get("expires_at")?),
+        updated_at: rfc3339(r.try_get("updated_at")?),
+        outcome: r.try_get("outcome")?,
+    }))
+}
+
+/// One change request.
+pub async fn get_request(db: &PgPool, id: i64) -> Result<Option<ChangeRequest>, sqlx::Error> {
+    let mut conn = db.acquire().await?;
+    request_in(&mut conn, id, false).await
+}
+
+/// Change requests, newest first (at most 200), optionally in one state and of one entity.
+pub async fn list_requests(
+    db: &PgPool,
+    state: Option<&str>,
+    entity: Option<&str>,
+) -> Result<Vec<ChangeRequest>, sqlx::Error> {
+    let mut conn = db.acquire().await?;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "select id from change_request where ($1::text is null or state = $1) and ($2::text is null or entity = $2)
+         order by id desc limit 200",
+    )
+    .bind(state)
+    .bind(entity)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(r) = request_in(&mut conn, id, false).await? {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the state change of a request with its audit row (`change.<action>`).
+async fn set_state(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    id: i64,
+    state: &str,
+    action: &str,
+    outcome: Option<&Value>,
+    detail: Value,
+) -> Result<(), sqlx::Error> {
+    let hash: String = sqlx::query_scalar(
+        "update change_request set state = $2, outcome = coalesce($3, outcome), updated_at = now()
+         where id = $1 returning content_hash",
+    )
+    .bind(id)
+    .bind(state)
+    .bind(outcome)
+    .fetch_one(&mut *tx)
+    .await?;
+    let mut after = json!({"state": state, "content_hash": hash});
+    if let (Some(obj), Value::Object(more)) = (after.as_object_mut(), detail) {
+        obj.extend(more);
+    }
+    audit(tx, ctx, &format!("change:{id}"), action, None, Some(&after)).await?;
+    Ok(())
+}
+
+/// A request past its expiry (and still open) becomes `expired`, audited; answers whether
+/// it did.
+async fn expire_if_due(tx: &mut PgConnection, ctx: &Ctx<'_>, id: i64) -> Result<bool, sqlx::Error> {
+    let due: bool = sqlx::query_scalar(
+        "select expires_at <= now() and state in ('in_review', 'approved') from change_request where id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if due {
+        set_state(tx, ctx, id, "expired", "change.expire", None, json!({})).await?;
+    }
+    Ok(due)
+}
+
+fn not_found(id: i64) -> ApiError {
+    ApiError::NotFound(format!("no change request {id}"))
+}
+
+fn blocked(rule: String) -> ApiError {
+    ApiError::Blocked { field: "state".into(), rule }
+}
+
+/// A proposed change of a pool's weights.
+pub struct WeightsProposal {
+    pub weights: engine::Weights,
+    pub mode: ReweightMode,
+    pub expected_version: i64,
+}
+
+/// Submits a change request for `pool`'s weights (state `in_review`), made against the
+/// pool's current configuration version: 404 unknown pool, 409 a stale version, 422
+/// weights the pool cannot take. Audited (`change.submit`).
+pub async fn submit(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    pool: &PoolName,
+    proposal: &WeightsProposal,
+) -> Result<ChangeRequest, ApiError> {
+    let reason = ctx.reason.ok_or_else(|| ApiError::bad_request("reason", "is required"))?;
+    let mut tx = db.begin().await?;
+    let entity = Entity::pool_key(pool);
+    lock(&mut tx, &entity).await?;
+    let (current, body) = crate::pools::store::compile_pool(&mut tx, pool.as_str())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
+    if current != proposal.expected_version {
+        return Err(ApiError::Conflict { entity, expected: proposal.expected_version, current });
+    }
+    // The proposal is checked as the direct write would be, so an approved request applies.
+    let mut snapshot = crate::pools::parse_pool_body(&body)?;
+    let before = snapshot.weights.clone();
+    crate::pools::set_weights(&mut snapshot, proposal.weights.clone());
+    snapshot.version = 1;
+    snapshot.validate().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
+    let operation = json!({
+        "kind": "pool.weights",
+        "weights": proposal.weights,
+        "mode": proposal.mode.as_str(),
+    });
+    let content_hash = hex(&crate::access::sha256(
+        &json!({"entity": entity, "base_version": current, "operation": operation}).to_string(),
+    ));
+    let diff = json!({
+        "before": before,
+        "after": proposal.weights,
+        "moved_percent": super::moved_percent(&before, &proposal.weights),
+    });
+    let policy = policy_for(&mut *tx, pool).await?;
+    let (scope, required, roles, hours) = match &policy {
+        Some(p) => (Some(p.scope.clone()), p.required_approvals, p.approver_roles.clone(), p.expires_after_hours),
+        None => (None, 1, DEFAULT_ROLES.map(str::to_owned).to_vec(), DEFAULT_HOURS),
+    };
+    let id: i64 = sqlx::query_scalar(
+        "insert into change_request (entity, operation, base_version, content_hash, diff, author, reason, state,
+             policy_scope, required_approvals, approver_roles, expires_at)
+         values ($1, $2, $3, $4, $5, $6, $7, 'in_review', $8, $9, $10, now() + make_interval(hours => $11))
+         returning id",
+    )
+    .bind(&entity)
+    .bind(&operation)
+    .bind(current)
+    .bind(&content_hash)
+    .bind(&diff)
+    .bind(ctx.actor)
+    .bind(reason)
+    .bind(&scope)
+    .bind(required)
+    .bind(&roles)
+    .bind(hours)
+    .fetch_one(&mut *tx)
+    .await?;
+    let after = json!({"state": "in_review", "content_hash": content_hash, "entity": entity,
+        "base_version": current, "operation": operation, "policy": scope, "required_approvals": required});
+    audit(&mut tx, ctx, &format!("change:{id}"), "change.submit", None, Some(&after)).await?;
+    let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+    tx.commit().await?;
+    Ok(request)
+}
+
+/// Approves (`approve`) or rejects a request in review, as `role`, for the content hash
+/// the reviewer saw. Refused: its author (403, admins included), a role the policy does not
+/// name (403), another content hash (409, field `content_hash`), a request not in review
+/// or expired (409, field `state`), a second review by the same person (409). Enough
+/// approvals make it `approved`; one rejection makes it `rejected`. Audited.
+pub async fn review_request(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    id: i64,
+    role: &str,
+    approve: bool,
+    content_hash: &str,
+    comment: Option<&str>,
+) -> Result<ChangeRequest, ApiError> {
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &format!("change:{id}")).await?;
+    let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
+    if expire_if_due(&mut tx, ctx, id).await? {
+        tx.commit().await?;
+        return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
+    }
+    if request.state != "in_review" {
+        return Err(blocked(format!("change request {id} is {}, not in review", request.state)));
+    }
+    if request.author == ctx.actor {
+        return Err(ApiError::Forbidden(format!(
+            "{} proposed change request {id} and cannot review it: another person must",
+            ctx.actor
+        )));
+    }
+    if !request.approver_roles.iter().any(|r| r == role) {
+        return Err(ApiError::Forbidden(format!(
+            "change request {id} is reviewed by role {}; you act as {role}",
+            request.approver_roles.join(" or ")
+        )));
+    }
+    if request.content_hash != content_hash {
+        return Err(ApiError::Blocked {
+            field: "content_hash".into(),
+            rule: format!(
+                "change request {id} has content hash {}, not the one reviewed: read it again",
+                request.content_hash
+            ),
+        });
+    }
+    if request.reviews.iter().any(|r| r.actor == ctx.actor) {
+        return Err(ApiError::Duplicate {
+            field: "actor".into(),
+            rule: format!("{} has already reviewed change request {id}", ctx.actor),
+        });
+    }
+    let verdict = if approve { "approve" } else { "reject" };
+    sqlx::query(
+        "insert into change_review (request_id, actor, role, verdict, comment, content_hash) values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(id)
+    .bind(ctx.actor)
+    .bind(role)
+    .bind(verdict)
+    .bind(comment)
+    .bind(content_hash)
+    .execute(&mut *tx)
+    .await?;
+    let approvals = request.approvals + i64::from(approve);
+    let state = match (approve, approvals >= i64::from(request.required_approvals)) {
+        (false, _) => "rejected",
+        (true, true) => "approved",
+        (true, false) => "in_review",
+    };
+    set_state(
+        &mut tx,
+        ctx,
+        id,
+        state,
+        if approve { "change.approve" } else { "change.reject" },
+        None,
+        json!({"role": role, "comment": comment, "approvals": approvals}),
+    )
+    .await?;
+    let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+    tx.commit().await?;
+    Ok(request)
+}
+
+/// Applies an approved request in one transaction with its audit rows: the pool's weights
+/// as the direct write would change them (action `pool.weights`, the reason naming the
+/// request), and the request `applied`. When the pool changed since the request's base
+/// version it is `suspended` instead (saying which version the pool is at) and the answer
+/// is 409. Answers the request and what was written.
+pub async fn apply_request(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    id: i64,
+) -> Result<(ChangeRequest, Option<(PoolName, crate::pools::PoolWritten, ReweightMode)>), ApiError> {
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &format!("change:{id}")).await?;
+    let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
+    if expire_if_due(&mut tx, ctx, id).await? {
+        tx.commit().await?;
+        return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
+    }
+    if request.state != "approved" {
+        return Err(blocked(format!(
+            "change request {id} is {}: only an approved request is applied ({} of {} approvals)",
+            request.state, request.approvals, request.required_approvals
+        )));
+    }
+    let pool = request
+        .entity
+        .strip_prefix("pool:")
+        .and_then(|p| PoolName::parse(p).ok())
+        .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("change request {id}: bad entity")))?;
+    let current: Option<i64> = sqlx::query_scalar("select config_version from pool where name = $1")
+        .bind(pool.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    if current != Some(request.base_version) {
+        let why = match current {
+            Some(v) => {
+                format!("pool {:?} is at configuration version {v}, not {}", pool.as_str(), request.base_version)
+            }
+            None => format!("pool {:?} no longer exists", pool.as_str()),
+        };
+        let outcome = json!({"reason": why, "current_version": current});
+        set_state(&mut tx, ctx, id, "suspended", "change.suspend", Some(&outcome), json!({"why": why})).await?;
+        tx.commit().await?;
+        return Err(ApiError::Conflict {
+            entity: request.entity,
+            expected: request.base_version,
+            current: current.unwrap_or(0),
+        });
+    }
+    let weights: engine::Weights = serde_json::from_value(request.operation["weights"].clone())
+        .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("change request {id}: weights: {e}")))?;
+    let mode = if request.operation["mode"] == "immediate" { ReweightMode::Immediate } else { ReweightMode::Drain };
+    let reason = format!("change request {id}: {}", request.reason);
+    let change_ctx = Ctx { reason: Some(&reason), ..*ctx };
+    let written = crate::pools::store::modify_pool_tx(
+        &mut tx,
+        &change_ctx,
+        &pool,
+        "pool.weights",
+        Some(request.base_version),
+        |s| {
+            crate::pools::set_weights(s, weights);
+            Ok(())
+        },
+    )
+    .await?;
+    let outcome = json!({"version": written.config_version, "published_version": written.written.version});
+    set_state(&mut tx, ctx, id, "applied", "change.apply", Some(&outcome), json!({"version": written.config_version}))
+        .await?;
+    let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+    tx.commit().await?;
+    Ok((request, Some((pool, written, mode))))
+}
+
+/// Cancels an open or suspended request: its author, or an admin. Audited.
+pub async fn cancel_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, role: &str) -> Result<ChangeRequest, ApiError> {
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &format!("change:{id}")).await?;
+    let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
+    if !matches!(request.state.as_str(), "in_review" | "approved" | "suspended") {
+        return Err(blocked(format!("change request {id} is {} and cannot be cancelled", request.state)));
+    }
+    if request.author != ctx.actor && role != "admin" {
+        return Err(ApiError::Forbidden(format!(
+            "only {} (its author) or an admin cancels change request {id}",
+            request.author
+        )));
+    }
+    set_state(&mut tx, ctx, id, "cancelled", "change.cancel", None, json!({})).await?;
+    let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+    tx.commit().await?;
+    Ok(request)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

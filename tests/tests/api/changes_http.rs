@@ -1,0 +1,254 @@
+//! Change requests and approval policies against a running server with access control on:
+//! where a policy applies, weights change only through a request that another person in
+//! the policy's roles approved; the author never approves (admins included); an approval
+//! names the content it saw; a rejection ends the request; a request made against a
+//! version that moved is suspended; every step is in the audit chain.
+
+use std::collections::HashMap;
+
+use integration::{json_reply, spawn_app_with, with_json, TestApp};
+use serde_json::{json, Value};
+
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+async fn login(app: &TestApp, name: &str, password: &str) -> Session {
+    let (cookie, csrf) = integration::ui::api_session(app, name, password).await;
+    Session { cookie, csrf }
+}
+
+/// A server with access control on, the demo data published, the demo users, and a second
+/// pm (`pm-two`): the sessions by name.
+async fn app() -> (TestApp, HashMap<String, Session>) {
+    let app = spawn_app_with(|s| s.auth.open = false).await;
+    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    let passwords: HashMap<String, String> = report.users.into_iter().map(|(name, _, p)| (name, p)).collect();
+    let mut sessions = HashMap::new();
+    for role in ["pm", "admin", "viewer", "operator"] {
+        let name = format!("demo-{role}");
+        let session = login(&app, &name, &passwords[&name]).await;
+        sessions.insert(name, session);
+    }
+    let (status, created) = send(
+        &app,
+        &sessions["demo-admin"],
+        reqwest::Method::POST,
+        "/api/v1/users",
+        json!({"name": "pm-two", "role": "pm"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    sessions.insert("pm-two".to_owned(), login(&app, "pm-two", created["password"].as_str().unwrap()).await);
+    (app, sessions)
+}
+
+async fn send(app: &TestApp, s: &Session, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    let request = app
+        .request(method, path)
+        .header("cookie", &s.cookie)
+        .header("x-csrf-token", &s.csrf)
+        .header("origin", &app.address);
+    json_reply(with_json(request, &body)).await
+}
+
+async fn post(app: &TestApp, s: &Session, path: &str, body: Value) -> (u16, Value) {
+    send(app, s, reqwest::Method::POST, path, body).await
+}
+
+/// Weight changes on cn-pay need one approval by a pm or an admin.
+async fn cn_pay_policy(app: &TestApp, admin: &Session) {
+    let (status, policy) = send(
+        app,
+        admin,
+        reqwest::Method::PUT,
+        "/api/v1/policies/pool:cn-pay",
+        json!({"required_approvals": 1, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
+               "reason": "four eyes on cn-pay", "expected_version": 0}),
+    )
+    .await;
+    assert_eq!((status, policy["version"].as_i64()), (200, Some(1)), "{policy}");
+}
+
+fn proposal(alipay: u64, expected_version: i64) -> Value {
+    json!({"pool": "cn-pay", "weights": [{"member": "ALIPAY_A", "weight": alipay}, {"member": "WECHAT_B", "weight": 30},
+           {"member": "UNION_C", "weight": 25}], "mode": "drain", "reason": "gray release of ALIPAY_A",
+           "expected_version": expected_version})
+}
+
+/// Rows in the tables a refused step must leave as they were.
+async fn footprint(app: &TestApp) -> Vec<i64> {
+    let mut counts = Vec::new();
+    for table in
+        ["pool", "pool_member", "snapshot", "audit", "outbox", "change_request", "change_review", "approval_policy"]
+    {
+        counts
+            .push(sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&app.state.db).await.unwrap());
+    }
+    let states: Option<String> = sqlx::query_scalar("select string_agg(state, ',' order by id) from change_request")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
+    counts.push(states.map_or(0, |s| s.len() as i64));
+    counts
+}
+
+#[tokio::test]
+async fn a_pm_proposes_another_pm_approves_and_the_change_applies_with_both_in_the_audit_trail() {
+    // Arrange
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+
+    // Act: the direct write is refused; a request is submitted, approved, applied
+    let (status, refused) = post(
+        &app,
+        &s["demo-pm"],
+        "/api/v1/pools/cn-pay/weights",
+        json!({"weights": [{"member": "ALIPAY_A", "weight": 50}, {"member": "WECHAT_B", "weight": 30},
+               {"member": "UNION_C", "weight": 25}], "mode": "drain", "reason": "direct", "expected_version": 1}),
+    )
+    .await;
+    let (status_submit, request) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(50, 1)).await;
+    let id = request["id"].as_i64().unwrap_or_default();
+    let hash = request["content_hash"].as_str().unwrap_or_default().to_owned();
+    let (status_early, early) = post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+    let (status_approve, approved) = post(
+        &app,
+        &s["pm-two"],
+        &format!("/api/v1/changes/{id}/approve"),
+        json!({"content_hash": hash, "comment": "looks right"}),
+    )
+    .await;
+    let (status_apply, applied) = post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+
+    // Assert
+    assert_eq!((status, refused["field"].as_str()), (409, Some("policy")), "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("pool:cn-pay"), "{refused}");
+    assert_eq!((status_submit, request["state"].as_str()), (201, Some("in_review")), "{request}");
+    assert_eq!(request["diff"]["moved_percent"], 2.62, "45/30/25 to 50/30/25 moves 2.62 % of the traffic: {request}");
+    assert_eq!((status_early, early["field"].as_str()), (409, Some("state")), "not approved yet: {early}");
+    assert_eq!((status_approve, approved["state"].as_str()), (200, Some("approved")), "{approved}");
+    assert_eq!((status_apply, applied["state"].as_str()), (200, Some("applied")), "{applied}");
+    assert_eq!(applied["outcome"]["version"], 2, "{applied}");
+    let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
+    assert_eq!(pool["snapshot"]["weights"][0], json!({"member": "ALIPAY_A", "weight": 50}), "{pool}");
+    let published =
+        app.state.pool_admin.snapshot(&client::pool::PoolName::parse("cn-pay").unwrap()).await.unwrap().unwrap();
+    assert_eq!(Some(published.version), applied["outcome"]["published_version"].as_u64(), "Redis has it");
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "select action, actor from audit where entity = $1 or (entity = 'pool:cn-pay' and action = 'pool.weights')
+         order by id",
+    )
+    .bind(format!("change:{id}"))
+    .fetch_all(&app.state.db)
+    .await
+    .unwrap();
+    let rows: Vec<(&str, &str)> = rows.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(
+        rows,
+        [
+            ("change.submit", "demo-pm"),
+            ("change.approve", "pm-two"),
+            ("pool.weights", "demo-pm"),
+            ("change.apply", "demo-pm")
+        ]
+    );
+    let reason: String =
+        sqlx::query_scalar("select reason from audit where action = 'pool.weights' and entity = 'pool:cn-pay'")
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap();
+    assert_eq!(reason, format!("change request {id}: gray release of ALIPAY_A"));
+}
+
+#[tokio::test]
+async fn nobody_approves_their_own_request_a_stale_hash_or_a_rejection_blocks_and_refusals_change_nothing() {
+    // Arrange: a request by the admin, and one by a pm
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let (_, by_admin) = post(&app, &s["demo-admin"], "/api/v1/changes", proposal(40, 1)).await;
+    let (_, by_pm) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(60, 1)).await;
+    let (a, p) = (by_admin["id"].as_i64().unwrap(), by_pm["id"].as_i64().unwrap());
+    let hash = |r: &Value| r["content_hash"].as_str().unwrap().to_owned();
+    let before = footprint(&app).await;
+
+    // Act + Assert: refusals
+    let approve = |id: i64, h: String| (format!("/api/v1/changes/{id}/approve"), json!({"content_hash": h}));
+    let (path, body) = approve(a, hash(&by_admin));
+    let (status, reply) = post(&app, &s["demo-admin"], &path, body).await;
+    assert_eq!(status, 403, "an admin does not approve their own request: {reply}");
+    let (path, body) = approve(p, hash(&by_pm));
+    assert_eq!(post(&app, &s["demo-pm"], &path, body.clone()).await.0, 403, "nor a pm");
+    assert_eq!(post(&app, &s["demo-viewer"], &path, body).await.0, 403, "a viewer is not in the policy's roles");
+    let (path, body) = approve(p, hash(&by_admin));
+    let (status, reply) = post(&app, &s["pm-two"], &path, body).await;
+    assert_eq!((status, reply["field"].as_str()), (409, Some("content_hash")), "another content: {reply}");
+    let (status, reply) =
+        post(&app, &s["pm-two"], &format!("/api/v1/changes/{p}/reject"), json!({"content_hash": hash(&by_pm)})).await;
+    assert_eq!((status, reply["field"].as_str()), (400, Some("comment")), "a rejection says why: {reply}");
+    assert_eq!(footprint(&app).await, before, "a refused review changes nothing");
+
+    // A rejection ends the request: it can be neither approved nor applied.
+    let (status, rejected) = post(
+        &app,
+        &s["demo-admin"],
+        &format!("/api/v1/changes/{p}/reject"),
+        json!({"content_hash": hash(&by_pm), "comment": "too much at once"}),
+    )
+    .await;
+    assert_eq!((status, rejected["state"].as_str()), (200, Some("rejected")), "{rejected}");
+    let (path, body) = approve(p, hash(&by_pm));
+    let (status, reply) = post(&app, &s["pm-two"], &path, body).await;
+    assert_eq!((status, reply["field"].as_str()), (409, Some("state")), "{reply}");
+    assert_eq!(post(&app, &s["demo-pm"], &format!("/api/v1/changes/{p}/apply"), Value::Null).await.0, 409);
+    let (_, listed) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/changes?state=rejected", Value::Null).await;
+    let ids: Vec<i64> = listed["changes"].as_array().unwrap().iter().map(|c| c["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, [p]);
+}
+
+#[tokio::test]
+async fn a_request_whose_pool_changed_after_it_was_made_is_suspended_not_applied() {
+    // Arrange: an approved request, then the pool changes (an operator ejects a channel)
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let (_, request) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(50, 1)).await;
+    let id = request["id"].as_i64().unwrap();
+    let (status, _) = post(
+        &app,
+        &s["pm-two"],
+        &format!("/api/v1/changes/{id}/approve"),
+        json!({"content_hash": request["content_hash"]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, reply) = post(
+        &app,
+        &s["demo-operator"],
+        "/api/v1/pools/cn-pay/members/UNION_C/eject",
+        json!({"reason": "acquirer down", "expected_version": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "break-glass stays immediate under a policy: {reply}");
+
+    // Act
+    let (status, reply) = post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+
+    // Assert
+    assert_eq!((status, reply["current_version"].as_i64()), (409, Some(2)), "{reply}");
+    let (_, read) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{id}"), Value::Null).await;
+    assert_eq!(read["state"], "suspended", "{read}");
+    assert!(read["outcome"]["reason"].as_str().unwrap().contains("version 2"), "{read}");
+    let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
+    assert_eq!(pool["snapshot"]["weights"][0]["weight"], 45, "the weights did not change");
+    let suspended: i64 =
+        sqlx::query_scalar("select count(*) from audit where entity = $1 and action = 'change.suspend'")
+            .bind(format!("change:{id}"))
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap();
+    assert_eq!(suspended, 1);
+}
