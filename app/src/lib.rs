@@ -91,6 +91,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("channels"), ParamSegment("code")) view=pages::channel::ChannelPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("tenants") view=pages::tenants::Tenants ssr=SsrMode::Async/>
                     <Route path=StaticSegment("audit") view=pages::audit::Audit ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("changes") view=pages::changes::Changes ssr=SsrMode::Async/>
                     <Route path=StaticSegment("users") view=pages::users::Users ssr=SsrMode::Async/>
                 </Routes>
             </Layout>

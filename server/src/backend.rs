@@ -368,6 +368,10 @@ impl app::api::Backend for AppState {
         })
     }
 
+    async fn changes(&self) -> Result<Vec<api::changes::ChangeRequest>, BackendError> {
+        crate::approvals::store::list_requests(&self.db, None, None).await.map_err(unavailable)
+    }
+
     async fn users(&self) -> Result<Vec<UserView>, BackendError> {
         let users = crate::access::store::list_users(&self.db).await.map_err(unavailable)?;
         let now = Utc::now();

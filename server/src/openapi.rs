@@ -77,8 +77,8 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::pools::routes::put_peak_windows,
         crate::pools::routes::put_caps,
         crate::pools::routes::rebuild_pool,
-        crate::pools::history::pool_versions,
-        crate::pools::history::restore_pool,
+        crate::pools::history::routes::pool_versions,
+        crate::pools::history::routes::restore_pool,
         // Approval policies and change requests.
         crate::approvals::routes::list_policies,
         crate::approvals::routes::put_policy,

@@ -220,6 +220,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
         .service(crate::pools::draw::draw_ticket)
         .service(crate::channels::outcomes::record_outcomes);
     crate::pools::routes::configure(cfg);
+    crate::pools::history::routes::configure(cfg);
     crate::approvals::routes::configure(cfg);
     crate::channels::routes::configure(cfg);
     crate::plans::routes::configure(cfg);

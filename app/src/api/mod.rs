@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod changes;
 pub mod channels;
 pub mod dashboard;
 pub mod pools;
@@ -108,6 +109,9 @@ mod backend {
 
         /// Every API token, by id, never its secret (the users page; admins only).
         async fn tokens(&self) -> Result<Vec<TokenView>, super::BackendError>;
+
+        /// The newest change requests (at most 200), with their reviews.
+        async fn changes(&self) -> Result<Vec<api::changes::ChangeRequest>, super::BackendError>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.

@@ -72,6 +72,7 @@ fn Nav(admin: bool) -> impl IntoView {
             <A href="/pools">"Pools"</A>
             <A href="/channels">"Channels"</A>
             <A href="/tenants">"Tenants"</A>
+            <A href="/changes">"Changes"</A>
             <A href="/audit">"Audit"</A>
             {admin.then(|| view! { <A href="/users">"Users"</A> })}
         </nav>

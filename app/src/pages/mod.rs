@@ -1,6 +1,7 @@
 //! One module per page.
 
 pub mod audit;
+pub mod changes;
 pub mod channel;
 pub mod channels;
 pub mod dashboard;

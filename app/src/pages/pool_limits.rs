@@ -353,6 +353,26 @@ pub fn submit_change(
             Ok(_) => {
                 let _ = window().location().reload();
             }
+            // An approval policy applies: the same change goes for review instead.
+            Err(refusal) if refusal.field.as_deref() == Some("policy") && change.what == "weights" => {
+                let mut proposal = _body.clone();
+                proposal["pool"] = _target.pool.clone().into();
+                let text = match crate::api::rest::send("POST", "/api/v1/changes", &_target.csrf, &proposal).await {
+                    Ok(request) => format!(
+                        "An approval policy applies to this pool: submitted for review as change request #{} \
+                         (it needs {} approval(s) by {}; see Changes).",
+                        request["id"],
+                        request["required_approvals"],
+                        request["approver_roles"]
+                            .as_array()
+                            .map(|r| r.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(" or "))
+                            .unwrap_or_default()
+                    ),
+                    Err(again) => format!("Not saved: {}", again.message()),
+                };
+                message.set(Some(text));
+                busy.set(false);
+            }
             Err(refusal) => {
                 let text = match refusal.conflict_version() {
                     Some(now) => crate::api::rest::pool_conflict(&_target.pool, _target.version, now).await,

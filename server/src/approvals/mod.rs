@@ -17,12 +17,18 @@ use sqlx::PgPool;
 use crate::access::{Principal, Via};
 use crate::error::ApiError;
 
-/// The role a reviewer acts in: a session's role; `admin` for the configured admin token,
-/// an admin-scope API token and the development mode.
-pub fn role_of(principal: &Principal) -> String {
+/// The role of the person proposing, reviewing or cancelling a request. Only a person
+/// signed in (a session) does: an API token or the configured admin token stands for no
+/// one person (an admin could approve their own request with a token they minted), so
+/// "another person" could be the same one (403). The development mode counts as an admin.
+pub fn person_role(principal: &Principal, what: &str) -> Result<String, ApiError> {
     match &principal.via {
-        Via::Session { role, .. } => role.as_str().to_owned(),
-        Via::Token { .. } | Via::Configured | Via::Open => "admin".to_owned(),
+        Via::Session { role, .. } => Ok(role.as_str().to_owned()),
+        Via::Open => Ok("admin".to_owned()),
+        Via::Token { .. } | Via::Configured => Err(ApiError::Forbidden(format!(
+            "{what} is for a person signed in (a session): API tokens and the configured admin token stand for no \
+             one person, so they neither propose nor review change requests"
+        ))),
     }
 }
 

@@ -41,7 +41,7 @@ pub async fn list_policies(state: web::Data<AppState>) -> Result<HttpResponse, A
 /// An approval policy as written.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PolicyBody {
+pub struct ApprovalPolicyBody {
     /// Approvals a request needs (1..=10).
     #[schema(minimum = 1, maximum = 10)]
     #[serde(deserialize_with = "crate::inputs::integer")]
@@ -90,7 +90,7 @@ pub async fn put_policy(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: web::Json<PolicyBody>,
+    body: web::Json<ApprovalPolicyBody>,
 ) -> Result<HttpResponse, ApiError> {
     let scope = scope(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
@@ -194,6 +194,7 @@ pub struct ChangeBody {
     responses(
         (status = 201, description = "Submitted for review", body = ChangeRequest),
         (status = 400, description = "A malformed body (naming the field) or a missing reason", body = ErrorBody),
+        (status = 403, description = "Not a person signed in (an API token or the configured admin token proposes nothing), or not allowed to edit", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`", body = ConflictBody),
         (status = 422, description = "Weights the pool cannot take (an unregistered channel, a tier without channels, …), naming the field", body = ErrorBody),
@@ -206,6 +207,7 @@ pub async fn submit_change(
     body: web::Json<ChangeBody>,
 ) -> Result<HttpResponse, ApiError> {
     let who = actor(&req, &state, &body.reason, true)?;
+    super::person_role(&crate::access::principal(&req)?, "proposing a change")?;
     let body = body.into_inner();
     let pool = PoolName::parse(&body.pool)?;
     let proposal =
@@ -215,9 +217,10 @@ pub async fn submit_change(
 }
 
 fn request_id(raw: &str) -> Result<i64, ApiError> {
-    raw.parse::<i64>()
-        .ok()
-        .filter(|id| *id >= 1)
+    let digits = !raw.is_empty() && raw.len() <= 18 && raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0');
+    digits
+        .then(|| raw.parse::<i64>().ok())
+        .flatten()
         .ok_or_else(|| ApiError::bad_request("id", "must be a change request's number (1 or more)"))
 }
 
@@ -241,17 +244,28 @@ pub async fn get_change(state: web::Data<AppState>, path: web::Path<String>) -> 
     Ok(HttpResponse::Ok().json(request))
 }
 
-/// A review: the content hash the reviewer read, and what they say.
+/// An approval: the content hash the reviewer read, and what they say.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReviewBody {
+pub struct ApproveBody {
     /// The request's `content_hash` as the reviewer read it: a review of anything else is
     /// refused.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     content_hash: String,
-    /// What the reviewer says (1..=500 characters, no control characters); required to
-    /// reject.
+    /// What the reviewer says (at most 500 characters, no control characters).
     #[schema(value_type = Option<crate::schema::Reason>)]
+    comment: Option<String>,
+}
+
+/// A rejection: the content hash the reviewer read, and why.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    /// The request's `content_hash` as the reviewer read it.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    content_hash: String,
+    /// Why (1..=500 characters, not blank, no control characters): required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
     comment: Option<String>,
 }
 
@@ -259,22 +273,20 @@ async fn review(
     req: HttpRequest,
     state: &AppState,
     id: &str,
-    body: &ReviewBody,
+    (content_hash, comment): (&str, &Option<String>),
     approve: bool,
 ) -> Result<ChangeRequest, ApiError> {
     let id = request_id(id)?;
     let principal = crate::access::principal(&req)?;
-    let role = super::role_of(&principal);
-    let who = actor(&req, state, &body.comment, !approve).map_err(|e| match e {
+    let role = super::person_role(&principal, "reviewing a change")?;
+    let who = actor(&req, state, comment, !approve).map_err(|e| match e {
         ApiError::BadRequest { rule, .. } => ApiError::bad_request("comment", rule),
         other => other,
     })?;
-    if body.content_hash.len() != 64
-        || !body.content_hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+    if content_hash.len() != 64 || !content_hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return Err(ApiError::bad_request("content_hash", "must be 64 lowercase hexadecimal digits"));
     }
-    store::review_request(&state.db, &who.ctx(), id, &role, approve, &body.content_hash, who.reason.as_deref()).await
+    store::review_request(&state.db, &who.ctx(), id, &role, approve, content_hash, who.reason.as_deref()).await
 }
 
 /// `POST /api/v1/changes/{id}/approve` with `{"content_hash", "comment"?}`.
@@ -285,7 +297,7 @@ async fn review(
     responses(
         (status = 200, description = "Approved for this content hash (`approved` once it has enough approvals)", body = ChangeRequest),
         (status = 400, description = "A malformed id or body, naming the field", body = ErrorBody),
-        (status = 403, description = "The caller proposed the request (nobody approves their own), or acts in a role the request's policy does not name", body = ErrorBody),
+        (status = 403, description = "The caller proposed the request (nobody approves their own), acts in a role the request's policy (or the pool's policy now) does not name, or is not a person signed in (API tokens and the configured admin token do not review)", body = ErrorBody),
         (status = 404, description = "No such request", body = ErrorBody),
         (status = 409, description = "The request is not in review (or expired: it is now `expired`), its content hash is another, or the caller reviewed it already; naming the field", body = ErrorBody),
     ),
@@ -295,9 +307,9 @@ pub async fn approve_change(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: web::Json<ReviewBody>,
+    body: web::Json<ApproveBody>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(review(req, &state, &path, &body, true).await?))
+    Ok(HttpResponse::Ok().json(review(req, &state, &path, (&body.content_hash, &body.comment), true).await?))
 }
 
 /// `POST /api/v1/changes/{id}/reject` with `{"content_hash", "comment"}`: one rejection
@@ -309,9 +321,9 @@ pub async fn approve_change(
     responses(
         (status = 200, description = "Rejected", body = ChangeRequest),
         (status = 400, description = "A malformed id or body, or a missing comment, naming the field", body = ErrorBody),
-        (status = 403, description = "The caller proposed the request, or acts in a role the request's policy does not name", body = ErrorBody),
+        (status = 403, description = "The caller proposed the request, acts in a role the request's policy (or the pool's policy now) does not name, or is not a person signed in", body = ErrorBody),
         (status = 404, description = "No such request", body = ErrorBody),
-        (status = 409, description = "The request is not in review (or expired), its content hash is another, or the caller reviewed it already; naming the field", body = ErrorBody),
+        (status = 409, description = "The request is neither in review nor approved (or expired), its content hash is another, or the caller reviewed it already; naming the field", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/changes/{id}/reject")]
@@ -319,9 +331,9 @@ pub async fn reject_change(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: web::Json<ReviewBody>,
+    body: web::Json<RejectBody>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(review(req, &state, &path, &body, false).await?))
+    Ok(HttpResponse::Ok().json(review(req, &state, &path, (&body.content_hash, &body.comment), false).await?))
 }
 
 /// `POST /api/v1/changes/{id}/apply`: applies an approved request (the pool's weights
@@ -336,7 +348,7 @@ pub async fn reject_change(
         (status = 200, description = "Applied: `outcome` has the pool's new configuration and published versions", body = ChangeRequest),
         (status = 400, description = "A malformed id", body = ErrorBody),
         (status = 404, description = "No such request", body = ErrorBody),
-        (status = 409, description = "Not approved (an `ErrorBody` naming `state`; an expired request is now `expired`), or the pool changed since the request's version (a `ConflictBody`; the request is now `suspended`)", body = crate::schema::ConflictOrDuplicateBody),
+        (status = 409, description = "Not approved, or the pool's policy now asks more approvals than it has (it is back in review) (an `ErrorBody` naming `state`; an expired request is now `expired`), or the pool changed since the request's version (a `ConflictBody`; the request is now `suspended`)", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "The pool cannot take the weights any more (a channel left the registry), naming the field", body = ErrorBody),
     ),
 )]
@@ -375,7 +387,7 @@ pub struct CancelBody {
     responses(
         (status = 200, description = "Cancelled", body = ChangeRequest),
         (status = 400, description = "A malformed id or body, or a missing reason", body = ErrorBody),
-        (status = 403, description = "Neither its author nor an admin", body = ErrorBody),
+        (status = 403, description = "Neither its author nor an admin signed in", body = ErrorBody),
         (status = 404, description = "No such request", body = ErrorBody),
         (status = 409, description = "Already applied, rejected, cancelled or expired (naming `state`)", body = ErrorBody),
     ),
@@ -390,6 +402,7 @@ pub async fn cancel_change(
     let id = request_id(&path)?;
     let principal = crate::access::principal(&req)?;
     let who = actor(&req, &state, &body.reason, true)?;
-    let request = store::cancel_request(&state.db, &who.ctx(), id, &super::role_of(&principal)).await?;
+    let role = super::person_role(&principal, "cancelling a change")?;
+    let request = store::cancel_request(&state.db, &who.ctx(), id, &role).await?;
     Ok(HttpResponse::Ok().json(request))
 }

@@ -328,24 +328,31 @@ pub async fn review_request(
     let mut tx = db.begin().await?;
     lock(&mut tx, &format!("change:{id}")).await?;
     let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
-    if expire_if_due(&mut tx, ctx, id).await? {
-        tx.commit().await?;
-        return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
-    }
-    if request.state != "in_review" {
-        return Err(blocked(format!("change request {id} is {}, not in review", request.state)));
-    }
     if request.author == ctx.actor {
         return Err(ApiError::Forbidden(format!(
             "{} proposed change request {id} and cannot review it: another person must",
             ctx.actor
         )));
     }
-    if !request.approver_roles.iter().any(|r| r == role) {
+    let (required, roles) = needs_now(&mut tx, &request).await?;
+    if !roles.iter().any(|r| r == role) {
         return Err(ApiError::Forbidden(format!(
             "change request {id} is reviewed by role {}; you act as {role}",
-            request.approver_roles.join(" or ")
+            if roles.is_empty() {
+                "none (the pool's policy and the request's share no role)".to_owned()
+            } else {
+                roles.join(" or ")
+            }
         )));
+    }
+    if expire_if_due(&mut tx, ctx, id).await? {
+        tx.commit().await?;
+        return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
+    }
+    // One rejection blocks: also after enough approvals, until it is applied.
+    let open = request.state == "in_review" || (!approve && request.state == "approved");
+    if !open {
+        return Err(blocked(format!("change request {id} is {}, not in review", request.state)));
     }
     if request.content_hash != content_hash {
         return Err(ApiError::Blocked {
@@ -375,7 +382,7 @@ pub async fn review_request(
     .execute(&mut *tx)
     .await?;
     let approvals = request.approvals + i64::from(approve);
-    let state = match (approve, approvals >= i64::from(request.required_approvals)) {
+    let state = match (approve, approvals >= required) {
         (false, _) => "rejected",
         (true, true) => "approved",
         (true, false) => "in_review",
@@ -417,6 +424,14 @@ pub async fn apply_request(
             "change request {id} is {}: only an approved request is applied ({} of {} approvals)",
             request.state, request.approvals, request.required_approvals
         )));
+    }
+    let (required, _) = needs_now(&mut tx, &request).await?;
+    if request.approvals < required {
+        let why =
+            format!("the pool's policy now asks {required} approvals; change request {id} has {}", request.approvals);
+        set_state(&mut tx, ctx, id, "in_review", "change.review_again", None, json!({"why": why})).await?;
+        tx.commit().await?;
+        return Err(blocked(format!("{why}: it is in review again")));
     }
     let pool = request
         .entity
@@ -486,6 +501,22 @@ pub async fn cancel_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, role: &str) -> 
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
     tx.commit().await?;
     Ok(request)
+}
+
+/// What a request needs now: the stricter of what it was submitted under and the policy
+/// that applies to its pool now (a policy made or tightened later also binds requests
+/// already open): the approvals it needs, and the roles that may review it.
+async fn needs_now(tx: &mut PgConnection, request: &ChangeRequest) -> Result<(i64, Vec<String>), sqlx::Error> {
+    let mut required = i64::from(request.required_approvals);
+    let mut roles = request.approver_roles.clone();
+    let pool = request.entity.strip_prefix("pool:").and_then(|p| PoolName::parse(p).ok());
+    if let Some(pool) = pool {
+        if let Some(policy) = policy_for(&mut *tx, &pool).await? {
+            required = required.max(i64::from(policy.required_approvals));
+            roles.retain(|r| policy.approver_roles.contains(r));
+        }
+    }
+    Ok((required, roles))
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -29,9 +29,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(restore_member)
         .service(put_peak_windows)
         .service(put_caps)
-        .service(rebuild_pool)
-        .service(super::history::pool_versions)
-        .service(super::history::restore_pool);
+        .service(rebuild_pool);
 }
 
 fn unknown_pool(pool: &PoolName) -> ApiError {
@@ -106,7 +104,7 @@ pub struct PutBody {
     responses(
         (status = 200, description = "Created or replaced, and published: `version` is the configuration version (no `mode`, `rebuilt` or `ejected`)", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body (a snapshot field missing, naming it), a reason over 500 characters, or a negative `expected_version`", body = ErrorBody),
-        (status = 409, description = "The pool is at another configuration version than `expected_version` (0: it exists already)", body = ConflictBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version` (0: it exists already) (a `ConflictBody`); or an approval policy applies to the pool (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "An invalid snapshot (naming the field), or a member that is not a registered channel or serves another tier", body = ErrorBody),
     ),
 )]
@@ -119,6 +117,9 @@ pub async fn put_pool(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, false)?;
+    if crate::pools::store::get_pool(&state.db, &pool).await?.is_some() {
+        crate::approvals::refuse_direct_write(&state.db, &pool).await?;
+    }
     let w =
         crate::pools::store::put_pool(&state.db, &who.ctx(), &pool, &body.snapshot, expected(body.expected_version)?)
             .await?;
@@ -157,7 +158,7 @@ pub struct WeightsBody {
         (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body (weights not unique, negative or all zero; an unknown mode), or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
-        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry (a `ConflictBody`); or an approval policy applies to the pool (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "The pool would break a rule: an unregistered channel, a tier without channels, a peak window naming a member that left, …", body = ErrorBody),
     ),
 )]
@@ -219,7 +220,7 @@ pub struct MemberAddBody {
         (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
-        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry (a `ConflictBody`); or an approval policy applies to the pool (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "An unregistered channel, a channel already a member, a tier given for a channels pool or missing for a tiers pool, or weights or a cap that break a rule", body = ErrorBody),
     ),
 )]
@@ -232,6 +233,7 @@ pub async fn add_member(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
+    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let body = body.into_inner();
     let channel = crate::channels::store::get_channel(&state.db, &body.channel).await?.ok_or_else(|| {
         ApiError::Unprocessable {
@@ -420,7 +422,7 @@ pub struct PeakWindowsBody {
         (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body (a time not `HH:MM`, `end` equal to `start`, a multiplier below 1), or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
-        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry (a `ConflictBody`); or an approval policy applies to the pool (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "Windows that break a rule (overlapping, a multiplier over 1000, weights naming a stranger), naming the field", body = ErrorBody),
     ),
 )]
@@ -433,6 +435,7 @@ pub async fn put_peak_windows(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
+    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let body = body.into_inner();
     let windows = body.peak_windows;
     let reply = change_pool(
@@ -480,7 +483,7 @@ pub struct CapsBody {
         (status = 200, description = "Changed and published: `version` is the configuration version (the next change's `expected_version`); `mode`, `rebuilt` and `ejected` say how it reached the tickets", body = PoolWriteReply),
         (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
-        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry", body = ConflictBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version`: read it again and retry (a `ConflictBody`); or an approval policy applies to the pool (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "A cap outside 1..=2^53−1, or for a channel that is not a member", body = ErrorBody),
     ),
 )]
@@ -493,6 +496,7 @@ pub async fn put_caps(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
+    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let body = body.into_inner();
     let caps = body.caps;
     let reply =

@@ -185,6 +185,18 @@ async fn nobody_approves_their_own_request_a_stale_hash_or_a_rejection_blocks_an
     let (path, body) = approve(p, hash(&by_admin));
     let (status, reply) = post(&app, &s["pm-two"], &path, body).await;
     assert_eq!((status, reply["field"].as_str()), (409, Some("content_hash")), "another content: {reply}");
+    assert_eq!(footprint(&app).await, before, "refused reviews change nothing");
+    // An admin's own API token is not another person.
+    let (status, minted) =
+        post(&app, &s["demo-admin"], "/api/v1/tokens", json!({"name": "second pair of eyes", "scope": "admin"})).await;
+    assert_eq!(status, 201, "{minted}");
+    let (path, body) = approve(a, hash(&by_admin));
+    let (status, reply) = app.send(reqwest::Method::POST, &path, minted["token"].as_str(), body).await;
+    assert_eq!(status, 403, "a token does not review: {reply}");
+    let (status, reply) =
+        app.send(reqwest::Method::POST, "/api/v1/changes", minted["token"].as_str(), proposal(41, 1)).await;
+    assert_eq!(status, 403, "nor propose: {reply}");
+    let before = footprint(&app).await;
     let (status, reply) =
         post(&app, &s["pm-two"], &format!("/api/v1/changes/{p}/reject"), json!({"content_hash": hash(&by_pm)})).await;
     assert_eq!((status, reply["field"].as_str()), (400, Some("comment")), "a rejection says why: {reply}");
@@ -251,4 +263,93 @@ async fn a_request_whose_pool_changed_after_it_was_made_is_suspended_not_applied
             .await
             .unwrap();
     assert_eq!(suspended, 1);
+}
+
+#[tokio::test]
+async fn under_a_policy_every_configuration_write_of_the_pool_is_refused_and_break_glass_stays_immediate() {
+    // Arrange
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
+    let before = footprint(&app).await;
+
+    // Act + Assert: every write of the pool's configuration names the policy, changes nothing
+    let writes = [
+        (reqwest::Method::PUT, "/api/v1/pools/cn-pay", json!({"snapshot": pool["snapshot"], "expected_version": 1})),
+        (
+            reqwest::Method::PUT,
+            "/api/v1/pools/cn-pay/caps",
+            json!({"caps": {"ALIPAY_A": 10}, "reason": "r", "expected_version": 1}),
+        ),
+        (
+            reqwest::Method::PUT,
+            "/api/v1/pools/cn-pay/peak_windows",
+            json!({"peak_windows": [], "reason": "r", "expected_version": 1}),
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/pools/cn-pay/members",
+            json!({"channel": "SHOPEE_U1", "reason": "r", "expected_version": 1}),
+        ),
+        (
+            reqwest::Method::POST,
+            "/api/v1/pools/cn-pay/restore",
+            json!({"version": 1, "reason": "r", "expected_version": 1}),
+        ),
+    ];
+    for (method, path, body) in writes {
+        let (status, reply) = send(&app, &s["demo-admin"], method, path, body).await;
+        assert_eq!((status, reply["field"].as_str()), (409, Some("policy")), "{path}: {reply}");
+    }
+    assert_eq!(footprint(&app).await, before, "refused writes change nothing");
+    // Reducing risk stays immediate: an operator ejects, a rebuild follows.
+    let (status, reply) = post(
+        &app,
+        &s["demo-operator"],
+        "/api/v1/pools/cn-pay/members/UNION_C/eject",
+        json!({"reason": "acquirer down", "expected_version": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, reply) =
+        post(&app, &s["demo-operator"], "/api/v1/pools/cn-pay/rebuild", json!({"reason": "now"})).await;
+    assert_eq!(status, 200, "{reply}");
+}
+
+#[tokio::test]
+async fn a_policy_made_stricter_binds_requests_already_open_and_a_rejection_still_stops_an_approved_one() {
+    // Arrange: a request under one approval; the policy then asks two
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let (_, request) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(50, 1)).await;
+    let id = request["id"].as_i64().unwrap();
+    let hash = json!({"content_hash": request["content_hash"]});
+    let (status, policy) = send(
+        &app,
+        &s["demo-admin"],
+        reqwest::Method::PUT,
+        "/api/v1/policies/pool:cn-pay",
+        json!({"required_approvals": 2, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
+               "reason": "two now", "expected_version": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{policy}");
+
+    // Act + Assert: one approval is not enough any more; a second makes it approved
+    let (_, one) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), hash.clone()).await;
+    assert_eq!((one["state"].as_str(), one["approvals"].as_i64()), (Some("in_review"), Some(1)), "{one}");
+    let (_, two) = post(&app, &s["demo-admin"], &format!("/api/v1/changes/{id}/approve"), hash.clone()).await;
+    assert_eq!(two["state"], "approved", "{two}");
+    // A reviewer who has not reviewed yet still stops it before it is applied.
+    let mut rejection = hash.clone();
+    rejection["comment"] = json!("not during the sale");
+    let (status, _) = post(&app, &s["demo-operator"], &format!("/api/v1/changes/{id}/reject"), rejection.clone()).await;
+    assert_eq!(status, 403, "an operator is not in the policy's roles");
+    let (status, created) =
+        post(&app, &s["demo-admin"], "/api/v1/users", json!({"name": "pm-three", "role": "pm"})).await;
+    assert_eq!(status, 201, "{created}");
+    let third = login(&app, "pm-three", created["password"].as_str().unwrap()).await;
+    let (status, rejected) = post(&app, &third, &format!("/api/v1/changes/{id}/reject"), rejection).await;
+    assert_eq!((status, rejected["state"].as_str()), (200, Some("rejected")), "{rejected}");
+    assert_eq!(post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await.0, 409);
 }

@@ -4,6 +4,7 @@
 
 mod browser;
 mod ui_auth;
+mod ui_changes;
 mod ui_channels;
 mod ui_dashboard;
 mod ui_grants;

@@ -6,11 +6,16 @@ use api::pools::{PoolHistory, PoolRestored, PoolWriteReply};
 use client::pool::{PoolName, ReweightMode};
 use serde::Deserialize;
 
-use super::pool_reply;
-use crate::error::{ApiError, ConflictBody, ErrorBody};
+use crate::error::{ApiError, ErrorBody};
 use crate::http::{actor, expected};
+use crate::pools::pool_reply;
 use crate::publish::publish_now;
 use crate::state::AppState;
+
+/// The history's routes, for the app's service list.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(pool_versions).service(restore_pool);
+}
 
 fn unknown_pool(pool: &PoolName) -> ApiError {
     ApiError::NotFound(format!("unknown pool {:?}", pool.as_str()))
@@ -31,7 +36,7 @@ fn unknown_pool(pool: &PoolName) -> ApiError {
 #[get("/api/v1/pools/{pool}/versions")]
 pub async fn pool_versions(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
-    let history = crate::pools::store::pool_history(&state.db, &pool).await?.ok_or_else(|| unknown_pool(&pool))?;
+    let history = super::store::pool_history(&state.db, &pool).await?.ok_or_else(|| unknown_pool(&pool))?;
     Ok(HttpResponse::Ok().json(history))
 }
 
@@ -65,7 +70,7 @@ pub struct RestoreBody {
         (status = 200, description = "Restored and published: `version` is the new configuration version, `restored_from` the one it equals, `undoes` the versions made since, oldest first", body = PoolRestored),
         (status = 400, description = "A malformed pool name or body, a version below 1, a negative `expected_version`, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown pool, or a configuration version the pool's history does not hold", body = ErrorBody),
-        (status = 409, description = "The pool is at another configuration version than `expected_version`", body = ConflictBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version` (a `ConflictBody`); or an approval policy applies to the pool (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "The version is the current one, or names a channel that is no longer registered or is disabled (field `version`), or would break a pool rule", body = ErrorBody),
     ),
 )]
@@ -78,6 +83,7 @@ pub async fn restore_pool(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
+    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     if body.version < 1 {
         return Err(ApiError::bad_request("version", "must be a configuration version (1 or more)"));
     }
@@ -85,8 +91,7 @@ pub async fn restore_pool(
     // The audit row says which version came back, beside the caller's reason.
     let reason = format!("restores configuration version {}: {}", body.version, who.reason.as_deref().unwrap_or(""));
     let ctx = crate::change::Ctx { reason: Some(&reason), ..who.ctx() };
-    let (written, undoes) =
-        crate::pools::store::restore_pool(&state.db, &ctx, &pool, body.version, expected_version).await?;
+    let (written, undoes) = super::store::restore_pool(&state.db, &ctx, &pool, body.version, expected_version).await?;
     let published = publish_now(&state).await;
     // Drain: the remaining tickets are drawn first, unless what the pool now ejects asks
     // for a rebuild (as for any change of weights).

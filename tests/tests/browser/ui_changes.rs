@@ -1,0 +1,111 @@
+//! Change requests in headless Chromium: under an approval policy, a pm's change of weights
+//! goes for review instead of applying; a second pm approves and applies it on the Changes
+//! page; Redis gets the new version and the audit trail names both people.
+
+use std::time::Duration;
+
+use fantoccini::{Client, Locator};
+use integration::browser::Browser;
+use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, wait_for_text};
+use serde_json::{json, Value};
+
+/// Waits until the element's text is `expected`.
+async fn wait_text(c: &Client, id: &str, expected: &str) {
+    let mut last = String::new();
+    for _ in 0..100 {
+        if let Ok(element) = c.find(Locator::Id(id)).await {
+            last = element.text().await.unwrap_or_default();
+            if last == expected {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("#{id} says {last:?}, not {expected:?}");
+}
+
+#[tokio::test]
+async fn a_pm_proposes_weights_a_second_pm_approves_and_applies_and_the_audit_names_both() {
+    // Arrange: a policy on cn-pay and a second pm, made by an admin through the API
+    let (app, passwords) = app_with_users(true).await;
+    let (cookie, csrf) = api_session(&app, "demo-admin", &passwords["demo-admin"]).await;
+    let admin = |method: reqwest::Method, path: &str, body: Value| {
+        app.request(method, path)
+            .header("cookie", &cookie)
+            .header("x-csrf-token", &csrf)
+            .header("origin", &app.address)
+            .json(&body)
+            .send()
+    };
+    let policy = admin(
+        reqwest::Method::PUT,
+        "/api/v1/policies/pool:cn-pay",
+        json!({"required_approvals": 1, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
+               "reason": "four eyes on cn-pay", "expected_version": 0}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(policy.status(), 200);
+    let created: Value = admin(reqwest::Method::POST, "/api/v1/users", json!({"name": "pm-two", "role": "pm"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let second_password = created["password"].as_str().unwrap().to_owned();
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+
+    // Act: the pm changes the weights on the pool page
+    sign_in(c, &app, "demo-pm", &passwords["demo-pm"]).await;
+    c.goto(&format!("{}/pools/cn-pay", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("members")).await.expect("the members");
+    hydrated(c).await;
+    let weight = c.find(Locator::Id("weight-ALIPAY_A")).await.unwrap();
+    weight.clear().await.unwrap();
+    weight.send_keys("50").await.unwrap();
+    c.find(Locator::Id("weights-reason")).await.unwrap().send_keys("gray release step").await.unwrap();
+    c.find(Locator::Id("weights-submit")).await.unwrap().click().await.unwrap();
+    let said = wait_for_text(c, "weights-message").await;
+    screenshot(c, "change-submitted").await;
+    sign_out(c).await;
+
+    // The second pm approves and applies it
+    sign_in(c, &app, "pm-two", &second_password).await;
+    c.goto(&format!("{}/changes", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("changes")).await.expect("the requests");
+    hydrated(c).await;
+    c.find(Locator::Id("change-comment-1")).await.unwrap().send_keys("checked the preview").await.unwrap();
+    c.find(Locator::Id("change-approve-1")).await.unwrap().click().await.unwrap();
+    wait_text(c, "change-state-1", "approved").await;
+    hydrated(c).await;
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("change-apply-1")).await.expect("apply offered");
+    c.find(Locator::Id("change-apply-1")).await.unwrap().click().await.unwrap();
+    wait_text(c, "change-state-1", "applied").await;
+    screenshot(c, "change-applied").await;
+
+    // Assert
+    assert!(said.contains("change request #1"), "{said}");
+    let in_redis =
+        app.state.pool_admin.snapshot(&client::pool::PoolName::parse("cn-pay").unwrap()).await.unwrap().unwrap();
+    let alipay = in_redis.weights.index_of("ALIPAY_A").unwrap();
+    assert_eq!((in_redis.version, in_redis.weights.weight(alipay)), (2, 50), "Redis has the applied version");
+    let actors: Vec<(String, String)> = sqlx::query_as(
+        "select action, actor from audit where entity = 'change:1' or (entity = 'pool:cn-pay' and action = 'pool.weights')
+         order by id",
+    )
+    .fetch_all(&app.state.db)
+    .await
+    .unwrap();
+    let actors: Vec<(&str, &str)> = actors.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(
+        actors,
+        [
+            ("change.submit", "demo-pm"),
+            ("change.approve", "pm-two"),
+            ("pool.weights", "pm-two"),
+            ("change.apply", "pm-two")
+        ]
+    );
+    browser.close().await;
+}
