@@ -63,7 +63,8 @@ pub struct ChangeRequest {
     pub operation: serde_json::Value,
     /// The pool's configuration version the operation was made against.
     pub base_version: i64,
-    /// SHA-256 (hex) of the operation and the base version: approvals name it.
+    /// SHA-256 (hex) of the pool, the base version, the operation and the reason: approvals
+    /// name it, so an edit voids every approval given before.
     pub content_hash: String,
     /// The weights before and after, and each member's share of them, for reviewers:
     /// `{"before": [...], "after": [...], "moved_percent": n}`.
@@ -73,7 +74,8 @@ pub struct ChangeRequest {
     pub author: String,
     /// Why.
     pub reason: String,
-    /// `in_review`, `approved`, `rejected`, `applied`, `suspended`, `cancelled` or `expired`.
+    /// `in_review`, `approved`, `scheduled`, `rejected`, `applied`, `suspended`, `cancelled`
+    /// or `expired`.
     pub state: String,
     /// The policy in force when it was submitted; null when none applied.
     pub policy_scope: Option<String>,
@@ -91,6 +93,8 @@ pub struct ChangeRequest {
     pub expires_at: String,
     /// When its state last changed (RFC 3339).
     pub updated_at: String,
+    /// When the change_apply job applies it (RFC 3339), for a scheduled request.
+    pub scheduled_at: Option<String>,
     /// Applied: `{"version", "published_version"}`; suspended: `{"reason", "current_version"}`.
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub outcome: Option<serde_json::Value>,

@@ -88,6 +88,8 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::approvals::routes::approve_change,
         crate::approvals::routes::reject_change,
         crate::approvals::routes::apply_change,
+        crate::approvals::routes::edit_change,
+        crate::approvals::routes::schedule_change,
         crate::approvals::routes::cancel_change,
         // Channels, plans, tenants and grants (routes/config.rs).
         crate::channels::routes::list_channels,

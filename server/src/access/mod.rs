@@ -280,7 +280,11 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         // Reviewers are checked against the request's policy by the handler.
         "/api/v1/changes/{id}/approve" | "/api/v1/changes/{id}/reject" => Read,
         "/api/v1/policies/{scope}" => ManageAccess,
-        "/api/v1/changes" | "/api/v1/changes/{id}/apply" | "/api/v1/changes/{id}/cancel" => Edit,
+        "/api/v1/changes"
+        | "/api/v1/changes/{id}"
+        | "/api/v1/changes/{id}/apply"
+        | "/api/v1/changes/{id}/schedule"
+        | "/api/v1/changes/{id}/cancel" => Edit,
         "/api/v1/pools/{pool}"
         | "/api/v1/pools/{pool}/weights"
         | "/api/v1/pools/{pool}/members"

@@ -8,6 +8,7 @@
 //! (409 naming the policy); operations that only reduce risk (eject, disable, rebuild) stay
 //! immediate.
 
+pub mod policy;
 pub mod routes;
 pub mod store;
 
@@ -35,7 +36,7 @@ pub fn person_role(principal: &Principal, what: &str) -> Result<String, ApiError
 /// 409 naming the policy when one applies to `pool`: its weights change through a change
 /// request (`POST /api/v1/changes`).
 pub async fn refuse_direct_write(db: &PgPool, pool: &PoolName) -> Result<(), ApiError> {
-    if let Some(policy) = store::policy_for(db, pool).await? {
+    if let Some(policy) = policy::store::policy_for(db, pool).await? {
         return Err(ApiError::Blocked {
             field: "policy".into(),
             rule: format!(

@@ -3,11 +3,13 @@
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use api::changes::{ChangeList, ChangeRequest, Policy, PolicyList};
+use chrono::{DateTime, Utc};
 use client::pool::{PoolName, ReweightMode};
 use engine::Weights;
 use serde::Deserialize;
 
-use super::store::{self, PolicySpec, WeightsProposal};
+use super::policy::store::{self as policies, PolicySpec};
+use super::store::{self, WeightsProposal};
 use crate::access::Role;
 use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::http::{actor, expected};
@@ -24,6 +26,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(approve_change)
         .service(reject_change)
         .service(apply_change)
+        .service(edit_change)
+        .service(schedule_change)
         .service(cancel_change);
 }
 
@@ -35,7 +39,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 )]
 #[get("/api/v1/policies")]
 pub async fn list_policies(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(PolicyList { policies: store::list_policies(&state.db).await? }))
+    Ok(HttpResponse::Ok().json(PolicyList { policies: policies::list_policies(&state.db).await? }))
 }
 
 /// An approval policy as written.
@@ -114,7 +118,7 @@ pub async fn put_policy(
         approver_roles: roles,
         expires_after_hours: body.expires_after_hours as i32,
     };
-    let policy = store::put_policy(&state.db, &who.ctx(), &scope, &spec, expected(body.expected_version)?).await?;
+    let policy = policies::put_policy(&state.db, &who.ctx(), &scope, &spec, expected(body.expected_version)?).await?;
     Ok(HttpResponse::Ok().json(policy))
 }
 
@@ -405,4 +409,91 @@ pub async fn cancel_change(
     let role = super::person_role(&principal, "cancelling a change")?;
     let request = store::cancel_request(&state.db, &who.ctx(), id, &role).await?;
     Ok(HttpResponse::Ok().json(request))
+}
+
+/// A new proposal for a request: the body of `POST /api/v1/changes` without the pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditBody {
+    /// The new weights, as `POST /api/v1/pools/{pool}/weights` takes them.
+    #[schema(value_type = Vec<crate::schema::WeightEntry>, min_items = 1)]
+    weights: Weights,
+    #[schema(value_type = crate::schema::ReweightMode)]
+    mode: ReweightMode,
+    /// Why (1..=500 characters, no control characters): required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    reason: Option<String>,
+    /// The pool's configuration version the new proposal is made against.
+    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    expected_version: i64,
+}
+
+/// `PUT /api/v1/changes/{id}` with `{"weights", "mode", "reason", "expected_version"}`: its
+/// author replaces the proposal of a request in review, approved, scheduled or suspended.
+/// The content hash changes, so every approval given before no longer counts: the request
+/// is in review again.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The request's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "Replaced: in review again, with a new content hash", body = ChangeRequest),
+        (status = 400, description = "A malformed id or body (naming the field), or a missing reason", body = ErrorBody),
+        (status = 403, description = "Not the request's author, or not a person signed in", body = ErrorBody),
+        (status = 404, description = "No such request, or its pool is gone", body = ErrorBody),
+        (status = 409, description = "The request is applied, rejected, cancelled or expired (an `ErrorBody` naming `state`), or the pool is at another configuration version than `expected_version` (a `ConflictBody`)", body = crate::schema::ConflictOrDuplicateBody),
+        (status = 422, description = "Weights the pool cannot take, naming the field", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/changes/{id}")]
+pub async fn edit_change(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<EditBody>,
+) -> Result<HttpResponse, ApiError> {
+    let id = request_id(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    super::person_role(&crate::access::principal(&req)?, "editing a change")?;
+    let body = body.into_inner();
+    let proposal =
+        WeightsProposal { weights: body.weights, mode: body.mode, expected_version: expected(body.expected_version)? };
+    Ok(HttpResponse::Ok().json(store::edit_request(&state.db, &who.ctx(), id, &proposal).await?))
+}
+
+/// When to apply an approved request.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleBody {
+    /// RFC 3339, in the future and before the request expires.
+    #[schema(value_type = String, format = DateTime)]
+    at: DateTime<Utc>,
+}
+
+/// `POST /api/v1/changes/{id}/schedule` with `{"at"}`: the change_apply job (leader, every
+/// 10 s) applies the approved request at that time; a pool that changed in between
+/// suspends it then, saying why.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The request's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "Scheduled", body = ChangeRequest),
+        (status = 400, description = "A malformed id or body, naming the field", body = ErrorBody),
+        (status = 404, description = "No such request", body = ErrorBody),
+        (status = 409, description = "Not approved (naming `state`; an expired request is now `expired`)", body = ErrorBody),
+        (status = 422, description = "`at` is not in the future, or not before the request expires", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/changes/{id}/schedule")]
+pub async fn schedule_change(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ScheduleBody>,
+) -> Result<HttpResponse, ApiError> {
+    let id = request_id(&path)?;
+    let who = actor(&req, &state, &None, false)?;
+    Ok(HttpResponse::Ok().json(store::schedule_request(&state.db, &who.ctx(), id, body.at).await?))
 }

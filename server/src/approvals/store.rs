@@ -2,7 +2,9 @@
 //! write takes the configuration lock first and writes its audit row in the same
 //! transaction: nothing is partly applied.
 
-use api::changes::{ChangeRequest, Policy, Review};
+use api::changes::{ChangeRequest, Review};
+
+use super::policy::store::policy_for;
 use client::pool::{PoolName, ReweightMode};
 use serde_json::{json, Value};
 use sqlx::postgres::PgRow;
@@ -18,90 +20,8 @@ use crate::http::rfc3339;
 const DEFAULT_ROLES: [&str; 2] = ["pm", "admin"];
 const DEFAULT_HOURS: i32 = 72;
 
-/// A policy as written by `PUT /api/v1/policies/{scope}`.
-#[derive(Debug, Clone)]
-pub struct PolicySpec {
-    pub required_approvals: i16,
-    pub approver_roles: Vec<String>,
-    pub expires_after_hours: i32,
-}
-
-fn policy(r: &PgRow) -> Result<Policy, sqlx::Error> {
-    Ok(Policy {
-        scope: r.try_get("scope")?,
-        required_approvals: r.try_get("required_approvals")?,
-        approver_roles: r.try_get("approver_roles")?,
-        expires_after_hours: r.try_get("expires_after_hours")?,
-        version: r.try_get("version")?,
-        updated_at: rfc3339(r.try_get("updated_at")?),
-    })
-}
-
-const POLICY_COLUMNS: &str = "scope, required_approvals, approver_roles, expires_after_hours, version, updated_at";
-
-/// Every policy, by scope.
-pub async fn list_policies(db: &PgPool) -> Result<Vec<Policy>, sqlx::Error> {
-    let rows =
-        sqlx::query(&format!("select {POLICY_COLUMNS} from approval_policy order by scope")).fetch_all(db).await?;
-    rows.iter().map(policy).collect()
-}
-
-/// The policy that applies to `pool`: its own (`pool:<name>`), else the one of every pool.
-pub async fn policy_for<'e>(db: impl sqlx::PgExecutor<'e>, pool: &PoolName) -> Result<Option<Policy>, sqlx::Error> {
-    let row = sqlx::query(&format!(
-        "select {POLICY_COLUMNS} from approval_policy where scope = 'pool:' || $1 or scope = 'pools'
-         order by scope = 'pools' limit 1"
-    ))
-    .bind(pool.as_str())
-    .fetch_optional(db)
-    .await?;
-    row.as_ref().map(policy).transpose()
-}
-
-/// Creates (`expected_version` 0) or replaces the policy of `scope`, audited
-/// (`policy.put`, entity `policy:<scope>`).
-pub async fn put_policy(
-    db: &PgPool,
-    ctx: &Ctx<'_>,
-    scope: &str,
-    spec: &PolicySpec,
-    expected_version: i64,
-) -> Result<Policy, ApiError> {
-    let mut tx = db.begin().await?;
-    let entity = format!("policy:{scope}");
-    lock(&mut tx, &entity).await?;
-    let before = sqlx::query(&format!("select {POLICY_COLUMNS} from approval_policy where scope = $1"))
-        .bind(scope)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let before = before.as_ref().map(policy).transpose()?;
-    let current = before.as_ref().map_or(0, |p| p.version);
-    if current != expected_version {
-        return Err(ApiError::Conflict { entity, expected: expected_version, current });
-    }
-    let row = sqlx::query(&format!(
-        "insert into approval_policy (scope, required_approvals, approver_roles, expires_after_hours, version)
-         values ($1, $2, $3, $4, 1)
-         on conflict (scope) do update set required_approvals = excluded.required_approvals,
-             approver_roles = excluded.approver_roles, expires_after_hours = excluded.expires_after_hours,
-             version = approval_policy.version + 1, updated_at = now()
-         returning {POLICY_COLUMNS}"
-    ))
-    .bind(scope)
-    .bind(spec.required_approvals)
-    .bind(&spec.approver_roles)
-    .bind(spec.expires_after_hours)
-    .fetch_one(&mut *tx)
-    .await?;
-    let after = policy(&row)?;
-    let before_json = before.map(|p| json!(p));
-    audit(&mut tx, ctx, &entity, "policy.put", before_json.as_ref(), Some(&json!(after))).await?;
-    tx.commit().await?;
-    Ok(after)
-}
-
 const REQUEST_COLUMNS: &str = "id, entity, operation, base_version, content_hash, diff, author, reason, state,
-    policy_scope, required_approvals, approver_roles, created_at, expires_at, updated_at, outcome";
+    policy_scope, required_approvals, approver_roles, created_at, expires_at, updated_at, outcome, scheduled_at";
 
 fn review(r: &PgRow) -> Result<Review, sqlx::Error> {
     Ok(Review {
@@ -151,6 +71,7 @@ async fn request_in(conn: &mut PgConnection, id: i64, for_update: bool) -> Resul
         expires_at: rfc3339(r.try_get("expires_at")?),
         updated_at: rfc3339(r.try_get("updated_at")?),
         outcome: r.try_get("outcome")?,
+        scheduled_at: r.try_get::<Option<chrono::DateTime<chrono::Utc>>, _>("scheduled_at")?.map(rfc3339),
     }))
 }
 
@@ -215,7 +136,7 @@ async fn set_state(
 /// it did.
 async fn expire_if_due(tx: &mut PgConnection, ctx: &Ctx<'_>, id: i64) -> Result<bool, sqlx::Error> {
     let due: bool = sqlx::query_scalar(
-        "select expires_at <= now() and state in ('in_review', 'approved') from change_request where id = $1",
+        "select expires_at <= now() and state in ('in_review', 'approved', 'scheduled') from change_request where id = $1",
     )
     .bind(id)
     .fetch_one(&mut *tx)
@@ -241,6 +162,43 @@ pub struct WeightsProposal {
     pub expected_version: i64,
 }
 
+/// A proposal checked as the direct write would check it (so an approved request applies),
+/// against the pool's current configuration version (404 unknown pool, 409 another
+/// version): the operation, that version, the content hash and the diff.
+async fn proposed(
+    tx: &mut PgConnection,
+    pool: &PoolName,
+    proposal: &WeightsProposal,
+    reason: &str,
+) -> Result<(Value, i64, String, Value), ApiError> {
+    let entity = Entity::pool_key(pool);
+    let (current, body) = crate::pools::store::compile_pool(&mut *tx, pool.as_str())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
+    if current != proposal.expected_version {
+        return Err(ApiError::Conflict { entity, expected: proposal.expected_version, current });
+    }
+    let mut snapshot = crate::pools::parse_pool_body(&body)?;
+    let before = snapshot.weights.clone();
+    crate::pools::set_weights(&mut snapshot, proposal.weights.clone());
+    snapshot.version = 1;
+    snapshot.validate().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
+    let operation = json!({
+        "kind": "pool.weights",
+        "weights": proposal.weights,
+        "mode": proposal.mode.as_str(),
+    });
+    let content_hash = hex(&crate::access::sha256(
+        &json!({"entity": entity, "base_version": current, "operation": operation, "reason": reason}).to_string(),
+    ));
+    let diff = json!({
+        "before": before,
+        "after": proposal.weights,
+        "moved_percent": super::moved_percent(&before, &proposal.weights),
+    });
+    Ok((operation, current, content_hash, diff))
+}
+
 /// Submits a change request for `pool`'s weights (state `in_review`), made against the
 /// pool's current configuration version: 404 unknown pool, 409 a stale version, 422
 /// weights the pool cannot take. Audited (`change.submit`).
@@ -254,31 +212,7 @@ pub async fn submit(
     let mut tx = db.begin().await?;
     let entity = Entity::pool_key(pool);
     lock(&mut tx, &entity).await?;
-    let (current, body) = crate::pools::store::compile_pool(&mut tx, pool.as_str())
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
-    if current != proposal.expected_version {
-        return Err(ApiError::Conflict { entity, expected: proposal.expected_version, current });
-    }
-    // The proposal is checked as the direct write would be, so an approved request applies.
-    let mut snapshot = crate::pools::parse_pool_body(&body)?;
-    let before = snapshot.weights.clone();
-    crate::pools::set_weights(&mut snapshot, proposal.weights.clone());
-    snapshot.version = 1;
-    snapshot.validate().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
-    let operation = json!({
-        "kind": "pool.weights",
-        "weights": proposal.weights,
-        "mode": proposal.mode.as_str(),
-    });
-    let content_hash = hex(&crate::access::sha256(
-        &json!({"entity": entity, "base_version": current, "operation": operation}).to_string(),
-    ));
-    let diff = json!({
-        "before": before,
-        "after": proposal.weights,
-        "moved_percent": super::moved_percent(&before, &proposal.weights),
-    });
+    let (operation, current, content_hash, diff) = proposed(&mut tx, pool, proposal, reason).await?;
     let policy = policy_for(&mut *tx, pool).await?;
     let (scope, required, roles, hours) = match &policy {
         Some(p) => (Some(p.scope.clone()), p.required_approvals, p.approver_roles.clone(), p.expires_after_hours),
@@ -350,7 +284,7 @@ pub async fn review_request(
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
     }
     // One rejection blocks: also after enough approvals, until it is applied.
-    let open = request.state == "in_review" || (!approve && request.state == "approved");
+    let open = request.state == "in_review" || (!approve && matches!(request.state.as_str(), "approved" | "scheduled"));
     if !open {
         return Err(blocked(format!("change request {id} is {}, not in review", request.state)));
     }
@@ -363,7 +297,7 @@ pub async fn review_request(
             ),
         });
     }
-    if request.reviews.iter().any(|r| r.actor == ctx.actor) {
+    if request.reviews.iter().any(|r| r.actor == ctx.actor && r.content_hash == request.content_hash) {
         return Err(ApiError::Duplicate {
             field: "actor".into(),
             rule: format!("{} has already reviewed change request {id}", ctx.actor),
@@ -419,7 +353,7 @@ pub async fn apply_request(
         tx.commit().await?;
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
     }
-    if request.state != "approved" {
+    if !matches!(request.state.as_str(), "approved" | "scheduled") {
         return Err(blocked(format!(
             "change request {id} is {}: only an approved request is applied ({} of {} approvals)",
             request.state, request.approvals, request.required_approvals
@@ -488,7 +422,7 @@ pub async fn cancel_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, role: &str) -> 
     let mut tx = db.begin().await?;
     lock(&mut tx, &format!("change:{id}")).await?;
     let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
-    if !matches!(request.state.as_str(), "in_review" | "approved" | "suspended") {
+    if !matches!(request.state.as_str(), "in_review" | "approved" | "scheduled" | "suspended") {
         return Err(blocked(format!("change request {id} is {} and cannot be cancelled", request.state)));
     }
     if request.author != ctx.actor && role != "admin" {
@@ -501,6 +435,107 @@ pub async fn cancel_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, role: &str) -> 
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
     tx.commit().await?;
     Ok(request)
+}
+
+/// Replaces a request's proposal (its author only: 403 otherwise), made against the pool's
+/// current configuration version: a new content hash, so every approval given so far no
+/// longer counts; the request is in review again (from in review, approved, scheduled or
+/// suspended). Audited (`change.edit`, with the old and the new hash).
+pub async fn edit_request(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    id: i64,
+    proposal: &WeightsProposal,
+) -> Result<ChangeRequest, ApiError> {
+    let reason = ctx.reason.ok_or_else(|| ApiError::bad_request("reason", "is required"))?;
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &format!("change:{id}")).await?;
+    let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
+    if request.author != ctx.actor {
+        return Err(ApiError::Forbidden(format!("only {} (its author) edits change request {id}", request.author)));
+    }
+    if !matches!(request.state.as_str(), "in_review" | "approved" | "scheduled" | "suspended") {
+        return Err(blocked(format!("change request {id} is {} and cannot be edited", request.state)));
+    }
+    let pool = request
+        .entity
+        .strip_prefix("pool:")
+        .and_then(|p| PoolName::parse(p).ok())
+        .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("change request {id}: bad entity")))?;
+    let (operation, base_version, content_hash, diff) = proposed(&mut tx, &pool, proposal, reason).await?;
+    sqlx::query(
+        "update change_request set operation = $2, base_version = $3, content_hash = $4, diff = $5, reason = $6,
+             state = 'in_review', scheduled_at = null, scheduled_by = null, updated_at = now() where id = $1",
+    )
+    .bind(id)
+    .bind(&operation)
+    .bind(base_version)
+    .bind(&content_hash)
+    .bind(&diff)
+    .bind(reason)
+    .execute(&mut *tx)
+    .await?;
+    let after = json!({"state": "in_review", "content_hash": content_hash, "replaces": request.content_hash,
+        "base_version": base_version, "operation": operation});
+    audit(&mut tx, ctx, &format!("change:{id}"), "change.edit", None, Some(&after)).await?;
+    let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+    tx.commit().await?;
+    Ok(request)
+}
+
+/// Schedules an approved request to be applied at `at` by the change_apply job: `at` in the
+/// future and before the request expires (422, field `at`). Audited (`change.schedule`).
+pub async fn schedule_request(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    id: i64,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<ChangeRequest, ApiError> {
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &format!("change:{id}")).await?;
+    let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
+    if expire_if_due(&mut tx, ctx, id).await? {
+        tx.commit().await?;
+        return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
+    }
+    if !matches!(request.state.as_str(), "approved" | "scheduled") {
+        return Err(blocked(format!(
+            "change request {id} is {}: only an approved request is scheduled",
+            request.state
+        )));
+    }
+    let fits: bool = sqlx::query_scalar("select $2 > now() and $2 < expires_at from change_request where id = $1")
+        .bind(id)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !fits {
+        return Err(ApiError::Unprocessable {
+            field: "at".into(),
+            rule: format!("must be in the future and before the request expires ({})", request.expires_at),
+        });
+    }
+    sqlx::query("update change_request set scheduled_at = $2, scheduled_by = $3 where id = $1")
+        .bind(id)
+        .bind(at)
+        .bind(ctx.actor)
+        .execute(&mut *tx)
+        .await?;
+    set_state(&mut tx, ctx, id, "scheduled", "change.schedule", None, json!({"at": crate::http::rfc3339(at)})).await?;
+    let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+    tx.commit().await?;
+    Ok(request)
+}
+
+/// The scheduled requests due at `now`, oldest time first, with who scheduled each.
+pub async fn due_requests(db: &PgPool, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "select id, coalesce(scheduled_by, author) from change_request
+         where state = 'scheduled' and scheduled_at <= $1 order by scheduled_at, id",
+    )
+    .bind(now)
+    .fetch_all(db)
+    .await
 }
 
 /// What a request needs now: the stricter of what it was submitted under and the policy

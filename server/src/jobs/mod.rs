@@ -3,6 +3,7 @@
 //! balancer run each job once. A job is a module with `run_once(state)`, which the cron
 //! closure calls and tests call directly; the file of a job is named by its id.
 
+pub mod change_apply;
 pub mod health;
 pub mod known;
 pub mod leader;
@@ -86,6 +87,10 @@ impl Scheduler {
         .await?;
         add(&inner, &state, led, "usage_drain", usage_drain::CRON, |state| async move {
             usage_drain::run_once(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, led, "change_apply", change_apply::CRON, |state| async move {
+            change_apply::run_once(&state, chrono::Utc::now()).await.map(|_| ())
         })
         .await?;
         add(&inner, &state, led, "health", health::CRON, |state| async move {

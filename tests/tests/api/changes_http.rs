@@ -353,3 +353,108 @@ async fn a_policy_made_stricter_binds_requests_already_open_and_a_rejection_stil
     assert_eq!((status, rejected["state"].as_str()), (200, Some("rejected")), "{rejected}");
     assert_eq!(post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await.0, 409);
 }
+
+#[tokio::test]
+async fn an_edit_voids_every_approval_and_the_new_content_is_reviewed_again() {
+    // Arrange: an approved request
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let (_, request) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(50, 1)).await;
+    let id = request["id"].as_i64().unwrap();
+    let old = json!({"content_hash": request["content_hash"]});
+    let (_, approved) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), old.clone()).await;
+    assert_eq!(approved["state"], "approved", "{approved}");
+
+    // Act: someone else may not edit it; its author does
+    let mut edit = proposal(55, 1);
+    edit.as_object_mut().unwrap().remove("pool");
+    let path = format!("/api/v1/changes/{id}");
+    let (status, _) = send(&app, &s["pm-two"], reqwest::Method::PUT, &path, edit.clone()).await;
+    assert_eq!(status, 403, "only the author edits");
+    let (status, edited) = send(&app, &s["demo-pm"], reqwest::Method::PUT, &path, edit).await;
+
+    // Assert: in review again, no approval counts, the old hash is refused, the new one taken
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!((edited["state"].as_str(), edited["approvals"].as_i64()), (Some("in_review"), Some(0)), "{edited}");
+    assert_ne!(edited["content_hash"], request["content_hash"]);
+    let (status, reply) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), old).await;
+    assert_eq!((status, reply["field"].as_str()), (409, Some("content_hash")), "{reply}");
+    let new = json!({"content_hash": edited["content_hash"]});
+    let (_, again) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), new).await;
+    assert_eq!(again["state"], "approved", "{again}");
+    let (status, applied) = post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+    assert_eq!(status, 200, "{applied}");
+    let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
+    assert_eq!(pool["snapshot"]["weights"][0]["weight"], 55, "the edited weights apply");
+}
+
+#[tokio::test]
+async fn a_scheduled_request_applies_at_its_time_and_one_whose_pool_moved_is_suspended_saying_why() {
+    // Arrange: two approved requests, scheduled in an hour; the pool moves under the second
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let at = chrono::Utc::now() + chrono::Duration::hours(1);
+    let mut ids = Vec::new();
+    for (pool, body) in [("cn-pay", proposal(50, 1))] {
+        let (_, request) = post(&app, &s["demo-pm"], "/api/v1/changes", body).await;
+        let id = request["id"].as_i64().unwrap();
+        post(
+            &app,
+            &s["pm-two"],
+            &format!("/api/v1/changes/{id}/approve"),
+            json!({"content_hash": request["content_hash"]}),
+        )
+        .await;
+        let (status, scheduled) =
+            post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/schedule"), json!({"at": at.to_rfc3339()})).await;
+        assert_eq!((status, scheduled["state"].as_str()), (200, Some("scheduled")), "{pool}: {scheduled}");
+        ids.push(id);
+    }
+    let (status, reply) = post(
+        &app,
+        &s["demo-pm"],
+        &format!("/api/v1/changes/{}/schedule", ids[0]),
+        json!({"at": "2001-01-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!((status, reply["field"].as_str()), (422, Some("at")), "the past: {reply}");
+
+    // Act + Assert: nothing before its time; applied at it, in the name of who scheduled it
+    let early = server::jobs::change_apply::run_once(&app.state, chrono::Utc::now()).await.unwrap();
+    assert!(early.applied.is_empty() && early.refused.is_empty(), "{early:?}");
+    let due = server::jobs::change_apply::run_once(&app.state, at + chrono::Duration::seconds(1)).await.unwrap();
+    assert_eq!(due.applied, ids, "{due:?}");
+    let (source, actor): (String, String) = sqlx::query_as(
+        "select source, actor from audit where entity = 'pool:cn-pay' and action = 'pool.weights' order by id desc limit 1",
+    )
+    .fetch_one(&app.state.db)
+    .await
+    .unwrap();
+    assert_eq!((source.as_str(), actor.as_str()), ("schedule", "demo-pm"));
+
+    // A second one, whose pool changes before its time, is suspended then, saying why.
+    let (_, request) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(60, 2)).await;
+    let id = request["id"].as_i64().unwrap();
+    post(
+        &app,
+        &s["pm-two"],
+        &format!("/api/v1/changes/{id}/approve"),
+        json!({"content_hash": request["content_hash"]}),
+    )
+    .await;
+    post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/schedule"), json!({"at": at.to_rfc3339()})).await;
+    let (status, _) = post(
+        &app,
+        &s["demo-operator"],
+        "/api/v1/pools/cn-pay/members/UNION_C/eject",
+        json!({"reason": "acquirer down", "expected_version": 2}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let later = server::jobs::change_apply::run_once(&app.state, at + chrono::Duration::seconds(1)).await.unwrap();
+    assert_eq!(later.refused.len(), 1, "{later:?}");
+    let (_, read) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{id}"), Value::Null).await;
+    assert_eq!(read["state"], "suspended", "{read}");
+    assert!(read["outcome"]["reason"].as_str().unwrap().contains("version 3"), "{read}");
+}
