@@ -132,7 +132,7 @@ def _case_ok(case):
         return _usage_range_ok(case.query)
     if path == "/api/v1/channels/{code}/outcomes":
         return _outcomes_ok(case.body)
-    if path.startswith("/api/v1/pools/") or path == "/api/v1/changes":
+    if path.startswith("/api/v1/pools/") or path in ("/api/v1/changes", "/api/v1/changes/{id}"):
         return _all_weights_ok(case.body) and (not isinstance(case.body, dict) or _windows_ok(case.body))
     if path == "/api/v1/tenants/{tenant}/grants":
         return _grant_ok(case.body)

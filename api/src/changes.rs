@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// An approval policy: where it applies, a pool's weights change only through a change
 /// request that enough other people approved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Policy {
     /// `pools` (every pool) or `pool:<name>` (one pool; it wins over `pools`).
@@ -16,6 +16,12 @@ pub struct Policy {
     pub approver_roles: Vec<String>,
     /// A request not applied within this many hours of its submission expires.
     pub expires_after_hours: i32,
+    /// Risk rule: one more approval when a change moves more than this percentage of the
+    /// pool's traffic (half the sum of the absolute share changes); null: no such rule.
+    pub moved_percent_over: Option<f64>,
+    /// Risk rule: one more approval when a change touches a member carrying more than this
+    /// percentage of the traffic now; null: no such rule. Both rules together add one.
+    pub member_share_over: Option<f64>,
     /// The policy's version (the next change's `expected_version`).
     pub version: i64,
     /// When it last changed (RFC 3339).
@@ -23,7 +29,7 @@ pub struct Policy {
 }
 
 /// `GET /api/v1/policies`: every approval policy, by scope.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct PolicyList {
     /// Every policy, by scope.
@@ -66,8 +72,9 @@ pub struct ChangeRequest {
     /// SHA-256 (hex) of the pool, the base version, the operation and the reason: approvals
     /// name it, so an edit voids every approval given before.
     pub content_hash: String,
-    /// The weights before and after, and each member's share of them, for reviewers:
-    /// `{"before": [...], "after": [...], "moved_percent": n}`.
+    /// The weights before and after, for reviewers: `{"before": [...], "after": [...],
+    /// "moved_percent": n, "risk": ["…", …]}` (`risk`: the policy's risk rules it met,
+    /// each adding to `required_approvals` — one in all).
     #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
     pub diff: serde_json::Value,
     /// Who proposed it.

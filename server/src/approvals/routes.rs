@@ -58,6 +58,16 @@ pub struct ApprovalPolicyBody {
     #[schema(minimum = 1, maximum = 720)]
     #[serde(deserialize_with = "crate::inputs::integer")]
     expires_after_hours: i64,
+    /// Risk rule: one more approval when a change moves more than this percentage of the
+    /// pool's traffic (0..=100; absent: no such rule).
+    #[schema(minimum = 0, maximum = 100)]
+    #[serde(default)]
+    moved_percent_over: Option<f64>,
+    /// Risk rule: one more approval when a change touches a member carrying more than this
+    /// percentage of the traffic now (0..=100; absent: no such rule). Both rules add one.
+    #[schema(minimum = 0, maximum = 100)]
+    #[serde(default)]
+    member_share_over: Option<f64>,
     /// Why (1..=500 characters, no control characters), for the audit trail: required.
     #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
@@ -113,10 +123,19 @@ pub async fn put_policy(
     if roles.is_empty() {
         return Err(ApiError::bad_request("approver_roles", "must name at least one role"));
     }
+    for (field, value) in
+        [("moved_percent_over", body.moved_percent_over), ("member_share_over", body.member_share_over)]
+    {
+        if value.is_some_and(|v| !(0.0..=100.0).contains(&v)) {
+            return Err(ApiError::bad_request(field, "must be a percentage in 0..=100"));
+        }
+    }
     let spec = PolicySpec {
         required_approvals: body.required_approvals as i16,
         approver_roles: roles,
         expires_after_hours: body.expires_after_hours as i32,
+        moved_percent_over: body.moved_percent_over,
+        member_share_over: body.member_share_over,
     };
     let policy = policies::put_policy(&state.db, &who.ctx(), &scope, &spec, expected(body.expected_version)?).await?;
     Ok(HttpResponse::Ok().json(policy))
@@ -128,14 +147,15 @@ pub async fn put_policy(
 #[serde(deny_unknown_fields)]
 pub struct ChangeQuery {
     /// Only requests in this state.
-    #[param(pattern = "^(in_review|approved|rejected|applied|suspended|cancelled|expired)$")]
+    #[param(pattern = "^(in_review|approved|scheduled|rejected|applied|suspended|cancelled|expired)$")]
     state: Option<String>,
     /// Only requests about this pool.
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pool: Option<String>,
 }
 
-const STATES: [&str; 7] = ["in_review", "approved", "rejected", "applied", "suspended", "cancelled", "expired"];
+const STATES: [&str; 8] =
+    ["in_review", "approved", "scheduled", "rejected", "applied", "suspended", "cancelled", "expired"];
 
 /// `GET /api/v1/changes?state=&pool=` → change requests, newest first (at most 200).
 #[utoipa::path(
@@ -364,7 +384,7 @@ pub async fn apply_change(
 ) -> Result<HttpResponse, ApiError> {
     let id = request_id(&path)?;
     let who = actor(&req, &state, &None, false)?;
-    let (request, written) = store::apply_request(&state.db, &who.ctx(), id).await?;
+    let (request, written) = store::apply_request(&state.db, &who.ctx(), id, None).await?;
     if let Some((pool, written, mode)) = written {
         if publish_now(&state).await {
             rebuild_if_needed(&state, &pool, &written.published, mode).await;
@@ -495,5 +515,5 @@ pub async fn schedule_change(
 ) -> Result<HttpResponse, ApiError> {
     let id = request_id(&path)?;
     let who = actor(&req, &state, &None, false)?;
-    Ok(HttpResponse::Ok().json(store::schedule_request(&state.db, &who.ctx(), id, body.at).await?))
+    Ok(HttpResponse::Ok().json(super::schedule::store::schedule_request(&state.db, &who.ctx(), id, body.at).await?))
 }

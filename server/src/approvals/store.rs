@@ -2,7 +2,7 @@
 //! write takes the configuration lock first and writes its audit row in the same
 //! transaction: nothing is partly applied.
 
-use api::changes::{ChangeRequest, Review};
+use api::changes::{ChangeRequest, Policy, Review};
 
 use super::policy::store::policy_for;
 use client::pool::{PoolName, ReweightMode};
@@ -34,7 +34,11 @@ fn review(r: &PgRow) -> Result<Review, sqlx::Error> {
     })
 }
 
-async fn request_in(conn: &mut PgConnection, id: i64, for_update: bool) -> Result<Option<ChangeRequest>, sqlx::Error> {
+pub(super) async fn request_in(
+    conn: &mut PgConnection,
+    id: i64,
+    for_update: bool,
+) -> Result<Option<ChangeRequest>, sqlx::Error> {
     let lock = if for_update { " for update" } else { "" };
     let Some(r) = sqlx::query(&format!("select {REQUEST_COLUMNS} from change_request where id = $1{lock}"))
         .bind(id)
@@ -106,7 +110,7 @@ pub async fn list_requests(
 }
 
 /// Writes the state change of a request with its audit row (`change.<action>`).
-async fn set_state(
+pub(super) async fn set_state(
     tx: &mut PgConnection,
     ctx: &Ctx<'_>,
     id: i64,
@@ -116,7 +120,9 @@ async fn set_state(
     detail: Value,
 ) -> Result<(), sqlx::Error> {
     let hash: String = sqlx::query_scalar(
-        "update change_request set state = $2, outcome = coalesce($3, outcome), updated_at = now()
+        "update change_request set state = $2, outcome = coalesce($3, outcome), updated_at = now(),
+             scheduled_at = case when $2 in ('scheduled', 'applied') then scheduled_at end,
+             scheduled_by = case when $2 in ('scheduled', 'applied') then scheduled_by end
          where id = $1 returning content_hash",
     )
     .bind(id)
@@ -134,7 +140,7 @@ async fn set_state(
 
 /// A request past its expiry (and still open) becomes `expired`, audited; answers whether
 /// it did.
-async fn expire_if_due(tx: &mut PgConnection, ctx: &Ctx<'_>, id: i64) -> Result<bool, sqlx::Error> {
+pub(super) async fn expire_if_due(tx: &mut PgConnection, ctx: &Ctx<'_>, id: i64) -> Result<bool, sqlx::Error> {
     let due: bool = sqlx::query_scalar(
         "select expires_at <= now() and state in ('in_review', 'approved', 'scheduled') from change_request where id = $1",
     )
@@ -147,11 +153,11 @@ async fn expire_if_due(tx: &mut PgConnection, ctx: &Ctx<'_>, id: i64) -> Result<
     Ok(due)
 }
 
-fn not_found(id: i64) -> ApiError {
+pub(super) fn not_found(id: i64) -> ApiError {
     ApiError::NotFound(format!("no change request {id}"))
 }
 
-fn blocked(rule: String) -> ApiError {
+pub(super) fn blocked(rule: String) -> ApiError {
     ApiError::Blocked { field: "state".into(), rule }
 }
 
@@ -170,6 +176,8 @@ async fn proposed(
     pool: &PoolName,
     proposal: &WeightsProposal,
     reason: &str,
+    policy: Option<&Policy>,
+    revision: i32,
 ) -> Result<(Value, i64, String, Value), ApiError> {
     let entity = Entity::pool_key(pool);
     let (current, body) = crate::pools::store::compile_pool(&mut *tx, pool.as_str())
@@ -189,14 +197,33 @@ async fn proposed(
         "mode": proposal.mode.as_str(),
     });
     let content_hash = hex(&crate::access::sha256(
-        &json!({"entity": entity, "base_version": current, "operation": operation, "reason": reason}).to_string(),
+        &json!({"entity": entity, "base_version": current, "operation": operation, "reason": reason,
+            "revision": revision})
+        .to_string(),
     ));
     let diff = json!({
         "before": before,
         "after": proposal.weights,
         "moved_percent": super::moved_percent(&before, &proposal.weights),
+        "risk": policy.map(|p| super::risks(p, &before, &proposal.weights)).unwrap_or_default(),
     });
     Ok((operation, current, content_hash, diff))
+}
+
+/// A request's terms under `policy` (none: one approval by a pm or an admin, three days):
+/// the policy's scope, the approvals it needs (one more when the diff met a risk rule; at
+/// most 10), who reviews, and how many hours it lives.
+fn terms(policy: Option<&Policy>, diff: &Value) -> (Option<String>, i16, Vec<String>, i32) {
+    let risky = diff["risk"].as_array().is_some_and(|r| !r.is_empty());
+    match policy {
+        Some(p) => (
+            Some(p.scope.clone()),
+            (p.required_approvals + i16::from(risky)).min(10),
+            p.approver_roles.clone(),
+            p.expires_after_hours,
+        ),
+        None => (None, 1, DEFAULT_ROLES.map(str::to_owned).to_vec(), DEFAULT_HOURS),
+    }
 }
 
 /// Submits a change request for `pool`'s weights (state `in_review`), made against the
@@ -212,12 +239,10 @@ pub async fn submit(
     let mut tx = db.begin().await?;
     let entity = Entity::pool_key(pool);
     lock(&mut tx, &entity).await?;
-    let (operation, current, content_hash, diff) = proposed(&mut tx, pool, proposal, reason).await?;
     let policy = policy_for(&mut *tx, pool).await?;
-    let (scope, required, roles, hours) = match &policy {
-        Some(p) => (Some(p.scope.clone()), p.required_approvals, p.approver_roles.clone(), p.expires_after_hours),
-        None => (None, 1, DEFAULT_ROLES.map(str::to_owned).to_vec(), DEFAULT_HOURS),
-    };
+    let (operation, current, content_hash, diff) =
+        proposed(&mut tx, pool, proposal, reason, policy.as_ref(), 0).await?;
+    let (scope, required, roles, hours) = terms(policy.as_ref(), &diff);
     let id: i64 = sqlx::query_scalar(
         "insert into change_request (entity, operation, base_version, content_hash, diff, author, reason, state,
              policy_scope, required_approvals, approver_roles, expires_at)
@@ -345,10 +370,24 @@ pub async fn apply_request(
     db: &PgPool,
     ctx: &Ctx<'_>,
     id: i64,
+    due_at: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<(ChangeRequest, Option<(PoolName, crate::pools::PoolWritten, ReweightMode)>), ApiError> {
     let mut tx = db.begin().await?;
     lock(&mut tx, &format!("change:{id}")).await?;
     let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
+    // The job applies a request only while it is still scheduled for now or earlier (it may
+    // have been moved, edited or cancelled since the job listed it).
+    if let Some(now) = due_at {
+        let due: bool =
+            sqlx::query_scalar("select state = 'scheduled' and scheduled_at <= $2 from change_request where id = $1")
+                .bind(id)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !due {
+            return Err(blocked(format!("change request {id} is no longer due")));
+        }
+    }
     if expire_if_due(&mut tx, ctx, id).await? {
         tx.commit().await?;
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
@@ -462,10 +501,23 @@ pub async fn edit_request(
         .strip_prefix("pool:")
         .and_then(|p| PoolName::parse(p).ok())
         .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("change request {id}: bad entity")))?;
-    let (operation, base_version, content_hash, diff) = proposed(&mut tx, &pool, proposal, reason).await?;
+    if expire_if_due(&mut tx, ctx, id).await? {
+        tx.commit().await?;
+        return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
+    }
+    let revision: i32 = sqlx::query_scalar("select revision + 1 from change_request where id = $1")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    let policy = policy_for(&mut *tx, &pool).await?;
+    let (operation, base_version, content_hash, diff) =
+        proposed(&mut tx, &pool, proposal, reason, policy.as_ref(), revision).await?;
+    let (scope, required, roles, _) = terms(policy.as_ref(), &diff);
     sqlx::query(
         "update change_request set operation = $2, base_version = $3, content_hash = $4, diff = $5, reason = $6,
-             state = 'in_review', scheduled_at = null, scheduled_by = null, updated_at = now() where id = $1",
+             state = 'in_review', scheduled_at = null, scheduled_by = null, policy_scope = $7,
+             required_approvals = $8, approver_roles = $9, revision = $10, outcome = null, updated_at = now()
+         where id = $1",
     )
     .bind(id)
     .bind(&operation)
@@ -473,6 +525,10 @@ pub async fn edit_request(
     .bind(&content_hash)
     .bind(&diff)
     .bind(reason)
+    .bind(&scope)
+    .bind(required)
+    .bind(&roles)
+    .bind(revision)
     .execute(&mut *tx)
     .await?;
     let after = json!({"state": "in_review", "content_hash": content_hash, "replaces": request.content_hash,
@@ -481,61 +537,6 @@ pub async fn edit_request(
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
     tx.commit().await?;
     Ok(request)
-}
-
-/// Schedules an approved request to be applied at `at` by the change_apply job: `at` in the
-/// future and before the request expires (422, field `at`). Audited (`change.schedule`).
-pub async fn schedule_request(
-    db: &PgPool,
-    ctx: &Ctx<'_>,
-    id: i64,
-    at: chrono::DateTime<chrono::Utc>,
-) -> Result<ChangeRequest, ApiError> {
-    let mut tx = db.begin().await?;
-    lock(&mut tx, &format!("change:{id}")).await?;
-    let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
-    if expire_if_due(&mut tx, ctx, id).await? {
-        tx.commit().await?;
-        return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
-    }
-    if !matches!(request.state.as_str(), "approved" | "scheduled") {
-        return Err(blocked(format!(
-            "change request {id} is {}: only an approved request is scheduled",
-            request.state
-        )));
-    }
-    let fits: bool = sqlx::query_scalar("select $2 > now() and $2 < expires_at from change_request where id = $1")
-        .bind(id)
-        .bind(at)
-        .fetch_one(&mut *tx)
-        .await?;
-    if !fits {
-        return Err(ApiError::Unprocessable {
-            field: "at".into(),
-            rule: format!("must be in the future and before the request expires ({})", request.expires_at),
-        });
-    }
-    sqlx::query("update change_request set scheduled_at = $2, scheduled_by = $3 where id = $1")
-        .bind(id)
-        .bind(at)
-        .bind(ctx.actor)
-        .execute(&mut *tx)
-        .await?;
-    set_state(&mut tx, ctx, id, "scheduled", "change.schedule", None, json!({"at": crate::http::rfc3339(at)})).await?;
-    let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
-    tx.commit().await?;
-    Ok(request)
-}
-
-/// The scheduled requests due at `now`, oldest time first, with who scheduled each.
-pub async fn due_requests(db: &PgPool, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<(i64, String)>, sqlx::Error> {
-    sqlx::query_as(
-        "select id, coalesce(scheduled_by, author) from change_request
-         where state = 'scheduled' and scheduled_at <= $1 order by scheduled_at, id",
-    )
-    .bind(now)
-    .fetch_all(db)
-    .await
 }
 
 /// What a request needs now: the stricter of what it was submitted under and the policy

@@ -25,9 +25,9 @@ pub struct Outcome {
 /// One run, at `now` (tests pass their own clock).
 pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::default();
-    for (id, scheduled_by) in crate::approvals::store::due_requests(&state.db, now).await? {
+    for (id, scheduled_by) in crate::approvals::schedule::store::due_requests(&state.db, now).await? {
         let ctx = Ctx { actor: &scheduled_by, source: Source::Schedule, reason: None, request_id: None };
-        match crate::approvals::store::apply_request(&state.db, &ctx, id).await {
+        match crate::approvals::store::apply_request(&state.db, &ctx, id, Some(now)).await {
             Ok((_, written)) => {
                 if let Some((pool, written, mode)) = written {
                     if crate::publish::publish_now(state).await {
@@ -39,6 +39,10 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Ou
             }
             Err(e) => {
                 tracing::warn!(id, error = %e, "a scheduled change request was not applied");
+                // The pool cannot take it any more: suspended, so it is not tried every run.
+                if matches!(e, crate::error::ApiError::Unprocessable { .. }) {
+                    crate::approvals::schedule::store::suspend_request(&state.db, &ctx, id, &e.to_string()).await?;
+                }
                 outcome.refused.push((id, e.to_string()));
             }
         }

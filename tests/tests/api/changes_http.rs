@@ -382,6 +382,27 @@ async fn an_edit_voids_every_approval_and_the_new_content_is_reviewed_again() {
     let new = json!({"content_hash": edited["content_hash"]});
     let (_, again) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), new).await;
     assert_eq!(again["state"], "approved", "{again}");
+    // Back to the first content: still a new hash, the approvals given so far do not count.
+    let mut back = proposal(50, 1);
+    back.as_object_mut().unwrap().remove("pool");
+    let (_, reverted) = send(&app, &s["demo-pm"], reqwest::Method::PUT, &path, back).await;
+    assert_eq!(
+        (reverted["state"].as_str(), reverted["approvals"].as_i64()),
+        (Some("in_review"), Some(0)),
+        "{reverted}"
+    );
+    assert_ne!(reverted["content_hash"], request["content_hash"]);
+    let mut forward = proposal(55, 1);
+    forward.as_object_mut().unwrap().remove("pool");
+    let (_, edited) = send(&app, &s["demo-pm"], reqwest::Method::PUT, &path, forward).await;
+    let (_, again) = post(
+        &app,
+        &s["pm-two"],
+        &format!("/api/v1/changes/{id}/approve"),
+        json!({"content_hash": edited["content_hash"]}),
+    )
+    .await;
+    assert_eq!(again["state"], "approved", "{again}");
     let (status, applied) = post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
     assert_eq!(status, 200, "{applied}");
     let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
@@ -457,4 +478,42 @@ async fn a_scheduled_request_applies_at_its_time_and_one_whose_pool_moved_is_sus
         send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{id}"), Value::Null).await;
     assert_eq!(read["state"], "suspended", "{read}");
     assert!(read["outcome"]["reason"].as_str().unwrap().contains("version 3"), "{read}");
+}
+
+#[tokio::test]
+async fn a_change_that_moves_much_traffic_or_touches_a_heavy_member_needs_one_more_approval() {
+    // Arrange: one approval, one more above 10 % moved or for a member above 40 %
+    let (app, s) = app().await;
+    let (status, policy) = send(
+        &app,
+        &s["demo-admin"],
+        reqwest::Method::PUT,
+        "/api/v1/policies/pools",
+        json!({"required_approvals": 1, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
+               "moved_percent_over": 10, "member_share_over": 40, "reason": "risk rules", "expected_version": 0}),
+    )
+    .await;
+    assert_eq!((status, policy["moved_percent_over"].as_f64()), (200, Some(10.0)), "{policy}");
+
+    // Act: a small change of a light member, and a large one that also touches ALIPAY_A (45 %)
+    let small = json!({"pool": "cn-pay", "weights": [{"member": "ALIPAY_A", "weight": 45}, {"member": "WECHAT_B", "weight": 31},
+        {"member": "UNION_C", "weight": 25}], "mode": "drain", "reason": "nudge", "expected_version": 1});
+    let (_, light) = post(&app, &s["demo-pm"], "/api/v1/changes", small).await;
+    let (_, heavy) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(5, 1)).await;
+
+    // Assert
+    assert_eq!((light["required_approvals"].as_i64(), light["diff"]["risk"].clone()), (Some(1), json!([])), "{light}");
+    assert_eq!(heavy["required_approvals"], 2, "two rules met add one approval: {heavy}");
+    let risk: Vec<&str> = heavy["diff"]["risk"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    assert_eq!(risk.len(), 2, "{risk:?}");
+    assert!(risk[0].contains("of the traffic, more than 10 %") && risk[1].contains("ALIPAY_A"), "{risk:?}");
+    let id = heavy["id"].as_i64().unwrap();
+    let (_, one) = post(
+        &app,
+        &s["pm-two"],
+        &format!("/api/v1/changes/{id}/approve"),
+        json!({"content_hash": heavy["content_hash"]}),
+    )
+    .await;
+    assert_eq!(one["state"], "in_review", "one of two: {one}");
 }

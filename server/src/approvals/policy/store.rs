@@ -17,6 +17,8 @@ pub struct PolicySpec {
     pub required_approvals: i16,
     pub approver_roles: Vec<String>,
     pub expires_after_hours: i32,
+    pub moved_percent_over: Option<f64>,
+    pub member_share_over: Option<f64>,
 }
 
 fn policy(r: &PgRow) -> Result<Policy, sqlx::Error> {
@@ -25,12 +27,15 @@ fn policy(r: &PgRow) -> Result<Policy, sqlx::Error> {
         required_approvals: r.try_get("required_approvals")?,
         approver_roles: r.try_get("approver_roles")?,
         expires_after_hours: r.try_get("expires_after_hours")?,
+        moved_percent_over: r.try_get("moved_percent_over")?,
+        member_share_over: r.try_get("member_share_over")?,
         version: r.try_get("version")?,
         updated_at: rfc3339(r.try_get("updated_at")?),
     })
 }
 
-const POLICY_COLUMNS: &str = "scope, required_approvals, approver_roles, expires_after_hours, version, updated_at";
+const POLICY_COLUMNS: &str = "scope, required_approvals, approver_roles, expires_after_hours, moved_percent_over,
+    member_share_over, version, updated_at";
 
 /// Every policy, by scope.
 pub async fn list_policies(db: &PgPool) -> Result<Vec<Policy>, sqlx::Error> {
@@ -73,10 +78,12 @@ pub async fn put_policy(
         return Err(ApiError::Conflict { entity, expected: expected_version, current });
     }
     let row = sqlx::query(&format!(
-        "insert into approval_policy (scope, required_approvals, approver_roles, expires_after_hours, version)
-         values ($1, $2, $3, $4, 1)
+        "insert into approval_policy (scope, required_approvals, approver_roles, expires_after_hours,
+             moved_percent_over, member_share_over, version)
+         values ($1, $2, $3, $4, $5, $6, 1)
          on conflict (scope) do update set required_approvals = excluded.required_approvals,
              approver_roles = excluded.approver_roles, expires_after_hours = excluded.expires_after_hours,
+             moved_percent_over = excluded.moved_percent_over, member_share_over = excluded.member_share_over,
              version = approval_policy.version + 1, updated_at = now()
          returning {POLICY_COLUMNS}"
     ))
@@ -84,6 +91,8 @@ pub async fn put_policy(
     .bind(spec.required_approvals)
     .bind(&spec.approver_roles)
     .bind(spec.expires_after_hours)
+    .bind(spec.moved_percent_over)
+    .bind(spec.member_share_over)
     .fetch_one(&mut *tx)
     .await?;
     let after = policy(&row)?;
