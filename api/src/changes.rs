@@ -114,3 +114,38 @@ pub struct ChangeList {
     /// The requests, newest first.
     pub changes: Vec<ChangeRequest>,
 }
+
+/// A risk-reducing operation made at once on a pool under an approval policy, for an
+/// auditor to acknowledge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct BreakGlass {
+    /// The flag's number.
+    pub id: i64,
+    /// The audit row of the operation.
+    pub audit_id: i64,
+    /// `pool:<name>`.
+    pub entity: String,
+    /// `pool.eject`, `pool.restore` (a member back) or `pool.rebuild`.
+    pub action: String,
+    /// Who did it.
+    pub actor: String,
+    /// The policy that applied.
+    pub policy_scope: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Who acknowledged it; null until someone did.
+    pub acknowledged_by: Option<String>,
+    /// When (RFC 3339).
+    pub acknowledged_at: Option<String>,
+    /// What they said.
+    pub comment: Option<String>,
+}
+
+/// `GET /api/v1/break-glass`: flags, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct BreakGlassList {
+    /// The flags, newest first (at most 500).
+    pub flags: Vec<BreakGlass>,
+}

@@ -91,6 +91,8 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::approvals::routes::edit_change,
         crate::approvals::routes::schedule_change,
         crate::approvals::routes::cancel_change,
+        crate::approvals::break_glass::routes::list_break_glass,
+        crate::approvals::break_glass::routes::acknowledge_break_glass,
         // Channels, plans, tenants and grants (routes/config.rs).
         crate::channels::routes::list_channels,
         crate::channels::routes::get_channel,

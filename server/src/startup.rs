@@ -222,6 +222,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::pools::routes::configure(cfg);
     crate::pools::history::routes::configure(cfg);
     crate::approvals::routes::configure(cfg);
+    crate::approvals::break_glass::routes::configure(cfg);
     crate::channels::routes::configure(cfg);
     crate::plans::routes::configure(cfg);
     crate::tenants::routes::configure(cfg);

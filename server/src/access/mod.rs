@@ -267,7 +267,7 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         | "/api/v1/tenants/{tenant}/quota/settle"
         | "/api/v1/tenants/{tenant}/quota/release"
         | "/api/v1/channels/{code}/outcomes" => DataPlane,
-        "/api/v1/audit.csv" | "/api/v1/audit/verify" => AuditExport,
+        "/api/v1/audit.csv" | "/api/v1/audit/verify" | "/api/v1/break-glass/{id}/acknowledge" => AuditExport,
         p if p.starts_with("/api/v1/users") || p.starts_with("/api/v1/tokens") => ManageAccess,
         _ if get => Read,
         "/api/v1/pools/{pool}/members/{member}/eject"

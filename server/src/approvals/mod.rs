@@ -8,6 +8,7 @@
 //! (409 naming the policy); operations that only reduce risk (eject, disable, rebuild) stay
 //! immediate.
 
+pub mod break_glass;
 pub mod policy;
 pub mod routes;
 pub mod schedule;

@@ -562,6 +562,7 @@ pub async fn rebuild_pool(
         }
         e => ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())),
     })?;
+    crate::approvals::break_glass::store::flag(&mut tx, &who.ctx(), &pool, "pool.rebuild", audit_id).await?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(PoolRebuilt {
         entity: crate::change::Entity::pool_key(pool),

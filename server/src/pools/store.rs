@@ -504,5 +504,9 @@ pub(crate) async fn modify_pool_tx(
     snapshot.validate().map_err(from_input)?;
     store_pool(&mut *tx, pool.as_str(), &snapshot, 1, MadeBy { actor: ctx.actor, action }).await?;
     let (written, published) = republish_pool_body(&mut *tx, ctx, pool.as_str(), action).await?;
+    // Ejecting and restoring a member stay immediate under an approval policy: flagged.
+    if matches!(action, "pool.eject" | "pool.restore") {
+        crate::approvals::break_glass::store::flag(&mut *tx, ctx, pool, action, written.audit_id).await?;
+    }
     Ok(PoolWritten { written, config_version: config_version + 1, published })
 }

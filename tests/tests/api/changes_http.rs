@@ -27,7 +27,7 @@ async fn app() -> (TestApp, HashMap<String, Session>) {
     server::publish::drain_outbox(&app.state).await.unwrap();
     let passwords: HashMap<String, String> = report.users.into_iter().map(|(name, _, p)| (name, p)).collect();
     let mut sessions = HashMap::new();
-    for role in ["pm", "admin", "viewer", "operator"] {
+    for role in ["pm", "admin", "viewer", "operator", "auditor"] {
         let name = format!("demo-{role}");
         let session = login(&app, &name, &passwords[&name]).await;
         sessions.insert(name, session);
@@ -314,6 +314,48 @@ async fn under_a_policy_every_configuration_write_of_the_pool_is_refused_and_bre
     let (status, reply) =
         post(&app, &s["demo-operator"], "/api/v1/pools/cn-pay/rebuild", json!({"reason": "now"})).await;
     assert_eq!(status, 200, "{reply}");
+
+    // Both are flagged for an auditor; another person acknowledges each, once.
+    let (_, open) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/break-glass?acknowledged=false", Value::Null)
+            .await;
+    let flags: Vec<(&str, &str, &str)> = open["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["action"].as_str().unwrap(), f["actor"].as_str().unwrap(), f["policy_scope"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        flags,
+        [("pool.rebuild", "demo-operator", "pool:cn-pay"), ("pool.eject", "demo-operator", "pool:cn-pay")],
+        "{open}"
+    );
+    let id = open["flags"][1]["id"].as_i64().unwrap();
+    let path = format!("/api/v1/break-glass/{id}/acknowledge");
+    let (status, _) = post(&app, &s["demo-operator"], &path, json!({"comment": "mine"})).await;
+    assert_eq!(status, 403, "an operator does not acknowledge (nor its own)");
+    let (status, acked) = post(&app, &s["demo-auditor"], &path, json!({"comment": "acquirer outage confirmed"})).await;
+    assert_eq!((status, acked["acknowledged_by"].as_str()), (200, Some("demo-auditor")), "{acked}");
+    let (status, _) = post(&app, &s["demo-auditor"], &path, json!({"comment": "again"})).await;
+    assert_eq!(status, 409, "once");
+    // A pool without a policy: ejecting there is not break-glass.
+    let (status, reply) = post(
+        &app,
+        &s["demo-operator"],
+        "/api/v1/pools/sea-pay/members/SHOPEE_U1/eject",
+        json!({"reason": "acquirer down", "expected_version": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    let (_, open) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/break-glass?acknowledged=false", Value::Null)
+            .await;
+    assert_eq!(open["flags"].as_array().unwrap().len(), 1, "only the rebuild waits: {open}");
+    let acks: i64 = sqlx::query_scalar("select count(*) from audit where action = 'break_glass.acknowledge'")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
+    assert_eq!(acks, 1);
 }
 
 #[tokio::test]

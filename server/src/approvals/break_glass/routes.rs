@@ -1,0 +1,92 @@
+//! `/api/v1/break-glass`: the risk-reducing operations made at once on pools under an
+//! approval policy, and their acknowledgement by an auditor.
+
+use actix_web::{get, post, web, HttpRequest, HttpResponse};
+use api::changes::{BreakGlass, BreakGlassList};
+use serde::Deserialize;
+
+use crate::error::{ApiError, ErrorBody};
+use crate::http::actor;
+use crate::state::AppState;
+
+/// Every route, for the app's service list.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(list_break_glass).service(acknowledge_break_glass);
+}
+
+/// The list's filter.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct BreakGlassQuery {
+    /// `false`: only those waiting for acknowledgement; `true`: only acknowledged ones.
+    #[param(pattern = "^(true|false)$")]
+    acknowledged: Option<String>,
+}
+
+/// `GET /api/v1/break-glass?acknowledged=` → flags, newest first.
+#[utoipa::path(
+    tag = "audit",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(BreakGlassQuery),
+    responses(
+        (status = 200, description = "Flags, newest first (at most 500)", body = BreakGlassList),
+        (status = 400, description = "A malformed or unknown parameter, naming it", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/break-glass")]
+pub async fn list_break_glass(
+    state: web::Data<AppState>,
+    query: web::Query<BreakGlassQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let acknowledged = match query.acknowledged.as_deref() {
+        None => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(_) => return Err(ApiError::bad_request("acknowledged", "must be true or false")),
+    };
+    let flags = super::store::list(&state.db, acknowledged).await?;
+    Ok(HttpResponse::Ok().json(BreakGlassList { flags }))
+}
+
+/// An acknowledgement.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcknowledgeBody {
+    /// What the auditor found (1..=500 characters, not blank, no control characters): required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    comment: Option<String>,
+}
+
+/// `POST /api/v1/break-glass/{id}/acknowledge` with `{"comment"}`: an auditor (or admin)
+/// other than who did the operation acknowledges it, audited.
+#[utoipa::path(
+    tag = "audit",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = String, Path, description = "The flag's number", pattern = "^[1-9][0-9]{0,17}$")),
+    responses(
+        (status = 200, description = "Acknowledged", body = BreakGlass),
+        (status = 400, description = "A malformed id or body, or a missing comment", body = ErrorBody),
+        (status = 403, description = "The caller did the operation (another person acknowledges it), or may not export the audit trail", body = ErrorBody),
+        (status = 404, description = "No such flag", body = ErrorBody),
+        (status = 409, description = "Acknowledged already (naming `id`)", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/break-glass/{id}/acknowledge")]
+pub async fn acknowledge_break_glass(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<AcknowledgeBody>,
+) -> Result<HttpResponse, ApiError> {
+    let raw = path.as_str();
+    let id = (!raw.is_empty() && raw.len() <= 18 && raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0'))
+        .then(|| raw.parse::<i64>().ok())
+        .flatten()
+        .ok_or_else(|| ApiError::bad_request("id", "must be a flag's number (1 or more)"))?;
+    let who = actor(&req, &state, &body.comment, true).map_err(|e| match e {
+        ApiError::BadRequest { rule, .. } => ApiError::bad_request("comment", rule),
+        other => other,
+    })?;
+    Ok(HttpResponse::Ok().json(super::store::acknowledge(&state.db, &who.ctx(), id).await?))
+}

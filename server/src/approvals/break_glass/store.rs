@@ -1,0 +1,111 @@
+//! The break-glass flags' SQL (`migrations/0014_break_glass.sql`).
+
+use api::changes::BreakGlass;
+use client::pool::PoolName;
+use serde_json::json;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, PgPool, Row};
+
+use crate::change::store::{audit, lock};
+use crate::change::Ctx;
+use crate::error::ApiError;
+use crate::http::rfc3339;
+
+const COLUMNS: &str =
+    "id, audit_id, entity, action, actor, policy_scope, at, acknowledged_by, acknowledged_at, comment";
+
+fn flag_of(r: &PgRow) -> Result<BreakGlass, sqlx::Error> {
+    Ok(BreakGlass {
+        id: r.try_get("id")?,
+        audit_id: r.try_get("audit_id")?,
+        entity: r.try_get("entity")?,
+        action: r.try_get("action")?,
+        actor: r.try_get("actor")?,
+        policy_scope: r.try_get("policy_scope")?,
+        at: rfc3339(r.try_get("at")?),
+        acknowledged_by: r.try_get("acknowledged_by")?,
+        acknowledged_at: r.try_get::<Option<chrono::DateTime<chrono::Utc>>, _>("acknowledged_at")?.map(rfc3339),
+        comment: r.try_get("comment")?,
+    })
+}
+
+/// In the transaction of a risk-reducing operation on `pool` (its audit row `audit_id`):
+/// when an approval policy applies to the pool, flags it for acknowledgement, with an
+/// audit row of its own (`break_glass.flag`).
+pub async fn flag(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    pool: &PoolName,
+    action: &str,
+    audit_id: i64,
+) -> Result<(), sqlx::Error> {
+    let Some(policy) = crate::approvals::policy::store::policy_for(&mut *tx, pool).await? else {
+        return Ok(());
+    };
+    let entity = crate::change::Entity::pool_key(pool);
+    let id: i64 = sqlx::query_scalar(
+        "insert into break_glass (audit_id, entity, action, actor, policy_scope) values ($1, $2, $3, $4, $5)
+         returning id",
+    )
+    .bind(audit_id)
+    .bind(&entity)
+    .bind(action)
+    .bind(ctx.actor)
+    .bind(&policy.scope)
+    .fetch_one(&mut *tx)
+    .await?;
+    let after = json!({"audit_id": audit_id, "entity": entity, "action": action, "policy": policy.scope});
+    audit(tx, ctx, &format!("break_glass:{id}"), "break_glass.flag", None, Some(&after)).await?;
+    Ok(())
+}
+
+/// The flags, newest first (at most 500), optionally only those (not) acknowledged.
+pub async fn list(db: &PgPool, acknowledged: Option<bool>) -> Result<Vec<BreakGlass>, sqlx::Error> {
+    let rows = sqlx::query(&format!(
+        "select {COLUMNS} from break_glass where $1::boolean is null or (acknowledged_at is not null) = $1
+         order by id desc limit 500"
+    ))
+    .bind(acknowledged)
+    .fetch_all(db)
+    .await?;
+    rows.iter().map(flag_of).collect()
+}
+
+/// Acknowledges a flag, audited (`break_glass.acknowledge`): never by who did the
+/// operation (403), once (409).
+pub async fn acknowledge(db: &PgPool, ctx: &Ctx<'_>, id: i64) -> Result<BreakGlass, ApiError> {
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &format!("break_glass:{id}")).await?;
+    let row = sqlx::query(&format!("select {COLUMNS} from break_glass where id = $1 for update"))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no break-glass flag {id}")))?;
+    let flag = flag_of(&row)?;
+    if flag.actor == ctx.actor {
+        return Err(ApiError::Forbidden(format!(
+            "{} did the operation of break-glass flag {id}: another person acknowledges it",
+            ctx.actor
+        )));
+    }
+    if let Some(by) = &flag.acknowledged_by {
+        return Err(ApiError::Blocked {
+            field: "id".into(),
+            rule: format!("break-glass flag {id} was acknowledged by {by} already"),
+        });
+    }
+    let row = sqlx::query(&format!(
+        "update break_glass set acknowledged_by = $2, acknowledged_at = now(), comment = $3 where id = $1
+         returning {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(ctx.actor)
+    .bind(ctx.reason)
+    .fetch_one(&mut *tx)
+    .await?;
+    let flag = flag_of(&row)?;
+    let after = json!({"audit_id": flag.audit_id, "action": flag.action, "actor": flag.actor});
+    audit(&mut tx, ctx, &format!("break_glass:{id}"), "break_glass.acknowledge", None, Some(&after)).await?;
+    tx.commit().await?;
+    Ok(flag)
+}
