@@ -126,7 +126,8 @@ pub struct BreakGlass {
     pub audit_id: i64,
     /// `pool:<name>`.
     pub entity: String,
-    /// `pool.eject`, `pool.restore` (a member back) or `pool.rebuild`.
+    /// `pool.eject`, `pool.restore` (a member back), `pool.rebuild`, or `channel.disable` /
+    /// `channel.enable` of a channel the pool holds.
     pub action: String,
     /// Who did it.
     pub actor: String,

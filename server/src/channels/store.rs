@@ -169,6 +169,10 @@ pub async fn set_channel_enabled(
         lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
         let pool_action = if enabled { "pool.channel_enabled" } else { "pool.channel_disabled" };
         written.push(republish_pool(&mut tx, ctx, pool, pool_action).await?);
+        // Immediate on a pool under an approval policy too: flagged for an auditor.
+        if let Ok(name) = client::pool::PoolName::parse(pool) {
+            crate::approvals::break_glass::store::flag(&mut tx, ctx, &name, action, audit_id).await?;
+        }
     }
     tx.commit().await?;
     Ok((written, after))

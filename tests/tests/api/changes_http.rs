@@ -351,6 +351,15 @@ async fn under_a_policy_every_configuration_write_of_the_pool_is_refused_and_bre
         send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/break-glass?acknowledged=false", Value::Null)
             .await;
     assert_eq!(open["flags"].as_array().unwrap().len(), 1, "only the rebuild waits: {open}");
+    // Disabling a channel that cn-pay holds is flagged too, once per pool under a policy.
+    let (status, reply) =
+        post(&app, &s["demo-operator"], "/api/v1/channels/WECHAT_B/disable", json!({"reason": "acquirer down"})).await;
+    assert_eq!(status, 200, "{reply}");
+    let (_, open) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/break-glass?acknowledged=false", Value::Null)
+            .await;
+    assert_eq!(open["flags"][0]["action"], "channel.disable", "{open}");
+    assert_eq!(open["flags"].as_array().unwrap().len(), 2, "{open}");
     let acks: i64 = sqlx::query_scalar("select count(*) from audit where action = 'break_glass.acknowledge'")
         .fetch_one(&app.state.db)
         .await
