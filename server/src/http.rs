@@ -34,6 +34,16 @@ pub(crate) fn expected(field_value: i64) -> Result<i64, ApiError> {
     Ok(field_value)
 }
 
+/// A number in a path (`/api/v1/changes/{id}`): 1..=18 digits without a leading zero, so
+/// `+5` and `007` are refused as the documented pattern refuses them (400 naming `id`).
+pub(crate) fn path_id(raw: &str, what: &str) -> Result<i64, ApiError> {
+    let digits = !raw.is_empty() && raw.len() <= 18 && raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0');
+    digits
+        .then(|| raw.parse::<i64>().ok())
+        .flatten()
+        .ok_or_else(|| ApiError::bad_request("id", format!("must be {what}'s number (1 or more)")))
+}
+
 /// A path or body value that does not parse: 400, naming the field.
 pub(crate) fn malformed(e: impl Into<ChangeError>) -> ApiError {
     match e.into() {

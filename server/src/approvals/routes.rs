@@ -78,7 +78,7 @@ pub struct ApprovalPolicyBody {
 }
 
 fn scope(raw: &str) -> Result<String, ApiError> {
-    let ok = raw == "pools" || raw.strip_prefix("pool:").is_some_and(|p| PoolName::parse(p).is_ok());
+    let ok = raw == "pools" || matches!(crate::change::Entity::parse(raw), Ok(crate::change::Entity::Pool(_)));
     if !ok {
         return Err(ApiError::bad_request("scope", "must be \"pools\" or \"pool:<name>\" (1..=64 of [A-Za-z0-9_-])"));
     }
@@ -241,11 +241,7 @@ pub async fn submit_change(
 }
 
 fn request_id(raw: &str) -> Result<i64, ApiError> {
-    let digits = !raw.is_empty() && raw.len() <= 18 && raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0');
-    digits
-        .then(|| raw.parse::<i64>().ok())
-        .flatten()
-        .ok_or_else(|| ApiError::bad_request("id", "must be a change request's number (1 or more)"))
+    crate::http::path_id(raw, "a change request")
 }
 
 /// `GET /api/v1/changes/{id}` → one change request with its reviews.

@@ -54,9 +54,15 @@ pub(super) async fn request_in(
     .fetch_all(&mut *conn)
     .await?;
     let reviews = reviews.iter().map(review).collect::<Result<Vec<_>, _>>()?;
+    assemble(&r, reviews).map(Some)
+}
+
+/// A request from its row and its reviews (oldest first); its approvals are those of its
+/// current content hash.
+fn assemble(r: &PgRow, reviews: Vec<Review>) -> Result<ChangeRequest, sqlx::Error> {
     let content_hash: String = r.try_get("content_hash")?;
     let approvals = reviews.iter().filter(|v| v.verdict == "approve" && v.content_hash == content_hash).count() as i64;
-    Ok(Some(ChangeRequest {
+    Ok(ChangeRequest {
         id: r.try_get("id")?,
         entity: r.try_get("entity")?,
         operation: r.try_get("operation")?,
@@ -76,7 +82,7 @@ pub(super) async fn request_in(
         updated_at: rfc3339(r.try_get("updated_at")?),
         outcome: r.try_get("outcome")?,
         scheduled_at: r.try_get::<Option<chrono::DateTime<chrono::Utc>>, _>("scheduled_at")?.map(rfc3339),
-    }))
+    })
 }
 
 /// One change request.
@@ -91,22 +97,28 @@ pub async fn list_requests(
     state: Option<&str>,
     entity: Option<&str>,
 ) -> Result<Vec<ChangeRequest>, sqlx::Error> {
-    let mut conn = db.acquire().await?;
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "select id from change_request where ($1::text is null or state = $1) and ($2::text is null or entity = $2)
-         order by id desc limit 200",
-    )
+    // Two queries for the whole page: the requests, then all their reviews.
+    let rows = sqlx::query(&format!(
+        "select {REQUEST_COLUMNS} from change_request
+         where ($1::text is null or state = $1) and ($2::text is null or entity = $2) order by id desc limit 200"
+    ))
     .bind(state)
     .bind(entity)
-    .fetch_all(&mut *conn)
+    .fetch_all(db)
     .await?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(r) = request_in(&mut conn, id, false).await? {
-            out.push(r);
-        }
+    let ids = rows.iter().map(|r| r.try_get::<i64, _>("id")).collect::<Result<Vec<_>, _>>()?;
+    let mut reviews: std::collections::HashMap<i64, Vec<Review>> = std::collections::HashMap::new();
+    for r in sqlx::query(
+        "select request_id, actor, role, verdict, comment, content_hash, at from change_review
+         where request_id = any($1) order by id",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?
+    {
+        reviews.entry(r.try_get("request_id")?).or_default().push(review(&r)?);
     }
-    Ok(out)
+    rows.iter().map(|r| assemble(r, reviews.remove(&r.try_get("id")?).unwrap_or_default())).collect()
 }
 
 /// Writes the state change of a request with its audit row (`change.<action>`).
@@ -406,11 +418,7 @@ pub async fn apply_request(
         tx.commit().await?;
         return Err(blocked(format!("{why}: it is in review again")));
     }
-    let pool = request
-        .entity
-        .strip_prefix("pool:")
-        .and_then(|p| PoolName::parse(p).ok())
-        .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("change request {id}: bad entity")))?;
+    let pool = pool_of(&request)?;
     let current: Option<i64> = sqlx::query_scalar("select config_version from pool where name = $1")
         .bind(pool.as_str())
         .fetch_optional(&mut *tx)
@@ -496,11 +504,7 @@ pub async fn edit_request(
     if !matches!(request.state.as_str(), "in_review" | "approved" | "scheduled" | "suspended") {
         return Err(blocked(format!("change request {id} is {} and cannot be edited", request.state)));
     }
-    let pool = request
-        .entity
-        .strip_prefix("pool:")
-        .and_then(|p| PoolName::parse(p).ok())
-        .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("change request {id}: bad entity")))?;
+    let pool = pool_of(&request)?;
     if expire_if_due(&mut tx, ctx, id).await? {
         tx.commit().await?;
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
@@ -545,14 +549,23 @@ pub async fn edit_request(
 async fn needs_now(tx: &mut PgConnection, request: &ChangeRequest) -> Result<(i64, Vec<String>), sqlx::Error> {
     let mut required = i64::from(request.required_approvals);
     let mut roles = request.approver_roles.clone();
-    let pool = request.entity.strip_prefix("pool:").and_then(|p| PoolName::parse(p).ok());
-    if let Some(pool) = pool {
+    if let Ok(pool) = pool_of(request) {
         if let Some(policy) = policy_for(&mut *tx, &pool).await? {
             required = required.max(i64::from(policy.required_approvals));
             roles.retain(|r| policy.approver_roles.contains(r));
         }
     }
     Ok((required, roles))
+}
+
+/// The pool a request is about (its entity, `pool:<name>`, as stored).
+fn pool_of(request: &ChangeRequest) -> Result<PoolName, ApiError> {
+    match Entity::parse(&request.entity) {
+        Ok(Entity::Pool(pool)) => Ok(pool),
+        _ => {
+            Err(ApiError::Unexpected(anyhow::anyhow!("change request {}: bad entity {:?}", request.id, request.entity)))
+        }
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -24,24 +24,30 @@ pub struct Known {
 
 /// Every pool in the configuration or published, or the last list read when Postgres is away.
 pub async fn pools(state: &AppState) -> Vec<PoolName> {
-    let read = tokio::time::timeout(LIST_WITHIN, crate::pools::store::pool_names(&state.db)).await;
-    let mut last = state.known.pools.lock().expect("known pools");
-    match read {
-        Ok(Ok(names)) => *last = names.iter().filter_map(|n| PoolName::parse(n).ok()).collect(),
-        Ok(Err(e)) => tracing::warn!(error = %e, "listing pools failed; using the last list"),
-        Err(_) => tracing::warn!(within = ?LIST_WITHIN, "listing pools timed out; using the last list"),
-    }
-    last.clone()
+    let read = crate::pools::store::pool_names(&state.db);
+    refresh("pools", read, &state.known.pools, |n| PoolName::parse(n).ok()).await
 }
 
 /// Every tenant in the configuration or published, or the last list read when Postgres is away.
 pub async fn tenants(state: &AppState) -> Vec<TenantId> {
-    let read = tokio::time::timeout(LIST_WITHIN, crate::tenants::store::tenant_names(&state.db)).await;
-    let mut last = state.known.tenants.lock().expect("known tenants");
+    let read = crate::tenants::store::tenant_names(&state.db);
+    refresh("tenants", read, &state.known.tenants, |n| TenantId::parse(n).ok()).await
+}
+
+/// Reads the names within [`LIST_WITHIN`] into `last`, or keeps `last` (saying why) when
+/// Postgres fails or is too slow; answers the list.
+async fn refresh<T: Clone>(
+    what: &str,
+    read: impl std::future::Future<Output = Result<Vec<String>, sqlx::Error>>,
+    last: &Mutex<Vec<T>>,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Vec<T> {
+    let read = tokio::time::timeout(LIST_WITHIN, read).await;
+    let mut last = last.lock().expect("known names");
     match read {
-        Ok(Ok(names)) => *last = names.iter().filter_map(|n| TenantId::parse(n).ok()).collect(),
-        Ok(Err(e)) => tracing::warn!(error = %e, "listing tenants failed; using the last list"),
-        Err(_) => tracing::warn!(within = ?LIST_WITHIN, "listing tenants timed out; using the last list"),
+        Ok(Ok(names)) => *last = names.iter().filter_map(|n| parse(n)).collect(),
+        Ok(Err(e)) => tracing::warn!(error = %e, "listing {what} failed; using the last list"),
+        Err(_) => tracing::warn!(within = ?LIST_WITHIN, "listing {what} timed out; using the last list"),
     }
     last.clone()
 }

@@ -181,6 +181,11 @@ pub(crate) async fn change_pool(
     })
 }
 
+/// 404 for a pool the configuration does not hold.
+pub(crate) fn unknown_pool(pool: &PoolName) -> ApiError {
+    ApiError::NotFound(format!("unknown pool {:?}", pool.as_str()))
+}
+
 /// A change of a pool's weights: a channels pool's channels (caps and ejections of members
 /// that leave go with them), or a tiers pool's tiers.
 pub(crate) fn set_weights(s: &mut PoolSnapshot, weights: engine::Weights) {

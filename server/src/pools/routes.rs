@@ -10,7 +10,7 @@ use engine::{Tier, Weights};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{change_pool, pool_reply};
+use super::{change_pool, pool_reply, unknown_pool};
 use crate::change::ChangeError;
 use crate::channels::ChannelCode;
 use crate::error::{ApiError, ConflictBody, ErrorBody};
@@ -30,10 +30,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(put_peak_windows)
         .service(put_caps)
         .service(rebuild_pool);
-}
-
-fn unknown_pool(pool: &PoolName) -> ApiError {
-    ApiError::NotFound(format!("unknown pool {:?}", pool.as_str()))
 }
 
 /// `GET /api/v1/pools` → every pool: name, kind, version, members, ejected, timezone.

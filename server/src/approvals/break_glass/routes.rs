@@ -79,11 +79,7 @@ pub async fn acknowledge_break_glass(
     path: web::Path<String>,
     body: web::Json<AcknowledgeBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let raw = path.as_str();
-    let id = (!raw.is_empty() && raw.len() <= 18 && raw.bytes().all(|b| b.is_ascii_digit()) && !raw.starts_with('0'))
-        .then(|| raw.parse::<i64>().ok())
-        .flatten()
-        .ok_or_else(|| ApiError::bad_request("id", "must be a flag's number (1 or more)"))?;
+    let id = crate::http::path_id(&path, "a flag")?;
     let who = actor(&req, &state, &body.comment, true).map_err(|e| match e {
         ApiError::BadRequest { rule, .. } => ApiError::bad_request("comment", rule),
         other => other,

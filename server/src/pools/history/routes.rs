@@ -8,17 +8,13 @@ use serde::Deserialize;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::http::{actor, expected};
-use crate::pools::pool_reply;
+use crate::pools::{pool_reply, unknown_pool};
 use crate::publish::publish_now;
 use crate::state::AppState;
 
 /// The history's routes, for the app's service list.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(pool_versions).service(restore_pool);
-}
-
-fn unknown_pool(pool: &PoolName) -> ApiError {
-    ApiError::NotFound(format!("unknown pool {:?}", pool.as_str()))
 }
 
 /// `GET /api/v1/pools/{pool}/versions` → the pool's recorded configuration versions,
