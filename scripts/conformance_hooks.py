@@ -85,7 +85,7 @@ def _seconds(raw):
 def _windows_ok(body):
     """A pool's peak windows: `end` not equal to `start`."""
     lists = []
-    for holder in (body, body.get("snapshot")):
+    for holder in (body, body.get("snapshot"), body.get("operation")):
         if isinstance(holder, dict) and isinstance(holder.get("peak_windows"), list):
             lists.append(holder["peak_windows"])
     for windows in lists:
@@ -99,11 +99,11 @@ def _windows_ok(body):
 
 def _all_weights_ok(body):
     """Every weights list of a body: `weights`, each peak window's, a snapshot's and its
-    tiers'."""
+    tiers', a change request's operation's."""
     if not isinstance(body, dict):
         return True
     lists = []
-    for holder in (body, body.get("snapshot")):
+    for holder in (body, body.get("snapshot"), body.get("operation")):
         if not isinstance(holder, dict):
             continue
         lists.append(holder.get("weights"))

@@ -63,8 +63,10 @@ pub struct ChangeRequest {
     pub id: i64,
     /// `pool:<name>`.
     pub entity: String,
-    /// The operation, with the body of the direct write it stands for:
-    /// `{"kind": "pool.weights", "weights": [...], "mode": "drain"|"immediate"}`.
+    /// The operation, with the body of the direct write it stands for, tagged by `kind`:
+    /// `{"kind": "pool.weights", "weights": [...], "mode": "drain"|"immediate"}`,
+    /// `pool.member_add` (`channel`, `weight`?, `tier`?, `daily_cap`?), `pool.peak_windows`
+    /// (`peak_windows`), `pool.caps` (`caps`) or `pool.restore_version` (`version`).
     #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
     pub operation: serde_json::Value,
     /// The pool's configuration version the operation was made against.
@@ -72,9 +74,13 @@ pub struct ChangeRequest {
     /// SHA-256 (hex) of the pool, the base version, the operation and the reason: approvals
     /// name it, so an edit voids every approval given before.
     pub content_hash: String,
-    /// The weights before and after, for reviewers: `{"before": [...], "after": [...],
-    /// "moved_percent": n, "risk": ["…", …]}` (`risk`: the policy's risk rules it met,
-    /// each adding to `required_approvals` — one in all).
+    /// What reviewers see, computed when it was proposed: `{"before": [...], "after": [...]`
+    /// (the weights), `"moved_percent": n, "risk": ["…", …]` (the policy's risk rules it
+    /// met, together adding one to `required_approvals`), `"changes": [{"field", "before",
+    /// "after"}, …]` (each configuration field that differs), `"preview": {"before",
+    /// "after"}` (the engine's preview of both weights with the pool's batch size and
+    /// ordering: shares, tickets per batch, window deviation, longest run) and, for a
+    /// restore, `"undoes": [{"version", "action", "actor", "at"}, …]`}.
     #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
     pub diff: serde_json::Value,
     /// Who proposed it.
@@ -102,7 +108,9 @@ pub struct ChangeRequest {
     pub updated_at: String,
     /// When the change_apply job applies it (RFC 3339), for a scheduled request.
     pub scheduled_at: Option<String>,
-    /// Applied: `{"version", "published_version"}`; suspended: `{"reason", "current_version"}`.
+    /// Applied: `{"version", "published_version"}`; suspended: `{"reason", "current_version",
+    /// "changed_since": [{"version", "action", "actor", "at"}, …]}` (the versions made since
+    /// the request's own).
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub outcome: Option<serde_json::Value>,
 }
@@ -124,10 +132,10 @@ pub struct BreakGlass {
     pub id: i64,
     /// The audit row of the operation.
     pub audit_id: i64,
-    /// `pool:<name>`.
+    /// `pool:<name>`, or `policy:<scope>` for a policy removed.
     pub entity: String,
-    /// `pool.eject`, `pool.restore` (a member back), `pool.rebuild`, or `channel.disable` /
-    /// `channel.enable` of a channel the pool holds.
+    /// `pool.eject`, `pool.restore` (a member back), `pool.rebuild`, `channel.disable` /
+    /// `channel.enable` of a channel the pool holds, or `policy.delete`.
     pub action: String,
     /// Who did it.
     pub actor: String,

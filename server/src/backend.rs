@@ -369,7 +369,16 @@ impl app::api::Backend for AppState {
     }
 
     async fn changes(&self) -> Result<Vec<api::changes::ChangeRequest>, BackendError> {
-        crate::approvals::store::list_requests(&self.db, None, None).await.map_err(unavailable)
+        crate::approvals::store::list_requests(&self.db, None, None, None).await.map_err(unavailable)
+    }
+
+    async fn pool_history(&self, pool: String) -> Result<Option<api::pools::PoolHistory>, BackendError> {
+        let Ok(pool) = client::pool::PoolName::parse(&pool) else { return Ok(None) };
+        crate::pools::history::store::pool_history(&self.db, &pool).await.map_err(unavailable)
+    }
+
+    async fn break_glass(&self) -> Result<Vec<api::changes::BreakGlass>, BackendError> {
+        crate::approvals::break_glass::store::list(&self.db, Some(false)).await.map_err(unavailable)
     }
 
     async fn users(&self) -> Result<Vec<UserView>, BackendError> {

@@ -82,6 +82,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         // Approval policies and change requests.
         crate::approvals::routes::list_policies,
         crate::approvals::routes::put_policy,
+        crate::approvals::routes::delete_policy,
         crate::approvals::routes::list_changes,
         crate::approvals::routes::submit_change,
         crate::approvals::routes::get_change,

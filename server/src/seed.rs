@@ -1,6 +1,7 @@
 //! `tessera demo-seed`: demo data so a fresh deployment has something to show: channels,
 //! the pools `cn-pay` (channels) and `sea-pay` (tiers, with an evening peak), plans, and
-//! tenants with a bonus grant. Every row is written through the audited change path.
+//! tenants with a bonus grant, and an approval policy on `cn-pay` (one approval by another
+//! pm or an admin). Every row is written through the audited change path.
 
 use chrono::{Duration, Utc};
 use client::pool::PoolName;
@@ -122,6 +123,19 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
         let pool = PoolName::parse(name)?;
         let outcome = crate::pools::store::put_pool(db, &CTX, &pool, &body, 0).await.map(|_| ());
         report.record(crate::change::Entity::pool_key(pool), outcome)?;
+    }
+    // Weight changes on cn-pay need one approval by another pm or an admin.
+    let demo_policy = crate::approvals::policy::store::PolicySpec {
+        required_approvals: 1,
+        approver_roles: vec!["pm".into(), "admin".into()],
+        expires_after_hours: 72,
+        moved_percent_over: None,
+        member_share_over: None,
+    };
+    match crate::approvals::policy::store::put_policy(db, &CTX, "pool:cn-pay", &demo_policy, 0).await {
+        Ok(_) => report.created.push("policy:pool:cn-pay".into()),
+        Err(crate::error::ApiError::Conflict { .. }) => report.kept.push("policy:pool:cn-pay".into()),
+        Err(e) => return Err(anyhow::anyhow!("seeding policy:pool:cn-pay: {e}")),
     }
     let plans = [
         ("starter", 5_000_000_u64, 10_000_u64, 8_u32),

@@ -27,6 +27,18 @@ pub async fn app_with_users(publish: bool) -> (TestApp, HashMap<String, String>)
     (app, passwords)
 }
 
+/// Removes the demo seed's approval policy on cn-pay (through the policy store, audited),
+/// for tests of the pool editors' direct writes.
+pub async fn without_demo_policy(app: &TestApp) {
+    let ctx = server::change::Ctx {
+        actor: "test",
+        source: server::audit::store::Source::System,
+        reason: Some("direct writes under test"),
+        request_id: None,
+    };
+    server::approvals::policy::store::delete_policy(&app.state.db, &ctx, "pool:cn-pay", 1).await.unwrap();
+}
+
 pub async fn hydrated(c: &Client) {
     c.wait()
         .at_most(Duration::from_secs(20))

@@ -112,6 +112,12 @@ mod backend {
 
         /// The newest change requests (at most 200), with their reviews.
         async fn changes(&self) -> Result<Vec<api::changes::ChangeRequest>, super::BackendError>;
+
+        /// A pool's recorded configuration versions, newest first; `None` for no such pool.
+        async fn pool_history(&self, pool: String) -> Result<Option<api::pools::PoolHistory>, super::BackendError>;
+
+        /// The break-glass flags not acknowledged yet, newest first.
+        async fn break_glass(&self) -> Result<Vec<api::changes::BreakGlass>, super::BackendError>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.

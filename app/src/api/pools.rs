@@ -83,3 +83,11 @@ pub async fn get_pool(name: String) -> Result<Option<PoolDetail>, ServerFnError>
     super::session::ssr::require_session().await?;
     super::backend()?.pool(name).await.map_err(ServerFnError::new)
 }
+
+/// A pool's recorded configuration versions, newest first (`None` when there is no such
+/// pool), for any signed-in user.
+#[server(prefix = "/sfn", endpoint = "pool_versions", input = GetUrl)]
+pub async fn pool_versions(name: String) -> Result<Option<api::pools::PoolHistory>, ServerFnError> {
+    super::session::ssr::require_session().await?;
+    super::backend()?.pool_history(name).await.map_err(ServerFnError::new)
+}

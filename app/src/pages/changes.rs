@@ -2,11 +2,12 @@
 //! weights it proposes; reviewers approve or reject a request in review (never their own:
 //! the server refuses it, so the buttons are not offered), and an approved request is
 //! applied here. Each action names the content hash the page shows, so an approval is of
-//! what the reviewer saw.
+//! what the reviewer saw. Below, the break-glass operations (made at once under a policy)
+//! that an auditor other than who made them has yet to acknowledge.
 
 use leptos::prelude::*;
 
-use crate::api::changes::{list_changes, ChangeRequest};
+use crate::api::changes::{list_break_glass, list_changes, BreakGlass, ChangeRequest};
 use crate::components::layout::CurrentSession;
 
 type ChangesResource = Resource<Result<Vec<ChangeRequest>, ServerFnError>>;
@@ -19,6 +20,43 @@ struct Page {
     changes: ChangesResource,
     /// What was done last, or why not.
     said: RwSignal<Option<String>>,
+    /// The filters: a state (empty: any), an author and a pool (empty: any; a part of the
+    /// name matches).
+    filters: [RwSignal<String>; 3],
+}
+
+impl Page {
+    /// Whether a request passes the filters.
+    fn shows(&self, state: &str, author: &str, pool: &str) -> bool {
+        let [want_state, want_author, want_pool] = self.filters.map(|f| f.get());
+        (want_state.is_empty() || want_state == state)
+            && author.contains(want_author.trim())
+            && pool.contains(want_pool.trim())
+    }
+}
+
+const STATES: [&str; 8] =
+    ["in_review", "approved", "scheduled", "rejected", "applied", "suspended", "cancelled", "expired"];
+
+/// The filters above the list.
+#[component]
+fn Filters(filters: [RwSignal<String>; 3]) -> impl IntoView {
+    let [state, author, pool] = filters;
+    view! {
+        <div class="filters" role="search">
+            <label for="changes-filter-state">"State"</label>
+            <select id="changes-filter-state" on:change=move |ev| state.set(event_target_value(&ev))>
+                <option value="">"any"</option>
+                {STATES.into_iter().map(|s| view! { <option value=s>{s}</option> }).collect_view()}
+            </select>
+            <label for="changes-filter-author">"Author"</label>
+            <input id="changes-filter-author" type="search" prop:value=move || author.get()
+                on:input=move |ev| author.set(event_target_value(&ev))/>
+            <label for="changes-filter-pool">"Pool"</label>
+            <input id="changes-filter-pool" type="search" prop:value=move || pool.get()
+                on:input=move |ev| pool.set(event_target_value(&ev))/>
+        </div>
+    }
 }
 
 /// The change requests, newest first.
@@ -26,18 +64,33 @@ struct Page {
 pub fn Changes() -> impl IntoView {
     let session = expect_context::<CurrentSession>().0;
     let changes: ChangesResource = Resource::new(|| (), |_| list_changes());
+    let flags: FlagsResource = Resource::new(|| (), |_| list_break_glass());
     let said = RwSignal::new(None::<String>);
+    let filters = [RwSignal::new(String::new()), RwSignal::new(String::new()), RwSignal::new(String::new())];
     view! {
         <h1>"Change requests"</h1>
+        <Filters filters/>
         <p id="changes-message" class="notice" role="status" aria-live="polite">{move || said.get()}</p>
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let Some(s) = session.await.ok().flatten() else { return ().into_any() };
-                let page = Page { csrf: StoredValue::new(s.csrf_token), changes, said };
+                let page = Page { csrf: StoredValue::new(s.csrf_token), changes, said, filters };
                 match changes.await {
                     Ok(list) if list.is_empty() => view! { <p id="changes-empty">"No change requests yet."</p> }.into_any(),
-                    Ok(list) => view! { <ChangeTable list user=s.user page/> }.into_any(),
+                    Ok(list) => view! { <ChangeTable list user=s.user role=s.role page/> }.into_any(),
                     Err(e) => view! { <p class="error" role="alert">"Could not load the change requests: " {e.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Transition>
+        <h2>"Break-glass to acknowledge"</h2>
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let Some(s) = session.await.ok().flatten() else { return ().into_any() };
+                let page = Page { csrf: StoredValue::new(s.csrf_token.clone()), changes, said, filters };
+                match flags.await {
+                    Ok(list) if list.is_empty() => view! { <p id="break-glass-empty">"Nothing to acknowledge."</p> }.into_any(),
+                    Ok(list) => view! { <FlagTable list user=s.user may_acknowledge=s.may_export_audit page flags/> }.into_any(),
+                    Err(e) => view! { <p class="error" role="alert">"Could not load the break-glass flags: " {e.to_string()}</p> }.into_any(),
                 }
             })}
         </Transition>
@@ -45,8 +98,81 @@ pub fn Changes() -> impl IntoView {
     .into_any()
 }
 
+type FlagsResource = Resource<Result<Vec<BreakGlass>, ServerFnError>>;
+
+/// Operations made at once on a pool under an approval policy, for an auditor (or admin)
+/// other than who made them to acknowledge with a comment.
+#[component]
+fn FlagTable(
+    list: Vec<BreakGlass>,
+    user: String,
+    may_acknowledge: bool,
+    page: Page,
+    flags: FlagsResource,
+) -> impl IntoView {
+    view! {
+        <div class="card">
+            <table class="grid" id="break-glass">
+                <thead>
+                    <tr>
+                        <th scope="col">"#"</th>
+                        <th scope="col">"When"</th>
+                        <th scope="col">"Pool"</th>
+                        <th scope="col">"What"</th>
+                        <th scope="col">"By"</th>
+                        <th scope="col">"Policy"</th>
+                        <th scope="col">"Acknowledge"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {list.into_iter().map(|f| {
+                        let id = f.id;
+                        let comment = RwSignal::new(String::new());
+                        let busy = RwSignal::new(false);
+                        let mine = f.actor == user;
+                        let acknowledge = move |_| {
+                            let text = comment.get_untracked();
+                            if text.trim().is_empty() {
+                                page.said.set(Some("Not done: say what you checked (a comment is required).".into()));
+                                return;
+                            }
+                            busy.set(true);
+                            let body = serde_json::json!({"comment": text.trim()});
+                            run_then(page, format!("/api/v1/break-glass/{id}/acknowledge"), body,
+                                format!("Break-glass #{id} acknowledged."), busy, move || flags.refetch());
+                        };
+                        view! {
+                            <tr data-flag=id>
+                                <td>{id}</td>
+                                <td>{f.at.clone()}</td>
+                                <td>{f.entity.strip_prefix("pool:").unwrap_or(&f.entity).to_owned()}</td>
+                                <td>{f.action.clone()}</td>
+                                <td>{f.actor.clone()}</td>
+                                <td>{f.policy_scope.clone()}</td>
+                                <td>
+                                    {match (may_acknowledge, mine) {
+                                        (true, false) => view! {
+                                            <label for=format!("flag-comment-{id}")>"Comment"</label>
+                                            <input id=format!("flag-comment-{id}") type="text" maxlength="500"
+                                                prop:value=move || comment.get() on:input=move |ev| comment.set(event_target_value(&ev))/>
+                                            <button type="button" id=format!("flag-ack-{id}") disabled=move || busy.get()
+                                                on:click=acknowledge>"Acknowledge"</button>
+                                        }.into_any(),
+                                        (true, true) => view! { <span>"Yours: another auditor acknowledges it."</span> }.into_any(),
+                                        (false, _) => view! { <span>"For an auditor."</span> }.into_any(),
+                                    }}
+                                </td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+}
+
 /// `A=50, B=30` from a weights list.
-fn weights_text(weights: &serde_json::Value) -> String {
+pub(crate) fn weights_text(weights: &serde_json::Value) -> String {
     weights
         .as_array()
         .map(|list| {
@@ -59,7 +185,7 @@ fn weights_text(weights: &serde_json::Value) -> String {
 }
 
 #[component]
-fn ChangeTable(list: Vec<ChangeRequest>, user: String, page: Page) -> impl IntoView {
+fn ChangeTable(list: Vec<ChangeRequest>, user: String, role: String, page: Page) -> impl IntoView {
     view! {
         <div class="card">
             <table class="grid" id="changes">
@@ -70,6 +196,7 @@ fn ChangeTable(list: Vec<ChangeRequest>, user: String, page: Page) -> impl IntoV
                         <th scope="col">"State"</th>
                         <th scope="col">"By"</th>
                         <th scope="col">"Why"</th>
+                        <th scope="col">"What"</th>
                         <th scope="col">"Weights now → proposed"</th>
                         <th scope="col">"Traffic moved"</th>
                         <th scope="col">"Approvals"</th>
@@ -77,7 +204,7 @@ fn ChangeTable(list: Vec<ChangeRequest>, user: String, page: Page) -> impl IntoV
                     </tr>
                 </thead>
                 <tbody>
-                    {list.into_iter().map(|c| view! { <ChangeRow change=c user=user.clone() page/> }).collect_view()}
+                    {list.into_iter().map(|c| view! { <ChangeRow change=c user=user.clone() role=role.clone() page/> }).collect_view()}
                 </tbody>
             </table>
         </div>
@@ -85,7 +212,7 @@ fn ChangeTable(list: Vec<ChangeRequest>, user: String, page: Page) -> impl IntoV
 }
 
 #[component]
-fn ChangeRow(change: ChangeRequest, user: String, page: Page) -> impl IntoView {
+fn ChangeRow(change: ChangeRequest, user: String, role: String, page: Page) -> impl IntoView {
     let id = change.id;
     let pool = change.entity.strip_prefix("pool:").unwrap_or(&change.entity).to_owned();
     let comment = RwSignal::new(String::new());
@@ -106,16 +233,20 @@ fn ChangeRow(change: ChangeRequest, user: String, page: Page) -> impl IntoView {
         };
         run(page, format!("/api/v1/changes/{id}/{what}"), body, format!("Change request #{id}: {what} done."), busy);
     };
-    let reviewable = change.state == "in_review" && change.author != user;
+    let (row_state, row_author, row_pool) = (change.state.clone(), change.author.clone(), pool.clone());
+    // The server decides (the pool's policy may have changed); the buttons are offered to
+    // those the request names.
+    let reviewable = change.state == "in_review" && change.author != user && change.approver_roles.contains(&role);
     let approved = change.state == "approved";
     let roles = change.approver_roles.join(" or ");
     view! {
-        <tr data-change=id>
+        <tr data-change=id hidden=move || !page.shows(&row_state, &row_author, &row_pool)>
             <td>{id}</td>
             <td><a href=format!("/pools/{pool}")>{pool.clone()}</a></td>
             <td id=format!("change-state-{id}")>{change.state.clone()}</td>
             <td>{change.author.clone()}</td>
             <td>{change.reason.clone()}</td>
+            <td><ChangeDetail change=change.clone()/></td>
             <td>{weights_text(&change.diff["before"])} " → " {weights_text(&change.diff["after"])}</td>
             <td>{change.diff["moved_percent"].as_f64().map(|p| format!("{p} %"))}</td>
             <td id=format!("change-approvals-{id}")>
@@ -142,13 +273,25 @@ fn ChangeRow(change: ChangeRequest, user: String, page: Page) -> impl IntoView {
 
 /// Sends one action; once done, says so and reads the list again; otherwise says why not.
 fn run(page: Page, path: String, body: serde_json::Value, said: String, busy: RwSignal<bool>) {
+    run_then(page, path, body, said, busy, move || page.changes.refetch());
+}
+
+/// Sends one action; once done, says so and calls `then`; otherwise says why not.
+fn run_then(
+    page: Page,
+    path: String,
+    body: serde_json::Value,
+    said: String,
+    busy: RwSignal<bool>,
+    then: impl Fn() + 'static,
+) {
     #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(async move {
         match crate::api::rest::send("POST", &path, &page.csrf.get_value(), &body).await {
             Ok(_) => {
                 page.said.set(Some(said));
                 busy.set(false);
-                page.changes.refetch();
+                then();
             }
             Err(refusal) => {
                 page.said.set(Some(format!("Not done: {}", refusal.message())));
@@ -157,5 +300,101 @@ fn run(page: Page, path: String, body: serde_json::Value, said: String, busy: Rw
         }
     });
     #[cfg(not(feature = "hydrate"))]
-    let _ = (page, path, body, said, busy);
+    let _ = (page, path, body, said, busy, then);
+}
+
+/// What a request changes, as its reviewers see it: its kind, each configuration field
+/// before and after, the engine's preview of both weights, and what a restore undoes.
+#[component]
+fn ChangeDetail(change: ChangeRequest) -> impl IntoView {
+    let id = change.id;
+    let kind = change.operation["kind"].as_str().unwrap_or("?").to_owned();
+    let compact = |v: &serde_json::Value| if v.is_null() { "—".to_owned() } else { v.to_string() };
+    let fields: Vec<(String, String, String)> = change.diff["changes"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|c| (c["field"].as_str().unwrap_or("?").to_owned(), compact(&c["before"]), compact(&c["after"])))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (before, after) = (&change.diff["preview"]["before"], &change.diff["preview"]["after"]);
+    let share = |p: &serde_json::Value, member: &str| -> String {
+        p["members"]
+            .as_array()
+            .and_then(|m| m.iter().find(|x| x["member"] == member))
+            .map(|x| {
+                format!(
+                    "{:.2} % ({}–{} per batch)",
+                    x["share"].as_f64().unwrap_or(0.0) * 100.0,
+                    x["batch_min"],
+                    x["batch_max"]
+                )
+            })
+            .unwrap_or_else(|| "—".to_owned())
+    };
+    let mut members: Vec<String> = Vec::new();
+    for p in [before, after] {
+        for m in p["members"].as_array().into_iter().flatten() {
+            let name = m["member"].as_str().unwrap_or("?").to_owned();
+            if !members.contains(&name) {
+                members.push(name);
+            }
+        }
+    }
+    let rows: Vec<(String, String, String)> =
+        members.into_iter().map(|m| (share(before, &m), share(after, &m), m)).collect();
+    let spread = |p: &serde_json::Value| -> String {
+        let s = &p["spread"];
+        if s.is_null() {
+            return "—".to_owned();
+        }
+        format!(
+            "longest run {} ({}), window deviation {:.2}",
+            s["longest_run"],
+            s["longest_run_member"].as_str().unwrap_or("?"),
+            s["max_window_dev"].as_f64().unwrap_or(0.0)
+        )
+    };
+    let (spread_before, spread_after) = (spread(before), spread(after));
+    let undoes: Vec<String> = change.diff["undoes"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|v| {
+                    format!(
+                        "version {} ({} by {})",
+                        v["version"],
+                        v["action"].as_str().unwrap_or("?"),
+                        v["actor"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    view! {
+        <details id=format!("change-detail-{id}")>
+            <summary>{kind}</summary>
+            <table class="grid">
+                <caption>"Configuration"</caption>
+                <thead><tr><th scope="col">"Field"</th><th scope="col">"Now"</th><th scope="col">"Proposed"</th></tr></thead>
+                <tbody>
+                    {fields.into_iter().map(|(f, b, a)| view! {
+                        <tr><td>{f}</td><td><code>{b}</code></td><td><code>{a}</code></td></tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+            <table class="grid">
+                <caption>"Preview (shares, tickets per batch)"</caption>
+                <thead><tr><th scope="col">"Member"</th><th scope="col">"Now"</th><th scope="col">"Proposed"</th></tr></thead>
+                <tbody>
+                    {rows.into_iter().map(|(b, a, m)| view! {
+                        <tr><td>{m}</td><td>{b}</td><td>{a}</td></tr>
+                    }).collect_view()}
+                    <tr><td>"Ordering"</td><td>{spread_before}</td><td>{spread_after}</td></tr>
+                </tbody>
+            </table>
+            {(!undoes.is_empty()).then(|| view! { <p>"Undoes: " {undoes.join("; ")}</p> })}
+        </details>
+    }
 }

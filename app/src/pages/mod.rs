@@ -7,6 +7,7 @@ pub mod channels;
 pub mod dashboard;
 pub mod login;
 pub mod not_found;
+pub mod pool_history;
 pub mod pool_limits;
 pub mod pools;
 pub mod tenants;

@@ -354,9 +354,24 @@ pub fn submit_change(
                 let _ = window().location().reload();
             }
             // An approval policy applies: the same change goes for review instead.
-            Err(refusal) if refusal.field.as_deref() == Some("policy") && change.what == "weights" => {
-                let mut proposal = _body.clone();
-                proposal["pool"] = _target.pool.clone().into();
+            Err(refusal) if refusal.field.as_deref() == Some("policy") => {
+                let mut operation = _body.clone();
+                if let Some(fields) = operation.as_object_mut() {
+                    fields.remove("reason");
+                    fields.remove("expected_version");
+                    let kind = match change.what {
+                        "members" => "pool.member_add".to_owned(),
+                        "restore" => "pool.restore_version".to_owned(),
+                        what => format!("pool.{what}"),
+                    };
+                    fields.insert("kind".into(), kind.into());
+                }
+                let proposal = serde_json::json!({
+                    "pool": _target.pool.clone(),
+                    "operation": operation,
+                    "reason": _body["reason"].clone(),
+                    "expected_version": _body["expected_version"].clone(),
+                });
                 let text = match crate::api::rest::send("POST", "/api/v1/changes", &_target.csrf, &proposal).await {
                     Ok(request) => format!(
                         "An approval policy applies to this pool: submitted for review as change request #{} \
@@ -388,7 +403,7 @@ pub fn submit_change(
 }
 
 /// One field as the body's only member.
-fn fields_of(name: &str, value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn fields_of(name: &str, value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     let mut fields = serde_json::Map::new();
     fields.insert(name.to_owned(), value);
     fields

@@ -11,6 +11,7 @@ use engine::{BatchSize, Ordering, WeightError, Weights};
 use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, SessionInfo, WeightEntry};
 use crate::components::form::ReasonField;
 use crate::components::layout::CurrentSession;
+use crate::pages::pool_history::PoolHistory;
 use crate::pages::pool_limits::{submit_change, CapsForm, Change, EditTarget, LimitsTable, PeakWindowsForm};
 
 /// Every pool.
@@ -91,6 +92,7 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
     let role = session.as_ref().map(|s| s.role.clone()).unwrap_or_default();
     let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
     let target = EditTarget { pool: pool.name.clone(), version: pool.version, csrf };
+    let history_target = target.clone();
     let channels: Vec<String> = pool.members.iter().map(|m| m.channel.clone()).collect();
     let (weights_editor, limits_editors) = if may_edit {
         (
@@ -129,6 +131,10 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
         <section class="card" aria-labelledby="limits-heading">
             <h2 id="limits-heading">"Peak windows and daily caps"</h2>
             {limits_editors}
+        </section>
+        <section class="card" aria-labelledby="history-heading">
+            <h2 id="history-heading">"Version history"</h2>
+            <PoolHistory target=history_target may_edit/>
         </section>
     }
 }

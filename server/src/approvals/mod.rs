@@ -9,6 +9,8 @@
 //! immediate.
 
 pub mod break_glass;
+pub mod diff;
+pub mod operation;
 pub mod policy;
 pub mod routes;
 pub mod schedule;
@@ -69,59 +71,9 @@ pub fn moved_percent(before: &engine::Weights, after: &engine::Weights) -> f64 {
     (sum / 2.0 * 100.0 * 100.0).round() / 100.0
 }
 
-/// The risk rules of `policy` a change of weights from `before` to `after` meets, in
-/// words: more than `moved_percent_over` % of the traffic moved, or a member carrying more
-/// than `member_share_over` % of it now changed. Each met rule is named; together they add
-/// one approval.
-pub fn risks(policy: &api::changes::Policy, before: &engine::Weights, after: &engine::Weights) -> Vec<String> {
-    let mut met = Vec::new();
-    let moved = moved_percent(before, after);
-    if let Some(limit) = policy.moved_percent_over {
-        if moved > limit {
-            met.push(format!("moves {moved} % of the traffic, more than {limit} %"));
-        }
-    }
-    if let Some(limit) = policy.member_share_over {
-        let weight = |w: &engine::Weights, m: &str| w.index_of(m).map(|i| w.weight(i));
-        for (i, member) in before.members().iter().enumerate() {
-            let share = before.weight(i) as f64 * 100.0 / before.total() as f64;
-            if share > limit && weight(after, member) != Some(before.weight(i)) {
-                met.push(format!("changes {member}, which carries {:.2} % of the traffic, more than {limit} %", share));
-            }
-        }
-    }
-    met
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn policy(moved: Option<f64>, member: Option<f64>) -> api::changes::Policy {
-        api::changes::Policy {
-            scope: "pools".into(),
-            required_approvals: 1,
-            approver_roles: vec!["pm".into()],
-            expires_after_hours: 24,
-            moved_percent_over: moved,
-            member_share_over: member,
-            version: 1,
-            updated_at: String::new(),
-        }
-    }
-
-    #[test]
-    fn risk_rules_name_what_they_met() {
-        let w = |spec: &str| engine::Weights::parse_spec(spec).unwrap();
-        let (before, small, big) = (w("A=45,B=30,C=25"), w("A=45,B=31,C=25"), w("A=5,B=60,C=25"));
-        assert!(risks(&policy(Some(10.0), None), &before, &small).is_empty());
-        assert_eq!(risks(&policy(Some(10.0), None), &before, &big).len(), 1);
-        let heavy = risks(&policy(None, Some(40.0)), &before, &big);
-        assert_eq!(heavy.len(), 1, "{heavy:?}");
-        assert!(heavy[0].contains('A'), "{heavy:?}");
-        assert!(risks(&policy(None, Some(40.0)), &before, &small).is_empty(), "A did not change");
-        assert!(risks(&policy(None, None), &before, &big).is_empty());
-    }
 
     #[test]
     fn moved_traffic_is_half_the_sum_of_the_share_changes() {

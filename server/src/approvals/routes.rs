@@ -1,15 +1,15 @@
 //! `/api/v1/policies` and `/api/v1/changes`: approval policies, and change requests of pool
-//! weights (submit, list, read, approve, reject, apply, cancel).
+//! operations (submit, list, read, edit, approve, reject, apply, schedule, cancel).
 
-use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
+use actix_web::{delete, get, post, put, web, HttpRequest, HttpResponse};
 use api::changes::{ChangeList, ChangeRequest, Policy, PolicyList};
 use chrono::{DateTime, Utc};
-use client::pool::{PoolName, ReweightMode};
-use engine::Weights;
+use client::pool::PoolName;
 use serde::Deserialize;
 
+use super::operation::Operation;
 use super::policy::store::{self as policies, PolicySpec};
-use super::store::{self, WeightsProposal};
+use super::store::{self, Proposal};
 use crate::access::Role;
 use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::http::{actor, expected};
@@ -20,6 +20,7 @@ use crate::state::AppState;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(list_policies)
         .service(put_policy)
+        .service(delete_policy)
         .service(list_changes)
         .service(submit_change)
         .service(get_change)
@@ -141,6 +142,46 @@ pub async fn put_policy(
     Ok(HttpResponse::Ok().json(policy))
 }
 
+/// Why a policy is removed.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRemoval {
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    reason: Option<String>,
+    /// The policy's version.
+    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    expected_version: i64,
+}
+
+/// `DELETE /api/v1/policies/{scope}` with `{"reason", "expected_version"}`: removes a
+/// policy, audited; the pools it covered take direct writes again (or fall under `pools`).
+/// Requests already open keep the terms they were submitted under.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("scope" = String, Path, description = "`pools` (every pool) or `pool:<name>` (one pool; it wins over `pools`)", pattern = "^(pools|pool:[A-Za-z0-9_-]{1,64})$")),
+    responses(
+        (status = 204, description = "Removed and audited"),
+        (status = 400, description = "A malformed scope or body (naming the field), or a missing reason", body = ErrorBody),
+        (status = 404, description = "No policy for that scope", body = ErrorBody),
+        (status = 409, description = "The policy is at another version than `expected_version`", body = ConflictBody),
+    ),
+)]
+#[delete("/api/v1/policies/{scope}")]
+pub async fn delete_policy(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<PolicyRemoval>,
+) -> Result<HttpResponse, ApiError> {
+    let scope = scope(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    policies::delete_policy(&state.db, &who.ctx(), &scope, expected(body.expected_version)?).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
 /// The filters of the list.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -152,12 +193,15 @@ pub struct ChangeQuery {
     /// Only requests about this pool.
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pool: Option<String>,
+    /// Only requests proposed by this person.
+    #[param(min_length = 1, max_length = 200)]
+    author: Option<String>,
 }
 
 const STATES: [&str; 8] =
     ["in_review", "approved", "scheduled", "rejected", "applied", "suspended", "cancelled", "expired"];
 
-/// `GET /api/v1/changes?state=&pool=` → change requests, newest first (at most 200).
+/// `GET /api/v1/changes?state=&pool=&author=` → change requests, newest first (at most 200).
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
@@ -181,23 +225,25 @@ pub async fn list_changes(
         Some(p) => Some(crate::change::Entity::pool_key(PoolName::parse(p)?)),
         None => None,
     };
-    let changes = store::list_requests(&state.db, query.state.as_deref(), entity.as_deref()).await?;
+    if query.author.as_ref().is_some_and(|a| a.is_empty() || a.len() > 200) {
+        return Err(ApiError::bad_request("author", "must be 1..=200 characters"));
+    }
+    let changes =
+        store::list_requests(&state.db, query.state.as_deref(), entity.as_deref(), query.author.as_deref()).await?;
     Ok(HttpResponse::Ok().json(ChangeList { changes }))
 }
 
-/// A proposed change of a pool's weights: the body of `POST /api/v1/pools/{pool}/weights`
-/// and the pool.
+/// A proposed change of a pool: the pool and one operation with the body of its direct
+/// write.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangeBody {
     /// The pool.
     #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pool: String,
-    /// The new weights, as `POST /api/v1/pools/{pool}/weights` takes them.
-    #[schema(value_type = Vec<crate::schema::WeightEntry>, min_items = 1)]
-    weights: Weights,
-    #[schema(value_type = crate::schema::ReweightMode)]
-    mode: ReweightMode,
+    /// What to do, as the direct write takes it, tagged by `kind`: `pool.weights`,
+    /// `pool.member_add`, `pool.peak_windows`, `pool.caps` or `pool.restore_version`.
+    operation: Operation,
     /// Why (1..=500 characters, no control characters): what reviewers read, and the reason
     /// of the change once applied. Required.
     #[schema(value_type = crate::schema::RequiredReason, required = true)]
@@ -208,8 +254,8 @@ pub struct ChangeBody {
     expected_version: i64,
 }
 
-/// `POST /api/v1/changes` with `{"pool", "weights", "mode", "reason", "expected_version"}`:
-/// submits a change request of a pool's weights for review (state `in_review`), with the
+/// `POST /api/v1/changes` with `{"pool", "operation", "reason", "expected_version"}`:
+/// submits a change request of an operation on a pool for review (state `in_review`), with the
 /// diff reviewers see and the content hash their approvals name. It needs the approvals of
 /// the policy that applies to the pool (one by a pm or an admin where none does).
 #[utoipa::path(
@@ -219,9 +265,9 @@ pub struct ChangeBody {
         (status = 201, description = "Submitted for review", body = ChangeRequest),
         (status = 400, description = "A malformed body (naming the field) or a missing reason", body = ErrorBody),
         (status = 403, description = "Not a person signed in (an API token or the configured admin token proposes nothing), or not allowed to edit", body = ErrorBody),
-        (status = 404, description = "Unknown pool", body = ErrorBody),
         (status = 409, description = "The pool is at another configuration version than `expected_version`", body = ConflictBody),
-        (status = 422, description = "Weights the pool cannot take (an unregistered channel, a tier without channels, …), naming the field", body = ErrorBody),
+        (status = 404, description = "Unknown pool, or (a restore) a version its history does not hold", body = ErrorBody),
+        (status = 422, description = "An operation the pool cannot take (an unregistered channel, a tier without channels, a restore naming a disabled channel, …), naming the field", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/changes")]
@@ -234,8 +280,7 @@ pub async fn submit_change(
     super::person_role(&crate::access::principal(&req)?, "proposing a change")?;
     let body = body.into_inner();
     let pool = PoolName::parse(&body.pool)?;
-    let proposal =
-        WeightsProposal { weights: body.weights, mode: body.mode, expected_version: expected(body.expected_version)? };
+    let proposal = Proposal { operation: body.operation, expected_version: expected(body.expected_version)? };
     let request = store::submit(&state.db, &who.ctx(), &pool, &proposal).await?;
     Ok(HttpResponse::Created().json(request))
 }
@@ -431,11 +476,8 @@ pub async fn cancel_change(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditBody {
-    /// The new weights, as `POST /api/v1/pools/{pool}/weights` takes them.
-    #[schema(value_type = Vec<crate::schema::WeightEntry>, min_items = 1)]
-    weights: Weights,
-    #[schema(value_type = crate::schema::ReweightMode)]
-    mode: ReweightMode,
+    /// What to do instead, as `POST /api/v1/changes` takes it.
+    operation: Operation,
     /// Why (1..=500 characters, no control characters): required.
     #[schema(value_type = crate::schema::RequiredReason, required = true)]
     reason: Option<String>,
@@ -445,7 +487,7 @@ pub struct EditBody {
     expected_version: i64,
 }
 
-/// `PUT /api/v1/changes/{id}` with `{"weights", "mode", "reason", "expected_version"}`: its
+/// `PUT /api/v1/changes/{id}` with `{"operation", "reason", "expected_version"}`: its
 /// author replaces the proposal of a request in review, approved, scheduled or suspended.
 /// The content hash changes, so every approval given before no longer counts: the request
 /// is in review again.
@@ -459,7 +501,7 @@ pub struct EditBody {
         (status = 403, description = "Not the request's author, or not a person signed in", body = ErrorBody),
         (status = 404, description = "No such request, or its pool is gone", body = ErrorBody),
         (status = 409, description = "The request is applied, rejected, cancelled or expired (an `ErrorBody` naming `state`), or the pool is at another configuration version than `expected_version` (a `ConflictBody`)", body = crate::schema::ConflictOrDuplicateBody),
-        (status = 422, description = "Weights the pool cannot take, naming the field", body = ErrorBody),
+        (status = 422, description = "An operation the pool cannot take, naming the field", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/changes/{id}")]
@@ -473,8 +515,7 @@ pub async fn edit_change(
     let who = actor(&req, &state, &body.reason, true)?;
     super::person_role(&crate::access::principal(&req)?, "editing a change")?;
     let body = body.into_inner();
-    let proposal =
-        WeightsProposal { weights: body.weights, mode: body.mode, expected_version: expected(body.expected_version)? };
+    let proposal = Proposal { operation: body.operation, expected_version: expected(body.expected_version)? };
     Ok(HttpResponse::Ok().json(store::edit_request(&state.db, &who.ctx(), id, &proposal).await?))
 }
 

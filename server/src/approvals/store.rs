@@ -4,6 +4,7 @@
 
 use api::changes::{ChangeRequest, Policy, Review};
 
+use super::operation::{resolve, Operation};
 use super::policy::store::policy_for;
 use client::pool::{PoolName, ReweightMode};
 use serde_json::{json, Value};
@@ -14,6 +15,7 @@ use crate::change::store::{audit, lock};
 use crate::change::{Ctx, Entity};
 use crate::error::ApiError;
 use crate::http::rfc3339;
+use crate::pools::unknown_pool;
 
 /// Without a policy a request still needs one approval by a pm or an admin, and lives
 /// three days.
@@ -91,19 +93,24 @@ pub async fn get_request(db: &PgPool, id: i64) -> Result<Option<ChangeRequest>, 
     request_in(&mut conn, id, false).await
 }
 
-/// Change requests, newest first (at most 200), optionally in one state and of one entity.
+/// Change requests, newest first (at most 200), optionally in one state, of one entity and
+/// by one author.
 pub async fn list_requests(
     db: &PgPool,
     state: Option<&str>,
     entity: Option<&str>,
+    author: Option<&str>,
 ) -> Result<Vec<ChangeRequest>, sqlx::Error> {
     // Two queries for the whole page: the requests, then all their reviews.
     let rows = sqlx::query(&format!(
         "select {REQUEST_COLUMNS} from change_request
-         where ($1::text is null or state = $1) and ($2::text is null or entity = $2) order by id desc limit 200"
+         where ($1::text is null or state = $1) and ($2::text is null or entity = $2)
+             and ($3::text is null or author = $3)
+         order by id desc limit 200"
     ))
     .bind(state)
     .bind(entity)
+    .bind(author)
     .fetch_all(db)
     .await?;
     let ids = rows.iter().map(|r| r.try_get::<i64, _>("id")).collect::<Result<Vec<_>, _>>()?;
@@ -150,11 +157,12 @@ pub(super) async fn set_state(
     Ok(())
 }
 
-/// A request past its expiry (and still open) becomes `expired`, audited; answers whether
+/// A request past its expiry (and still open or suspended) becomes `expired`, audited; answers whether
 /// it did.
 pub(super) async fn expire_if_due(tx: &mut PgConnection, ctx: &Ctx<'_>, id: i64) -> Result<bool, sqlx::Error> {
     let due: bool = sqlx::query_scalar(
-        "select expires_at <= now() and state in ('in_review', 'approved', 'scheduled') from change_request where id = $1",
+        "select expires_at <= now() and state in ('in_review', 'approved', 'scheduled', 'suspended')
+         from change_request where id = $1",
     )
     .bind(id)
     .fetch_one(&mut *tx)
@@ -173,10 +181,10 @@ pub(super) fn blocked(rule: String) -> ApiError {
     ApiError::Blocked { field: "state".into(), rule }
 }
 
-/// A proposed change of a pool's weights.
-pub struct WeightsProposal {
-    pub weights: engine::Weights,
-    pub mode: ReweightMode,
+/// A proposed operation on a pool, made against its configuration version
+/// `expected_version`.
+pub struct Proposal {
+    pub operation: Operation,
     pub expected_version: i64,
 }
 
@@ -186,39 +194,32 @@ pub struct WeightsProposal {
 async fn proposed(
     tx: &mut PgConnection,
     pool: &PoolName,
-    proposal: &WeightsProposal,
+    proposal: &Proposal,
     reason: &str,
     policy: Option<&Policy>,
     revision: i32,
 ) -> Result<(Value, i64, String, Value), ApiError> {
     let entity = Entity::pool_key(pool);
-    let (current, body) = crate::pools::store::compile_pool(&mut *tx, pool.as_str())
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
+    let (current, body) =
+        crate::pools::store::compile_pool(&mut *tx, pool.as_str()).await?.ok_or_else(|| unknown_pool(pool))?;
     if current != proposal.expected_version {
         return Err(ApiError::Conflict { entity, expected: proposal.expected_version, current });
     }
-    let mut snapshot = crate::pools::parse_pool_body(&body)?;
-    let before = snapshot.weights.clone();
-    crate::pools::set_weights(&mut snapshot, proposal.weights.clone());
-    snapshot.version = 1;
-    snapshot.validate().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
-    let operation = json!({
-        "kind": "pool.weights",
-        "weights": proposal.weights,
-        "mode": proposal.mode.as_str(),
-    });
+    let before = crate::pools::parse_pool_body(&body)?;
+    let (edit, undoes) = resolve(&mut *tx, pool, &proposal.operation, current, &body).await?;
+    let mut after = before.clone();
+    edit.clone().apply(&mut after)?;
+    after.version = before.version;
+    after.validate().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
+    // What reviewers approve is what applies: defaults looked up now are written out.
+    let operation = serde_json::to_value(proposal.operation.pinned(&edit, &before))
+        .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("operation: {e}")))?;
     let content_hash = hex(&crate::access::sha256(
         &json!({"entity": entity, "base_version": current, "operation": operation, "reason": reason,
             "revision": revision})
         .to_string(),
     ));
-    let diff = json!({
-        "before": before,
-        "after": proposal.weights,
-        "moved_percent": super::moved_percent(&before, &proposal.weights),
-        "risk": policy.map(|p| super::risks(p, &before, &proposal.weights)).unwrap_or_default(),
-    });
+    let diff = super::diff::diff(&before, &after, policy, undoes.as_deref());
     Ok((operation, current, content_hash, diff))
 }
 
@@ -238,14 +239,14 @@ fn terms(policy: Option<&Policy>, diff: &Value) -> (Option<String>, i16, Vec<Str
     }
 }
 
-/// Submits a change request for `pool`'s weights (state `in_review`), made against the
-/// pool's current configuration version: 404 unknown pool, 409 a stale version, 422
-/// weights the pool cannot take. Audited (`change.submit`).
+/// Submits a change request of an operation on `pool` (state `in_review`), made against the
+/// pool's current configuration version: 404 unknown pool, 409 a stale version, 422 an
+/// operation the pool cannot take. Audited (`change.submit`).
 pub async fn submit(
     db: &PgPool,
     ctx: &Ctx<'_>,
     pool: &PoolName,
-    proposal: &WeightsProposal,
+    proposal: &Proposal,
 ) -> Result<ChangeRequest, ApiError> {
     let reason = ctx.reason.ok_or_else(|| ApiError::bad_request("reason", "is required"))?;
     let mut tx = db.begin().await?;
@@ -373,9 +374,8 @@ pub async fn review_request(
     Ok(request)
 }
 
-/// Applies an approved request in one transaction with its audit rows: the pool's weights
-/// as the direct write would change them (action `pool.weights`, the reason naming the
-/// request), and the request `applied`. When the pool changed since the request's base
+/// Applies an approved request in one transaction with its audit rows: the pool changed
+/// as the direct write would change it (its action, the reason naming the request), and the request `applied`. When the pool changed since the request's base
 /// version it is `suspended` instead (saying which version the pool is at) and the answer
 /// is 409. Answers the request and what was written.
 pub async fn apply_request(
@@ -430,7 +430,13 @@ pub async fn apply_request(
             }
             None => format!("pool {:?} no longer exists", pool.as_str()),
         };
-        let outcome = json!({"reason": why, "current_version": current});
+        // What changed since, so the author sees what to make the request against now.
+        let since = crate::pools::history::store::versions_after(&mut tx, &pool, request.base_version).await?;
+        let since: Vec<Value> = since
+            .iter()
+            .map(|v| json!({"version": v.version, "action": v.action, "actor": v.actor, "at": v.at}))
+            .collect();
+        let outcome = json!({"reason": why, "current_version": current, "changed_since": since});
         set_state(&mut tx, ctx, id, "suspended", "change.suspend", Some(&outcome), json!({"why": why})).await?;
         tx.commit().await?;
         return Err(ApiError::Conflict {
@@ -439,21 +445,25 @@ pub async fn apply_request(
             current: current.unwrap_or(0),
         });
     }
-    let weights: engine::Weights = serde_json::from_value(request.operation["weights"].clone())
-        .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("change request {id}: weights: {e}")))?;
-    let mode = if request.operation["mode"] == "immediate" { ReweightMode::Immediate } else { ReweightMode::Drain };
-    let reason = format!("change request {id}: {}", request.reason);
+    let operation = Operation::from_stored(id, &request.operation)?;
+    let (_, body) =
+        crate::pools::store::compile_pool(&mut tx, pool.as_str()).await?.ok_or_else(|| unknown_pool(&pool))?;
+    let (edit, _) = resolve(&mut tx, &pool, &operation, request.base_version, &body).await?;
+    let mode = operation.mode();
+    let reason = match &operation {
+        Operation::RestoreVersion { version } => {
+            format!("change request {id}: restores configuration version {version}: {}", request.reason)
+        }
+        _ => format!("change request {id}: {}", request.reason),
+    };
     let change_ctx = Ctx { reason: Some(&reason), ..*ctx };
     let written = crate::pools::store::modify_pool_tx(
         &mut tx,
         &change_ctx,
         &pool,
-        "pool.weights",
+        operation.action(),
         Some(request.base_version),
-        |s| {
-            crate::pools::set_weights(s, weights);
-            Ok(())
-        },
+        |s| edit.apply(s),
     )
     .await?;
     let outcome = json!({"version": written.config_version, "published_version": written.written.version});
@@ -488,12 +498,7 @@ pub async fn cancel_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, role: &str) -> 
 /// current configuration version: a new content hash, so every approval given so far no
 /// longer counts; the request is in review again (from in review, approved, scheduled or
 /// suspended). Audited (`change.edit`, with the old and the new hash).
-pub async fn edit_request(
-    db: &PgPool,
-    ctx: &Ctx<'_>,
-    id: i64,
-    proposal: &WeightsProposal,
-) -> Result<ChangeRequest, ApiError> {
+pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Proposal) -> Result<ChangeRequest, ApiError> {
     let reason = ctx.reason.ok_or_else(|| ApiError::bad_request("reason", "is required"))?;
     let mut tx = db.begin().await?;
     lock(&mut tx, &format!("change:{id}")).await?;

@@ -1,7 +1,8 @@
 //! Job `change_apply`: applies the change requests scheduled for now or earlier, each as
 //! `POST /api/v1/changes/{id}/apply` would (audited with source `schedule`, in the name of
 //! who scheduled it); a request whose pool changed since it was made is suspended, saying
-//! why, and the others still run.
+//! why, and the others still run. Then it expires the open requests past their expiry
+//! (audited as `change.expire` by `change_apply`), so the list says what can still happen.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -20,6 +21,8 @@ pub struct Outcome {
     pub applied: Vec<i64>,
     /// The requests not applied (suspended, expired, short of approvals), and why.
     pub refused: Vec<(i64, String)>,
+    /// The open requests that expired.
+    pub expired: Vec<i64>,
 }
 
 /// One run, at `now` (tests pass their own clock).
@@ -47,5 +50,7 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Ou
             }
         }
     }
+    let ctx = Ctx { actor: "change_apply", source: Source::Schedule, reason: None, request_id: None };
+    outcome.expired = crate::approvals::schedule::store::expire_due(&state.db, &ctx, now).await?;
     Ok(outcome)
 }

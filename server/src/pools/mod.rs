@@ -3,6 +3,7 @@
 //! history; [`store`] holds their SQL (rows, compiling and republishing snapshots).
 
 pub mod draw;
+pub mod edit;
 pub mod history;
 pub mod routes;
 pub mod store;
@@ -184,14 +185,4 @@ pub(crate) async fn change_pool(
 /// 404 for a pool the configuration does not hold.
 pub(crate) fn unknown_pool(pool: &PoolName) -> ApiError {
     ApiError::NotFound(format!("unknown pool {:?}", pool.as_str()))
-}
-
-/// A change of a pool's weights: a channels pool's channels (caps and ejections of members
-/// that leave go with them), or a tiers pool's tiers.
-pub(crate) fn set_weights(s: &mut PoolSnapshot, weights: engine::Weights) {
-    if matches!(s.kind, client::pool::PoolKind::Channels) {
-        s.caps.retain(|m, _| weights.index_of(m).is_some());
-        s.ejected.retain(|m| weights.index_of(m).is_some());
-    }
-    s.weights = weights;
 }

@@ -10,6 +10,7 @@ use engine::{Tier, Weights};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::edit::{MemberAdd, PoolEdit};
 use super::{change_pool, pool_reply, unknown_pool};
 use crate::change::ChangeError;
 use crate::channels::ChannelCode;
@@ -171,8 +172,7 @@ pub async fn update_pool_weights(
     crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let weights = body.weights;
     let reply = change_pool(&state, &pool, "pool.weights", &who, Some(body.expected_version), body.mode, move |s| {
-        super::set_weights(s, weights);
-        Ok(())
+        PoolEdit::Weights(weights).apply(s)
     })
     .await?;
     Ok(HttpResponse::Ok().json(reply))
@@ -231,15 +231,10 @@ pub async fn add_member(
     let who = actor(&req, &state, &body.reason, true)?;
     crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let body = body.into_inner();
-    let channel = crate::channels::store::get_channel(&state.db, &body.channel).await?.ok_or_else(|| {
-        ApiError::Unprocessable {
-            field: "channel".into(),
-            rule: format!("unknown channel {:?}: register it first", body.channel.as_str()),
-        }
-    })?;
-    let weight = body.weight.unwrap_or(channel.base_weight as u64);
-    let code = channel.code.clone();
-    let channel_tier: Option<Tier> = channel.tier.as_deref().and_then(|t| t.parse().ok());
+    let add = {
+        let mut conn = state.db.acquire().await?;
+        MemberAdd::resolve(&mut conn, &body.channel, body.weight, body.tier, body.daily_cap).await?
+    };
     let reply = change_pool(
         &state,
         &pool,
@@ -247,53 +242,7 @@ pub async fn add_member(
         &who,
         Some(body.expected_version),
         ReweightMode::Drain,
-        move |s| {
-            let add = |weights: &Weights| -> Result<Weights, ChangeError> {
-                if weights.index_of(&code).is_some() {
-                    return Err(ChangeError::Invalid {
-                        field: "channel".into(),
-                        rule: format!("{code:?} is already a member"),
-                    });
-                }
-                let mut pairs: Vec<(String, u64)> = weights.iter().map(|(m, w)| (m.to_owned(), w)).collect();
-                pairs.push((code.clone(), weight));
-                Weights::from_integers(pairs)
-                    .map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })
-            };
-            match s.kind {
-                client::pool::PoolKind::Channels => {
-                    if body.tier.is_some() {
-                        return Err(ChangeError::Invalid {
-                            field: "tier".into(),
-                            rule: "only a tiers pool places channels in tiers".into(),
-                        });
-                    }
-                    s.weights = add(&s.weights)?;
-                }
-                client::pool::PoolKind::Tiers => {
-                    let tier = body.tier.or(channel_tier).ok_or_else(|| ChangeError::Invalid {
-                        field: "tier".into(),
-                        rule: "is required: the channel has no tier of its own".into(),
-                    })?;
-                    if s.channels().index_of(&code).is_some() {
-                        return Err(ChangeError::Invalid {
-                            field: "channel".into(),
-                            rule: format!("{code:?} is already a member"),
-                        });
-                    }
-                    let updated = match s.tiers.get(&tier) {
-                        Some(existing) => add(existing)?,
-                        None => Weights::from_integers([(code.clone(), weight)])
-                            .map_err(|e| ChangeError::Invalid { field: "weight".into(), rule: e.to_string() })?,
-                    };
-                    s.tiers.insert(tier, updated);
-                }
-            }
-            if let Some(cap) = body.daily_cap {
-                s.caps.insert(code.clone(), cap);
-            }
-            Ok(())
-        },
+        move |s| PoolEdit::MemberAdd(add).apply(s),
     )
     .await?;
     Ok(HttpResponse::Ok().json(reply))
@@ -441,10 +390,7 @@ pub async fn put_peak_windows(
         &who,
         Some(body.expected_version),
         ReweightMode::Drain,
-        move |s| {
-            s.peak_windows = windows;
-            Ok(())
-        },
+        move |s| PoolEdit::PeakWindows(windows).apply(s),
     )
     .await?;
     Ok(HttpResponse::Ok().json(reply))
@@ -497,8 +443,7 @@ pub async fn put_caps(
     let caps = body.caps;
     let reply =
         change_pool(&state, &pool, "pool.caps", &who, Some(body.expected_version), ReweightMode::Drain, move |s| {
-            s.caps = caps;
-            Ok(())
+            PoolEdit::Caps(caps).apply(s)
         })
         .await?;
     Ok(HttpResponse::Ok().json(reply))

@@ -52,13 +52,13 @@ async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_
     assert_eq!(applied.audit.after.as_ref(), Some(&body));
     assert_eq!(
         (count(&app, "audit").await, count(&app, "outbox").await),
-        (22, 6),
-        "the seed wrote 21 audit rows and 5 outbox rows"
+        (23, 6),
+        "the seed wrote 22 audit rows and 5 outbox rows"
     );
 
     let (status, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!(status, 200);
-    assert_eq!((&report["intact"], &report["rows"], &report["first_broken"]), (&json!(true), &json!(22), &Value::Null));
+    assert_eq!((&report["intact"], &report["rows"], &report["first_broken"]), (&json!(true), &json!(23), &Value::Null));
     assert_eq!(
         (report["head_id"].as_i64(), report["head_hash"].as_str()),
         (Some(applied.audit.id), Some(applied.audit.hash.as_str()))
@@ -73,10 +73,10 @@ async fn each_change_writes_its_snapshot_audit_row_and_outbox_row_and_the_chain_
     assert_eq!(page["rows"][0]["action"], "pool.put");
     assert_eq!(page["next"], Value::Null);
     let (_, by_actor) = app.get_json("/api/v1/audit?actor=demo-seed").await;
-    assert_eq!(by_actor["rows"].as_array().unwrap().len(), 21);
+    assert_eq!(by_actor["rows"].as_array().unwrap().len(), 22);
 
     let csv = app.get("/api/v1/audit.csv").await.text().await.unwrap();
-    assert_eq!(csv.lines().count(), 23, "{csv}");
+    assert_eq!(csv.lines().count(), 24, "{csv}");
     assert!(csv.starts_with("id,at,actor,source,action,entity,"), "{csv}");
 }
 
@@ -125,7 +125,7 @@ async fn audit_rows_cannot_be_changed_and_a_tampered_row_is_reported_by_verify()
     let (_, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!(
         (&report["intact"], &report["rows"], &report["first_broken"], &report["problem"]),
-        (&json!(false), &json!(21), &json!(2), &json!("content"))
+        (&json!(false), &json!(22), &json!(2), &json!("content"))
     );
 }
 

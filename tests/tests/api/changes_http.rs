@@ -58,24 +58,20 @@ async fn post(app: &TestApp, s: &Session, path: &str, body: Value) -> (u16, Valu
     send(app, s, reqwest::Method::POST, path, body).await
 }
 
-/// Weight changes on cn-pay need one approval by a pm or an admin.
+/// The demo seed's policy: changes to cn-pay need one approval by a pm or an admin.
 async fn cn_pay_policy(app: &TestApp, admin: &Session) {
-    let (status, policy) = send(
-        app,
-        admin,
-        reqwest::Method::PUT,
-        "/api/v1/policies/pool:cn-pay",
-        json!({"required_approvals": 1, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
-               "reason": "four eyes on cn-pay", "expected_version": 0}),
-    )
-    .await;
-    assert_eq!((status, policy["version"].as_i64()), (200, Some(1)), "{policy}");
+    let (status, list) = send(app, admin, reqwest::Method::GET, "/api/v1/policies", Value::Null).await;
+    assert_eq!(status, 200, "{list}");
+    let policy = list["policies"].as_array().unwrap().iter().find(|p| p["scope"] == "pool:cn-pay").cloned();
+    let policy = policy.unwrap_or_else(|| panic!("the demo seed's policy on cn-pay: {list}"));
+    assert_eq!((policy["required_approvals"].as_i64(), policy["version"].as_i64()), (Some(1), Some(1)), "{policy}");
+    assert_eq!(policy["approver_roles"], json!(["pm", "admin"]), "{policy}");
 }
 
 fn proposal(alipay: u64, expected_version: i64) -> Value {
-    json!({"pool": "cn-pay", "weights": [{"member": "ALIPAY_A", "weight": alipay}, {"member": "WECHAT_B", "weight": 30},
-           {"member": "UNION_C", "weight": 25}], "mode": "drain", "reason": "gray release of ALIPAY_A",
-           "expected_version": expected_version})
+    json!({"pool": "cn-pay", "operation": {"kind": "pool.weights", "weights": [{"member": "ALIPAY_A", "weight": alipay},
+           {"member": "WECHAT_B", "weight": 30}, {"member": "UNION_C", "weight": 25}], "mode": "drain"},
+           "reason": "gray release of ALIPAY_A", "expected_version": expected_version})
 }
 
 /// Rows in the tables a refused step must leave as they were.
@@ -219,6 +215,11 @@ async fn nobody_approves_their_own_request_a_stale_hash_or_a_rejection_blocks_an
         send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/changes?state=rejected", Value::Null).await;
     let ids: Vec<i64> = listed["changes"].as_array().unwrap().iter().map(|c| c["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, [p]);
+    let (_, by_admin_list) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/changes?author=demo-admin", Value::Null).await;
+    let authors: Vec<&str> =
+        by_admin_list["changes"].as_array().unwrap().iter().map(|c| c["author"].as_str().unwrap()).collect();
+    assert_eq!(authors, ["demo-admin"], "{by_admin_list}");
 }
 
 #[tokio::test]
@@ -254,6 +255,8 @@ async fn a_request_whose_pool_changed_after_it_was_made_is_suspended_not_applied
         send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{id}"), Value::Null).await;
     assert_eq!(read["state"], "suspended", "{read}");
     assert!(read["outcome"]["reason"].as_str().unwrap().contains("version 2"), "{read}");
+    assert_eq!(read["outcome"]["changed_since"][0]["action"], "pool.eject", "what changed since: {read}");
+    assert_eq!(read["outcome"]["changed_since"][0]["actor"], "demo-operator", "{read}");
     let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
     assert_eq!(pool["snapshot"]["weights"][0]["weight"], 45, "the weights did not change");
     let suspended: i64 =
@@ -529,12 +532,80 @@ async fn a_scheduled_request_applies_at_its_time_and_one_whose_pool_moved_is_sus
         send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{id}"), Value::Null).await;
     assert_eq!(read["state"], "suspended", "{read}");
     assert!(read["outcome"]["reason"].as_str().unwrap().contains("version 3"), "{read}");
+
+    // Requests nobody applied (the suspended one too) expire with their time, by the job,
+    // and say so in the trail.
+    let (_, open) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(61, 3)).await;
+    let open_id = open["id"].as_i64().unwrap();
+    let before_expiry = server::jobs::change_apply::run_once(&app.state, chrono::Utc::now()).await.unwrap();
+    assert!(before_expiry.expired.is_empty(), "{before_expiry:?}");
+    let expiry = chrono::Utc::now() + chrono::Duration::hours(73);
+    let swept = server::jobs::change_apply::run_once(&app.state, expiry).await.unwrap();
+    assert_eq!(swept.expired, [id, open_id], "the suspended one and the open one: {swept:?}");
+    let (_, read) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{open_id}"), Value::Null).await;
+    assert_eq!(read["state"], "expired", "{read}");
+    let by: String = sqlx::query_scalar("select actor from audit where entity = $1 and action = 'change.expire'")
+        .bind(format!("change:{open_id}"))
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
+    assert_eq!(by, "change_apply");
 }
 
 #[tokio::test]
 async fn a_change_that_moves_much_traffic_or_touches_a_heavy_member_needs_one_more_approval() {
-    // Arrange: one approval, one more above 10 % moved or for a member above 40 %
+    // Arrange: one approval, one more above 10 % moved or for a member above 40 %, for
+    // every pool (the demo's own policy on cn-pay, which would win, is removed)
     let (app, s) = app().await;
+    let removal = json!({"reason": "one policy for all pools", "expected_version": 1});
+    let (status, refused) =
+        send(&app, &s["demo-pm"], reqwest::Method::DELETE, "/api/v1/policies/pool:cn-pay", removal.clone()).await;
+    assert_eq!(status, 403, "only those who manage access remove a policy: {refused}");
+    let (status, _) =
+        send(&app, &s["demo-admin"], reqwest::Method::DELETE, "/api/v1/policies/pool:cn-pay", removal.clone()).await;
+    assert_eq!(status, 204);
+    let (status, _) =
+        send(&app, &s["demo-admin"], reqwest::Method::DELETE, "/api/v1/policies/pool:cn-pay", removal).await;
+    assert_eq!(status, 404, "removed already");
+    let removed: i64 = sqlx::query_scalar(
+        "select count(*) from audit where entity = 'policy:pool:cn-pay' and action = 'policy.delete'",
+    )
+    .fetch_one(&app.state.db)
+    .await
+    .unwrap();
+    assert_eq!(removed, 1);
+    let (_, open) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/break-glass?acknowledged=false", Value::Null)
+            .await;
+    assert_eq!(
+        (open["flags"][0]["action"].as_str(), open["flags"][0]["entity"].as_str()),
+        (Some("policy.delete"), Some("policy:pool:cn-pay")),
+        "one person switching four-eyes off is for an auditor to acknowledge: {open}"
+    );
+    let stale = json!({"reason": "again", "expected_version": 7});
+    let (status, _) = send(
+        &app,
+        &s["demo-admin"],
+        reqwest::Method::PUT,
+        "/api/v1/policies/pool:cn-pay",
+        json!({"required_approvals": 1, "approver_roles": ["pm"], "expires_after_hours": 1, "reason": "back",
+               "expected_version": 0}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) =
+        send(&app, &s["demo-admin"], reqwest::Method::DELETE, "/api/v1/policies/pool:cn-pay", stale).await;
+    assert_eq!(status, 409, "a stale version");
+    let (status, _) = send(
+        &app,
+        &s["demo-admin"],
+        reqwest::Method::DELETE,
+        "/api/v1/policies/pool:cn-pay",
+        json!({"reason": "for the risk rules", "expected_version": 1}),
+    )
+    .await;
+    assert_eq!(status, 204);
     let (status, policy) = send(
         &app,
         &s["demo-admin"],
@@ -547,8 +618,9 @@ async fn a_change_that_moves_much_traffic_or_touches_a_heavy_member_needs_one_mo
     assert_eq!((status, policy["moved_percent_over"].as_f64()), (200, Some(10.0)), "{policy}");
 
     // Act: a small change of a light member, and a large one that also touches ALIPAY_A (45 %)
-    let small = json!({"pool": "cn-pay", "weights": [{"member": "ALIPAY_A", "weight": 45}, {"member": "WECHAT_B", "weight": 31},
-        {"member": "UNION_C", "weight": 25}], "mode": "drain", "reason": "nudge", "expected_version": 1});
+    let small = json!({"pool": "cn-pay", "operation": {"kind": "pool.weights", "weights": [{"member": "ALIPAY_A", "weight": 45},
+        {"member": "WECHAT_B", "weight": 31}, {"member": "UNION_C", "weight": 25}], "mode": "drain"},
+        "reason": "nudge", "expected_version": 1});
     let (_, light) = post(&app, &s["demo-pm"], "/api/v1/changes", small).await;
     let (_, heavy) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(5, 1)).await;
 
@@ -567,4 +639,122 @@ async fn a_change_that_moves_much_traffic_or_touches_a_heavy_member_needs_one_mo
     )
     .await;
     assert_eq!(one["state"], "in_review", "one of two: {one}");
+}
+
+/// Submits `operation` on cn-pay made against `version`, has pm-two approve it and its
+/// author apply it: the applied request.
+async fn through(app: &TestApp, s: &HashMap<String, Session>, operation: Value, version: i64) -> Value {
+    let body =
+        json!({"pool": "cn-pay", "operation": operation, "reason": "reviewed change", "expected_version": version});
+    let (status, request) = post(app, &s["demo-pm"], "/api/v1/changes", body).await;
+    assert_eq!(status, 201, "{request}");
+    let id = request["id"].as_i64().unwrap();
+    let hash = json!({"content_hash": request["content_hash"]});
+    let (status, approved) = post(app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), hash).await;
+    assert_eq!((status, approved["state"].as_str()), (200, Some("approved")), "{approved}");
+    let (status, applied) = post(app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+    assert_eq!((status, applied["state"].as_str()), (200, Some("applied")), "{applied}");
+    applied
+}
+
+#[tokio::test]
+async fn caps_windows_members_and_restores_go_through_requests_and_apply_as_the_direct_writes_would() {
+    // Arrange: the policy refuses every direct write; a channel to add
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let (status, _) = post(
+        &app,
+        &s["demo-admin"],
+        "/api/v1/channels",
+        json!({"code": "NEW_D", "name": "new acquirer", "base_weight": 10, "reason": "onboarding"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (put, post_) = (reqwest::Method::PUT, reqwest::Method::POST);
+    for (method, path, body) in [
+        (
+            put.clone(),
+            "/api/v1/pools/cn-pay/caps",
+            json!({"caps": {"ALIPAY_A": 1000}, "reason": "x", "expected_version": 1}),
+        ),
+        (put, "/api/v1/pools/cn-pay/peak_windows", json!({"peak_windows": [], "reason": "x", "expected_version": 1})),
+        (
+            post_.clone(),
+            "/api/v1/pools/cn-pay/members",
+            json!({"channel": "NEW_D", "reason": "x", "expected_version": 1}),
+        ),
+        (post_, "/api/v1/pools/cn-pay/restore", json!({"version": 1, "reason": "x", "expected_version": 1})),
+    ] {
+        let (status, refused) = send(&app, &s["demo-pm"], method, path, body).await;
+        assert_eq!((status, refused["field"].as_str()), (409, Some("policy")), "{path}: {refused}");
+    }
+
+    // Act: caps, peak windows and a new member, each reviewed; then back to version 1
+    let caps = through(&app, &s, json!({"kind": "pool.caps", "caps": {"ALIPAY_A": 1000}}), 1).await;
+    let windows =
+        json!({"kind": "pool.peak_windows", "peak_windows": [{"start": "19:00", "end": "23:00", "multiplier": 2}]});
+    through(&app, &s, windows, 2).await;
+    let added = through(&app, &s, json!({"kind": "pool.member_add", "channel": "NEW_D", "weight": 5}), 3).await;
+    let (_, before_restore) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
+    let restored = through(&app, &s, json!({"kind": "pool.restore_version", "version": 1}), 4).await;
+
+    // Assert: what reviewers saw, and what each apply wrote
+    let changed: Vec<&str> =
+        caps["diff"]["changes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert_eq!(changed, ["caps"], "{caps}");
+    assert_eq!(caps["diff"]["changes"][0]["after"]["ALIPAY_A"], 1000);
+    assert_eq!(added["diff"]["preview"]["after"]["members"][3]["member"], "NEW_D", "{added}");
+    assert_eq!(before_restore["snapshot"]["weights"][3], json!({"member": "NEW_D", "weight": 5}));
+    assert_eq!(before_restore["snapshot"]["peak_windows"][0]["multiplier"], 2, "{before_restore}");
+    assert_eq!(before_restore["snapshot"]["caps"]["ALIPAY_A"], 1000, "{before_restore}");
+    let undone: Vec<i64> =
+        restored["diff"]["undoes"].as_array().unwrap().iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(undone, [2, 3, 4], "{restored}");
+    let (_, history) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay/versions", Value::Null).await;
+    assert_eq!(history["version"], 5, "{history}");
+    let body_of = |v: i64| {
+        history["versions"].as_array().unwrap().iter().find(|h| h["version"] == v).unwrap()["snapshot"].clone()
+    };
+    assert_eq!(body_of(5), body_of(1), "the restore equals version 1");
+    let (_, audit) =
+        send(&app, &s["demo-auditor"], reqwest::Method::GET, "/api/v1/audit?entity=pool:cn-pay&limit=10", Value::Null)
+            .await;
+    let actions: Vec<&str> = audit["rows"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    for action in ["pool.caps", "pool.peak_windows", "pool.member_add", "pool.restore_version"] {
+        assert!(actions.contains(&action), "{action} in {actions:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_to_restore_a_version_naming_a_disabled_channel_is_refused_and_changes_nothing() {
+    // Arrange: version 2 holds NEW_D; version 3 drops it again; NEW_D is then disabled
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let channel = json!({"code": "NEW_D", "name": "new acquirer", "base_weight": 10, "reason": "onboarding"});
+    assert_eq!(post(&app, &s["demo-admin"], "/api/v1/channels", channel).await.0, 201);
+    let added = through(&app, &s, json!({"kind": "pool.member_add", "channel": "NEW_D"}), 1).await;
+    assert_eq!(added["operation"]["weight"], 10, "the default weight reviewers saw is written out: {added}");
+    let weights = json!({"kind": "pool.weights", "mode": "drain", "weights": [{"member": "ALIPAY_A", "weight": 45},
+        {"member": "WECHAT_B", "weight": 30}, {"member": "UNION_C", "weight": 25}]});
+    through(&app, &s, weights, 2).await;
+    let (status, _) =
+        post(&app, &s["demo-operator"], "/api/v1/channels/NEW_D/disable", json!({"reason": "acquirer down"})).await;
+    assert_eq!(status, 200);
+    let before = footprint(&app).await;
+
+    // Act
+    let body = json!({"pool": "cn-pay", "operation": {"kind": "pool.restore_version", "version": 2},
+        "reason": "back", "expected_version": 3});
+    let (status, refused) = post(&app, &s["demo-pm"], "/api/v1/changes", body).await;
+    let unknown = json!({"pool": "cn-pay", "operation": {"kind": "pool.restore_version", "version": 99},
+        "reason": "back", "expected_version": 3});
+    let (status_unknown, _) = post(&app, &s["demo-pm"], "/api/v1/changes", unknown).await;
+
+    // Assert
+    assert_eq!((status, refused["field"].as_str()), (422, Some("version")), "{refused}");
+    assert!(refused["rule"].as_str().unwrap().contains("NEW_D"), "{refused}");
+    assert_eq!(status_unknown, 404);
+    assert_eq!(footprint(&app).await, before, "a refused request leaves nothing behind");
 }

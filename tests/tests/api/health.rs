@@ -125,11 +125,11 @@ async fn demo_seed_twice_changes_nothing_the_second_time() {
     assert!(first.created.iter().any(|e| e == "pool:cn-pay"), "{:?}", first.created);
     assert_eq!(
         first.created.len(),
-        21,
-        "8 channels, 2 pools, 3 plans, 2 tenants, 1 grant, 5 users: {:?}",
+        22,
+        "8 channels, 2 pools, 1 policy, 3 plans, 2 tenants, 1 grant, 5 users: {:?}",
         first.created
     );
-    assert_eq!(second.kept.len(), 21);
+    assert_eq!(second.kept.len(), 22);
     assert!(second.created.is_empty());
     assert_eq!(server::change::store::count_for(&app.state.db, "pool:cn-pay").await.unwrap(), 1);
 }

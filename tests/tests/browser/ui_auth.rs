@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use integration::browser::Browser;
-use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, text};
+use integration::ui::{
+    api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, text, without_demo_policy,
+};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
@@ -129,6 +131,7 @@ async fn an_auditor_and_a_viewer_see_the_audit_page_as_their_role_allows() {
 #[tokio::test]
 async fn a_pm_changes_weights_and_a_stale_edit_names_the_current_version() {
     let (app, passwords) = app().await;
+    without_demo_policy(&app).await;
     let browser = Browser::start().await.expect("headless chromium");
     let c = &browser.client;
     sign_in(c, &app, "demo-pm", &passwords["demo-pm"]).await;

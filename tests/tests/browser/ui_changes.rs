@@ -1,6 +1,8 @@
 //! Change requests in headless Chromium: under an approval policy, a pm's change of weights
 //! goes for review instead of applying; a second pm approves and applies it on the Changes
-//! page; Redis gets the new version and the audit trail names both people.
+//! page; Redis gets the new version and the audit trail names both people. A restore from
+//! the pool's version history goes for review likewise, and an auditor acknowledges a
+//! break-glass ejection on the Changes page.
 
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ async fn wait_text(c: &Client, id: &str, expected: &str) {
 
 #[tokio::test]
 async fn a_pm_proposes_weights_a_second_pm_approves_and_applies_and_the_audit_names_both() {
-    // Arrange: a policy on cn-pay and a second pm, made by an admin through the API
+    // Arrange: the demo's policy on cn-pay, and a second pm made by an admin through the API
     let (app, passwords) = app_with_users(true).await;
     let (cookie, csrf) = api_session(&app, "demo-admin", &passwords["demo-admin"]).await;
     let admin = |method: reqwest::Method, path: &str, body: Value| {
@@ -37,15 +39,6 @@ async fn a_pm_proposes_weights_a_second_pm_approves_and_applies_and_the_audit_na
             .json(&body)
             .send()
     };
-    let policy = admin(
-        reqwest::Method::PUT,
-        "/api/v1/policies/pool:cn-pay",
-        json!({"required_approvals": 1, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
-               "reason": "four eyes on cn-pay", "expected_version": 0}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(policy.status(), 200);
     let created: Value = admin(reqwest::Method::POST, "/api/v1/users", json!({"name": "pm-two", "role": "pm"}))
         .await
         .unwrap()
@@ -107,5 +100,64 @@ async fn a_pm_proposes_weights_a_second_pm_approves_and_applies_and_the_audit_na
             ("change.apply", "pm-two")
         ]
     );
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_pm_restores_a_version_from_the_history_as_a_request_and_an_auditor_acknowledges_a_break_glass() {
+    // Arrange: an operator ejects a member of cn-pay at once (break-glass under the policy)
+    let (app, passwords) = app_with_users(true).await;
+    let (cookie, csrf) = api_session(&app, "demo-operator", &passwords["demo-operator"]).await;
+    let ejected = app
+        .request(reqwest::Method::POST, "/api/v1/pools/cn-pay/members/UNION_C/eject")
+        .header("cookie", &cookie)
+        .header("x-csrf-token", &csrf)
+        .header("origin", &app.address)
+        .json(&json!({"reason": "acquirer down", "expected_version": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ejected.status(), 200);
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+
+    // Act: the pm restores version 1 from the pool's history
+    sign_in(c, &app, "demo-pm", &passwords["demo-pm"]).await;
+    c.goto(&format!("{}/pools/cn-pay", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("pool-history")).await.expect("the history");
+    hydrated(c).await;
+    let history = c.find(Locator::Id("pool-history")).await.unwrap().text().await.unwrap();
+    assert!(history.contains("pool.eject") && history.contains("demo-operator"), "{history}");
+    assert!(c.find(Locator::Id("restore-2")).await.is_err(), "the current version is not offered");
+    c.find(Locator::Id("restore-reason")).await.unwrap().send_keys("back to the seed").await.unwrap();
+    c.find(Locator::Id("restore-1")).await.unwrap().click().await.unwrap();
+    let said = wait_for_text(c, "restore-message").await;
+    screenshot(c, "restore-submitted").await;
+    sign_out(c).await;
+
+    // An auditor reads the request and acknowledges the ejection
+    sign_in(c, &app, "demo-auditor", &passwords["demo-auditor"]).await;
+    c.goto(&format!("{}/changes", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("break-glass")).await.expect("the flags");
+    hydrated(c).await;
+    c.find(Locator::Css("#change-detail-1 summary")).await.unwrap().click().await.unwrap();
+    let detail = c.find(Locator::Id("change-detail-1")).await.unwrap().text().await.unwrap();
+    let flag = c.find(Locator::Css("#break-glass tr[data-flag]")).await.unwrap();
+    let id = flag.attr("data-flag").await.unwrap().unwrap();
+    c.find(Locator::Id(&format!("flag-comment-{id}"))).await.unwrap().send_keys("outage confirmed").await.unwrap();
+    c.find(Locator::Id(&format!("flag-ack-{id}"))).await.unwrap().click().await.unwrap();
+    let acknowledged = wait_for_text(c, "changes-message").await;
+    screenshot(c, "break-glass-acknowledged").await;
+
+    // Assert
+    assert!(said.contains("change request #1"), "{said}");
+    assert!(detail.contains("pool.restore_version") && detail.contains("Undoes: version 2"), "{detail}");
+    assert!(acknowledged.contains("acknowledged"), "{acknowledged}");
+    let by: Option<String> = sqlx::query_scalar("select acknowledged_by from break_glass where id = $1")
+        .bind(id.parse::<i64>().unwrap())
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
+    assert_eq!(by.as_deref(), Some("demo-auditor"));
     browser.close().await;
 }

@@ -10,11 +10,14 @@ use engine::preview::preview;
 use engine::{BatchSize, Ordering, Weights};
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text, wait_for_text};
+use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text, wait_for_text, without_demo_policy};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
-    app_with_users(true).await
+    let (app, passwords) = app_with_users(true).await;
+    // Direct writes: the editors' own saves (the change-request path is ui_changes').
+    without_demo_policy(&app).await;
+    (app, passwords)
 }
 
 async fn pool_page(c: &Client, app: &TestApp, pool: &str) {

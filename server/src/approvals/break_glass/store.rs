@@ -42,19 +42,40 @@ pub async fn flag(
     let Some(policy) = crate::approvals::policy::store::policy_for(&mut *tx, pool).await? else {
         return Ok(());
     };
-    let entity = crate::change::Entity::pool_key(pool);
+    insert(tx, ctx, &crate::change::Entity::pool_key(pool), action, &policy.scope, audit_id).await
+}
+
+/// In the transaction removing the approval policy of `scope` (its audit row `audit_id`):
+/// one person switched four-eyes off, so an auditor acknowledges it afterwards.
+pub async fn flag_policy_removal(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    scope: &str,
+    audit_id: i64,
+) -> Result<(), sqlx::Error> {
+    insert(tx, ctx, &format!("policy:{scope}"), "policy.delete", scope, audit_id).await
+}
+
+async fn insert(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    entity: &str,
+    action: &str,
+    scope: &str,
+    audit_id: i64,
+) -> Result<(), sqlx::Error> {
     let id: i64 = sqlx::query_scalar(
         "insert into break_glass (audit_id, entity, action, actor, policy_scope) values ($1, $2, $3, $4, $5)
          returning id",
     )
     .bind(audit_id)
-    .bind(&entity)
+    .bind(entity)
     .bind(action)
     .bind(ctx.actor)
-    .bind(&policy.scope)
+    .bind(scope)
     .fetch_one(&mut *tx)
     .await?;
-    let after = json!({"audit_id": audit_id, "entity": entity, "action": action, "policy": policy.scope});
+    let after = json!({"audit_id": audit_id, "entity": entity, "action": action, "policy": scope});
     audit(tx, ctx, &format!("break_glass:{id}"), "break_glass.flag", None, Some(&after)).await?;
     Ok(())
 }

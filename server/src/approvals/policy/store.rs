@@ -101,3 +101,26 @@ pub async fn put_policy(
     tx.commit().await?;
     Ok(after)
 }
+
+/// Removes the policy of `scope` (at version `expected_version`), audited (`policy.delete`,
+/// with the policy as it was) and flagged for an auditor to acknowledge (one person switched
+/// four-eyes off): 404 when there is none, 409 at another version. Requests already open
+/// keep the terms they were submitted under.
+pub async fn delete_policy(db: &PgPool, ctx: &Ctx<'_>, scope: &str, expected_version: i64) -> Result<(), ApiError> {
+    let mut tx = db.begin().await?;
+    let entity = format!("policy:{scope}");
+    lock(&mut tx, &entity).await?;
+    let row = sqlx::query(&format!("delete from approval_policy where scope = $1 returning {POLICY_COLUMNS}"))
+        .bind(scope)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let before =
+        row.as_ref().map(policy).transpose()?.ok_or_else(|| ApiError::NotFound(format!("no policy {scope:?}")))?;
+    if before.version != expected_version {
+        return Err(ApiError::Conflict { entity, expected: expected_version, current: before.version });
+    }
+    let audit_id = audit(&mut tx, ctx, &entity, "policy.delete", Some(&json!(before)), None).await?;
+    crate::approvals::break_glass::store::flag_policy_removal(&mut tx, ctx, scope, audit_id).await?;
+    tx.commit().await?;
+    Ok(())
+}

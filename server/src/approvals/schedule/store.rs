@@ -79,3 +79,34 @@ pub async fn due_requests(db: &PgPool, now: chrono::DateTime<chrono::Utc>) -> Re
     .fetch_all(db)
     .await
 }
+
+/// Expires every open request (in review, approved, scheduled or suspended) whose expiry is `now` or
+/// earlier, each in its own transaction with its audit row (`change.expire`); answers
+/// their numbers. A request applied or edited meanwhile is left alone.
+pub async fn expire_due(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<i64>, sqlx::Error> {
+    const OPEN: &str = "state in ('in_review', 'approved', 'scheduled', 'suspended') and expires_at <= $1";
+    let due: Vec<i64> = sqlx::query_scalar(&format!("select id from change_request where {OPEN} order by id"))
+        .bind(now)
+        .fetch_all(db)
+        .await?;
+    let mut expired = Vec::new();
+    for id in due {
+        let mut tx = db.begin().await?;
+        lock(&mut tx, &format!("change:{id}")).await?;
+        let still: bool = sqlx::query_scalar(&format!("select {OPEN} from change_request where id = $2 for update"))
+            .bind(now)
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if still {
+            set_state(&mut tx, ctx, id, "expired", "change.expire", None, json!({})).await?;
+            expired.push(id);
+        }
+        tx.commit().await?;
+    }
+    Ok(expired)
+}

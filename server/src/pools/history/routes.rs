@@ -80,9 +80,6 @@ pub async fn restore_pool(
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     crate::approvals::refuse_direct_write(&state.db, &pool).await?;
-    if body.version < 1 {
-        return Err(ApiError::bad_request("version", "must be a configuration version (1 or more)"));
-    }
     let expected_version = expected(body.expected_version)?;
     // The audit row says which version came back, beside the caller's reason.
     let reason = format!("restores configuration version {}: {}", body.version, who.reason.as_deref().unwrap_or(""));

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use client::pool::PoolName;
 use serde_json::{json, Value};
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use crate::change::store::lock;
 use crate::change::{check_version, ChangeError, Ctx};
@@ -47,11 +47,8 @@ pub async fn pool_history(db: &PgPool, pool: &PoolName) -> Result<Option<api::po
 
 /// Makes a new configuration version of `pool` equal to its recorded version `version`
 /// (made against the configuration version `expected_version`), audited and published as
-/// any other change. Refused, changing nothing: an unknown pool or version (404), the
-/// current version (422), a version naming a channel that is no longer registered or is
-/// disabled (422, field `version`). The pool's own ejections are operations, not
-/// configuration: the members ejected now stay ejected (those of version N that are not
-/// ejected now are not ejected again). Answers what was written and the versions undone.
+/// any other change. Refused, changing nothing: see [`restored`]. Answers what was written
+/// and the versions undone.
 pub async fn restore_pool(
     db: &PgPool,
     ctx: &Ctx<'_>,
@@ -66,6 +63,33 @@ pub async fn restore_pool(
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
     check_version(&entity, Some(expected_version), current)?;
+    let (body, undoes) = restored(&mut tx, pool, version, current, &current_body).await?;
+    let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.restore_version", &body, Some(current)).await?;
+    tx.commit().await?;
+    Ok((written, undoes))
+}
+
+/// The configured body a restore of `pool` (now at configuration version `current`, with
+/// body `current_body`) to its recorded version `version` writes, and the versions it
+/// undoes, oldest first. Refused: an unknown version (404), the current version (422), a
+/// version naming a channel that is no longer registered or is disabled (422, field
+/// `version`). The pool's own ejections are operations, not configuration: the members
+/// ejected now stay ejected (those of version N that are not ejected now are not ejected
+/// again). The caller holds the pool's lock.
+pub(crate) async fn restored(
+    tx: &mut PgConnection,
+    pool: &PoolName,
+    version: i64,
+    current: i64,
+    current_body: &Value,
+) -> Result<(Value, Vec<api::pools::PoolVersion>), ChangeError> {
+    let entity = crate::change::Entity::pool_key(pool);
+    if version < 1 {
+        return Err(ChangeError::Malformed {
+            field: "version".into(),
+            rule: "must be a configuration version (1 or more)".into(),
+        });
+    }
     if version == current {
         return Err(invalid("version", format!("{version} is the pool's current configuration version")));
     }
@@ -81,7 +105,7 @@ pub async fn restore_pool(
     let snapshot = parse_pool_body(&body)?;
     let channels = snapshot.channels();
     let ejected_now: Vec<String> =
-        parse_pool_body(&current_body)?.ejected.into_iter().filter(|m| channels.index_of(m).is_some()).collect();
+        parse_pool_body(current_body)?.ejected.into_iter().filter(|m| channels.index_of(m).is_some()).collect();
     match body.as_object_mut() {
         Some(object) if ejected_now.is_empty() => {
             object.remove("ejected");
@@ -116,17 +140,25 @@ pub async fn restore_pool(
         }
     }
     // The version being replaced is in the history before the restore reads what it undoes.
-    record_config(&mut tx, pool.as_str(), None).await?;
-    let undone = sqlx::query(
+    record_config(&mut *tx, pool.as_str(), None).await?;
+    let undoes = versions_after(tx, pool, version).await?;
+    Ok((body, undoes))
+}
+
+/// The recorded configuration versions of `pool` after `version`, oldest first: what
+/// changed since.
+pub(crate) async fn versions_after(
+    tx: &mut PgConnection,
+    pool: &PoolName,
+    version: i64,
+) -> Result<Vec<api::pools::PoolVersion>, sqlx::Error> {
+    let rows = sqlx::query(
         "select config_version, created_at, actor, action, body from config_history
          where entity = $1 and config_version > $2 order by config_version",
     )
-    .bind(&entity)
+    .bind(crate::change::Entity::pool_key(pool))
     .bind(version)
     .fetch_all(&mut *tx)
     .await?;
-    let undoes = undone.iter().map(pool_version).collect::<Result<Vec<_>, _>>()?;
-    let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.restore_version", &body, Some(current)).await?;
-    tx.commit().await?;
-    Ok((written, undoes))
+    rows.iter().map(pool_version).collect()
 }

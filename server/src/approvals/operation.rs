@@ -1,0 +1,174 @@
+//! The operations a change request carries: each the body of the direct write it stands
+//! for (without `reason` and `expected_version`, which are the request's), tagged by
+//! `kind`, the audit action it is written as once applied.
+
+use std::collections::BTreeMap;
+
+use client::pool::{PoolName, PoolSnapshot, ReweightMode};
+use engine::{Tier, Weights};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::PgConnection;
+
+use crate::channels::ChannelCode;
+use crate::error::ApiError;
+use crate::pools::edit::{MemberAdd, PoolEdit};
+
+/// One operation on a pool, as the direct write's body.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum Operation {
+    /// `POST /api/v1/pools/{pool}/weights`: new weights, `drain` or `immediate`.
+    #[serde(rename = "pool.weights")]
+    Weights {
+        #[schema(value_type = Vec<crate::schema::WeightEntry>, min_items = 1)]
+        weights: Weights,
+        #[schema(value_type = crate::schema::ReweightMode)]
+        mode: ReweightMode,
+    },
+    /// `POST /api/v1/pools/{pool}/members`: a registered channel joins.
+    #[serde(rename = "pool.member_add")]
+    MemberAdd {
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+        channel: ChannelCode,
+        /// Default: the channel's base weight.
+        #[serde(
+            default,
+            deserialize_with = "crate::inputs::optional_integer",
+            skip_serializing_if = "Option::is_none"
+        )]
+        weight: Option<u64>,
+        /// A tiers pool's tier for it; default: the channel's own tier.
+        #[schema(value_type = Option<crate::schema::Tier>)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tier: Option<Tier>,
+        /// Most draws per local day.
+        #[schema(minimum = 1)]
+        #[serde(
+            default,
+            deserialize_with = "crate::inputs::optional_integer",
+            skip_serializing_if = "Option::is_none"
+        )]
+        daily_cap: Option<u64>,
+    },
+    /// `PUT /api/v1/pools/{pool}/peak_windows`: new peak windows.
+    #[serde(rename = "pool.peak_windows")]
+    PeakWindows {
+        #[schema(value_type = Vec<crate::schema::PeakWindowEntry>)]
+        peak_windows: Vec<engine::peak::PeakWindow>,
+    },
+    /// `PUT /api/v1/pools/{pool}/caps`: new per-member daily caps.
+    #[serde(rename = "pool.caps")]
+    Caps {
+        #[serde(deserialize_with = "crate::inputs::integer_values")]
+        #[schema(value_type = BTreeMap<String, crate::schema::Cap>)]
+        caps: BTreeMap<String, u64>,
+    },
+    /// `POST /api/v1/pools/{pool}/restore`: a new version equal to an earlier one.
+    #[serde(rename = "pool.restore_version")]
+    RestoreVersion {
+        /// The configuration version to return to.
+        #[schema(minimum = 1)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        version: i64,
+    },
+}
+
+impl Operation {
+    /// The audit action of the write it makes.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Operation::Weights { .. } => "pool.weights",
+            Operation::MemberAdd { .. } => "pool.member_add",
+            Operation::PeakWindows { .. } => "pool.peak_windows",
+            Operation::Caps { .. } => "pool.caps",
+            Operation::RestoreVersion { .. } => "pool.restore_version",
+        }
+    }
+
+    /// How it reaches the tickets already in the pool: a weights change says; every other
+    /// change drains.
+    pub fn mode(&self) -> ReweightMode {
+        match self {
+            Operation::Weights { mode, .. } => *mode,
+            _ => ReweightMode::Drain,
+        }
+    }
+
+    /// The operation with the defaults `edit` looked up written out (a new member's weight,
+    /// and its tier in a tiers pool), so that what is applied later is what reviewers saw,
+    /// whatever the channel registry says by then.
+    pub fn pinned(&self, edit: &PoolEdit, pool: &PoolSnapshot) -> Operation {
+        match (self, edit) {
+            (Operation::MemberAdd { channel, daily_cap, tier, .. }, PoolEdit::MemberAdd(add)) => {
+                let tier = match pool.kind {
+                    client::pool::PoolKind::Tiers => tier.or(add.channel_tier),
+                    client::pool::PoolKind::Channels => *tier,
+                };
+                Operation::MemberAdd { channel: channel.clone(), weight: Some(add.weight), tier, daily_cap: *daily_cap }
+            }
+            _ => self.clone(),
+        }
+    }
+
+    /// A stored operation (what [`Serialize`] wrote).
+    pub fn from_stored(id: i64, stored: &Value) -> Result<Self, ApiError> {
+        serde_json::from_value(stored.clone())
+            .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("change request {id}: operation: {e}")))
+    }
+}
+
+/// What an operation does to `pool` (at configuration version `current`, configured as
+/// `current_body`), looked up now, in the caller's transaction: the edit, and for a
+/// restore the versions it undoes. Refused as the direct write would refuse it.
+pub(crate) async fn resolve(
+    tx: &mut PgConnection,
+    pool: &PoolName,
+    operation: &Operation,
+    current: i64,
+    current_body: &Value,
+) -> Result<(PoolEdit, Option<Vec<api::pools::PoolVersion>>), ApiError> {
+    Ok(match operation {
+        Operation::Weights { weights, .. } => (PoolEdit::Weights(weights.clone()), None),
+        Operation::MemberAdd { channel, weight, tier, daily_cap } => {
+            (PoolEdit::MemberAdd(MemberAdd::resolve(tx, channel, *weight, *tier, *daily_cap).await?), None)
+        }
+        Operation::PeakWindows { peak_windows } => (PoolEdit::PeakWindows(peak_windows.clone()), None),
+        Operation::Caps { caps } => (PoolEdit::Caps(caps.clone()), None),
+        Operation::RestoreVersion { version } => {
+            let (body, undoes) =
+                crate::pools::history::store::restored(tx, pool, *version, current, current_body).await?;
+            let snapshot: PoolSnapshot = crate::pools::parse_pool_body(&body)?;
+            (PoolEdit::Replace(Box::new(snapshot)), Some(undoes))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_parse_as_the_direct_writes_bodies_and_refuse_strangers() {
+        let weights: Operation = serde_json::from_value(serde_json::json!(
+            {"kind": "pool.weights", "weights": [{"member": "A", "weight": 1}], "mode": "drain"}
+        ))
+        .unwrap();
+        assert_eq!(weights.action(), "pool.weights");
+        let stored = serde_json::to_value(&weights).unwrap();
+        assert_eq!(stored["kind"], "pool.weights");
+        assert_eq!(Operation::from_stored(1, &stored).unwrap().action(), "pool.weights");
+        let add: Operation =
+            serde_json::from_value(serde_json::json!({"kind": "pool.member_add", "channel": "C"})).unwrap();
+        assert_eq!(add.mode(), ReweightMode::Drain);
+        assert_eq!(serde_json::to_value(&add).unwrap(), serde_json::json!({"kind": "pool.member_add", "channel": "C"}));
+        for bad in [
+            serde_json::json!({"kind": "pool.caps", "caps": {"A": 1}, "extra": 1}),
+            serde_json::json!({"kind": "pool.nothing"}),
+            serde_json::json!({"kind": "pool.restore_version", "version": 1.5}),
+            serde_json::json!({"kind": "pool.caps", "caps": {"A": -1}}),
+        ] {
+            assert!(serde_json::from_value::<Operation>(bad.clone()).is_err(), "{bad}");
+        }
+    }
+}
