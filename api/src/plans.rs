@@ -56,3 +56,19 @@ pub struct PlanChanged {
     /// The plan after the change.
     pub plan: Plan,
 }
+
+/// `POST /api/v1/plans/{plan}/restore`: a new version of the plan whose limits equal an
+/// earlier version's, every tenant on it republished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PlanRestored {
+    /// What was written: the plan, then each tenant on it.
+    #[serde(flatten)]
+    pub write: WriteReply,
+    /// The plan after the restore.
+    pub plan: Plan,
+    /// The version whose limits the plan has again.
+    pub restored_from: i64,
+    /// The versions made since, which the restore undoes, oldest first.
+    pub undoes: Vec<crate::pools::PoolVersion>,
+}

@@ -75,3 +75,18 @@ pub struct UsageReport {
     /// The rows added up.
     pub total: UsageRow,
 }
+
+/// `POST /api/v1/tenants/{tenant}/restore`: a new version of the tenant whose plan and
+/// settings equal an earlier version's (its grants keep their own lifecycle).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct TenantRestored {
+    /// What was written: the tenant's new version.
+    #[serde(flatten)]
+    pub write: crate::WriteReply,
+    /// The version whose plan and settings the tenant has again.
+    pub restored_from: i64,
+    /// The versions made since, which the restore undoes (settings; grants stay as they
+    /// are), oldest first.
+    pub undoes: Vec<crate::pools::PoolVersion>,
+}

@@ -109,3 +109,20 @@ mod tests {
         }
     }
 }
+
+/// A restore request (of a pool, a plan or a tenant).
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreBody {
+    /// The version to return to (`versions[].version` of the entity's `…/versions`).
+    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    pub version: i64,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    pub reason: Option<String>,
+    /// The entity's current version (`version` of its `GET`).
+    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    pub expected_version: i64,
+}

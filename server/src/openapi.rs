@@ -105,11 +105,15 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::plans::routes::get_plan,
         crate::plans::routes::create_plan,
         crate::plans::routes::update_plan,
+        crate::plans::routes::plan_versions,
+        crate::plans::routes::restore_plan,
         crate::tenants::routes::list_tenants,
         crate::tenants::routes::get_tenant,
         crate::tenants::routes::put_tenant,
         crate::tenants::routes::add_grant,
         crate::tenants::routes::revoke_grant,
+        crate::tenants::routes::tenant_versions,
+        crate::tenants::routes::restore_tenant,
         crate::usage::routes::usage,
         crate::usage::routes::usage_csv,
         // Health state, pins and policies (routes/channel_health.rs).
@@ -139,7 +143,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         TenantId, PoolName, ErrorBody, QuotaRefusedBody, ConflictBody, ConflictOrDuplicateBody, WeightEntry,
         PeakWindowEntry, Tier, ReweightMode, Pin, GrantKind, Role, TokenScope, TenantSettings,
     )),
-    modifiers(&AdminToken, &SessionCookie, &GuardAnswers, &BodyAnswers, &ServerErrors),
+    modifiers(&AdminToken, &SessionCookie, &GuardAnswers, &BodyAnswers, &ServerErrors, &ClosedOperations),
     tags(
         (name = "quota", description = "Two-phase token quota: reserve an estimate, settle the real use or release; idempotent by request id"),
         (name = "pool", description = "Weighted ticket pools: draw the channel for a request; samples for charts"),
@@ -261,6 +265,27 @@ impl Modify for BodyAnswers {
                         responses.insert(status.to_owned(), RefOr::T(error_response(description)));
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Each kind of a change request's operation takes only its own fields, as the direct write
+/// does (`#[serde(deny_unknown_fields)]` on the tagged enum): utoipa leaves the variants
+/// open, so they are closed here.
+struct ClosedOperations;
+
+impl Modify for ClosedOperations {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{AdditionalProperties, Schema};
+        let Some(RefOr::T(Schema::OneOf(kinds))) =
+            openapi.components.as_mut().and_then(|c| c.schemas.get_mut("Operation"))
+        else {
+            return;
+        };
+        for kind in &mut kinds.items {
+            if let RefOr::T(Schema::Object(object)) = kind {
+                object.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
             }
         }
     }

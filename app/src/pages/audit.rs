@@ -189,7 +189,9 @@ fn Rows(entries: Vec<AuditEntry>) -> impl IntoView {
                             <td>{e.actor}</td>
                             <td>{e.source}</td>
                             <td><code>{e.action}</code></td>
-                            <td><code>{e.entity}</code></td>
+                            // Every row of the same entity (a change request's submit, reviews and
+                            // apply; a pool's versions) is one click away.
+                            <td><a href=format!("/audit?entity={}", e.entity) title="Every row of this entity"><code>{e.entity.clone()}</code></a></td>
                             <td>{e.reason.unwrap_or_else(|| "—".to_owned())}</td>
                             <td><Diff changes=e.changes/></td>
                         </tr>

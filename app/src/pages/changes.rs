@@ -241,7 +241,7 @@ fn ChangeRow(change: ChangeRequest, user: String, role: String, page: Page) -> i
     let roles = change.approver_roles.join(" or ");
     view! {
         <tr data-change=id hidden=move || !page.shows(&row_state, &row_author, &row_pool)>
-            <td>{id}</td>
+            <td>{id} " " <a href=format!("/audit?entity=change:{id}") id=format!("change-trail-{id}")>"trail"</a></td>
             <td><a href=format!("/pools/{pool}")>{pool.clone()}</a></td>
             <td id=format!("change-state-{id}")>{change.state.clone()}</td>
             <td>{change.author.clone()}</td>

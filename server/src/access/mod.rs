@@ -296,7 +296,9 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         | "/api/v1/channels/{code}"
         | "/api/v1/plans"
         | "/api/v1/plans/{plan}"
+        | "/api/v1/plans/{plan}/restore"
         | "/api/v1/tenants/{tenant}"
+        | "/api/v1/tenants/{tenant}/restore"
         | "/api/v1/tenants/{tenant}/grants"
         | "/api/v1/tenants/{tenant}/grants/{id}/revoke" => Edit,
         // Anything else: admins only, until it is given a requirement here.

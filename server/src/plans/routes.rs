@@ -2,7 +2,7 @@
 //! republishes every tenant on it.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
-use api::plans::{PlanChanged, PlanCreated, PlanList};
+use api::plans::{PlanChanged, PlanCreated, PlanList, PlanRestored};
 use api::WriteReply;
 use serde::Deserialize;
 use serde_json::json;
@@ -14,7 +14,12 @@ use crate::publish::publish_now;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(list_plans).service(create_plan).service(get_plan).service(update_plan);
+    cfg.service(list_plans)
+        .service(create_plan)
+        .service(get_plan)
+        .service(update_plan)
+        .service(plan_versions)
+        .service(restore_plan);
 }
 
 /// `GET /api/v1/plans` → every plan with how many tenants it has.
@@ -180,4 +185,65 @@ pub async fn update_plan(
     let (written, plan) = store::update_plan(&state.db, &who.ctx(), &name, &spec, expected_version).await?;
     let published = publish_now(&state).await;
     Ok(HttpResponse::Ok().json(PlanChanged { write: WriteReply::of(&written, published), plan }))
+}
+
+/// `GET /api/v1/plans/{plan}/versions` → the plan's versions, newest first, each with its
+/// limits, who made it and how.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    responses(
+        (status = 200, description = "The current version and every recorded one, newest first (`snapshot`: the plan as written)", body = api::pools::PoolHistory),
+        (status = 400, description = "A malformed plan name", body = ErrorBody),
+        (status = 404, description = "Unknown plan", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/plans/{plan}/versions")]
+pub async fn plan_versions(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let name = PlanName::parse(&path).map_err(malformed)?;
+    let history = store::plan_history(&state.db, &name)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
+    Ok(HttpResponse::Ok().json(history))
+}
+
+/// `POST /api/v1/plans/{plan}/restore` with `{"version", "reason", "expected_version"}`:
+/// a new version of the plan whose limits equal version `version`'s (audited as
+/// `plan.restore_version`), every tenant on it republished; says which versions it undid.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("plan" = String, Path, description = "The plan's name: 1..=64 of `[A-Za-z0-9_-]`", pattern = "^[A-Za-z0-9_-]{1,64}$")),
+    responses(
+        (status = 200, description = "Restored and republished", body = PlanRestored),
+        (status = 400, description = "A malformed plan name or body, a version below 1, a negative `expected_version`, or a missing reason", body = ErrorBody),
+        (status = 404, description = "Unknown plan, or a version its history does not hold", body = ErrorBody),
+        (status = 409, description = "The plan is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "The version is the current one (field `version`)", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/plans/{plan}/restore")]
+pub async fn restore_plan(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<crate::http::RestoreBody>,
+) -> Result<HttpResponse, ApiError> {
+    let name = PlanName::parse(&path).map_err(malformed)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    if body.version < 1 {
+        return Err(ApiError::bad_request("version", "must be a version (1 or more)"));
+    }
+    let reason = format!("restores version {}: {}", body.version, who.reason.as_deref().unwrap_or(""));
+    let ctx = crate::change::Ctx { reason: Some(&reason), ..who.ctx() };
+    let (written, plan, undoes) =
+        store::restore_plan(&state.db, &ctx, &name, body.version, expected(body.expected_version)?).await?;
+    let published = publish_now(&state).await;
+    Ok(HttpResponse::Ok().json(PlanRestored {
+        write: WriteReply::of(&written, published),
+        plan,
+        restored_from: body.version,
+        undoes,
+    }))
 }

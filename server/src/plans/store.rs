@@ -96,6 +96,86 @@ pub async fn update_plan(
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
     check_version(&entity, Some(expected_version), before.version)?;
+    let changed = write_plan(&mut tx, ctx, before, spec, "plan.update").await?;
+    tx.commit().await?;
+    Ok(changed)
+}
+
+/// A plan's recorded versions, newest first, from its audit rows (each holds the plan as
+/// it was written, version included): who made each and how. `None` for an unknown plan.
+pub async fn plan_history(db: &PgPool, name: &PlanName) -> Result<Option<api::pools::PoolHistory>, sqlx::Error> {
+    let mut conn = db.acquire().await?;
+    let Some(plan) = plan_in(&mut conn, name.as_str()).await? else { return Ok(None) };
+    let versions = plan_versions(&mut conn, name, 0).await?.into_iter().rev().collect();
+    Ok(Some(api::pools::PoolHistory { version: plan.version, versions }))
+}
+
+/// The plan's versions after `after`, oldest first.
+async fn plan_versions(
+    conn: &mut PgConnection,
+    name: &PlanName,
+    after: i64,
+) -> Result<Vec<api::pools::PoolVersion>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select (after->>'version')::bigint as config_version, at as created_at, actor, action, after as body from audit
+         where entity = $1 and action in ('plan.create', 'plan.update', 'plan.restore_version')
+             and (after->>'version')::bigint > $2
+         order by id",
+    )
+    .bind(format!("plan:{name}"))
+    .bind(after)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(crate::pools::history::store::version_row).collect()
+}
+
+/// Makes a new version of a plan whose limits equal those of its version `version` (made
+/// against `expected_version`), audited as `plan.restore_version`, every tenant on it
+/// republished: 404 unknown plan or version, 409 a stale version, 422 the current version.
+/// Answers what was written, the plan, and the versions it undoes (oldest first).
+pub async fn restore_plan(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    version: i64,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
+    let entity = format!("plan:{name}");
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &entity).await?;
+    let before = plan_in(&mut tx, name.as_str())
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
+    check_version(&entity, Some(expected_version), before.version)?;
+    if version == before.version {
+        return Err(invalid("version", format!("{version} is the plan's current version")));
+    }
+    let since = plan_versions(&mut tx, name, version - 1).await?;
+    let target = since
+        .first()
+        .filter(|v| v.version == version)
+        .ok_or_else(|| ChangeError::NotFound(format!("plan {:?} has no recorded version {version}", name.as_str())))?;
+    let limits = &target.snapshot;
+    let spec: PlanSpec = serde_json::from_value(json!({"monthly_tokens": limits["monthly_tokens"],
+        "daily_requests": limits["daily_requests"], "concurrency": limits["concurrency"]}))
+    .map_err(|e| invalid("version", format!("version {version} cannot be read back: {e}")))?;
+    let undoes = since[1..].to_vec();
+    let (written, plan) = write_plan(&mut tx, ctx, before, &spec, "plan.restore_version").await?;
+    tx.commit().await?;
+    Ok((written, plan, undoes))
+}
+
+/// Writes `spec` over the plan `before` (locked by the caller), audited as `action`, and
+/// republishes every tenant on it.
+async fn write_plan(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    before: Plan,
+    spec: &PlanSpec,
+    action: &str,
+) -> Result<(Vec<Written>, Plan), ChangeError> {
+    let entity = format!("plan:{}", before.name);
+    let name = before.name.clone();
     sqlx::query(
         "update plan set monthly_tokens = $2, daily_requests = $3, concurrency = $4, version = version + 1, updated_at = now()
          where name = $1",
@@ -106,19 +186,17 @@ pub async fn update_plan(
     .bind(spec.concurrency as i32)
     .execute(&mut *tx)
     .await?;
-    let after = plan_in(&mut tx, name.as_str()).await?.expect("exists");
-    let audit_id =
-        audit(&mut tx, ctx, &entity, "plan.update", Some(&plan_json(&before)), Some(&plan_json(&after))).await?;
+    let after = plan_in(&mut *tx, name.as_str()).await?.expect("exists");
+    let audit_id = audit(&mut *tx, ctx, &entity, action, Some(&plan_json(&before)), Some(&plan_json(&after))).await?;
     let mut written =
-        vec![Written { entity, action: "plan.update".into(), version: after.version, audit_id, outbox_id: None }];
+        vec![Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }];
     let tenants: Vec<String> = sqlx::query_scalar("select name from tenant where plan = $1 order by name")
         .bind(name.as_str())
         .fetch_all(&mut *tx)
         .await?;
     for tenant in tenants {
-        lock(&mut tx, &crate::change::Entity::tenant_key(&tenant)).await?;
-        written.push(republish_tenant(&mut tx, ctx, &tenant, "tenant.plan_changed").await?);
+        lock(&mut *tx, &crate::change::Entity::tenant_key(&tenant)).await?;
+        written.push(republish_tenant(&mut *tx, ctx, &tenant, "tenant.plan_changed").await?);
     }
-    tx.commit().await?;
     Ok((written, after))
 }

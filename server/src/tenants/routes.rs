@@ -2,7 +2,7 @@
 //! Every change republishes the tenant.
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
-use api::tenants::TenantList;
+use api::tenants::{TenantList, TenantRestored};
 use api::WriteReply;
 use client::quota::{GrantId, GrantKind, TenantId, Tokens};
 use serde::Deserialize;
@@ -15,7 +15,13 @@ use crate::publish::publish_now;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(list_tenants).service(get_tenant).service(put_tenant).service(add_grant).service(revoke_grant);
+    cfg.service(list_tenants)
+        .service(get_tenant)
+        .service(put_tenant)
+        .service(add_grant)
+        .service(revoke_grant)
+        .service(tenant_versions)
+        .service(restore_tenant);
 }
 
 fn tenant_id(raw: &str) -> Result<TenantId, ApiError> {
@@ -312,4 +318,65 @@ pub async fn revoke_grant(
     let written = store::revoke_grant(&state.db, &who.ctx(), &tenant, &id, expected_version).await?;
     let published = publish_now(&state).await;
     Ok(HttpResponse::Ok().json(WriteReply::of(&[written], published)))
+}
+
+/// `GET /api/v1/tenants/{tenant}/versions` → the tenant's versions, newest first, each with
+/// its plan and settings, who made it and how.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "The current version and every recorded one, newest first (`snapshot`: the plan and settings; versions published before the history was kept are not listed)", body = api::pools::PoolHistory),
+        (status = 400, description = "A malformed tenant name", body = ErrorBody),
+        (status = 404, description = "Unknown tenant", body = ErrorBody),
+    ),
+)]
+#[get("/api/v1/tenants/{tenant}/versions")]
+pub async fn tenant_versions(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let tenant = tenant_id(&path)?;
+    let history = store::tenant_history(&state.db, &tenant)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown tenant {:?}", tenant.as_str())))?;
+    Ok(HttpResponse::Ok().json(history))
+}
+
+/// `POST /api/v1/tenants/{tenant}/restore` with `{"version", "reason", "expected_version"}`:
+/// a new version of the tenant whose plan and settings equal version `version`'s (audited as
+/// `tenant.restore_version`, republished); its grants stay as they are. Says which versions
+/// it undid.
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("tenant" = TenantId, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "Restored and republished", body = TenantRestored),
+        (status = 400, description = "A malformed tenant name or body, a version below 1, a negative `expected_version`, or a missing reason", body = ErrorBody),
+        (status = 404, description = "Unknown tenant, or a version its history does not hold", body = ErrorBody),
+        (status = 409, description = "The tenant is at another version than `expected_version`", body = ConflictBody),
+        (status = 422, description = "The version is the current one (field `version`), or names a plan that no longer exists (field `plan`)", body = ErrorBody),
+    ),
+)]
+#[post("/api/v1/tenants/{tenant}/restore")]
+pub async fn restore_tenant(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<crate::http::RestoreBody>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = tenant_id(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    if body.version < 1 {
+        return Err(ApiError::bad_request("version", "must be a version (1 or more)"));
+    }
+    let reason = format!("restores version {}: {}", body.version, who.reason.as_deref().unwrap_or(""));
+    let ctx = crate::change::Ctx { reason: Some(&reason), ..who.ctx() };
+    let (written, undoes) =
+        store::restore_tenant(&state.db, &ctx, &tenant, body.version, expected(body.expected_version)?).await?;
+    let published = publish_now(&state).await;
+    Ok(HttpResponse::Ok().json(TenantRestored {
+        write: WriteReply::of(&[written], published),
+        restored_from: body.version,
+        undoes,
+    }))
 }

@@ -79,13 +79,102 @@ pub(crate) async fn republish_tenant(
 ) -> Result<Written, ChangeError> {
     let (_, body) =
         compile_tenant(tx, tenant).await?.ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {tenant:?}")))?;
-    let written = publish(tx, ctx, &crate::change::Entity::tenant_key(tenant), action, &body).await?;
+    let entity = crate::change::Entity::tenant_key(tenant);
+    let written = publish(tx, ctx, &entity, action, &body).await?;
     sqlx::query("update tenant set version = $2, updated_at = now() where name = $1")
         .bind(tenant)
         .bind(written.version)
         .execute(&mut *tx)
         .await?;
+    // The tenant's settings at this version, for its history and a restore.
+    sqlx::query(
+        "insert into config_history (entity, config_version, body, actor, action)
+         select $1, $2, jsonb_build_object('plan', plan, 'reservation_ttl_ms', reservation_ttl_ms,
+                 'retention_days', retention_days,
+                 'fallback', case when fallback_allowance is null then jsonb_build_object('policy', fallback_policy)
+                     else jsonb_build_object('policy', fallback_policy, 'allowance', fallback_allowance) end),
+             $3, $4
+         from tenant where name = $5
+         on conflict (entity, config_version) do nothing",
+    )
+    .bind(&entity)
+    .bind(written.version)
+    .bind(ctx.actor)
+    .bind(action)
+    .bind(tenant)
+    .execute(&mut *tx)
+    .await?;
     Ok(written)
+}
+
+/// A tenant's recorded versions (its plan and settings at each), after `after`, oldest
+/// first. Versions published before the history was kept are not recorded.
+async fn tenant_versions(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    after: i64,
+) -> Result<Vec<api::pools::PoolVersion>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select config_version, created_at, actor, action, body from config_history
+         where entity = $1 and config_version > $2 order by config_version",
+    )
+    .bind(crate::change::Entity::tenant_key(tenant))
+    .bind(after)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(crate::pools::history::store::version_row).collect()
+}
+
+/// A tenant's current version and its recorded versions, newest first; `None` for an
+/// unknown tenant.
+pub async fn tenant_history(db: &PgPool, tenant: &TenantId) -> Result<Option<api::pools::PoolHistory>, sqlx::Error> {
+    let mut conn = db.acquire().await?;
+    let Some(version) = sqlx::query_scalar::<_, i64>("select version from tenant where name = $1")
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let versions = tenant_versions(&mut conn, tenant, 0).await?.into_iter().rev().collect();
+    Ok(Some(api::pools::PoolHistory { version, versions }))
+}
+
+/// Makes a new version of a tenant whose plan and settings equal those of its version
+/// `version` (made against `expected_version`), audited as `tenant.restore_version` and
+/// republished. Grants are not part of it: they keep their own lifecycle (an id is never
+/// reused; a revoked grant stays revoked). Refused, changing nothing: an unknown tenant or
+/// version (404), the current version (422), a version naming a plan that no longer
+/// exists (422, field `plan`). Answers what was written and the versions it undoes.
+pub async fn restore_tenant(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    tenant: &TenantId,
+    version: i64,
+    expected_version: i64,
+) -> Result<(Written, Vec<api::pools::PoolVersion>), ChangeError> {
+    let entity = crate::change::Entity::tenant_key(tenant);
+    let mut tx = db.begin().await?;
+    lock(&mut tx, &entity).await?;
+    let current: i64 = sqlx::query_scalar("select version from tenant where name = $1")
+        .bind(tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("unknown tenant {:?}", tenant.as_str())))?;
+    check_version(&entity, Some(expected_version), current)?;
+    if version == current {
+        return Err(invalid("version", format!("{version} is the tenant's current version")));
+    }
+    let since = tenant_versions(&mut tx, tenant, version - 1).await?;
+    let target = since.first().filter(|v| v.version == version).ok_or_else(|| {
+        ChangeError::NotFound(format!("tenant {:?} has no recorded version {version}", tenant.as_str()))
+    })?;
+    let spec: TenantSpec = serde_json::from_value(target.snapshot.clone())
+        .map_err(|e| invalid("version", format!("version {version} cannot be read back: {e}")))?;
+    let undoes = since[1..].to_vec();
+    let written = write_tenant(&mut tx, ctx, tenant, &spec, "tenant.restore_version").await?;
+    tx.commit().await?;
+    Ok((written, undoes))
 }
 
 /// The name of every tenant the jobs keep: those of the configuration tables and those
@@ -164,7 +253,6 @@ pub async fn put_tenant(
     spec: &TenantSpec,
     expected_version: i64,
 ) -> Result<Written, ChangeError> {
-    spec.validate()?;
     let entity = crate::change::Entity::tenant_key(tenant);
     let mut tx = db.begin().await?;
     lock(&mut tx, &entity).await?;
@@ -173,7 +261,23 @@ pub async fn put_tenant(
         .fetch_optional(&mut *tx)
         .await?;
     check_version(&entity, Some(expected_version), current.unwrap_or(0))?;
-    if plan_in(&mut tx, spec.plan.as_str()).await?.is_none() {
+    let action = if current.is_some() { "tenant.update" } else { "tenant.create" };
+    let written = write_tenant(&mut tx, ctx, tenant, spec, action).await?;
+    tx.commit().await?;
+    Ok(written)
+}
+
+/// Writes a tenant's plan and settings (the caller holds its lock) and republishes it as
+/// `action`.
+async fn write_tenant(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    tenant: &TenantId,
+    spec: &TenantSpec,
+    action: &str,
+) -> Result<Written, ChangeError> {
+    spec.validate()?;
+    if plan_in(&mut *tx, spec.plan.as_str()).await?.is_none() {
         return Err(invalid(
             "plan",
             format!("unknown plan {:?}: create it first (POST /api/v1/plans)", spec.plan.as_str()),
@@ -198,10 +302,7 @@ pub async fn put_tenant(
     .bind(allowance)
     .execute(&mut *tx)
     .await?;
-    let action = if current.is_some() { "tenant.update" } else { "tenant.create" };
-    let written = republish_tenant(&mut tx, ctx, tenant.as_str(), action).await?;
-    tx.commit().await?;
-    Ok(written)
+    republish_tenant(tx, ctx, tenant.as_str(), action).await
 }
 
 /// Adds a grant to a tenant; refused when its id is taken (revoked ones included) or when

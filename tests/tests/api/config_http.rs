@@ -663,3 +663,86 @@ async fn a_restore_that_cannot_be_made_is_refused_naming_why_and_changes_nothing
     let (status, reply) = post(&app, "/api/v1/pools/p/restore", restore(1, 2)).await;
     assert_eq!((status, reply["version"].as_i64()), (200, Some(3)), "{reply}");
 }
+
+#[tokio::test]
+async fn plans_and_tenants_restore_an_earlier_version_as_a_new_one_and_refusals_change_nothing() {
+    // Arrange: plans pro and basic; newco on pro (v1), moved to basic with 30 days kept (v2),
+    // given a grant (v3); pro's limits then raised (v2)
+    let app = app().await;
+    for (name, tokens) in [("pro", 1000), ("basic", 100)] {
+        let body = json!({"name": name, "monthly_tokens": tokens, "daily_requests": 50, "concurrency": 4});
+        assert_eq!(post(&app, "/api/v1/plans", body).await.0, 201);
+    }
+    let newco = "/api/v1/tenants/newco";
+    assert_eq!(put(&app, newco, json!({"plan": "pro", "expected_version": 0, "reason": "signed"})).await.0, 200);
+    let moved = json!({"plan": "basic", "retention_days": 30, "expected_version": 1, "reason": "downgrade"});
+    assert_eq!(put(&app, newco, moved).await.0, 200);
+    let grant = json!({"id": "launch", "kind": "bonus", "amount": 500, "reason": "launch"});
+    assert_eq!(post(&app, "/api/v1/tenants/newco/grants", grant).await.0, 201);
+    let raised = json!({"monthly_tokens": 2000, "daily_requests": 50, "concurrency": 4, "expected_version": 1});
+    assert_eq!(put(&app, "/api/v1/plans/pro", raised).await.0, 200);
+
+    // Act: refusals first, then the tenant back to version 1 and pro back to version 1
+    let before = footprint(&app).await;
+    let refusals = [
+        ("/api/v1/tenants/newco/restore", json!({"version": 3, "reason": "r", "expected_version": 3}), 422),
+        ("/api/v1/tenants/newco/restore", json!({"version": 99, "reason": "r", "expected_version": 3}), 404),
+        ("/api/v1/tenants/newco/restore", json!({"version": 1, "reason": "r", "expected_version": 2}), 409),
+        ("/api/v1/tenants/newco/restore", json!({"version": 1, "expected_version": 3}), 400),
+        ("/api/v1/tenants/nobody/restore", json!({"version": 1, "reason": "r", "expected_version": 1}), 404),
+        ("/api/v1/plans/pro/restore", json!({"version": 2, "reason": "r", "expected_version": 2}), 422),
+        ("/api/v1/plans/pro/restore", json!({"version": 0, "reason": "r", "expected_version": 2}), 400),
+        ("/api/v1/plans/pro/restore", json!({"version": 7, "reason": "r", "expected_version": 2}), 404),
+    ];
+    for (path, body, status) in refusals {
+        let (got, reply) = post(&app, path, body.clone()).await;
+        assert_eq!(got, status, "{path} {body}: {reply}");
+    }
+    assert_eq!(footprint(&app).await, before, "refused restores wrote nothing");
+    let (_, history) = get(&app, "/api/v1/tenants/newco/versions").await;
+    let (status, tenant) = post(
+        &app,
+        "/api/v1/tenants/newco/restore",
+        json!({"version": 1, "reason": "the downgrade was a mistake", "expected_version": 3}),
+    )
+    .await;
+    let (status_plan, plan) = post(
+        &app,
+        "/api/v1/plans/pro/restore",
+        json!({"version": 1, "reason": "back to the list price", "expected_version": 2}),
+    )
+    .await;
+
+    // Assert
+    let versions: Vec<i64> =
+        history["versions"].as_array().unwrap().iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(versions, [3, 2, 1], "{history}");
+    assert_eq!(history["versions"][1]["snapshot"]["plan"], "basic", "{history}");
+    assert_eq!(
+        (status, tenant["restored_from"].as_i64(), tenant["version"].as_i64()),
+        (200, Some(1), Some(4)),
+        "{tenant}"
+    );
+    let undone: Vec<i64> =
+        tenant["undoes"].as_array().unwrap().iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(undone, [2, 3]);
+    let (_, read) = get(&app, "/api/v1/tenants/newco").await;
+    assert_eq!((read["plan"].as_str(), read["retention_days"].as_i64()), (Some("pro"), Some(62)), "{read}");
+    assert_eq!(read["grants"][0]["id"], "launch", "grants keep their own lifecycle: {read}");
+    assert_eq!(status_plan, 200, "{plan}");
+    assert_eq!((plan["plan"]["monthly_tokens"].as_i64(), plan["plan"]["version"].as_i64()), (Some(1000), Some(3)));
+    assert_eq!(plan["changes"][1]["entity"], "tenant:newco", "its tenants are republished: {plan}");
+    assert_eq!(plan["undoes"][0]["version"], 2, "{plan}");
+    let (_, plan_history) = get(&app, "/api/v1/plans/pro/versions").await;
+    let actions: Vec<&str> =
+        plan_history["versions"].as_array().unwrap().iter().map(|v| v["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["plan.restore_version", "plan.update", "plan.create"], "{plan_history}");
+    let usage = app.state.quotas.usage(&client::quota::TenantId::parse("newco").unwrap()).await.unwrap();
+    assert_eq!(usage.buckets.last().unwrap().amount, 1000, "Redis has pro's restored limit: {usage:?}");
+    let (reason,): (String,) =
+        sqlx::query_as("select reason from audit where entity = 'tenant:newco' and action = 'tenant.restore_version'")
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap();
+    assert!(reason.starts_with("restores version 1: "), "{reason}");
+}

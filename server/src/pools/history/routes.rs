@@ -4,7 +4,6 @@
 use actix_web::{get, post, web, HttpRequest, HttpResponse};
 use api::pools::{PoolHistory, PoolRestored, PoolWriteReply};
 use client::pool::{PoolName, ReweightMode};
-use serde::Deserialize;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::http::{actor, expected};
@@ -36,24 +35,6 @@ pub async fn pool_versions(state: web::Data<AppState>, path: web::Path<String>) 
     Ok(HttpResponse::Ok().json(history))
 }
 
-/// A restore request.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RestoreBody {
-    /// The configuration version to return to (`versions[].version` of
-    /// `GET /api/v1/pools/{pool}/versions`).
-    #[schema(minimum = 1)]
-    #[serde(deserialize_with = "crate::inputs::integer")]
-    version: i64,
-    /// Why (1..=500 characters, no control characters), for the audit trail: required.
-    #[schema(value_type = crate::schema::RequiredReason, required = true)]
-    reason: Option<String>,
-    /// The pool's current configuration version (`version` of `GET /api/v1/pools/{pool}`).
-    #[schema(minimum = 0)]
-    #[serde(deserialize_with = "crate::inputs::integer")]
-    expected_version: i64,
-}
-
 /// `POST /api/v1/pools/{pool}/restore` with `{"version", "reason", "expected_version"}`:
 /// makes a new configuration version equal to version `version` (an ordinary audited,
 /// published change; drain mode: the remaining tickets are drawn first), and says which
@@ -75,7 +56,7 @@ pub async fn restore_pool(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: web::Json<RestoreBody>,
+    body: web::Json<crate::http::RestoreBody>,
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;

@@ -13,8 +13,9 @@ use crate::inputs::*;
 use crate::pools::store::{compile_pool, put_pool_tx, record_config};
 use crate::pools::{parse_pool_body, PoolWritten};
 
-/// One recorded configuration version, for the API.
-fn pool_version(r: &sqlx::postgres::PgRow) -> Result<api::pools::PoolVersion, sqlx::Error> {
+/// One recorded version, for the API, from a row with the columns `config_version`,
+/// `created_at`, `actor`, `action` and `body` (pools', plans' and tenants' histories).
+pub(crate) fn version_row(r: &sqlx::postgres::PgRow) -> Result<api::pools::PoolVersion, sqlx::Error> {
     Ok(api::pools::PoolVersion {
         version: r.try_get("config_version")?,
         at: crate::http::rfc3339(r.try_get("created_at")?),
@@ -41,7 +42,7 @@ pub async fn pool_history(db: &PgPool, pool: &PoolName) -> Result<Option<api::po
     .bind(crate::change::Entity::pool_key(pool))
     .fetch_all(db)
     .await?;
-    let versions = rows.iter().map(pool_version).collect::<Result<_, _>>()?;
+    let versions = rows.iter().map(version_row).collect::<Result<_, _>>()?;
     Ok(Some(api::pools::PoolHistory { version, versions }))
 }
 
@@ -160,5 +161,5 @@ pub(crate) async fn versions_after(
     .bind(version)
     .fetch_all(&mut *tx)
     .await?;
-    rows.iter().map(pool_version).collect()
+    rows.iter().map(version_row).collect()
 }
