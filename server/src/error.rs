@@ -105,6 +105,7 @@ impl From<ChangeError> for ApiError {
             ChangeError::Conflict { entity, expected, current } => Self::Conflict { entity, expected, current },
             ChangeError::Invalid { field, rule } => Self::Unprocessable { field, rule },
             ChangeError::Duplicate { field, rule } => Self::Duplicate { field, rule },
+            ChangeError::Blocked { field, rule } => Self::Blocked { field, rule },
             ChangeError::Malformed { field, rule } => Self::BadRequest { field, rule },
             ChangeError::NotFound(what) => Self::NotFound(what),
             ChangeError::Db(e) => db_error(e),

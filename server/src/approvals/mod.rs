@@ -17,9 +17,9 @@ pub mod schedule;
 pub mod store;
 
 use client::pool::PoolName;
-use sqlx::PgPool;
 
 use crate::access::{Principal, Via};
+use crate::change::ChangeError;
 use crate::error::ApiError;
 
 /// The role of the person proposing, reviewing or cancelling a request. Only a person
@@ -37,11 +37,12 @@ pub fn person_role(principal: &Principal, what: &str) -> Result<String, ApiError
     }
 }
 
-/// 409 naming the policy when one applies to `pool`: its weights change through a change
-/// request (`POST /api/v1/changes`).
-pub async fn refuse_direct_write(db: &PgPool, pool: &PoolName) -> Result<(), ApiError> {
+/// 409 naming the policy when one applies to `pool`: its configuration changes through a
+/// change request (`POST /api/v1/changes`). The pool writes call it in their transaction,
+/// after the configuration lock, so a policy made meanwhile is never missed.
+pub async fn refuse_direct_write<'e>(db: impl sqlx::PgExecutor<'e>, pool: &PoolName) -> Result<(), ChangeError> {
     if let Some(policy) = policy::store::policy_for(db, pool).await? {
-        return Err(ApiError::Blocked {
+        return Err(ChangeError::Blocked {
             field: "policy".into(),
             rule: format!(
                 "approval policy {:?} applies to pool {:?}: propose the change with POST /api/v1/changes \
@@ -69,6 +70,34 @@ pub fn moved_percent(before: &engine::Weights, after: &engine::Weights) -> f64 {
     }
     let sum: f64 = members.iter().map(|m| (share(after, m) - share(before, m)).abs()).sum();
     (sum / 2.0 * 100.0 * 100.0).round() / 100.0
+}
+
+/// Without a policy a request still needs one approval by a pm or an admin, and lives
+/// three days.
+const DEFAULT_ROLES: [&str; 2] = ["pm", "admin"];
+const DEFAULT_HOURS: i32 = 72;
+
+/// A request's terms under `policy` (none: one approval by a pm or an admin, three days):
+/// the policy's scope, the approvals it needs (one more when the diff met a risk rule; at
+/// most 10), who reviews, and how many hours it lives.
+pub(crate) fn terms(
+    policy: Option<&api::changes::Policy>,
+    diff: &serde_json::Value,
+) -> (Option<String>, i16, Vec<String>, i32) {
+    let risky = diff["risk"].as_array().is_some_and(|r| !r.is_empty());
+    match policy {
+        Some(p) => (
+            Some(p.scope.clone()),
+            (p.required_approvals + i16::from(risky)).min(10),
+            p.approver_roles.clone(),
+            p.expires_after_hours,
+        ),
+        None => (None, 1, DEFAULT_ROLES.map(str::to_owned).to_vec(), DEFAULT_HOURS),
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -17,11 +17,6 @@ use crate::error::ApiError;
 use crate::http::rfc3339;
 use crate::pools::unknown_pool;
 
-/// Without a policy a request still needs one approval by a pm or an admin, and lives
-/// three days.
-const DEFAULT_ROLES: [&str; 2] = ["pm", "admin"];
-const DEFAULT_HOURS: i32 = 72;
-
 const REQUEST_COLUMNS: &str = "id, entity, operation, base_version, content_hash, diff, author, reason, state,
     policy_scope, required_approvals, approver_roles, created_at, expires_at, updated_at, outcome, scheduled_at";
 
@@ -214,29 +209,13 @@ async fn proposed(
     // What reviewers approve is what applies: defaults looked up now are written out.
     let operation = serde_json::to_value(proposal.operation.pinned(&edit, &before))
         .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("operation: {e}")))?;
-    let content_hash = hex(&crate::access::sha256(
+    let content_hash = super::hex(&crate::access::sha256(
         &json!({"entity": entity, "base_version": current, "operation": operation, "reason": reason,
             "revision": revision})
         .to_string(),
     ));
     let diff = super::diff::diff(&before, &after, policy, undoes.as_deref());
     Ok((operation, current, content_hash, diff))
-}
-
-/// A request's terms under `policy` (none: one approval by a pm or an admin, three days):
-/// the policy's scope, the approvals it needs (one more when the diff met a risk rule; at
-/// most 10), who reviews, and how many hours it lives.
-fn terms(policy: Option<&Policy>, diff: &Value) -> (Option<String>, i16, Vec<String>, i32) {
-    let risky = diff["risk"].as_array().is_some_and(|r| !r.is_empty());
-    match policy {
-        Some(p) => (
-            Some(p.scope.clone()),
-            (p.required_approvals + i16::from(risky)).min(10),
-            p.approver_roles.clone(),
-            p.expires_after_hours,
-        ),
-        None => (None, 1, DEFAULT_ROLES.map(str::to_owned).to_vec(), DEFAULT_HOURS),
-    }
 }
 
 /// Submits a change request of an operation on `pool` (state `in_review`), made against the
@@ -255,7 +234,7 @@ pub async fn submit(
     let policy = policy_for(&mut *tx, pool).await?;
     let (operation, current, content_hash, diff) =
         proposed(&mut tx, pool, proposal, reason, policy.as_ref(), 0).await?;
-    let (scope, required, roles, hours) = terms(policy.as_ref(), &diff);
+    let (scope, required, roles, hours) = super::terms(policy.as_ref(), &diff);
     let id: i64 = sqlx::query_scalar(
         "insert into change_request (entity, operation, base_version, content_hash, diff, author, reason, state,
              policy_scope, required_approvals, approver_roles, expires_at)
@@ -410,10 +389,15 @@ pub async fn apply_request(
             request.state, request.approvals, request.required_approvals
         )));
     }
-    let (required, _) = needs_now(&mut tx, &request).await?;
-    if request.approvals < required {
-        let why =
-            format!("the pool's policy now asks {required} approvals; change request {id} has {}", request.approvals);
+    let (required, roles) = needs_now(&mut tx, &request).await?;
+    let standing = standing_approvals(&mut tx, &request, &roles).await?;
+    if standing < required {
+        let why = format!(
+            "change request {id} needs {required} approval(s) by {} now; {standing} of its {} still stand \
+             (a reviewer since disabled or given another role no longer counts)",
+            roles.join(" or "),
+            request.approvals
+        );
         set_state(&mut tx, ctx, id, "in_review", "change.review_again", None, json!({"why": why})).await?;
         tx.commit().await?;
         return Err(blocked(format!("{why}: it is in review again")));
@@ -521,7 +505,7 @@ pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Propos
     let policy = policy_for(&mut *tx, &pool).await?;
     let (operation, base_version, content_hash, diff) =
         proposed(&mut tx, &pool, proposal, reason, policy.as_ref(), revision).await?;
-    let (scope, required, roles, _) = terms(policy.as_ref(), &diff);
+    let (scope, required, roles, _) = super::terms(policy.as_ref(), &diff);
     sqlx::query(
         "update change_request set operation = $2, base_version = $3, content_hash = $4, diff = $5, reason = $6,
              state = 'in_review', scheduled_at = null, scheduled_by = null, policy_scope = $7,
@@ -563,6 +547,26 @@ async fn needs_now(tx: &mut PgConnection, request: &ChangeRequest) -> Result<(i6
     Ok((required, roles))
 }
 
+/// The approvals of a request's current content that still stand: by reviewers who are not
+/// disabled and whose role now is one of `roles` (a reviewer with no user row, as in the
+/// development mode, by the role they reviewed in).
+async fn standing_approvals(
+    tx: &mut PgConnection,
+    request: &ChangeRequest,
+    roles: &[String],
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "select count(*) from change_review r left join app_user u on u.name = r.actor
+         where r.request_id = $1 and r.verdict = 'approve' and r.content_hash = $2
+             and case when u.name is null then r.role = any($3) else u.role = any($3) and u.disabled_at is null end",
+    )
+    .bind(request.id)
+    .bind(&request.content_hash)
+    .bind(roles)
+    .fetch_one(&mut *tx)
+    .await
+}
+
 /// The pool a request is about (its entity, `pool:<name>`, as stored).
 fn pool_of(request: &ChangeRequest) -> Result<PoolName, ApiError> {
     match Entity::parse(&request.entity) {
@@ -571,8 +575,4 @@ fn pool_of(request: &ChangeRequest) -> Result<PoolName, ApiError> {
             Err(ApiError::Unexpected(anyhow::anyhow!("change request {}: bad entity {:?}", request.id, request.entity)))
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -20,6 +20,10 @@ pub enum ChangeError {
     /// Something with that identity exists already (and identities are never reused).
     #[error("{field}: {rule}")]
     Duplicate { field: String, rule: String },
+    /// The change is not allowed as a direct write (an approval policy applies), naming
+    /// what stands in the way (409).
+    #[error("{field}: {rule}")]
+    Blocked { field: String, rule: String },
     /// The entity the change is about does not exist.
     #[error("{0}")]
     NotFound(String),

@@ -114,9 +114,6 @@ pub async fn put_pool(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, false)?;
-    if crate::pools::store::get_pool(&state.db, &pool).await?.is_some() {
-        crate::approvals::refuse_direct_write(&state.db, &pool).await?;
-    }
     let w =
         crate::pools::store::put_pool(&state.db, &who.ctx(), &pool, &body.snapshot, expected(body.expected_version)?)
             .await?;
@@ -169,7 +166,6 @@ pub async fn update_pool_weights(
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let body = body.into_inner();
-    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let weights = body.weights;
     let reply = change_pool(&state, &pool, "pool.weights", &who, Some(body.expected_version), body.mode, move |s| {
         PoolEdit::Weights(weights).apply(s)
@@ -229,7 +225,6 @@ pub async fn add_member(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
-    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let body = body.into_inner();
     let add = {
         let mut conn = state.db.acquire().await?;
@@ -380,7 +375,6 @@ pub async fn put_peak_windows(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
-    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let body = body.into_inner();
     let windows = body.peak_windows;
     let reply = change_pool(
@@ -438,7 +432,6 @@ pub async fn put_caps(
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
-    crate::approvals::refuse_direct_write(&state.db, &pool).await?;
     let body = body.into_inner();
     let caps = body.caps;
     let reply =

@@ -461,6 +461,11 @@ pub async fn put_pool(
     expected_version: i64,
 ) -> Result<PoolWritten, ChangeError> {
     let mut tx = db.begin().await?;
+    lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
+    // Creating a pool is not refused; replacing one under an approval policy is.
+    if expected_version != 0 {
+        crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
+    }
     let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.put", body, Some(expected_version)).await?;
     tx.commit().await?;
     Ok(written)
@@ -478,6 +483,11 @@ pub async fn modify_pool(
     edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
 ) -> Result<PoolWritten, ChangeError> {
     let mut tx = db.begin().await?;
+    lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
+    // Under an approval policy only what reduces risk (a member ejected or back) is direct.
+    if !matches!(action, "pool.eject" | "pool.restore") {
+        crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
+    }
     let written = modify_pool_tx(&mut tx, ctx, pool, action, expected_version, edit).await?;
     tx.commit().await?;
     Ok(written)

@@ -758,3 +758,36 @@ async fn a_request_to_restore_a_version_naming_a_disabled_channel_is_refused_and
     assert_eq!(status_unknown, 404);
     assert_eq!(footprint(&app).await, before, "a refused request leaves nothing behind");
 }
+
+#[tokio::test]
+async fn an_approval_by_someone_since_given_another_role_no_longer_counts_when_applying() {
+    // Arrange: pm-two approves; an admin then makes pm-two a viewer
+    let (app, s) = app().await;
+    cn_pay_policy(&app, &s["demo-admin"]).await;
+    let (_, request) = post(&app, &s["demo-pm"], "/api/v1/changes", proposal(50, 1)).await;
+    let id = request["id"].as_i64().unwrap();
+    let hash = json!({"content_hash": request["content_hash"]});
+    let (_, approved) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), hash).await;
+    assert_eq!(approved["state"], "approved", "{approved}");
+    let (status, _) = send(
+        &app,
+        &s["demo-admin"],
+        reqwest::Method::PUT,
+        "/api/v1/users/pm-two/role",
+        json!({"role": "viewer"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // Act
+    let (status, refused) = post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+
+    // Assert: in review again, saying why; the pool did not change
+    assert_eq!((status, refused["field"].as_str()), (409, Some("state")), "{refused}");
+    assert!(refused["rule"].as_str().unwrap().contains("0 of its 1 still stand"), "{refused}");
+    let (_, read) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{id}"), Value::Null).await;
+    assert_eq!(read["state"], "in_review", "{read}");
+    let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
+    assert_eq!((pool["version"].as_i64(), pool["snapshot"]["weights"][0]["weight"].as_i64()), (Some(1), Some(45)));
+}

@@ -64,6 +64,7 @@ pub async fn restore_pool(
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
     check_version(&entity, Some(expected_version), current)?;
+    crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
     let (body, undoes) = restored(&mut tx, pool, version, current, &current_body).await?;
     let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.restore_version", &body, Some(current)).await?;
     tx.commit().await?;
