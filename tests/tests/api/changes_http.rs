@@ -769,14 +769,9 @@ async fn an_approval_by_someone_since_given_another_role_no_longer_counts_when_a
     let hash = json!({"content_hash": request["content_hash"]});
     let (_, approved) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), hash).await;
     assert_eq!(approved["state"], "approved", "{approved}");
-    let (status, _) = send(
-        &app,
-        &s["demo-admin"],
-        reqwest::Method::PUT,
-        "/api/v1/users/pm-two/role",
-        json!({"role": "viewer"}),
-    )
-    .await;
+    let (status, _) =
+        send(&app, &s["demo-admin"], reqwest::Method::PUT, "/api/v1/users/pm-two/role", json!({"role": "viewer"}))
+            .await;
     assert_eq!(status, 200);
 
     // Act
