@@ -132,6 +132,12 @@ def _case_ok(case):
         return _usage_range_ok(case.query)
     if path == "/api/v1/channels/{code}/outcomes":
         return _outcomes_ok(case.body)
+    if path == "/api/v1/changes" and case.method.upper() == "POST" and isinstance(case.body, dict):
+        # Exactly one of `pool` and `entity` names what the request changes.
+        if ("pool" in case.body and case.body["pool"] is not None) == (
+            "entity" in case.body and case.body["entity"] is not None
+        ):
+            return False
     if path.startswith("/api/v1/pools/") or path in ("/api/v1/changes", "/api/v1/changes/{id}"):
         return _all_weights_ok(case.body) and (not isinstance(case.body, dict) or _windows_ok(case.body))
     if path == "/api/v1/tenants/{tenant}/grants":

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Policy {
-    /// `pools` (every pool) or `pool:<name>` (one pool; it wins over `pools`).
+    /// `pools` (every pool), `pool:<name>` (one pool; it wins over `pools`), `channels`,
+    /// `plans` or `tenants`.
     pub scope: String,
     /// Approvals a request needs before it may be applied (1..=10).
     pub required_approvals: i16,
@@ -61,9 +62,11 @@ pub struct Review {
 pub struct ChangeRequest {
     /// The request's number.
     pub id: i64,
-    /// `pool:<name>`.
+    /// `pool:<name>`, `channel:<code>`, `plan:<name>` or `tenant:<name>`.
     pub entity: String,
-    /// The operation, with the body of the direct write it stands for, tagged by `kind`:
+    /// The operation, with the body of the direct write it stands for, tagged by `kind`
+    /// (also `channel.create`, `channel.update`, `plan.create`, `plan.update`,
+    /// `plan.restore_version`, `tenant.put`, `tenant.restore_version`):
     /// `{"kind": "pool.weights", "weights": [...], "mode": "drain"|"immediate"}`,
     /// `pool.member_add` (`channel`, `weight`?, `tier`?, `daily_cap`?), `pool.peak_windows`
     /// (`peak_windows`), `pool.caps` (`caps`) or `pool.restore_version` (`version`).

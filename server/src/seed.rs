@@ -35,6 +35,8 @@ impl SeedReport {
         match outcome {
             Ok(()) => self.created.push(entity),
             Err(ChangeError::Conflict { .. } | ChangeError::Duplicate { .. }) => self.kept.push(entity),
+            // An approval policy on its scope: left to a change request, and said so.
+            Err(ChangeError::Blocked { rule, .. }) => self.kept.push(format!("{entity} (not written: {rule})")),
             Err(e) => return Err(anyhow::Error::from(e).context(format!("seeding {entity}"))),
         }
         Ok(())

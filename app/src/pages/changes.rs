@@ -171,6 +171,23 @@ fn FlagTable(
     }
 }
 
+/// A link to the page of what a request changes (a pool's, a channel's; the tenants page).
+fn entity_link(entity: &str) -> impl IntoView {
+    let (kind, name) = entity.split_once(':').unwrap_or(("", entity));
+    let href = match kind {
+        "pool" => format!("/pools/{name}"),
+        "channel" => format!("/channels/{name}"),
+        "tenant" => "/tenants".to_owned(),
+        _ => String::new(),
+    };
+    let text = if kind == "pool" { name.to_owned() } else { entity.to_owned() };
+    if href.is_empty() {
+        view! { <span>{text}</span> }.into_any()
+    } else {
+        view! { <a href=href>{text}</a> }.into_any()
+    }
+}
+
 /// `A=50, B=30` from a weights list.
 pub(crate) fn weights_text(weights: &serde_json::Value) -> String {
     weights
@@ -242,7 +259,7 @@ fn ChangeRow(change: ChangeRequest, user: String, role: String, page: Page) -> i
     view! {
         <tr data-change=id hidden=move || !page.shows(&row_state, &row_author, &row_pool)>
             <td>{id} " " <a href=format!("/audit?entity=change:{id}") id=format!("change-trail-{id}")>"trail"</a></td>
-            <td><a href=format!("/pools/{pool}")>{pool.clone()}</a></td>
+            <td>{entity_link(&change.entity)}</td>
             <td id=format!("change-state-{id}")>{change.state.clone()}</td>
             <td>{change.author.clone()}</td>
             <td>{change.reason.clone()}</td>

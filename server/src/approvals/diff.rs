@@ -112,9 +112,17 @@ pub fn risks(policy: &api::changes::Policy, before: &PoolSnapshot, after: &PoolS
 /// Each configuration field that differs: `{"field", "before", "after"}` (absent: null),
 /// in the order of the snapshot's fields.
 pub fn field_changes(before: &PoolSnapshot, after: &PoolSnapshot) -> Vec<Value> {
-    let (b, a) = (configured(before), configured(after));
-    let mut fields: Vec<&String> = b.keys().collect();
-    fields.extend(a.keys().filter(|k| !b.contains_key(*k)));
+    json_changes(&Value::Object(configured(before)), &Value::Object(configured(after)))
+}
+
+/// Each field of two JSON objects (an entity before and after; null: absent) that differs,
+/// besides its version and times: `{"field", "before", "after"}`.
+pub fn json_changes(before: &Value, after: &Value) -> Vec<Value> {
+    let empty = serde_json::Map::new();
+    let (b, a) = (before.as_object().unwrap_or(&empty), after.as_object().unwrap_or(&empty));
+    let bookkeeping = |f: &String| matches!(f.as_str(), "version" | "updated_at" | "created_at");
+    let mut fields: Vec<&String> = b.keys().filter(|f| !bookkeeping(f)).collect();
+    fields.extend(a.keys().filter(|k| !b.contains_key(*k) && !bookkeeping(k)));
     fields
         .into_iter()
         .filter(|f| b.get(*f) != a.get(*f))

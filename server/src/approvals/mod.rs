@@ -10,8 +10,10 @@
 
 pub mod break_glass;
 pub mod diff;
+pub mod entities;
 pub mod operation;
 pub mod policy;
+pub mod propose;
 pub mod routes;
 pub mod schedule;
 pub mod store;

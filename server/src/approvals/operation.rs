@@ -72,6 +72,105 @@ pub enum Operation {
         #[serde(deserialize_with = "crate::inputs::integer")]
         version: i64,
     },
+    /// `POST /api/v1/channels` (entity `channel:<code>`): a channel registered.
+    #[serde(rename = "channel.create")]
+    ChannelCreate {
+        #[schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )]
+        name: String,
+        #[schema(value_type = Option<crate::schema::Tier>)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tier: Option<Tier>,
+        #[schema(maximum = 9007199254740991_u64)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        base_weight: u64,
+        /// Whether pools draw it (default true).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        enabled: Option<bool>,
+    },
+    /// `PUT /api/v1/channels/{code}`: a channel's name, tier and base weight.
+    #[serde(rename = "channel.update")]
+    ChannelUpdate {
+        #[schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x1f\\x7f-\\x9f]*$"
+        )]
+        name: String,
+        #[schema(value_type = Option<crate::schema::Tier>)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tier: Option<Tier>,
+        #[schema(maximum = 9007199254740991_u64)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        base_weight: u64,
+    },
+    /// `POST /api/v1/plans` (entity `plan:<name>`): a plan created.
+    #[serde(rename = "plan.create")]
+    PlanCreate {
+        #[schema(maximum = 9007199254740991_u64)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        monthly_tokens: u64,
+        #[schema(maximum = 9007199254740991_u64)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        daily_requests: u64,
+        #[schema(maximum = 2147483647)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        concurrency: u32,
+    },
+    /// `PUT /api/v1/plans/{plan}`: a plan's limits (its tenants republished).
+    #[serde(rename = "plan.update")]
+    PlanUpdate {
+        #[schema(maximum = 9007199254740991_u64)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        monthly_tokens: u64,
+        #[schema(maximum = 9007199254740991_u64)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        daily_requests: u64,
+        #[schema(maximum = 2147483647)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        concurrency: u32,
+    },
+    /// `POST /api/v1/plans/{plan}/restore`: a plan's limits of an earlier version.
+    #[serde(rename = "plan.restore_version")]
+    PlanRestoreVersion {
+        #[schema(minimum = 1)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        version: i64,
+    },
+    /// `PUT /api/v1/tenants/{tenant}` (entity `tenant:<name>`): a tenant's plan and settings.
+    #[serde(rename = "tenant.put")]
+    TenantPut {
+        #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+        plan: String,
+        #[schema(minimum = 1, maximum = 86400000)]
+        #[serde(
+            default,
+            deserialize_with = "crate::inputs::optional_integer",
+            skip_serializing_if = "Option::is_none"
+        )]
+        reservation_ttl_ms: Option<i64>,
+        #[schema(minimum = 1, maximum = 3660)]
+        #[serde(
+            default,
+            deserialize_with = "crate::inputs::optional_integer",
+            skip_serializing_if = "Option::is_none"
+        )]
+        retention_days: Option<i64>,
+        #[schema(value_type = Option<crate::schema::Fallback>)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback: Option<Value>,
+    },
+    /// `POST /api/v1/tenants/{tenant}/restore`: a tenant's plan and settings of an earlier
+    /// version.
+    #[serde(rename = "tenant.restore_version")]
+    TenantRestoreVersion {
+        #[schema(minimum = 1)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        version: i64,
+    },
 }
 
 impl Operation {
@@ -83,7 +182,19 @@ impl Operation {
             Operation::PeakWindows { .. } => "pool.peak_windows",
             Operation::Caps { .. } => "pool.caps",
             Operation::RestoreVersion { .. } => "pool.restore_version",
+            Operation::ChannelCreate { .. } => "channel.create",
+            Operation::ChannelUpdate { .. } => "channel.update",
+            Operation::PlanCreate { .. } => "plan.create",
+            Operation::PlanUpdate { .. } => "plan.update",
+            Operation::PlanRestoreVersion { .. } => "plan.restore_version",
+            Operation::TenantPut { .. } => "tenant.put",
+            Operation::TenantRestoreVersion { .. } => "tenant.restore_version",
         }
+    }
+
+    /// The kind of entity it changes: `pool`, `channel`, `plan` or `tenant`.
+    pub fn entity_kind(&self) -> &'static str {
+        self.action().split('.').next().unwrap_or("pool")
     }
 
     /// How it reaches the tickets already in the pool: a weights change says; every other
@@ -140,6 +251,12 @@ pub(crate) async fn resolve(
                 crate::pools::history::store::restored(tx, pool, *version, current, current_body).await?;
             let snapshot: PoolSnapshot = crate::pools::parse_pool_body(&body)?;
             (PoolEdit::Replace(Box::new(snapshot)), Some(undoes))
+        }
+        other => {
+            return Err(ApiError::Unprocessable {
+                field: "operation".into(),
+                rule: format!("{} changes a {}, not a pool", other.action(), other.entity_kind()),
+            })
         }
     })
 }

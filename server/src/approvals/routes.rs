@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use client::pool::PoolName;
 use serde::Deserialize;
 
+use super::entities::Target;
 use super::operation::Operation;
 use super::policy::store::{self as policies, PolicySpec};
 use super::store::{self, Proposal};
@@ -79,9 +80,13 @@ pub struct ApprovalPolicyBody {
 }
 
 fn scope(raw: &str) -> Result<String, ApiError> {
-    let ok = raw == "pools" || matches!(crate::change::Entity::parse(raw), Ok(crate::change::Entity::Pool(_)));
+    let ok = matches!(raw, "pools" | "channels" | "plans" | "tenants")
+        || matches!(crate::change::Entity::parse(raw), Ok(crate::change::Entity::Pool(_)));
     if !ok {
-        return Err(ApiError::bad_request("scope", "must be \"pools\" or \"pool:<name>\" (1..=64 of [A-Za-z0-9_-])"));
+        return Err(ApiError::bad_request(
+            "scope",
+            "must be \"pools\", \"pool:<name>\" (1..=64 of [A-Za-z0-9_-]), \"channels\", \"plans\" or \"tenants\"",
+        ));
     }
     Ok(raw.to_owned())
 }
@@ -93,7 +98,7 @@ fn scope(raw: &str) -> Result<String, ApiError> {
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("scope" = String, Path, description = "`pools` (every pool) or `pool:<name>` (one pool; it wins over `pools`)", pattern = "^(pools|pool:[A-Za-z0-9_-]{1,64})$")),
+    params(("scope" = String, Path, description = "`pools` (every pool), `pool:<name>` (one pool; it wins over `pools`), `channels`, `plans` or `tenants`", pattern = "^(pools|channels|plans|tenants|pool:[A-Za-z0-9_-]{1,64})$")),
     responses(
         (status = 200, description = "Written and audited", body = Policy),
         (status = 400, description = "A malformed scope or body (naming the field), or a missing reason", body = ErrorBody),
@@ -127,6 +132,12 @@ pub async fn put_policy(
     for (field, value) in
         [("moved_percent_over", body.moved_percent_over), ("member_share_over", body.member_share_over)]
     {
+        if value.is_some() && matches!(scope.as_str(), "channels" | "plans" | "tenants") {
+            return Err(ApiError::bad_request(
+                field,
+                "risk rules measure a pool's traffic: pools and pool:<name> only",
+            ));
+        }
         if value.is_some_and(|v| !(0.0..=100.0).contains(&v)) {
             return Err(ApiError::bad_request(field, "must be a percentage in 0..=100"));
         }
@@ -161,7 +172,7 @@ pub struct PolicyRemoval {
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("scope" = String, Path, description = "`pools` (every pool) or `pool:<name>` (one pool; it wins over `pools`)", pattern = "^(pools|pool:[A-Za-z0-9_-]{1,64})$")),
+    params(("scope" = String, Path, description = "`pools` (every pool), `pool:<name>` (one pool; it wins over `pools`), `channels`, `plans` or `tenants`", pattern = "^(pools|channels|plans|tenants|pool:[A-Za-z0-9_-]{1,64})$")),
     responses(
         (status = 204, description = "Removed and audited"),
         (status = 400, description = "A malformed scope or body (naming the field), or a missing reason", body = ErrorBody),
@@ -193,8 +204,8 @@ pub struct ChangeQuery {
     /// Only requests about this pool.
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pool: Option<String>,
-    /// Only requests proposed by this person.
-    #[param(min_length = 1, max_length = 200)]
+    /// Only requests proposed by this person (a user name).
+    #[param(pattern = "^[A-Za-z0-9_.@-]{1,64}$")]
     author: Option<String>,
 }
 
@@ -225,8 +236,8 @@ pub async fn list_changes(
         Some(p) => Some(crate::change::Entity::pool_key(PoolName::parse(p)?)),
         None => None,
     };
-    if query.author.as_ref().is_some_and(|a| a.is_empty() || a.len() > 200) {
-        return Err(ApiError::bad_request("author", "must be 1..=200 characters"));
+    if let Some(author) = &query.author {
+        api::UserName::parse(author).map_err(|e| ApiError::bad_request("author", e.rule))?;
     }
     let changes =
         store::list_requests(&state.db, query.state.as_deref(), entity.as_deref(), query.author.as_deref()).await?;
@@ -238,11 +249,19 @@ pub async fn list_changes(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangeBody {
-    /// The pool.
-    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$")]
-    pool: String,
+    /// The pool (for an operation on a pool; or give `entity`).
+    #[schema(value_type = Option<String>, pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[serde(default)]
+    pool: Option<String>,
+    /// What the operation changes: `pool:<name>`, `channel:<code>`, `plan:<name>` or
+    /// `tenant:<name>` (or give `pool`).
+    #[schema(value_type = Option<String>, pattern = "^(pool:[A-Za-z0-9_-]{1,64}|channel:[A-Za-z0-9_.-]{1,64}|plan:[A-Za-z0-9_-]{1,64}|tenant:[A-Za-z0-9_-]{1,64})$")]
+    #[serde(default)]
+    entity: Option<String>,
     /// What to do, as the direct write takes it, tagged by `kind`: `pool.weights`,
-    /// `pool.member_add`, `pool.peak_windows`, `pool.caps` or `pool.restore_version`.
+    /// `pool.member_add`, `pool.peak_windows`, `pool.caps`, `pool.restore_version`,
+    /// `channel.create`, `channel.update`, `plan.create`, `plan.update`,
+    /// `plan.restore_version`, `tenant.put` or `tenant.restore_version`.
     operation: Operation,
     /// Why (1..=500 characters, no control characters): what reviewers read, and the reason
     /// of the change once applied. Required.
@@ -254,8 +273,8 @@ pub struct ChangeBody {
     expected_version: i64,
 }
 
-/// `POST /api/v1/changes` with `{"pool", "operation", "reason", "expected_version"}`:
-/// submits a change request of an operation on a pool for review (state `in_review`), with the
+/// `POST /api/v1/changes` with `{"pool" | "entity", "operation", "reason", "expected_version"}`:
+/// submits a change request of an operation on a pool, channel, plan or tenant for review (state `in_review`), with the
 /// diff reviewers see and the content hash their approvals name. It needs the approvals of
 /// the policy that applies to the pool (one by a pm or an admin where none does).
 #[utoipa::path(
@@ -279,9 +298,13 @@ pub async fn submit_change(
     let who = actor(&req, &state, &body.reason, true)?;
     super::person_role(&crate::access::principal(&req)?, "proposing a change")?;
     let body = body.into_inner();
-    let pool = PoolName::parse(&body.pool)?;
+    let target = match (&body.pool, &body.entity) {
+        (Some(pool), None) => Target::Pool(PoolName::parse(pool)?),
+        (None, Some(entity)) => Target::parse(entity)?,
+        _ => return Err(ApiError::bad_request("entity", "give either `pool` or `entity`, not both or neither")),
+    };
     let proposal = Proposal { operation: body.operation, expected_version: expected(body.expected_version)? };
-    let request = store::submit(&state.db, &who.ctx(), &pool, &proposal).await?;
+    let request = store::submit(&state.db, &who.ctx(), &target, &proposal).await?;
     Ok(HttpResponse::Created().json(request))
 }
 
@@ -426,8 +449,9 @@ pub async fn apply_change(
     let id = request_id(&path)?;
     let who = actor(&req, &state, &None, false)?;
     let (request, written) = store::apply_request(&state.db, &who.ctx(), id, None).await?;
+    let published = publish_now(&state).await;
     if let Some((pool, written, mode)) = written {
-        if publish_now(&state).await {
+        if published {
             rebuild_if_needed(&state, &pool, &written.published, mode).await;
         }
     }

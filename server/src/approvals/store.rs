@@ -2,10 +2,13 @@
 //! write takes the configuration lock first and writes its audit row in the same
 //! transaction: nothing is partly applied.
 
-use api::changes::{ChangeRequest, Policy, Review};
+use api::changes::{ChangeRequest, Review};
 
+use super::entities::Target;
 use super::operation::{resolve, Operation};
 use super::policy::store::policy_for;
+use super::propose::proposed_for;
+pub use super::propose::Proposal;
 use client::pool::{PoolName, ReweightMode};
 use serde_json::{json, Value};
 use sqlx::postgres::PgRow;
@@ -176,64 +179,21 @@ pub(super) fn blocked(rule: String) -> ApiError {
     ApiError::Blocked { field: "state".into(), rule }
 }
 
-/// A proposed operation on a pool, made against its configuration version
-/// `expected_version`.
-pub struct Proposal {
-    pub operation: Operation,
-    pub expected_version: i64,
-}
-
-/// A proposal checked as the direct write would check it (so an approved request applies),
-/// against the pool's current configuration version (404 unknown pool, 409 another
-/// version): the operation, that version, the content hash and the diff.
-async fn proposed(
-    tx: &mut PgConnection,
-    pool: &PoolName,
-    proposal: &Proposal,
-    reason: &str,
-    policy: Option<&Policy>,
-    revision: i32,
-) -> Result<(Value, i64, String, Value), ApiError> {
-    let entity = Entity::pool_key(pool);
-    let (current, body) =
-        crate::pools::store::compile_pool(&mut *tx, pool.as_str()).await?.ok_or_else(|| unknown_pool(pool))?;
-    if current != proposal.expected_version {
-        return Err(ApiError::Conflict { entity, expected: proposal.expected_version, current });
-    }
-    let before = crate::pools::parse_pool_body(&body)?;
-    let (edit, undoes) = resolve(&mut *tx, pool, &proposal.operation, current, &body).await?;
-    let mut after = before.clone();
-    edit.clone().apply(&mut after)?;
-    after.version = before.version;
-    after.validate().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
-    // What reviewers approve is what applies: defaults looked up now are written out.
-    let operation = serde_json::to_value(proposal.operation.pinned(&edit, &before))
-        .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("operation: {e}")))?;
-    let content_hash = super::hex(&crate::access::sha256(
-        &json!({"entity": entity, "base_version": current, "operation": operation, "reason": reason,
-            "revision": revision})
-        .to_string(),
-    ));
-    let diff = super::diff::diff(&before, &after, policy, undoes.as_deref());
-    Ok((operation, current, content_hash, diff))
-}
-
 /// Submits a change request of an operation on `pool` (state `in_review`), made against the
 /// pool's current configuration version: 404 unknown pool, 409 a stale version, 422 an
 /// operation the pool cannot take. Audited (`change.submit`).
 pub async fn submit(
     db: &PgPool,
     ctx: &Ctx<'_>,
-    pool: &PoolName,
+    target: &Target,
     proposal: &Proposal,
 ) -> Result<ChangeRequest, ApiError> {
     let reason = ctx.reason.ok_or_else(|| ApiError::bad_request("reason", "is required"))?;
     let mut tx = db.begin().await?;
-    let entity = Entity::pool_key(pool);
+    let entity = target.key();
     lock(&mut tx, &entity).await?;
-    let policy = policy_for(&mut *tx, pool).await?;
-    let (operation, current, content_hash, diff) =
-        proposed(&mut tx, pool, proposal, reason, policy.as_ref(), 0).await?;
+    let (operation, current, content_hash, diff, policy) =
+        proposed_for(&mut tx, ctx, target, proposal, reason, 0).await?;
     let (scope, required, roles, hours) = super::terms(policy.as_ref(), &diff);
     let id: i64 = sqlx::query_scalar(
         "insert into change_request (entity, operation, base_version, content_hash, diff, author, reason, state,
@@ -402,6 +362,22 @@ pub async fn apply_request(
         tx.commit().await?;
         return Err(blocked(format!("{why}: it is in review again")));
     }
+    let target = Target::parse(&request.entity)?;
+    if !matches!(target, Target::Pool(_)) {
+        let outcome = match super::entities::apply(&mut tx, ctx, &request, &target).await? {
+            Ok(outcome) => outcome,
+            Err((why, current)) => {
+                let outcome = json!({"reason": why, "current_version": current});
+                set_state(&mut tx, ctx, id, "suspended", "change.suspend", Some(&outcome), json!({"why": why})).await?;
+                tx.commit().await?;
+                return Err(ApiError::Conflict { entity: request.entity, expected: request.base_version, current });
+            }
+        };
+        set_state(&mut tx, ctx, id, "applied", "change.apply", Some(&outcome), outcome.clone()).await?;
+        let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+        tx.commit().await?;
+        return Ok((request, None));
+    }
     let pool = pool_of(&request)?;
     let current: Option<i64> = sqlx::query_scalar("select config_version from pool where name = $1")
         .bind(pool.as_str())
@@ -493,7 +469,7 @@ pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Propos
     if !matches!(request.state.as_str(), "in_review" | "approved" | "scheduled" | "suspended") {
         return Err(blocked(format!("change request {id} is {} and cannot be edited", request.state)));
     }
-    let pool = pool_of(&request)?;
+    let target = Target::parse(&request.entity)?;
     if expire_if_due(&mut tx, ctx, id).await? {
         tx.commit().await?;
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
@@ -502,9 +478,8 @@ pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Propos
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-    let policy = policy_for(&mut *tx, &pool).await?;
-    let (operation, base_version, content_hash, diff) =
-        proposed(&mut tx, &pool, proposal, reason, policy.as_ref(), revision).await?;
+    let (operation, base_version, content_hash, diff, policy) =
+        proposed_for(&mut tx, ctx, &target, proposal, reason, revision).await?;
     let (scope, required, roles, _) = super::terms(policy.as_ref(), &diff);
     sqlx::query(
         "update change_request set operation = $2, base_version = $3, content_hash = $4, diff = $5, reason = $6,
@@ -538,8 +513,13 @@ pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Propos
 async fn needs_now(tx: &mut PgConnection, request: &ChangeRequest) -> Result<(i64, Vec<String>), sqlx::Error> {
     let mut required = i64::from(request.required_approvals);
     let mut roles = request.approver_roles.clone();
-    if let Ok(pool) = pool_of(request) {
-        if let Some(policy) = policy_for(&mut *tx, &pool).await? {
+    let policy = match Target::parse(&request.entity) {
+        Ok(Target::Pool(pool)) => policy_for(&mut *tx, &pool).await?,
+        Ok(other) => super::policy::store::policy_of(&mut *tx, other.scope()).await?,
+        Err(_) => None,
+    };
+    {
+        if let Some(policy) = policy {
             required = required.max(i64::from(policy.required_approvals));
             roles.retain(|r| policy.approver_roles.contains(r));
         }

@@ -63,10 +63,26 @@ pub async fn create_channel(
     spec: &ChannelSpec,
     enabled: bool,
 ) -> Result<(Written, Channel), ChangeError> {
-    let entity = format!("channel:{code}");
     let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
-    if channel_in(&mut tx, code.as_str()).await?.is_some() {
+    crate::change::store::lock(&mut tx, "channels").await?;
+    crate::approvals::policy::store::refuse_scope(&mut *tx, "channels").await?;
+    let done = create_channel_tx(&mut tx, ctx, code, spec, enabled).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`create_channel`] in the caller's transaction (which holds the configuration lock or takes
+/// it here), without the approval policy's check: what an approved change request applies.
+pub(crate) async fn create_channel_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    code: &ChannelCode,
+    spec: &ChannelSpec,
+    enabled: bool,
+) -> Result<(Written, Channel), ChangeError> {
+    let entity = format!("channel:{code}");
+    lock(&mut *tx, &entity).await?;
+    if channel_in(&mut *tx, code.as_str()).await?.is_some() {
         return Err(ChangeError::Duplicate {
             field: "code".into(),
             rule: format!("channel {:?} exists", code.as_str()),
@@ -80,9 +96,8 @@ pub async fn create_channel(
         .bind(spec.base_weight.get() as i64)
         .execute(&mut *tx)
         .await?;
-    let channel = channel_in(&mut tx, code.as_str()).await?.expect("just inserted");
-    let audit_id = audit(&mut tx, ctx, &entity, "channel.create", None, Some(&channel_json(&channel))).await?;
-    tx.commit().await?;
+    let channel = channel_in(&mut *tx, code.as_str()).await?.expect("just inserted");
+    let audit_id = audit(&mut *tx, ctx, &entity, "channel.create", None, Some(&channel_json(&channel))).await?;
     Ok((Written { entity, action: "channel.create".into(), version: 1, audit_id, outbox_id: None }, channel))
 }
 
@@ -95,10 +110,26 @@ pub async fn update_channel(
     spec: &ChannelSpec,
     expected_version: i64,
 ) -> Result<(Written, Channel), ChangeError> {
-    let entity = format!("channel:{code}");
     let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
-    let before = channel_in(&mut tx, code.as_str())
+    crate::change::store::lock(&mut tx, "channels").await?;
+    crate::approvals::policy::store::refuse_scope(&mut *tx, "channels").await?;
+    let done = update_channel_tx(&mut tx, ctx, code, spec, expected_version).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`update_channel`] in the caller's transaction (which holds the configuration lock or takes
+/// it here), without the approval policy's check: what an approved change request applies.
+pub(crate) async fn update_channel_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    code: &ChannelCode,
+    spec: &ChannelSpec,
+    expected_version: i64,
+) -> Result<(Written, Channel), ChangeError> {
+    let entity = format!("channel:{code}");
+    lock(&mut *tx, &entity).await?;
+    let before = channel_in(&mut *tx, code.as_str())
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown channel {:?}", code.as_str())))?;
     check_version(&entity, Some(expected_version), before.version)?;
@@ -124,11 +155,10 @@ pub async fn update_channel(
         .bind(spec.base_weight.get() as i64)
         .execute(&mut *tx)
         .await?;
-    let after = channel_in(&mut tx, code.as_str()).await?.expect("exists");
+    let after = channel_in(&mut *tx, code.as_str()).await?.expect("exists");
     let audit_id =
-        audit(&mut tx, ctx, &entity, "channel.update", Some(&channel_json(&before)), Some(&channel_json(&after)))
+        audit(&mut *tx, ctx, &entity, "channel.update", Some(&channel_json(&before)), Some(&channel_json(&after)))
             .await?;
-    tx.commit().await?;
     Ok((Written { entity, action: "channel.update".into(), version: after.version, audit_id, outbox_id: None }, after))
 }
 

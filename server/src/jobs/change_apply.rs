@@ -32,8 +32,9 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Ou
         let ctx = Ctx { actor: &scheduled_by, source: Source::Schedule, reason: None, request_id: None };
         match crate::approvals::store::apply_request(&state.db, &ctx, id, Some(now)).await {
             Ok((_, written)) => {
+                let published = crate::publish::publish_now(state).await;
                 if let Some((pool, written, mode)) = written {
-                    if crate::publish::publish_now(state).await {
+                    if published {
                         crate::publish::rebuild_if_needed(state, &pool, &written.published, mode).await;
                     }
                 }

@@ -62,10 +62,25 @@ pub async fn create_plan(
     name: &PlanName,
     spec: &PlanSpec,
 ) -> Result<(Written, Plan), ChangeError> {
-    let entity = format!("plan:{name}");
     let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
-    if plan_in(&mut tx, name.as_str()).await?.is_some() {
+    crate::change::store::lock(&mut tx, "plans").await?;
+    crate::approvals::policy::store::refuse_scope(&mut *tx, "plans").await?;
+    let done = create_plan_tx(&mut tx, ctx, name, spec).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`create_plan`] in the caller's transaction (which holds the configuration lock or takes
+/// it here), without the approval policy's check: what an approved change request applies.
+pub(crate) async fn create_plan_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    spec: &PlanSpec,
+) -> Result<(Written, Plan), ChangeError> {
+    let entity = format!("plan:{name}");
+    lock(&mut *tx, &entity).await?;
+    if plan_in(&mut *tx, name.as_str()).await?.is_some() {
         return Err(ChangeError::Duplicate { field: "name".into(), rule: format!("plan {:?} exists", name.as_str()) });
     }
     sqlx::query("insert into plan (name, monthly_tokens, daily_requests, concurrency) values ($1, $2, $3, $4)")
@@ -75,9 +90,8 @@ pub async fn create_plan(
         .bind(spec.concurrency as i32)
         .execute(&mut *tx)
         .await?;
-    let plan = plan_in(&mut tx, name.as_str()).await?.expect("just inserted");
-    let audit_id = audit(&mut tx, ctx, &entity, "plan.create", None, Some(&plan_json(&plan))).await?;
-    tx.commit().await?;
+    let plan = plan_in(&mut *tx, name.as_str()).await?.expect("just inserted");
+    let audit_id = audit(&mut *tx, ctx, &entity, "plan.create", None, Some(&plan_json(&plan))).await?;
     Ok((Written { entity, action: "plan.create".into(), version: 1, audit_id, outbox_id: None }, plan))
 }
 
@@ -89,15 +103,30 @@ pub async fn update_plan(
     spec: &PlanSpec,
     expected_version: i64,
 ) -> Result<(Vec<Written>, Plan), ChangeError> {
-    let entity = format!("plan:{name}");
     let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
-    let before = plan_in(&mut tx, name.as_str())
+    crate::change::store::lock(&mut tx, "plans").await?;
+    crate::approvals::policy::store::refuse_scope(&mut *tx, "plans").await?;
+    let done = update_plan_tx(&mut tx, ctx, name, spec, expected_version).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`update_plan`] in the caller's transaction (which holds the configuration lock or takes
+/// it here), without the approval policy's check: what an approved change request applies.
+pub(crate) async fn update_plan_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    spec: &PlanSpec,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan), ChangeError> {
+    let entity = format!("plan:{name}");
+    lock(&mut *tx, &entity).await?;
+    let before = plan_in(&mut *tx, name.as_str())
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
     check_version(&entity, Some(expected_version), before.version)?;
-    let changed = write_plan(&mut tx, ctx, before, spec, "plan.update").await?;
-    tx.commit().await?;
+    let changed = write_plan(&mut *tx, ctx, before, spec, "plan.update").await?;
     Ok(changed)
 }
 
@@ -140,17 +169,33 @@ pub async fn restore_plan(
     version: i64,
     expected_version: i64,
 ) -> Result<(Vec<Written>, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
-    let entity = format!("plan:{name}");
     let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
-    let before = plan_in(&mut tx, name.as_str())
+    crate::change::store::lock(&mut tx, "plans").await?;
+    crate::approvals::policy::store::refuse_scope(&mut *tx, "plans").await?;
+    let done = restore_plan_tx(&mut tx, ctx, name, version, expected_version).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`restore_plan`] in the caller's transaction (which holds the configuration lock or takes
+/// it here), without the approval policy's check: what an approved change request applies.
+pub(crate) async fn restore_plan_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    version: i64,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
+    let entity = format!("plan:{name}");
+    lock(&mut *tx, &entity).await?;
+    let before = plan_in(&mut *tx, name.as_str())
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown plan {:?}", name.as_str())))?;
     check_version(&entity, Some(expected_version), before.version)?;
     if version == before.version {
         return Err(invalid("version", format!("{version} is the plan's current version")));
     }
-    let since = plan_versions(&mut tx, name, version - 1).await?;
+    let since = plan_versions(&mut *tx, name, version - 1).await?;
     let target = since
         .first()
         .filter(|v| v.version == version)
@@ -160,8 +205,7 @@ pub async fn restore_plan(
         "daily_requests": limits["daily_requests"], "concurrency": limits["concurrency"]}))
     .map_err(|e| invalid("version", format!("version {version} cannot be read back: {e}")))?;
     let undoes = since[1..].to_vec();
-    let (written, plan) = write_plan(&mut tx, ctx, before, &spec, "plan.restore_version").await?;
-    tx.commit().await?;
+    let (written, plan) = write_plan(&mut *tx, ctx, before, &spec, "plan.restore_version").await?;
     Ok((written, plan, undoes))
 }
 

@@ -107,6 +107,11 @@ pub(crate) async fn republish_tenant(
     Ok(written)
 }
 
+/// The plan a tenant is on.
+pub(crate) async fn tenant_plan(conn: &mut PgConnection, tenant: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("select plan from tenant where name = $1").bind(tenant).fetch_optional(conn).await
+}
+
 /// A tenant's recorded versions (its plan and settings at each), after `after`, oldest
 /// first. Versions published before the history was kept are not recorded.
 async fn tenant_versions(
@@ -153,9 +158,25 @@ pub async fn restore_tenant(
     version: i64,
     expected_version: i64,
 ) -> Result<(Written, Vec<api::pools::PoolVersion>), ChangeError> {
-    let entity = crate::change::Entity::tenant_key(tenant);
     let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
+    crate::change::store::lock(&mut tx, "tenants").await?;
+    crate::approvals::policy::store::refuse_scope(&mut *tx, "tenants").await?;
+    let done = restore_tenant_tx(&mut tx, ctx, tenant, version, expected_version).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`restore_tenant`] in the caller's transaction (which holds the configuration lock or takes
+/// it here), without the approval policy's check: what an approved change request applies.
+pub(crate) async fn restore_tenant_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    tenant: &TenantId,
+    version: i64,
+    expected_version: i64,
+) -> Result<(Written, Vec<api::pools::PoolVersion>), ChangeError> {
+    let entity = crate::change::Entity::tenant_key(tenant);
+    lock(&mut *tx, &entity).await?;
     let current: i64 = sqlx::query_scalar("select version from tenant where name = $1")
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
@@ -165,15 +186,14 @@ pub async fn restore_tenant(
     if version == current {
         return Err(invalid("version", format!("{version} is the tenant's current version")));
     }
-    let since = tenant_versions(&mut tx, tenant, version - 1).await?;
+    let since = tenant_versions(&mut *tx, tenant, version - 1).await?;
     let target = since.first().filter(|v| v.version == version).ok_or_else(|| {
         ChangeError::NotFound(format!("tenant {:?} has no recorded version {version}", tenant.as_str()))
     })?;
     let spec: TenantSpec = serde_json::from_value(target.snapshot.clone())
         .map_err(|e| invalid("version", format!("version {version} cannot be read back: {e}")))?;
     let undoes = since[1..].to_vec();
-    let written = write_tenant(&mut tx, ctx, tenant, &spec, "tenant.restore_version").await?;
-    tx.commit().await?;
+    let written = write_tenant(&mut *tx, ctx, tenant, &spec, "tenant.restore_version").await?;
     Ok((written, undoes))
 }
 
@@ -253,17 +273,32 @@ pub async fn put_tenant(
     spec: &TenantSpec,
     expected_version: i64,
 ) -> Result<Written, ChangeError> {
-    let entity = crate::change::Entity::tenant_key(tenant);
     let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
+    crate::change::store::lock(&mut tx, "tenants").await?;
+    crate::approvals::policy::store::refuse_scope(&mut *tx, "tenants").await?;
+    let done = put_tenant_tx(&mut tx, ctx, tenant, spec, expected_version).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`put_tenant`] in the caller's transaction (which holds the configuration lock or takes
+/// it here), without the approval policy's check: what an approved change request applies.
+pub(crate) async fn put_tenant_tx(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    tenant: &TenantId,
+    spec: &TenantSpec,
+    expected_version: i64,
+) -> Result<Written, ChangeError> {
+    let entity = crate::change::Entity::tenant_key(tenant);
+    lock(&mut *tx, &entity).await?;
     let current: Option<i64> = sqlx::query_scalar("select version from tenant where name = $1")
         .bind(tenant.as_str())
         .fetch_optional(&mut *tx)
         .await?;
     check_version(&entity, Some(expected_version), current.unwrap_or(0))?;
     let action = if current.is_some() { "tenant.update" } else { "tenant.create" };
-    let written = write_tenant(&mut tx, ctx, tenant, spec, action).await?;
-    tx.commit().await?;
+    let written = write_tenant(&mut *tx, ctx, tenant, spec, action).await?;
     Ok(written)
 }
 

@@ -77,9 +77,21 @@ fn proposal(alipay: u64, expected_version: i64) -> Value {
 /// Rows in the tables a refused step must leave as they were.
 async fn footprint(app: &TestApp) -> Vec<i64> {
     let mut counts = Vec::new();
-    for table in
-        ["pool", "pool_member", "snapshot", "audit", "outbox", "change_request", "change_review", "approval_policy"]
-    {
+    for table in [
+        "pool",
+        "pool_member",
+        "snapshot",
+        "audit",
+        "outbox",
+        "change_request",
+        "change_review",
+        "approval_policy",
+        "channel",
+        "plan",
+        "tenant",
+        "quota_grant",
+        "config_history",
+    ] {
         counts
             .push(sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&app.state.db).await.unwrap());
     }
@@ -785,4 +797,139 @@ async fn an_approval_by_someone_since_given_another_role_no_longer_counts_when_a
     assert_eq!(read["state"], "in_review", "{read}");
     let (_, pool) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/pools/cn-pay", Value::Null).await;
     assert_eq!((pool["version"].as_i64(), pool["snapshot"]["weights"][0]["weight"].as_i64()), (Some(1), Some(45)));
+}
+
+/// Submits `operation` on `entity` made against `version`, has pm-two approve it and its
+/// author apply it: the applied request.
+async fn through_entity(
+    app: &TestApp,
+    s: &HashMap<String, Session>,
+    entity: &str,
+    operation: Value,
+    version: i64,
+) -> Value {
+    let body =
+        json!({"entity": entity, "operation": operation, "reason": "reviewed change", "expected_version": version});
+    let (status, request) = post(app, &s["demo-pm"], "/api/v1/changes", body).await;
+    assert_eq!(status, 201, "{request}");
+    let id = request["id"].as_i64().unwrap();
+    let hash = json!({"content_hash": request["content_hash"]});
+    let (status, approved) = post(app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), hash).await;
+    assert_eq!((status, approved["state"].as_str()), (200, Some("approved")), "{approved}");
+    let (status, applied) = post(app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+    assert_eq!((status, applied["state"].as_str()), (200, Some("applied")), "{applied}");
+    applied
+}
+
+#[tokio::test]
+async fn channels_plans_and_tenants_under_a_policy_change_only_through_reviewed_requests() {
+    // Arrange: policies on channels, plans and tenants
+    let (app, s) = app().await;
+    for scope in ["channels", "plans", "tenants"] {
+        let (status, policy) = send(
+            &app,
+            &s["demo-admin"],
+            reqwest::Method::PUT,
+            &format!("/api/v1/policies/{scope}"),
+            json!({"required_approvals": 1, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
+                   "reason": "four eyes", "expected_version": 0}),
+        )
+        .await;
+        assert_eq!(status, 200, "{scope}: {policy}");
+    }
+    let (_, acme) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/tenants/acme", Value::Null).await;
+    let acme_version = acme["version"].as_i64().unwrap();
+    let before = footprint(&app).await;
+
+    // Act + Assert: direct writes name the policy and change nothing
+    let writes = [
+        ("/api/v1/channels/WECHAT_B", json!({"name": "WeChat", "base_weight": 31, "expected_version": 1})),
+        (
+            "/api/v1/plans/pro",
+            json!({"monthly_tokens": 1, "daily_requests": 1, "concurrency": 1, "expected_version": 1}),
+        ),
+        ("/api/v1/tenants/acme", json!({"plan": "enterprise", "expected_version": acme_version})),
+    ];
+    for (path, body) in writes {
+        let (status, refused) = send(&app, &s["demo-admin"], reqwest::Method::PUT, path, body).await;
+        assert_eq!((status, refused["field"].as_str()), (409, Some("policy")), "{path}: {refused}");
+    }
+    let (status, refused) = post(
+        &app,
+        &s["demo-admin"],
+        "/api/v1/channels",
+        json!({"code": "NEW_D", "name": "new acquirer", "base_weight": 10}),
+    )
+    .await;
+    assert_eq!((status, refused["field"].as_str()), (409, Some("policy")), "{refused}");
+    let mismatched = json!({"entity": "plan:pro", "operation": {"kind": "tenant.put", "plan": "pro"},
+        "reason": "r", "expected_version": 1});
+    let (status, refused) = post(&app, &s["demo-pm"], "/api/v1/changes", mismatched).await;
+    assert_eq!((status, refused["field"].as_str()), (422, Some("operation")), "{refused}");
+    let invalid = json!({"entity": "tenant:acme", "operation": {"kind": "tenant.put", "plan": "nope"},
+        "reason": "r", "expected_version": acme_version});
+    let (status, refused) = post(&app, &s["demo-pm"], "/api/v1/changes", invalid).await;
+    assert_eq!((status, refused["field"].as_str()), (422, Some("plan")), "checked as the direct write: {refused}");
+    let both = json!({"pool": "cn-pay", "entity": "plan:pro", "operation": {"kind": "plan.restore_version", "version": 1},
+        "reason": "r", "expected_version": 1});
+    assert_eq!(post(&app, &s["demo-pm"], "/api/v1/changes", both).await.0, 400, "pool and entity both");
+    let negative = json!({"entity": "plan:pro", "operation": {"kind": "plan.restore_version", "version": -9},
+        "reason": "r", "expected_version": 1});
+    let (status, refused) = post(&app, &s["demo-pm"], "/api/v1/changes", negative).await;
+    assert_eq!((status, refused["field"].as_str()), (400, Some("version")), "{refused}");
+    // A request proposed changes nothing until it is applied.
+    let pending = json!({"entity": "plan:pro", "operation": {"kind": "plan.update", "monthly_tokens": 1,
+        "daily_requests": 1, "concurrency": 1}, "reason": "r", "expected_version": 1});
+    let (status, pending) = post(&app, &s["demo-pm"], "/api/v1/changes", pending).await;
+    assert_eq!(status, 201, "{pending}");
+    let cancel = json!({"reason": "only to show it changes nothing"});
+    post(&app, &s["demo-pm"], &format!("/api/v1/changes/{}/cancel", pending["id"]), cancel).await;
+    // Only the request and its own audit rows (submit, cancel) are new.
+    let (after, expected) = (footprint(&app).await, before.clone());
+    let (_, pro) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/plans/pro", Value::Null).await;
+    assert_eq!((pro["version"].as_i64(), pro["monthly_tokens"].as_i64()), (Some(1), Some(50_000_000)), "{pro}");
+    assert_eq!(after[5], expected[5] + 1, "one request more");
+    assert_eq!(
+        (after[8], after[9], after[10], after[11], after[12]),
+        (expected[8], expected[9], expected[10], expected[11], expected[12])
+    );
+
+    // Reviewed requests apply: a plan's limits, a tenant's plan, a new channel
+    let plan =
+        json!({"kind": "plan.update", "monthly_tokens": 60_000_000, "daily_requests": 100_000, "concurrency": 64});
+    let raised = through_entity(&app, &s, "plan:pro", plan, 1).await;
+    // The plan's change republished acme: the tenant's request is made against its version now.
+    let (_, acme) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/tenants/acme", Value::Null).await;
+    assert_eq!(acme["version"].as_i64(), Some(acme_version + 1), "{acme}");
+    let to_enterprise = json!({"kind": "tenant.put", "plan": "enterprise"});
+    let moved = through_entity(&app, &s, "tenant:acme", to_enterprise, acme_version + 1).await;
+    let channel = json!({"kind": "channel.create", "name": "new acquirer", "base_weight": 10});
+    through_entity(&app, &s, "channel:NEW_D", channel, 0).await;
+
+    let fields: Vec<&str> =
+        raised["diff"]["changes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert_eq!(fields, ["monthly_tokens"], "{raised}");
+    assert_eq!(raised["diff"]["changes"][0]["after"], 60_000_000);
+    let (_, pro) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/plans/pro", Value::Null).await;
+    assert_eq!((pro["monthly_tokens"].as_i64(), pro["version"].as_i64()), (Some(60_000_000), Some(2)), "{pro}");
+    assert!(moved["diff"]["changes"].as_array().unwrap().iter().any(|c| c["field"] == "monthly_tokens"), "{moved}");
+    let (_, acme) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/tenants/acme", Value::Null).await;
+    assert_eq!(acme["plan"], "enterprise", "{acme}");
+    let usage = app.state.quotas.usage(&client::quota::TenantId::parse("acme").unwrap()).await.unwrap();
+    assert_eq!(usage.buckets.last().unwrap().amount, 500_000_000, "Redis has the enterprise limit: {usage:?}");
+    let (status, _) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/channels/NEW_D", Value::Null).await;
+    assert_eq!(status, 200);
+    let (actor, reason): (String, String) = sqlx::query_as(
+        "select actor, reason from audit where entity = 'plan:pro' and action = 'plan.update' order by id desc limit 1",
+    )
+    .fetch_one(&app.state.db)
+    .await
+    .unwrap();
+    assert_eq!(actor, "demo-pm", "applied by its author");
+    assert!(reason.starts_with("change request "), "{reason}");
+
+    // Disabling a channel stays immediate (it reduces risk).
+    let (status, _) =
+        post(&app, &s["demo-operator"], "/api/v1/channels/NEW_D/disable", json!({"reason": "not live yet"})).await;
+    assert_eq!(status, 200);
 }

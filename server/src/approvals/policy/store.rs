@@ -124,3 +124,29 @@ pub async fn delete_policy(db: &PgPool, ctx: &Ctx<'_>, scope: &str, expected_ver
     tx.commit().await?;
     Ok(())
 }
+
+/// The policy of a whole scope (`channels`, `plans`, `tenants`, `pools`), if any.
+pub async fn policy_of<'e>(db: impl sqlx::PgExecutor<'e>, scope: &str) -> Result<Option<Policy>, sqlx::Error> {
+    let row = sqlx::query(&format!("select {POLICY_COLUMNS} from approval_policy where scope = $1"))
+        .bind(scope)
+        .fetch_optional(db)
+        .await?;
+    row.as_ref().map(policy).transpose()
+}
+
+/// 409 naming the policy when one applies to `scope` (`channels`, `plans`, `tenants`): its
+/// writes go through change requests. Called in the write's transaction, after the
+/// configuration lock.
+pub async fn refuse_scope<'e>(db: impl sqlx::PgExecutor<'e>, scope: &str) -> Result<(), crate::change::ChangeError> {
+    if let Some(p) = policy_of(db, scope).await? {
+        return Err(crate::change::ChangeError::Blocked {
+            field: "policy".into(),
+            rule: format!(
+                "approval policy {scope:?} applies: propose the change with POST /api/v1/changes ({} approval(s) by {})",
+                p.required_approvals,
+                p.approver_roles.join(" or ")
+            ),
+        });
+    }
+    Ok(())
+}
