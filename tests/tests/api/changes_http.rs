@@ -656,17 +656,7 @@ async fn a_change_that_moves_much_traffic_or_touches_a_heavy_member_needs_one_mo
 /// Submits `operation` on cn-pay made against `version`, has pm-two approve it and its
 /// author apply it: the applied request.
 async fn through(app: &TestApp, s: &HashMap<String, Session>, operation: Value, version: i64) -> Value {
-    let body =
-        json!({"pool": "cn-pay", "operation": operation, "reason": "reviewed change", "expected_version": version});
-    let (status, request) = post(app, &s["demo-pm"], "/api/v1/changes", body).await;
-    assert_eq!(status, 201, "{request}");
-    let id = request["id"].as_i64().unwrap();
-    let hash = json!({"content_hash": request["content_hash"]});
-    let (status, approved) = post(app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), hash).await;
-    assert_eq!((status, approved["state"].as_str()), (200, Some("approved")), "{approved}");
-    let (status, applied) = post(app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
-    assert_eq!((status, applied["state"].as_str()), (200, Some("applied")), "{applied}");
-    applied
+    through_entity(app, s, "pool:cn-pay", operation, version).await
 }
 
 #[tokio::test]
@@ -932,4 +922,53 @@ async fn channels_plans_and_tenants_under_a_policy_change_only_through_reviewed_
     let (status, _) =
         post(&app, &s["demo-operator"], "/api/v1/channels/NEW_D/disable", json!({"reason": "not live yet"})).await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_tenant_request_whose_tenant_moved_is_suspended_and_a_plan_restore_applies_by_request() {
+    // Arrange: a policy on tenants and plans; an approved tenant request; then a grant (a
+    // direct write) moves the tenant on
+    let (app, s) = app().await;
+    for scope in ["tenants", "plans"] {
+        let policy = json!({"required_approvals": 1, "approver_roles": ["pm", "admin"], "expires_after_hours": 24,
+            "reason": "four eyes", "expected_version": 0});
+        let path = format!("/api/v1/policies/{scope}");
+        assert_eq!(send(&app, &s["demo-admin"], reqwest::Method::PUT, &path, policy).await.0, 200);
+    }
+    let (_, acme) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/tenants/acme", Value::Null).await;
+    let version = acme["version"].as_i64().unwrap();
+    let body = json!({"entity": "tenant:acme", "operation": {"kind": "tenant.put", "plan": "starter"},
+        "reason": "downgrade", "expected_version": version});
+    let (_, request) = post(&app, &s["demo-pm"], "/api/v1/changes", body).await;
+    let id = request["id"].as_i64().unwrap();
+    let hash = json!({"content_hash": request["content_hash"]});
+    let (_, approved) = post(&app, &s["pm-two"], &format!("/api/v1/changes/{id}/approve"), hash).await;
+    assert_eq!(approved["state"], "approved", "{approved}");
+    let grant = json!({"id": "promo", "kind": "bonus", "amount": 1000, "reason": "promo"});
+    assert_eq!(post(&app, &s["demo-pm"], "/api/v1/tenants/acme/grants", grant).await.0, 201);
+
+    // Act
+    let (status, refused) = post(&app, &s["demo-pm"], &format!("/api/v1/changes/{id}/apply"), Value::Null).await;
+    let plan = json!({"kind": "plan.update", "monthly_tokens": 7, "daily_requests": 7, "concurrency": 7});
+    through_entity(&app, &s, "plan:starter", plan, 1).await;
+    let restored =
+        through_entity(&app, &s, "plan:starter", json!({"kind": "plan.restore_version", "version": 1}), 2).await;
+
+    // Assert
+    assert_eq!((status, refused["current_version"].as_i64()), (409, Some(version + 1)), "{refused}");
+    let (_, read) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, &format!("/api/v1/changes/{id}"), Value::Null).await;
+    assert_eq!(read["state"], "suspended", "{read}");
+    let (_, acme) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/tenants/acme", Value::Null).await;
+    assert_eq!(acme["plan"], "pro", "the suspended request changed nothing: {acme}");
+    assert_eq!(restored["outcome"]["version"], 3, "{restored}");
+    let (_, starter) = send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/plans/starter", Value::Null).await;
+    assert_eq!(starter["monthly_tokens"], 5_000_000, "{starter}");
+    let reason: String = sqlx::query_scalar(
+        "select reason from audit where entity = 'plan:starter' and action = 'plan.restore_version'",
+    )
+    .fetch_one(&app.state.db)
+    .await
+    .unwrap();
+    assert!(reason.contains("restores version 1"), "{reason}");
 }
