@@ -132,6 +132,10 @@ def _case_ok(case):
         return _usage_range_ok(case.query)
     if path == "/api/v1/channels/{code}/outcomes":
         return _outcomes_ok(case.body)
+    if path == "/api/v1/changes" and case.method.upper() == "GET" and isinstance(case.query, dict):
+        # `pool` and `entity` filter the same thing: one of them at most.
+        if case.query.get("pool") is not None and case.query.get("entity") is not None:
+            return False
     if path == "/api/v1/changes" and case.method.upper() == "POST" and isinstance(case.body, dict):
         # Exactly one of `pool` and `entity` names what the request changes.
         if ("pool" in case.body and case.body["pool"] is not None) == (

@@ -135,7 +135,8 @@ pub struct BreakGlass {
     pub id: i64,
     /// The audit row of the operation.
     pub audit_id: i64,
-    /// `pool:<name>`, or `policy:<scope>` for a policy removed.
+    /// `pool:<name>`, `channel:<code>` (enabled or disabled under a `channels` policy), or
+    /// `policy:<scope>` for a policy removed.
     pub entity: String,
     /// `pool.eject`, `pool.restore` (a member back), `pool.rebuild`, `channel.disable` /
     /// `channel.enable` of a channel the pool holds, or `policy.delete`.

@@ -204,6 +204,12 @@ pub struct ChangeQuery {
     /// Only requests about this pool.
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pool: Option<String>,
+    /// Only requests about this entity (`pool:<name>`, `channel:<code>`, `plan:<name>` or
+    /// `tenant:<name>`; not with `pool`).
+    #[param(
+        pattern = "^(pool:[A-Za-z0-9_-]{1,64}|channel:[A-Za-z0-9_.-]{1,64}|plan:[A-Za-z0-9_-]{1,64}|tenant:[A-Za-z0-9_-]{1,64})$"
+    )]
+    entity: Option<String>,
     /// Only requests proposed by this person (a user name).
     #[param(pattern = "^[A-Za-z0-9_.@-]{1,64}$")]
     author: Option<String>,
@@ -212,7 +218,7 @@ pub struct ChangeQuery {
 const STATES: [&str; 8] =
     ["in_review", "approved", "scheduled", "rejected", "applied", "suspended", "cancelled", "expired"];
 
-/// `GET /api/v1/changes?state=&pool=&author=` → change requests, newest first (at most 200).
+/// `GET /api/v1/changes?state=&pool=&entity=&author=` → change requests, newest first (at most 200).
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
@@ -232,9 +238,11 @@ pub async fn list_changes(
             return Err(ApiError::bad_request("state", format!("must be one of {}", STATES.join(", "))));
         }
     }
-    let entity = match &query.pool {
-        Some(p) => Some(crate::change::Entity::pool_key(PoolName::parse(p)?)),
-        None => None,
+    let entity = match (&query.pool, &query.entity) {
+        (Some(p), None) => Some(crate::change::Entity::pool_key(PoolName::parse(p)?)),
+        (None, Some(e)) => Some(Target::parse(e)?.key()),
+        (None, None) => None,
+        (Some(_), Some(_)) => return Err(ApiError::bad_request("entity", "give `pool` or `entity`, not both")),
     };
     if let Some(author) = &query.author {
         api::UserName::parse(author).map_err(|e| ApiError::bad_request("author", e.rule))?;

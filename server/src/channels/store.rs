@@ -192,6 +192,8 @@ pub async fn set_channel_enabled(
     let after = channel_in(&mut tx, code.as_str()).await?.expect("exists");
     let audit_id =
         audit(&mut tx, ctx, &entity, action, Some(&channel_json(&before)), Some(&channel_json(&after))).await?;
+    // Immediate under a policy on channels too: flagged for an auditor.
+    crate::approvals::break_glass::store::flag_scope(&mut tx, ctx, &entity, action, "channels", audit_id).await?;
     let mut written =
         vec![Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }];
     // Pools in name order, so two such changes never wait on each other in a circle.

@@ -918,10 +918,21 @@ async fn channels_plans_and_tenants_under_a_policy_change_only_through_reviewed_
     assert_eq!(actor, "demo-pm", "applied by its author");
     assert!(reason.starts_with("change request "), "{reason}");
 
-    // Disabling a channel stays immediate (it reduces risk).
+    // Disabling a channel stays immediate (it reduces risk), flagged for an auditor.
     let (status, _) =
         post(&app, &s["demo-operator"], "/api/v1/channels/NEW_D/disable", json!({"reason": "not live yet"})).await;
     assert_eq!(status, 200);
+    let (_, open) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/break-glass?acknowledged=false", Value::Null)
+            .await;
+    let flag = (open["flags"][0]["entity"].as_str(), open["flags"][0]["policy_scope"].as_str());
+    assert_eq!(flag, (Some("channel:NEW_D"), Some("channels")), "{open}");
+    // The list filters by entity.
+    let (_, listed) =
+        send(&app, &s["demo-viewer"], reqwest::Method::GET, "/api/v1/changes?entity=plan:pro", Value::Null).await;
+    let entities: Vec<&str> =
+        listed["changes"].as_array().unwrap().iter().map(|c| c["entity"].as_str().unwrap()).collect();
+    assert_eq!(entities, ["plan:pro", "plan:pro"], "the cancelled one and the applied one: {listed}");
 }
 
 #[tokio::test]

@@ -45,6 +45,22 @@ pub async fn flag(
     insert(tx, ctx, &crate::change::Entity::pool_key(pool), action, &policy.scope, audit_id).await
 }
 
+/// In the transaction of an operation on `entity` that stays immediate under a policy on
+/// `scope` (`channels`: enabling or disabling a channel): flags it when such a policy exists.
+pub async fn flag_scope(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    entity: &str,
+    action: &str,
+    scope: &str,
+    audit_id: i64,
+) -> Result<(), sqlx::Error> {
+    if crate::approvals::policy::store::policy_of(&mut *tx, scope).await?.is_none() {
+        return Ok(());
+    }
+    insert(tx, ctx, entity, action, scope, audit_id).await
+}
+
 /// In the transaction removing the approval policy of `scope` (its audit row `audit_id`):
 /// one person switched four-eyes off, so an auditor acknowledges it afterwards.
 pub async fn flag_policy_removal(
