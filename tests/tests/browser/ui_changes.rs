@@ -129,6 +129,12 @@ async fn a_pm_restores_a_version_from_the_history_as_a_request_and_an_auditor_ac
     let history = c.find(Locator::Id("pool-history")).await.unwrap().text().await.unwrap();
     assert!(history.contains("pool.eject") && history.contains("demo-operator"), "{history}");
     assert!(c.find(Locator::Id("restore-2")).await.is_err(), "the current version is not offered");
+    // The history is a resource of its own: its buttons are live once it has hydrated.
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//button[@id='restore-1' and not(@disabled)]"))
+        .await
+        .expect("the restore button enabled");
     c.find(Locator::Id("restore-reason")).await.unwrap().send_keys("back to the seed").await.unwrap();
     c.find(Locator::Id("restore-1")).await.unwrap().click().await.unwrap();
     let said = wait_for_text(c, "restore-message").await;
