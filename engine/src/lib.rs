@@ -17,6 +17,7 @@
 //! - [`metrics`]: distribution metrics of any ticket sequence.
 //! - [`counter`]: what a per-day counter counted between two samples (restarts, midnights).
 //! - [`verify`]: compares five allocation strategies on the same weights.
+//! - [`ramp`]: the steps of a staged gray release and its guards' verdicts.
 //! - [`preview`]: what new weights will do to a pool (shares, per-batch counts, spread),
 //!   as the weights editor shows it before they are applied.
 //!
@@ -34,6 +35,7 @@ pub mod order;
 pub mod peak;
 pub mod preview;
 pub mod quota;
+pub mod ramp;
 pub mod selector;
 pub mod tier;
 pub mod verify;

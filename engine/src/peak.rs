@@ -147,7 +147,7 @@ impl PeakWindow {
         }
     }
 
-    fn label(&self) -> String {
+    pub fn label(&self) -> String {
         format!("{}–{}", format_time(self.start), format_time(self.end))
     }
 }
