@@ -99,10 +99,18 @@ def _windows_ok(body):
 
 def _all_weights_ok(body):
     """Every weights list of a body: `weights`, each peak window's, a snapshot's and its
-    tiers', a change request's operation's."""
+    tiers', a change request's operation's, a ramp plan's target and steps' (direct or in a
+    change request)."""
     if not isinstance(body, dict):
         return True
     lists = []
+    operation = body.get("operation") if isinstance(body.get("operation"), dict) else {}
+    for plan in (body.get("plan"), operation.get("plan")):
+        if isinstance(plan, dict):
+            lists.append(plan.get("target"))
+            steps = plan.get("steps")
+            if isinstance(steps, list):
+                lists.extend(step.get("weights") for step in steps if isinstance(step, dict))
     for holder in (body, body.get("snapshot"), body.get("operation")):
         if not isinstance(holder, dict):
             continue

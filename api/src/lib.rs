@@ -15,6 +15,7 @@ pub mod names;
 pub mod paths;
 pub mod plans;
 pub mod pools;
+pub mod ramps;
 pub mod status;
 pub mod tenants;
 pub mod writes;

@@ -87,6 +87,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("") view=pages::dashboard::Dashboard ssr=SsrMode::Async/>
                     <Route path=StaticSegment("pools") view=pages::pools::Pools ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("pools"), ParamSegment("name")) view=pages::pools::PoolPage ssr=SsrMode::Async/>
+                    <Route path=(StaticSegment("pools"), ParamSegment("name"), StaticSegment("ramp")) view=pages::ramp::RampPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("channels") view=pages::channels::Channels ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("channels"), ParamSegment("code")) view=pages::channel::ChannelPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("tenants") view=pages::tenants::Tenants ssr=SsrMode::Async/>

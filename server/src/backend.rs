@@ -37,6 +37,7 @@ impl app::api::Backend for AppState {
                 may_export_audit: p.may(Permission::AuditExport),
                 may_edit: p.may(Permission::Edit),
                 may_operate: p.may(Permission::Operate),
+                may_halt: p.may(Permission::Halt),
                 may_manage_access: p.may(Permission::ManageAccess),
                 user: p.name,
                 role: role.to_string(),
@@ -375,6 +376,19 @@ impl app::api::Backend for AppState {
     async fn pool_history(&self, pool: String) -> Result<Option<api::pools::PoolHistory>, BackendError> {
         let Ok(pool) = client::pool::PoolName::parse(&pool) else { return Ok(None) };
         crate::pools::history::store::pool_history(&self.db, &pool).await.map_err(unavailable)
+    }
+
+    async fn pool_ramp(&self, pool: String) -> Result<Option<api::ramps::RampDetail>, BackendError> {
+        let Ok(pool) = client::pool::PoolName::parse(&pool) else { return Ok(None) };
+        let newest =
+            crate::ramps::store::list_ramps(&self.db, Some(pool.as_str()), false, 1).await.map_err(unavailable)?;
+        let Some(row) = newest.first() else { return Ok(None) };
+        crate::ramps::view::detail(self, row.id).await.map_err(|e| BackendError::Unavailable(e.to_string()))
+    }
+
+    async fn live_ramps(&self) -> Result<Vec<api::ramps::RampSummary>, BackendError> {
+        let rows = crate::ramps::store::list_ramps(&self.db, None, true, 200).await.map_err(unavailable)?;
+        Ok(crate::ramps::view::summaries(&rows))
     }
 
     async fn break_glass(&self) -> Result<Vec<api::changes::BreakGlass>, BackendError> {

@@ -69,6 +69,61 @@ pub struct Settings {
     /// Postgres ever gave this process a snapshot of it: the last resort of the data plane
     /// (`[static_weights]`, `TESSERA_STATIC_WEIGHTS`).
     pub static_weights: HashMap<PoolName, Weights>,
+    /// Where ramps announce what they do (`[ramps]`).
+    pub ramps: RampSettings,
+}
+
+/// Ramp notifications: a webhook (Slack-compatible JSON) and the events sent to it.
+#[derive(Debug, Clone, Default)]
+pub struct RampSettings {
+    /// `ramps.webhook_url` (`TESSERA_RAMP_WEBHOOK_URL`): `http` or `https`; none sends nothing.
+    pub webhook_url: Option<url::Url>,
+    /// `ramps.webhook_events` (`TESSERA_RAMP_WEBHOOK_EVENTS`, comma-separated): of
+    /// [`RAMP_EVENTS`]; default all of them.
+    pub webhook_events: Vec<String>,
+}
+
+/// The events a ramp announces.
+pub const RAMP_EVENTS: [&str; 5] = ["step", "breach", "pause", "abort", "complete"];
+
+impl RampSettings {
+    fn parse(url: Option<String>, events: Option<Vec<String>>, events_field: &str) -> anyhow::Result<Self> {
+        let webhook_url = match url.filter(|u| !u.trim().is_empty()) {
+            None => None,
+            Some(raw) => {
+                let parsed = url::Url::parse(raw.trim())
+                    .map_err(|e| anyhow::anyhow!("ramps.webhook_url (TESSERA_RAMP_WEBHOOK_URL): not a URL ({e})"))?;
+                anyhow::ensure!(
+                    matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some(),
+                    "ramps.webhook_url (TESSERA_RAMP_WEBHOOK_URL): must be an http or https URL with a host"
+                );
+                Some(parsed)
+            }
+        };
+        let webhook_events = match events {
+            None => RAMP_EVENTS.iter().map(|e| (*e).to_owned()).collect(),
+            Some(list) => {
+                let mut out = Vec::new();
+                for event in list.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+                    anyhow::ensure!(
+                        RAMP_EVENTS.contains(&event),
+                        "{events_field}: {event:?} is not one of {}",
+                        RAMP_EVENTS.join(", ")
+                    );
+                    if !out.iter().any(|e| e == event) {
+                        out.push(event.to_owned());
+                    }
+                }
+                out
+            }
+        };
+        Ok(Self { webhook_url, webhook_events })
+    }
+
+    /// Whether `event` is announced.
+    pub fn announces(&self, event: &str) -> bool {
+        self.webhook_url.is_some() && self.webhook_events.iter().any(|e| e == event)
+    }
 }
 
 /// How long the sampler's rows are kept before the daily prune deletes them: 1..=365 days.
@@ -146,6 +201,8 @@ struct FileSettings {
     auth: FileAuth,
     #[serde(default)]
     quota: FileQuota,
+    #[serde(default)]
+    ramps: FileRamps,
     /// Pool name → weights spec (`"A=5,B=3"`, the order kept as written).
     #[serde(default)]
     static_weights: BTreeMap<String, String>,
@@ -155,6 +212,13 @@ struct FileSettings {
 #[serde(deny_unknown_fields)]
 struct FileQuota {
     journal: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRamps {
+    webhook_url: Option<String>,
+    webhook_events: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -319,7 +383,20 @@ impl Settings {
             session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600),
             cookie_secure,
         };
+        let ramps = match env("TESSERA_RAMP_WEBHOOK_EVENTS").filter(|v| !v.is_empty()) {
+            Some(raw) => RampSettings::parse(
+                env("TESSERA_RAMP_WEBHOOK_URL").filter(|v| !v.is_empty()).or(file.ramps.webhook_url),
+                Some(raw.split(',').map(str::to_owned).collect()),
+                "ramps.webhook_events (TESSERA_RAMP_WEBHOOK_EVENTS)",
+            )?,
+            None => RampSettings::parse(
+                env("TESSERA_RAMP_WEBHOOK_URL").filter(|v| !v.is_empty()).or(file.ramps.webhook_url),
+                file.ramps.webhook_events,
+                "ramps.webhook_events",
+            )?,
+        };
         Ok(Self {
+            ramps,
             auth,
             database_url: SecretString::from(database_url),
             redis_url: SecretString::from(redis_url),
@@ -478,6 +555,22 @@ mod tests {
         assert!(err.contains("redis.prefix") && err.contains("'{'"), "{err}");
         let err = Settings::from_toml_and_env("[http]\nbindd = \"x\"\n", no_env).unwrap_err();
         assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
+    }
+
+    #[test]
+    fn the_ramp_webhook_is_an_http_url_and_its_events_are_known_ones() {
+        let s = Settings::from_toml_and_env("", no_env).unwrap();
+        assert!(s.ramps.webhook_url.is_none() && !s.ramps.announces("step"));
+        let file = "[ramps]\nwebhook_url = \"https://hooks.example.com/x\"\nwebhook_events = [\"abort\"]\n";
+        let s = Settings::from_toml_and_env(file, no_env).unwrap();
+        assert!(s.ramps.announces("abort") && !s.ramps.announces("step"));
+        let env = |name: &str| (name == "TESSERA_RAMP_WEBHOOK_EVENTS").then(|| "step, breach".to_owned());
+        let s = Settings::from_toml_and_env(file, env).unwrap();
+        assert_eq!(s.ramps.webhook_events, ["step", "breach"]);
+        let err = Settings::from_toml_and_env("[ramps]\nwebhook_url = \"file:///etc/passwd\"\n", no_env).unwrap_err();
+        assert!(format!("{err:#}").contains("ramps.webhook_url (TESSERA_RAMP_WEBHOOK_URL)"), "{err:#}");
+        let err = Settings::from_toml_and_env("[ramps]\nwebhook_events = [\"everything\"]\n", no_env).unwrap_err();
+        assert!(format!("{err:#}").contains("ramps.webhook_events"), "{err:#}");
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod pools;
 pub mod probes;
 pub mod publish;
 pub mod quota;
+pub mod ramps;
 pub mod samples;
 pub mod schema;
 pub mod seed;

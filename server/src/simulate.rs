@@ -65,6 +65,24 @@ pub struct SimulateArgs {
     /// Seed of the simulated traffic's choices (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Calls through this channel fail at this rate (0..=1), e.g. `--fail CANARY=0.3`, so a
+    /// ramp's guard can be watched tripping (repeatable; others fail 1 % of the time).
+    /// Every draw's call is reported as an outcome of its channel, with a latency.
+    #[arg(long = "fail", value_name = "CHANNEL=RATE", value_parser = parse_fail)]
+    pub fail: Vec<(String, f64)>,
+}
+
+/// The failure rate of a channel's simulated calls when `--fail` does not name it.
+const BASE_FAILURE_RATE: f64 = 0.01;
+
+fn parse_fail(raw: &str) -> Result<(String, f64), String> {
+    let (code, rate) = raw.split_once('=').ok_or_else(|| format!("{raw:?}: expected CHANNEL=RATE, e.g. C=0.3"))?;
+    let code = client::health::ChannelCode::parse(code.trim()).map_err(|e| format!("{}: {}", e.field, e.rule))?;
+    let rate: f64 = rate.trim().parse().map_err(|_| format!("{raw:?}: the rate must be a number from 0 to 1"))?;
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(format!("{raw:?}: the rate must be from 0 to 1"));
+    }
+    Ok((code.as_str().to_owned(), rate))
 }
 
 fn parse_pool(raw: &str) -> Result<PoolName, String> {
@@ -243,13 +261,36 @@ async fn targets(db: &PgPool, args: &SimulateArgs) -> anyhow::Result<(Vec<PoolNa
     Ok((pools, tenants))
 }
 
-async fn draw(pools: Pools, pool: PoolName, counters: Arc<Counters>) {
+async fn draw(
+    pools: Pools,
+    outcomes: client::Outcomes,
+    failing: Arc<Vec<(String, f64)>>,
+    pool: PoolName,
+    counters: Arc<Counters>,
+) {
     match pools.draw(&pool).await {
-        Ok(drawn) => Counters::add(match drawn.source {
-            DrawSource::Redis => &counters.draws_redis,
-            DrawSource::Local => &counters.draws_local,
-            DrawSource::Static => &counters.draws_static,
-        }),
+        Ok(drawn) => {
+            Counters::add(match drawn.source {
+                DrawSource::Redis => &counters.draws_redis,
+                DrawSource::Local => &counters.draws_local,
+                DrawSource::Static => &counters.draws_static,
+            });
+            // The simulated call through the drawn channel, reported as its outcome.
+            let rate = failing.iter().find(|(c, _)| *c == drawn.member).map_or(BASE_FAILURE_RATE, |(_, r)| *r);
+            let failed = rand::random::<f64>() < rate;
+            let latency = 80 + (rand::random::<f64>() * 220.0) as u64;
+            if let Ok(code) = client::health::ChannelCode::parse(&drawn.member) {
+                let counts = client::health::OutcomeCounts {
+                    ok: u64::from(!failed),
+                    fail: u64::from(failed),
+                    latency_ms_sum: latency,
+                    latency_count: 1,
+                };
+                if let Err(e) = outcomes.record_counts(&code, &counts).await {
+                    tracing::debug!(error = %e, "reporting an outcome failed");
+                }
+            }
+        }
         Err(e) => counters.failed(&counters.draw_errors, &format!("draw from {pool}"), e),
     }
 }
@@ -309,6 +350,7 @@ pub async fn run(
     });
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let counters = Arc::new(Counters::default());
+    let failing = Arc::new(args.fail.clone());
     let started = Instant::now();
     let deadline = args.seconds.map(|s| started + Duration::from_secs(s));
     let every = Duration::from_secs(args.report_every);
@@ -336,7 +378,13 @@ pub async fn run(
                     }
                     if !pools.is_empty() {
                         let pool = pools[rng.random_range(0..pools.len())].clone();
-                        tasks.spawn(draw(state.pools.clone(), pool, counters.clone()));
+                        tasks.spawn(draw(
+                            state.pools.clone(),
+                            state.outcomes.clone(),
+                            failing.clone(),
+                            pool,
+                            counters.clone(),
+                        ));
                     }
                     if !tenants.is_empty() {
                         let tenant = tenants[rng.random_range(0..tenants.len())].clone();

@@ -133,6 +133,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         auth: settings.auth.clone(),
         tokens: Default::default(),
         sample_retention: settings.sample_retention,
+        ramps: settings.ramps.clone(),
         known: Default::default(),
     };
     let (pools, tenants) = crate::publish::remember_published(&state).await?;
@@ -228,6 +229,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::tenants::routes::configure(cfg);
     crate::usage::routes::configure(cfg);
     crate::health::routes::configure(cfg);
+    crate::ramps::routes::configure(cfg);
     crate::access::routes::configure(cfg);
     cfg.service(crate::audit::routes::verify)
         .service(crate::audit::routes::export)

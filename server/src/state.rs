@@ -35,4 +35,6 @@ pub struct AppState {
     pub sample_retention: crate::configuration::SampleRetention,
     /// The pools and tenants the jobs last read from Postgres.
     pub known: std::sync::Arc<crate::jobs::known::Known>,
+    /// Where ramps announce what they do.
+    pub ramps: crate::configuration::RampSettings,
 }

@@ -107,6 +107,22 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
+/// Holds the leadership of jobs for as long as it lives, so that the app's scheduler
+/// never runs them beside a test that runs them itself at hand-set instants.
+pub struct HeldJobs(#[allow(dead_code)] sqlx::PgConnection);
+
+/// Takes the leadership of `jobs` on the app's database (before its scheduler does).
+pub async fn hold_jobs(app: &TestApp, jobs: &[&str]) -> HeldJobs {
+    let mut conn = sqlx::PgConnection::connect_with(&app.state.db.connect_options()).await.expect("a connection");
+    for job in jobs {
+        let key = server::jobs::leader::lock_key(job);
+        let taken: bool =
+            sqlx::query_scalar("select pg_try_advisory_lock($1)").bind(key).fetch_one(&mut conn).await.expect("a lock");
+        assert!(taken, "the test leads {job}: the app's scheduler took it first");
+    }
+    HeldJobs(conn)
+}
+
 /// Spawns the server with a fresh database and Redis prefix.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await

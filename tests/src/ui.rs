@@ -93,6 +93,52 @@ pub async fn api_session(app: &TestApp, name: &str, password: &str) -> (String, 
     (cookie, csrf)
 }
 
+/// A person signed in over HTTP, as an API client: the session cookie and its CSRF token.
+pub struct Session {
+    pub cookie: String,
+    pub csrf: String,
+}
+
+impl Session {
+    /// Signs `name` in over HTTP.
+    pub async fn sign_in(app: &TestApp, name: &str, password: &str) -> Self {
+        let (cookie, csrf) = api_session(app, name, password).await;
+        Self { cookie, csrf }
+    }
+
+    /// Sends a request with the cookie, the CSRF token and the app's own origin.
+    pub async fn send(
+        &self,
+        app: &TestApp,
+        method: reqwest::Method,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let request = app
+            .request(method, path)
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .header("origin", &app.address);
+        crate::json_reply(crate::with_json(request, &body)).await
+    }
+}
+
+/// Waits (up to 20 s: pages that refresh themselves do so every 5 s) until the element
+/// `id` reads `expected`.
+pub async fn wait_text(c: &Client, id: &str, expected: &str) {
+    let mut last = String::new();
+    for _ in 0..200 {
+        if let Ok(element) = c.find(Locator::Id(id)).await {
+            last = element.text().await.unwrap_or_default();
+            if last == expected {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("#{id} reads {last:?}, not {expected:?}");
+}
+
 /// Waits until the element `id` holds some text, and answers it.
 pub async fn wait_for_text(c: &Client, id: &str) -> String {
     let xpath = format!("//*[@id='{id}' and string-length(normalize-space(.)) > 0]");

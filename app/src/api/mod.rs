@@ -8,6 +8,7 @@ pub mod changes;
 pub mod channels;
 pub mod dashboard;
 pub mod pools;
+pub mod ramps;
 pub mod rest;
 pub mod session;
 pub mod status;
@@ -118,6 +119,12 @@ mod backend {
 
         /// The break-glass flags not acknowledged yet, newest first.
         async fn break_glass(&self) -> Result<Vec<api::changes::BreakGlass>, super::BackendError>;
+
+        /// A pool's newest ramp with its timeline, events and samples; `None` when it has none.
+        async fn pool_ramp(&self, pool: String) -> Result<Option<api::ramps::RampDetail>, super::BackendError>;
+
+        /// The live ramps (running, paused, aborting), newest first.
+        async fn live_ramps(&self) -> Result<Vec<api::ramps::RampSummary>, super::BackendError>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.
@@ -153,6 +160,8 @@ mod tests {
             <super::tenants::ListTenants as ServerFn>::PATH,
             <super::dashboard::GetDashboard as ServerFn>::PATH,
             <super::access::ListAccess as ServerFn>::PATH,
+            <super::ramps::PoolRamp as ServerFn>::PATH,
+            <super::ramps::LiveRamps as ServerFn>::PATH,
         ] {
             assert!(path.starts_with(&format!("{}/", super::SERVER_FN_PREFIX)), "{path}");
         }

@@ -24,6 +24,8 @@ pub struct SessionInfo {
     pub may_edit: bool,
     /// May disable and enable channels and pin their health (operator, admin).
     pub may_operate: bool,
+    /// May pause, step back and abort a ramp (operator, pm, admin).
+    pub may_halt: bool,
     /// May list and manage users and API tokens (admin).
     pub may_manage_access: bool,
 }

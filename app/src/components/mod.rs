@@ -3,4 +3,5 @@
 pub mod charts;
 pub mod form;
 pub mod layout;
+pub mod refresh;
 pub mod step_chart;

@@ -2,8 +2,6 @@
 //! how its pools and quotas are doing (charts from the sampler's samples), refreshed every
 //! few seconds in place while the tab is visible.
 
-use std::time::Duration;
-
 use leptos::prelude::*;
 
 use crate::api::dashboard::{Dashboard as DashboardData, MemberShare, PoolCard, QuotaOverview, TenantQuota, SPAN_MS};
@@ -11,7 +9,7 @@ use crate::api::{get_dashboard, get_system_status, DependencyStatus, SystemStatu
 use crate::components::charts::{grouped, DeviationBars, LineChart, ShareRow, StateItem, StateStrip};
 
 /// How often the pools and quotas are read again while the page is visible.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+pub use crate::components::refresh::REFRESH_EVERY;
 
 /// Live system status, fetched through a server function: rendered on the server, and
 /// fetched again from the browser when "Check again" is pressed. Below it the pools and
@@ -23,21 +21,8 @@ pub fn Dashboard() -> impl IntoView {
     let status = Resource::new(move || checks.get(), |_| get_system_status());
     let refreshes = RwSignal::new(0u32);
     let data = Resource::new(move || refreshes.get(), |_| get_dashboard());
-    #[cfg(feature = "hydrate")]
-    {
-        // Only in the browser: a hidden tab asks for nothing.
-        let ticking = set_interval_with_handle(
-            move || {
-                if !document().hidden() {
-                    refreshes.update(|n| *n += 1);
-                }
-            },
-            REFRESH_EVERY,
-        );
-        if let Ok(handle) = ticking {
-            on_cleanup(move || handle.clear());
-        }
-    }
+    let ramps = Resource::new(move || refreshes.get(), |_| crate::api::ramps::live_ramps());
+    crate::components::refresh::every_while_visible(refreshes, || true);
     view! {
         <h1>"Dashboard"</h1>
         <section class="card" aria-labelledby="system-heading">
@@ -58,6 +43,15 @@ pub fn Dashboard() -> impl IntoView {
                 })}
             </Transition>
         </section>
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                match ramps.await {
+                    Ok(list) if list.is_empty() => ().into_any(),
+                    Ok(list) => view! { <RampsCard ramps=list/> }.into_any(),
+                    Err(e) => view! { <section class="card"><p class="error" role="alert">"Could not load the ramps: " {e.to_string()}</p></section> }.into_any(),
+                }
+            })}
+        </Transition>
         <Transition fallback=|| view! { <section class="card"><p>"Loading the pools…"</p></section> }>
             {move || Suspend::new(async move {
                 match data.await {
@@ -70,6 +64,30 @@ pub fn Dashboard() -> impl IntoView {
                 }
             })}
         </Transition>
+    }
+}
+
+/// The ramps running, paused or aborting now, each linking to its page.
+#[component]
+fn RampsCard(ramps: Vec<api::ramps::RampSummary>) -> impl IntoView {
+    view! {
+        <section class="card" aria-labelledby="ramps-heading">
+            <h2 id="ramps-heading">"Ramps"</h2>
+            <table class="grid" id="dashboard-ramps">
+                <thead><tr><th scope="col">"Pool"</th><th scope="col">"State"</th><th scope="col">"Step"</th><th scope="col">"Canary"</th><th scope="col">"Since"</th></tr></thead>
+                <tbody>
+                    {ramps.into_iter().map(|r| view! {
+                        <tr data-ramp=r.id>
+                            <td><a href=format!("/pools/{}/ramp", r.pool)>{r.pool.clone()}</a></td>
+                            <td>{r.state.clone()}</td>
+                            <td>{r.step} " of " {r.steps}</td>
+                            <td>{r.canary.join(", ")} " at " {format!("{}%", r.canary_share)}</td>
+                            <td>{r.step_started_at.clone()}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
     }
 }
 

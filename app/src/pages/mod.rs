@@ -10,5 +10,6 @@ pub mod not_found;
 pub mod pool_history;
 pub mod pool_limits;
 pub mod pools;
+pub mod ramp;
 pub mod tenants;
 pub mod users;

@@ -362,6 +362,7 @@ pub fn submit_change(
                     let kind = match change.what {
                         "members" => "pool.member_add".to_owned(),
                         "restore" => "pool.restore_version".to_owned(),
+                        "ramps" => "pool.ramp".to_owned(),
                         what => format!("pool.{what}"),
                     };
                     fields.insert("kind".into(), kind.into());

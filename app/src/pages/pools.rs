@@ -120,6 +120,9 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
             ", " {pool.batch_size} " tickets a batch, ordering " <strong id="pool-ordering">{pool.ordering.clone()}</strong>
             ", day in " {pool.timezone.clone()}
         </p>
+        {(pool.kind == "channels").then(|| view! {
+            <p><a id="pool-ramp-link" href=format!("/pools/{}/ramp", pool.name)>"Ramp: stage a gray release of these weights, guarded by the channels' outcomes →"</a></p>
+        })}
         <section class="card" aria-labelledby="members-heading">
             <h2 id="members-heading">"Members"</h2>
             <Members members=pool.members/>

@@ -82,8 +82,8 @@ impl Role {
         match self {
             Self::Admin => p != DataPlane,
             Self::Viewer => matches!(p, Read),
-            Self::Operator => matches!(p, Read | Operate),
-            Self::Pm => matches!(p, Read | Edit),
+            Self::Operator => matches!(p, Read | Operate | Halt),
+            Self::Pm => matches!(p, Read | Edit | Halt),
             Self::Auditor => matches!(p, Read | AuditExport),
         }
     }
@@ -106,6 +106,8 @@ pub enum Permission {
     Operate,
     /// Change configuration.
     Edit,
+    /// Take traffic off a new path: pause, step back or abort a ramp (operators and pms).
+    Halt,
     /// Users and API tokens.
     ManageAccess,
     /// Draws, quota operations, outcome reports.
@@ -121,6 +123,7 @@ impl fmt::Display for Permission {
             Self::AuditExport => "audit export",
             Self::Operate => "operate",
             Self::Edit => "edit",
+            Self::Halt => "halt a ramp",
             Self::ManageAccess => "manage users and tokens",
             Self::DataPlane => "data plane",
             Self::Any => "sign in",
@@ -280,6 +283,11 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         // Reviewers are checked against the request's policy by the handler.
         "/api/v1/changes/{id}/approve" | "/api/v1/changes/{id}/reject" => Read,
         "/api/v1/policies/{scope}" => ManageAccess,
+        "/api/v1/ramps/{id}/pause" | "/api/v1/ramps/{id}/step_back" | "/api/v1/ramps/{id}/abort" => Halt,
+        "/api/v1/pools/{pool}/ramps"
+        | "/api/v1/ramps/{id}/promote"
+        | "/api/v1/ramps/{id}/promote_to_end"
+        | "/api/v1/ramps/{id}/resume" => Edit,
         "/api/v1/changes"
         | "/api/v1/changes/{id}"
         | "/api/v1/changes/{id}/apply"

@@ -72,6 +72,10 @@ pub enum Operation {
         #[serde(deserialize_with = "crate::inputs::integer")]
         version: i64,
     },
+    /// `POST /api/v1/pools/{pool}/ramps`: a ramp from the pool's weights now to the plan's
+    /// target; approved once, its steps then run without further approval.
+    #[serde(rename = "pool.ramp")]
+    Ramp { plan: crate::ramps::PlanInput },
     /// `POST /api/v1/channels` (entity `channel:<code>`): a channel registered.
     #[serde(rename = "channel.create")]
     ChannelCreate {
@@ -182,6 +186,7 @@ impl Operation {
             Operation::PeakWindows { .. } => "pool.peak_windows",
             Operation::Caps { .. } => "pool.caps",
             Operation::RestoreVersion { .. } => "pool.restore_version",
+            Operation::Ramp { .. } => "pool.ramp",
             Operation::ChannelCreate { .. } => "channel.create",
             Operation::ChannelUpdate { .. } => "channel.update",
             Operation::PlanCreate { .. } => "plan.create",
@@ -202,6 +207,7 @@ impl Operation {
     pub fn mode(&self) -> ReweightMode {
         match self {
             Operation::Weights { mode, .. } => *mode,
+            Operation::Ramp { plan } => plan.mode.unwrap_or(ReweightMode::Drain),
             _ => ReweightMode::Drain,
         }
     }
@@ -246,6 +252,12 @@ pub(crate) async fn resolve(
         }
         Operation::PeakWindows { peak_windows } => (PoolEdit::PeakWindows(peak_windows.clone()), None),
         Operation::Caps { caps } => (PoolEdit::Caps(caps.clone()), None),
+        Operation::Ramp { plan } => {
+            // Checked as the ramp would start now; reviewers see the baseline and the target.
+            let snapshot = crate::pools::parse_pool_body(current_body)?;
+            crate::ramps::plan::check_steps(&plan.parse(&snapshot.weights)?, &snapshot)?;
+            (PoolEdit::Weights(plan.target.clone()), None)
+        }
         Operation::RestoreVersion { version } => {
             let (body, undoes) =
                 crate::pools::history::store::restored(tx, pool, *version, current, current_body).await?;

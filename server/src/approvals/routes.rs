@@ -456,7 +456,7 @@ pub async fn apply_change(
 ) -> Result<HttpResponse, ApiError> {
     let id = request_id(&path)?;
     let who = actor(&req, &state, &None, false)?;
-    let (request, written) = store::apply_request(&state.db, &who.ctx(), id, None).await?;
+    let (request, written) = store::apply_request(&state, &who.ctx(), id, None).await?;
     let published = publish_now(&state).await;
     if let Some((pool, written, mode)) = written {
         if published {

@@ -318,12 +318,12 @@ pub async fn review_request(
 /// version it is `suspended` instead (saying which version the pool is at) and the answer
 /// is 409. Answers the request and what was written.
 pub async fn apply_request(
-    db: &PgPool,
+    state: &crate::state::AppState,
     ctx: &Ctx<'_>,
     id: i64,
     due_at: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<(ChangeRequest, Option<(PoolName, crate::pools::PoolWritten, ReweightMode)>), ApiError> {
-    let mut tx = db.begin().await?;
+    let mut tx = state.db.begin().await?;
     lock(&mut tx, &format!("change:{id}")).await?;
     let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
     // The job applies a request only while it is still scheduled for now or earlier (it may
@@ -406,6 +406,20 @@ pub async fn apply_request(
         });
     }
     let operation = Operation::from_stored(id, &request.operation)?;
+    if let Operation::Ramp { plan } = &operation {
+        // The ramp is what was approved: it starts now, and its steps run without approval.
+        let reason = format!("change request {id}: {}", request.reason);
+        let ramp_ctx = Ctx { reason: Some(&reason), ..*ctx };
+        let now = due_at.unwrap_or_else(chrono::Utc::now);
+        let (row, written) =
+            crate::ramps::start::start_tx(state, &mut tx, &ramp_ctx, &pool, plan, request.base_version, Some(id), now)
+                .await?;
+        let outcome = json!({"ramp": row.id, "version": row.config_version});
+        set_state(&mut tx, ctx, id, "applied", "change.apply", Some(&outcome), outcome.clone()).await?;
+        let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
+        tx.commit().await?;
+        return Ok((request, written));
+    }
     let (_, body) =
         crate::pools::store::compile_pool(&mut tx, pool.as_str()).await?.ok_or_else(|| unknown_pool(&pool))?;
     let (edit, _) = resolve(&mut tx, &pool, &operation, request.base_version, &body).await?;

@@ -14,6 +14,8 @@ pub enum Source {
     Health,
     Schedule,
     System,
+    /// A ramp's own writes: its steps, breaches and aborts.
+    Ramp,
 }
 
 impl Source {
@@ -25,6 +27,7 @@ impl Source {
             Self::Health => "health",
             Self::Schedule => "schedule",
             Self::System => "system",
+            Self::Ramp => "ramp",
         }
     }
 }

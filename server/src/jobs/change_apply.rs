@@ -30,7 +30,7 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Ou
     let mut outcome = Outcome::default();
     for (id, scheduled_by) in crate::approvals::schedule::store::due_requests(&state.db, now).await? {
         let ctx = Ctx { actor: &scheduled_by, source: Source::Schedule, reason: None, request_id: None };
-        match crate::approvals::store::apply_request(&state.db, &ctx, id, Some(now)).await {
+        match crate::approvals::store::apply_request(state, &ctx, id, Some(now)).await {
             Ok((_, written)) => {
                 let published = crate::publish::publish_now(state).await;
                 if let Some((pool, written, mode)) = written {

@@ -7,12 +7,14 @@ pub mod change_apply;
 pub mod health;
 pub mod known;
 pub mod leader;
+pub mod notify;
 pub mod outbox;
 pub mod pool_refill;
 pub mod pool_rotation;
 pub mod pool_sampler;
 pub mod quota_compensate;
 pub mod quota_sweep;
+pub mod ramp_guard;
 pub mod reconcile;
 pub mod sample_prune;
 pub mod usage_confirm;
@@ -99,6 +101,18 @@ impl Scheduler {
                     tracing::info!(change = change.as_str(), "channel health");
                 }
             })
+        })
+        .await?;
+        add(&inner, &state, led, "ramp_guard", ramp_guard::CRON, |state| async move {
+            ramp_guard::run_once(&state, chrono::Utc::now()).await.map(|o| {
+                for change in &o.changes {
+                    tracing::info!(change = change.as_str(), "ramp");
+                }
+            })
+        })
+        .await?;
+        add(&inner, &state, led, "notify", notify::CRON, |state| async move {
+            notify::run_once(&state, chrono::Utc::now()).await.map(|_| ())
         })
         .await?;
         inner.start().await.context("starting the job scheduler")?;

@@ -6,17 +6,12 @@
 
 use std::collections::HashMap;
 
-use integration::{json_reply, spawn_app_with, with_json, TestApp};
+use integration::ui::Session;
+use integration::{spawn_app_with, TestApp};
 use serde_json::{json, Value};
 
-struct Session {
-    cookie: String,
-    csrf: String,
-}
-
 async fn login(app: &TestApp, name: &str, password: &str) -> Session {
-    let (cookie, csrf) = integration::ui::api_session(app, name, password).await;
-    Session { cookie, csrf }
+    Session::sign_in(app, name, password).await
 }
 
 /// A server with access control on, the demo data published, the demo users, and a second
@@ -46,12 +41,7 @@ async fn app() -> (TestApp, HashMap<String, Session>) {
 }
 
 async fn send(app: &TestApp, s: &Session, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let request = app
-        .request(method, path)
-        .header("cookie", &s.cookie)
-        .header("x-csrf-token", &s.csrf)
-        .header("origin", &app.address);
-    json_reply(with_json(request, &body)).await
+    s.send(app, method, path, body).await
 }
 
 async fn post(app: &TestApp, s: &Session, path: &str, body: Value) -> (u16, Value) {

@@ -17,6 +17,8 @@ mod postgres_down;
 mod postgres_sessions;
 mod publish;
 mod quota_http;
+mod ramps_access;
+mod ramps_http;
 mod recover;
 mod redis_restart;
 mod sampler;

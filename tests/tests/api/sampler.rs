@@ -240,6 +240,7 @@ async fn simulate_drives_draws_and_quota_traffic_that_redis_counts() {
         report_every: 1,
         refill: false,
         seed: Some(1),
+        fail: vec![],
     };
     let mut reports = 0;
 

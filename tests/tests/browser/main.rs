@@ -9,5 +9,6 @@ mod ui_channels;
 mod ui_dashboard;
 mod ui_grants;
 mod ui_pool_edit;
+mod ui_ramps;
 mod ui_tenants;
 mod ui_users;

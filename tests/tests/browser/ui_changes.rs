@@ -6,25 +6,10 @@
 
 use std::time::Duration;
 
-use fantoccini::{Client, Locator};
+use fantoccini::Locator;
 use integration::browser::Browser;
-use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, wait_for_text};
+use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, wait_for_text, wait_text};
 use serde_json::{json, Value};
-
-/// Waits until the element's text is `expected`.
-async fn wait_text(c: &Client, id: &str, expected: &str) {
-    let mut last = String::new();
-    for _ in 0..100 {
-        if let Ok(element) = c.find(Locator::Id(id)).await {
-            last = element.text().await.unwrap_or_default();
-            if last == expected {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("#{id} says {last:?}, not {expected:?}");
-}
 
 #[tokio::test]
 async fn a_pm_proposes_weights_a_second_pm_approves_and_applies_and_the_audit_names_both() {

@@ -25,6 +25,7 @@ async fn simulate(app: &TestApp) -> server::simulate::Totals {
         report_every: 60,
         refill: true,
         seed: Some(8),
+        fail: vec![],
     };
     server::simulate::run(&app.state, &args, std::future::pending(), |_| {}).await.unwrap()
 }

@@ -10,7 +10,9 @@ use engine::preview::preview;
 use engine::{BatchSize, Ordering, Weights};
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text, wait_for_text, without_demo_policy};
+use integration::ui::{
+    app_with_users, hydrated, screenshot, sign_in, text, wait_for_text, wait_text, without_demo_policy,
+};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
@@ -31,19 +33,6 @@ async fn retype(c: &Client, id: &str, value: &str) {
     let field = c.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}"));
     field.clear().await.unwrap();
     field.send_keys(value).await.unwrap();
-}
-
-/// Waits until the element's text is `expected`; answers what it last was otherwise.
-async fn wait_text(c: &Client, id: &str, expected: &str) {
-    let mut last = String::new();
-    for _ in 0..100 {
-        last = c.find(Locator::Id(id)).await.unwrap().text().await.unwrap();
-        if last == expected {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("#{id} reads {last:?}, expected {expected:?}");
 }
 
 fn share(p: &engine::preview::Preview, member: &str) -> String {

@@ -1,0 +1,365 @@
+//! A pool's ramp page (`/pools/{name}/ramp`): the newest ramp's step timeline (planned and
+//! actual times), the step in force and its shares, the guards and a chart of each
+//! member's success rate per evaluation with the threshold drawn and breaches marked, the
+//! events with their reasons, and the controls each role may use (a reason asked for each).
+//! Without a live ramp, those who edit start one here. Read again every few seconds.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use super::pool_limits::{submit_change, Change, EditTarget};
+use crate::api::pools::get_pool;
+use crate::api::ramps::pool_ramp;
+use crate::api::SessionInfo;
+use crate::components::form::{required_reason, ReasonField};
+use crate::components::layout::CurrentSession;
+use api::ramps::{RampDetail, RampSample};
+
+/// The ramp page.
+#[component]
+pub fn RampPage() -> impl IntoView {
+    let params = use_params_map();
+    let name = move || params.with(|p| p.get("name").unwrap_or_default());
+    let refreshes = RwSignal::new(0u32);
+    // Read again only while the ramp is live (a start form being filled in is left alone);
+    // the controls' reason and message live here, so a refresh keeps what was typed.
+    let live = RwSignal::new(false);
+    let reason = RwSignal::new(String::new());
+    let message = RwSignal::new(None::<String>);
+    let ramp = Resource::new(move || (name(), refreshes.get()), |(n, _)| pool_ramp(n));
+    let pool = Resource::new(name, get_pool);
+    let session = expect_context::<CurrentSession>().0;
+    crate::components::refresh::every_while_visible(refreshes, move || live.get_untracked());
+    view! {
+        <p><a href=move || format!("/pools/{}", name())>"← The pool"</a></p>
+        <h1>"Ramp of pool " <code>{name}</code></h1>
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let session = session.await.ok().flatten();
+                let pool = pool.await.ok().flatten();
+                match (ramp.await, pool) {
+                    (_, None) => view! { <p>"There is no such pool."</p> }.into_any(),
+                    (Err(e), _) => view! { <p class="error" role="alert">"Could not load the ramp: " {e.to_string()}</p> }.into_any(),
+                    (Ok(detail), Some(pool)) => {
+                        let is_live = detail.as_ref().is_some_and(|d| matches!(d.ramp.state.as_str(), "running" | "paused" | "aborting"));
+                        live.set(is_live);
+                        let may_edit = session.as_ref().is_some_and(|s| s.may_edit);
+                        let csrf = session.as_ref().map(|s| s.csrf_token.clone()).unwrap_or_default();
+                        let target = EditTarget { pool: pool.name.clone(), version: pool.version, csrf };
+                        let members: Vec<String> = pool.weights.iter().map(|w| format!("{}={}", w.member, w.weight)).collect();
+                        view! {
+                            {detail.map(|d| view! { <RampView detail=d session=session.clone() reason message/> })}
+                            {(!is_live && may_edit).then(|| view! { <StartForm target weights=members.join(",")/> })}
+                            {(!is_live && !may_edit).then(|| view! { <p id="ramp-start-restricted">"Ramps are started by the pm and admin roles."</p> })}
+                        }.into_any()
+                    }
+                }
+            })}
+        </Transition>
+    }
+}
+
+fn share_text(weights: &std::collections::BTreeMap<String, u64>) -> String {
+    let total: u64 = weights.values().sum();
+    weights
+        .iter()
+        .map(|(m, w)| format!("{m} {:.2}%", if total == 0 { 0.0 } else { *w as f64 * 100.0 / total as f64 }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[component]
+fn RampView(
+    detail: RampDetail,
+    session: Option<SessionInfo>,
+    reason: RwSignal<String>,
+    message: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let r = detail.ramp.clone();
+    let current = r.step;
+    let steps = detail.steps.clone();
+    view! {
+        <section class="card" aria-labelledby="ramp-heading">
+            <h2 id="ramp-heading">"Ramp " {r.id}</h2>
+            <p id="ramp-state">
+                "State " <strong class=format!("ramp-state ramp-{}", r.state) id="ramp-state-value">{r.state.clone()}</strong>
+                ", step " <strong id="ramp-step">{r.step}</strong> " of " {r.steps}
+                ", canary " {r.canary.join(", ")} " at " <strong id="ramp-canary-share">{format!("{}%", r.canary_share)}</strong>
+                ". Started by " {r.created_by.clone()} " at " {r.created_at.clone()} ": " {r.reason.clone()}
+                {r.change_request.map(|id| view! { " (approved as change request #" {id} ")" })}
+            </p>
+            <p id="ramp-held">{detail.held.clone()}</p>
+            <p>"Baseline: " {share_text(&detail.baseline)} ". On a breach: " <strong>{detail.on_breach.clone()}</strong>
+               ". Abort: " {if detail.abort_seconds == 0 { "at once".to_owned() } else { format!("over {} s", detail.abort_seconds) }}
+               ". Steps reach the tickets by " {detail.mode.clone()} "."</p>
+            <table class="grid" id="ramp-timeline">
+                <caption>"Steps (the last is the target)"</caption>
+                <thead><tr>
+                    <th scope="col">"Step"</th><th scope="col">"Shares"</th><th scope="col">"Hold"</th>
+                    <th scope="col">"Min draws"</th><th scope="col">"Planned"</th><th scope="col">"Started"</th>
+                </tr></thead>
+                <tbody>
+                    {steps.into_iter().map(|s| {
+                        let now = s.index == current;
+                        view! {
+                            <tr data-step=s.index class:current=now aria-current=if now { Some("step") } else { None }>
+                                <td>{s.index} {now.then_some(" (now)")}</td>
+                                <td>{share_text(&s.weights)}</td>
+                                <td>{s.hold.clone()}</td>
+                                <td>{s.min_draws}</td>
+                                <td>{s.planned_at.clone().unwrap_or_else(|| "—".into())}</td>
+                                <td class="started">{s.started_at.clone().unwrap_or_else(|| "—".into())}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+            <h3>"Guards"</h3>
+            {if detail.guards.is_empty() {
+                view! { <p>"No guards: the steps advance on their holds alone."</p> }.into_any()
+            } else {
+                view! { <ul id="ramp-guards">{detail.guards.iter().map(|g| view! { <li>{g.clone()}</li> }).collect_view()}</ul> }.into_any()
+            }}
+            <GuardChart samples=detail.samples.clone() threshold=detail.thresholds.first().copied().flatten()/>
+            <Controls detail=detail.clone() session reason message/>
+            <h3>"What it did"</h3>
+            <table class="grid" id="ramp-events">
+                <thead><tr><th scope="col">"When"</th><th scope="col">"What"</th><th scope="col">"Step"</th><th scope="col">"Who"</th><th scope="col">"Why"</th></tr></thead>
+                <tbody>
+                    {detail.events.iter().rev().map(|e| view! {
+                        <tr data-kind=e.kind.clone()>
+                            <td>{e.at.clone()}</td><td>{e.kind.clone()}</td><td>{e.step}</td><td>{e.actor.clone()}</td>
+                            <td>{e.sentence.clone()} {e.audit_id.map(|id| view! { " " <a href=format!("/audit?entity=pool:{}", detail.ramp.pool)>"(audit #" {id} ")"</a> })}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }
+}
+
+/// Each member's success rate per evaluation (0..100 %), the first guard's threshold as a
+/// dashed line, and the evaluations where a guard was breached marked in red; the numbers
+/// are in each point's title.
+#[component]
+fn GuardChart(samples: Vec<RampSample>, threshold: Option<f64>) -> impl IntoView {
+    if samples.is_empty() {
+        return view! { <p id="ramp-chart-empty">"No evaluations yet: the guard job measures every 10 s."</p> }
+            .into_any();
+    }
+    let (w, h) = (600.0f64, 160.0f64);
+    let n = samples.len().max(2) as f64 - 1.0;
+    let x = move |i: usize| i as f64 / n * w;
+    let y = move |rate: f64| h - rate.clamp(0.0, 1.0) * h;
+    let mut members: Vec<String> = samples.iter().flat_map(|s| s.members.keys().cloned()).collect();
+    members.sort();
+    members.dedup();
+    let colours = ["#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2"];
+    let lines = members
+        .iter()
+        .enumerate()
+        .map(|(k, m)| {
+            let points: Vec<String> = samples
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    s.members.get(m)?["success_rate"].as_f64().map(|r| format!("{:.1},{:.1}", x(i), y(r)))
+                })
+                .collect();
+            let colour = colours[k % colours.len()];
+            view! {
+                <polyline points=points.join(" ") fill="none" stroke=colour stroke-width="2">
+                    <title>{format!("{m}: success rate per evaluation")}</title>
+                </polyline>
+            }
+        })
+        .collect_view();
+    let breaches = samples
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.guards.iter().any(|g| g["verdict"] == "breach"))
+        .map(|(i, s)| {
+            view! { <line class="breach" x1=x(i) x2=x(i) y1="0" y2=h stroke="#dc2626" stroke-width="2"><title>{format!("breach at {}", s.at)}</title></line> }
+        })
+        .collect_view();
+    let legend = members
+        .iter()
+        .enumerate()
+        .map(|(k, m)| view! { <li><span class="swatch" style=format!("background:{}", colours[k % colours.len()])></span>{m.clone()}</li> })
+        .collect_view();
+    view! {
+        <figure id="ramp-chart">
+            <figcaption>"Success rate per member at each evaluation (0–100 %)"
+                {threshold.map(|t| format!("; dashed: the threshold {:.1} %", t * 100.0))}
+                "; red: a breach"</figcaption>
+            <svg viewBox=format!("0 0 {w} {h}") class="chart" role="img" aria-label="success rate per member">
+                <rect x="0" y="0" width=w height=h fill="none" stroke="#ccc"/>
+                {threshold.map(|t| view! { <line class="threshold" x1="0" x2=w y1=y(t) y2=y(t) stroke="#555" stroke-dasharray="6 4"/> })}
+                {breaches}
+                {lines}
+            </svg>
+            <ul class="legend">{legend}</ul>
+        </figure>
+    }
+    .into_any()
+}
+
+#[component]
+fn Controls(
+    detail: RampDetail,
+    session: Option<SessionInfo>,
+    reason: RwSignal<String>,
+    message: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let state = detail.ramp.state.clone();
+    let may_edit = session.as_ref().is_some_and(|s| s.may_edit);
+    let may_halt = session.as_ref().is_some_and(|s| s.may_halt);
+    let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
+    let live = matches!(state.as_str(), "running" | "paused");
+    let controls: Vec<(&'static str, &'static str, bool)> = vec![
+        ("promote", "Promote to the next step", may_edit && live),
+        ("promote_to_end", "Promote to the target", may_edit && live),
+        ("pause", "Pause", may_halt && state == "running"),
+        ("resume", "Resume", may_edit && state == "paused"),
+        ("step_back", "Step back", may_halt && live && detail.ramp.step > 0),
+        ("abort", "Abort", may_halt && (live || state == "aborting")),
+    ];
+    let usable: Vec<_> = controls.into_iter().filter(|c| c.2).collect();
+    if usable.is_empty() {
+        return view! { <p id="ramp-controls-none">"No control is open to you on this ramp now."</p> }.into_any();
+    }
+    let busy = RwSignal::new(false);
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    let id = detail.ramp.id;
+    let csrf = StoredValue::new(csrf);
+    view! {
+        <div id="ramp-controls">
+            <ReasonField id="ramp-reason" reason/>
+            {usable.into_iter().map(|(control, label, _)| {
+                let press = move |_| {
+                    let why = match required_reason(reason) {
+                        Ok(why) => why,
+                        Err(e) => { message.set(Some(e)); return; }
+                    };
+                    busy.set(true);
+                    let _body = serde_json::json!({"reason": why});
+                    let _url = format!("/api/v1/ramps/{id}/{control}");
+                    let _csrf = csrf.get_value();
+                    #[cfg(feature = "hydrate")]
+                    leptos::task::spawn_local(async move {
+                        match crate::api::rest::send("POST", &_url, &_csrf, &_body).await {
+                            Ok(_) => { let _ = window().location().reload(); }
+                            Err(refusal) => { message.set(Some(format!("Not done: {}", refusal.message()))); busy.set(false); }
+                        }
+                    });
+                };
+                view! {
+                    <button type="button" id=format!("ramp-{control}") class=if control == "abort" { "danger" } else { "" }
+                        disabled=move || !hydrated.get() || busy.get() on:click=press>{label}</button>
+                }
+            }).collect_view()}
+            <p id="ramp-message" class="notice" role="status" aria-live="polite">{move || message.get()}</p>
+        </div>
+    }
+    .into_any()
+}
+
+/// Starts a ramp: the target weights, the canary's share at each step, the hold, one
+/// success-rate guard, what a breach does and how an abort returns; the weights now are the
+/// baseline. Where an approval policy applies, it is submitted as a change request.
+#[component]
+fn StartForm(target: EditTarget, weights: String) -> impl IntoView {
+    let target_text = RwSignal::new(weights);
+    let shares = RwSignal::new("5, 20, 50".to_owned());
+    let hold = RwSignal::new("600".to_owned());
+    let min_success = RwSignal::new("95".to_owned());
+    let on_breach = RwSignal::new("abort".to_owned());
+    let abort_seconds = RwSignal::new("0".to_owned());
+    let reason = RwSignal::new(String::new());
+    let message = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    let target = StoredValue::new(target);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let fields = plan_fields(
+            &target_text.get_untracked(),
+            &shares.get_untracked(),
+            &hold.get_untracked(),
+            &min_success.get_untracked(),
+            &on_breach.get_untracked(),
+            &abort_seconds.get_untracked(),
+        );
+        submit_change(&target.get_value(), Change { method: "POST", what: "ramps" }, fields, reason, message, busy);
+    };
+    let field = |id: &'static str, label: &'static str, signal: RwSignal<String>| {
+        view! {
+            <div class="field">
+                <label for=id>{label}</label>
+                <input id=id type="text" prop:value=move || signal.get() on:input=move |ev| signal.set(event_target_value(&ev))/>
+            </div>
+        }
+    };
+    view! {
+        <section class="card" aria-labelledby="start-heading">
+            <h2 id="start-heading">"Start a ramp"</h2>
+            <form id="ramp-start" on:submit=submit>
+                {field("ramp-target", "Target weights (member=weight, …)", target_text)}
+                {field("ramp-shares", "Canary share at each step, % (the target follows)", shares)}
+                {field("ramp-hold", "Hold per step, seconds", hold)}
+                {field("ramp-min-success", "Lowest success rate of the canary, %", min_success)}
+                <div class="field">
+                    <label for="ramp-on-breach">"On a breach"</label>
+                    <select id="ramp-on-breach" on:change=move |ev| on_breach.set(event_target_value(&ev)) prop:value=move || on_breach.get()>
+                        <option value="abort">"abort"</option>
+                        <option value="step_back">"step back"</option>
+                        <option value="pause">"pause"</option>
+                    </select>
+                </div>
+                {field("ramp-abort-seconds", "Abort over, seconds (0: at once)", abort_seconds)}
+                <ReasonField id="ramp-start-reason" reason/>
+                <button type="submit" id="ramp-start-button" disabled=move || !hydrated.get() || busy.get()>"Start the ramp"</button>
+                <p id="ramp-start-message" class="notice" role="status" aria-live="polite">{move || message.get()}</p>
+            </form>
+        </section>
+    }
+}
+
+/// The start form's fields as the body's `plan`, or what is wrong with them.
+fn plan_fields(
+    target: &str,
+    shares: &str,
+    hold: &str,
+    min_success: &str,
+    on_breach: &str,
+    abort_seconds: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let weights = engine::Weights::parse_spec(target).map_err(|e| format!("target weights: {e}"))?;
+    let target: Vec<serde_json::Value> =
+        weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
+    let mut steps = Vec::new();
+    for part in shares.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let share: f64 = part.trim_end_matches('%').parse().map_err(|_| format!("share {part:?} is not a number"))?;
+        steps.push(serde_json::json!({"share": share}));
+    }
+    let number = |what: &str, raw: &str| -> Result<u64, String> {
+        raw.trim().parse::<u64>().map_err(|_| format!("{what} must be a whole number, got {raw:?}"))
+    };
+    let min: f64 =
+        min_success.trim().parse().map_err(|_| format!("lowest success rate {min_success:?} is not a number"))?;
+    let mut plan = serde_json::json!({
+        "target": target,
+        "steps": steps,
+        "hold_seconds": number("hold", hold)?,
+        "on_breach": on_breach,
+        "abort_seconds": number("abort", abort_seconds)?,
+    });
+    if min > 0.0 {
+        plan["guards"] = serde_json::json!([{"metric": "success_rate", "threshold": min / 100.0, "min_samples": 20}]);
+    }
+    let mut fields = serde_json::Map::new();
+    fields.insert("plan".into(), plan);
+    Ok(fields)
+}
