@@ -1,5 +1,7 @@
 //! The sample prune: once a day, deletes pool samples older than the configured retention
-//! (`samples.retention_days`, default 7), in small batches so no long lock is held.
+//! (`samples.retention_days`, default 7), in small batches so no long lock is held; and,
+//! with the same retention, ramps' samples and the webhook notifications already delivered
+//! or given up.
 
 use anyhow::Context;
 
@@ -8,14 +10,16 @@ use crate::state::AppState;
 /// Daily at 03:20:00 UTC.
 pub const CRON: &str = "0 20 3 * * *";
 
-/// Deletes the samples older than the configured retention; returns how many.
+/// Deletes the rows older than the configured retention; returns how many.
 #[tracing::instrument(name = "job.sample_prune", skip_all, err)]
 pub async fn run_once(state: &AppState) -> anyhow::Result<u64> {
-    let deleted = crate::samples::store::prune_samples(&state.db, state.sample_retention)
+    let mut deleted = crate::samples::store::prune_samples(&state.db, state.sample_retention)
         .await
         .context("pruning pool samples")?;
+    let days = i32::try_from(state.sample_retention.days()).unwrap_or(i32::MAX);
+    deleted += crate::ramps::store::prune(&state.db, days).await.context("pruning ramp samples and notifications")?;
     if deleted > 0 {
-        tracing::info!(deleted, retention_days = state.sample_retention.days(), "pruned pool samples");
+        tracing::info!(deleted, retention_days = state.sample_retention.days(), "pruned samples and notifications");
     }
     Ok(deleted)
 }

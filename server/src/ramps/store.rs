@@ -288,3 +288,21 @@ pub async fn notification_backlog(db: &PgPool) -> Result<i64, sqlx::Error> {
         .fetch_one(db)
         .await
 }
+
+/// Deletes ramp samples taken, and notifications delivered or given up, more than `days`
+/// days ago (the daily prune, with the pool samples' retention); answers how many.
+pub async fn prune(db: &PgPool, days: i32) -> Result<u64, sqlx::Error> {
+    let samples = sqlx::query("delete from ramp_sample where at < now() - make_interval(days => $1)")
+        .bind(days)
+        .execute(db)
+        .await?
+        .rows_affected();
+    let sent = sqlx::query(
+        "delete from notification where coalesce(delivered_at, failed_at) < now() - make_interval(days => $1)",
+    )
+    .bind(days)
+    .execute(db)
+    .await?
+    .rows_affected();
+    Ok(samples + sent)
+}

@@ -449,3 +449,35 @@ async fn the_webhook_gets_each_event_once_also_after_a_failed_first_delivery() {
     assert!(delivered.iter().all(|b| b["text"].as_str().unwrap().contains(&format!("ramp {id}"))));
     assert_eq!(seen[0].1["id"], delivered[0]["id"], "the failed delivery was the same event, sent again");
 }
+
+#[tokio::test]
+async fn the_daily_prune_takes_old_ramp_samples_and_sent_notifications_and_keeps_the_rest() {
+    let b = bench().await;
+    let id = start(&b, guarded("pause", json!({}))).await;
+    report(&b, "C", 99, 1, 1).await;
+    evaluate(&b, 10).await;
+    let db = &b.app.state.db;
+    let old = Utc::now() - Duration::days(8);
+    sqlx::query("insert into ramp_sample (ramp_id, at, step, measured) values ($1, $2, 1, '{}')")
+        .bind(id)
+        .bind(old)
+        .execute(db)
+        .await
+        .unwrap();
+    for (delivered, created) in [(Some(old), old), (None, old), (Some(Utc::now()), Utc::now())] {
+        sqlx::query("insert into notification (event, body, created_at, delivered_at) values ('step', '{}', $1, $2)")
+            .bind(created)
+            .bind(delivered)
+            .execute(db)
+            .await
+            .unwrap();
+    }
+    let count = |table: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(&format!("select count(*) from {table}")).fetch_one(db).await.unwrap()
+    };
+    assert_eq!((count("ramp_sample").await, count("notification").await), (2, 3));
+    assert!(server::jobs::sample_prune::run_once(&b.app.state).await.unwrap() >= 2);
+    // The recent sample stays; of the notifications, the one still to deliver and the new one.
+    assert_eq!((count("ramp_sample").await, count("notification").await), (1, 2));
+    assert_eq!(detail(&b, id).await["samples"].as_array().unwrap().len(), 1);
+}
