@@ -127,8 +127,6 @@ pub(crate) async fn move_to(
         n => format!("step {n} of {total}: {weights}"),
     };
     let sentence = format!("{what} (canary {} at {}%)", plan.canary.join(", "), canary_share(plan, &weights));
-    let reason = format!("ramp {}: {sentence}", row.id);
-    let ctx = Ctx { actor, source: Source::Ramp, reason: Some(&reason), request_id: None };
     let pool = pool_name(row)?;
     if n > row.step && row.change_request.is_none() {
         if let Err(ChangeError::Blocked { rule, .. }) = crate::approvals::refuse_direct_write(&mut *tx, &pool).await {
@@ -139,20 +137,7 @@ pub(crate) async fn move_to(
             return Ok(None);
         }
     }
-    let set = weights.clone();
-    match crate::pools::store::modify_pool_tx(
-        &mut *tx,
-        &ctx,
-        &pool,
-        "pool.ramp_step",
-        Some(row.config_version),
-        move |s| {
-            crate::pools::edit::set_weights(s, set);
-            Ok(())
-        },
-    )
-    .await
-    {
+    match write_weights(tx, row, &pool, actor, &sentence, &weights).await {
         Ok(written) => {
             row.config_version = written.config_version;
             row.step = n;
@@ -185,6 +170,27 @@ pub(crate) async fn move_to(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Writes `weights` as the pool's next configuration version on the ramp's behalf (action
+/// `pool.ramp_step`, source `ramp`, reason `ramp <id>: <sentence>`), made against the version
+/// the ramp last left the pool at: a conflict means the pool was changed outside the ramp.
+async fn write_weights(
+    tx: &mut PgConnection,
+    row: &RampRow,
+    pool: &PoolName,
+    actor: &str,
+    sentence: &str,
+    weights: &Weights,
+) -> Result<PoolWritten, ChangeError> {
+    let reason = format!("ramp {}: {sentence}", row.id);
+    let ctx = Ctx { actor, source: Source::Ramp, reason: Some(&reason), request_id: None };
+    let set = weights.clone();
+    crate::pools::store::modify_pool_tx(tx, &ctx, pool, "pool.ramp_step", Some(row.config_version), move |s| {
+        crate::pools::edit::set_weights(s, set);
+        Ok(())
+    })
+    .await
 }
 
 /// Starts an abort: back to the baseline at once, or the first of [`super::ABORT_STAGES`]
@@ -259,33 +265,23 @@ async fn abort_stage(
         engine::ramp::between(&weights_from, baseline, due, stages).map_err(|e| ApiError::Unexpected(e.into()))?
     };
     let sentence = format!("abort stage {due} of {stages}: {weights} (canary at {}%)", canary_share(plan, &weights));
-    let reason = format!("ramp {}: {sentence}", row.id);
-    let ctx = Ctx { actor, source: Source::Ramp, reason: Some(&reason), request_id: None };
     let pool = pool_name(row)?;
-    let set = weights.clone();
-    let expected = Some(row.config_version);
-    let written =
-        match crate::pools::store::modify_pool_tx(&mut *tx, &ctx, &pool, "pool.ramp_step", expected, move |s| {
-            crate::pools::edit::set_weights(s, set);
-            Ok(())
-        })
-        .await
-        {
-            Ok(written) => written,
-            Err(ChangeError::Conflict { current, .. }) => {
-                row.state = "aborted".into();
-                row.step = 0;
-                row.ended_at = Some(now);
-                row.updated_at = now;
-                let why = format!(
+    let written = match write_weights(tx, row, &pool, actor, &sentence, &weights).await {
+        Ok(written) => written,
+        Err(ChangeError::Conflict { current, .. }) => {
+            row.state = "aborted".into();
+            row.step = 0;
+            row.ended_at = Some(now);
+            row.updated_at = now;
+            let why = format!(
                 "aborted before stage {due} of {stages}: the pool was changed outside the ramp (configuration version \
                  {current}), so its weights are left as they are"
             );
-                event(state, tx, row, now, "aborted", actor, &why, None, None).await?;
-                return Ok(None);
-            }
-            Err(e) => return Err(e.into()),
-        };
+            event(state, tx, row, now, "aborted", actor, &why, None, None).await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
     row.config_version = written.config_version;
     row.updated_at = now;
     row.abort_from = Some(json!({"weights": weights_from, "at": from["at"], "done": due}));
