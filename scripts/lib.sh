@@ -121,6 +121,49 @@ ensure_redis() {
   die "Redis did not start on $host:$port"
 }
 
+# A three-primary Redis Cluster on loopback for the test suite's second run of the data
+# plane (ports TESSERA_TEST_CLUSTER_PORTS, default 7000-7002; no persistence). A cluster
+# left on those ports by an earlier run is stopped first. Sets TEST_CLUSTER_PORTS (as soon
+# as nodes may run: stop_test_cluster stops them) and TEST_CLUSTER_NODES.
+start_test_cluster() {
+  local ports="${TESSERA_TEST_CLUSTER_PORTS:-7000 7001 7002}" dir="$ROOT/target/test-cluster" p
+  for p in $ports; do
+    if answers 127.0.0.1 "$p"; then
+      redis-cli -p "$p" info cluster 2>/dev/null | grep -q '^cluster_enabled:1' \
+        || die "port $p is taken by something that is not a test cluster (set TESSERA_TEST_CLUSTER_PORTS)"
+      redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true
+    fi
+  done
+  rm -rf "$dir"; mkdir -p "$dir"
+  TEST_CLUSTER_PORTS="$ports"
+  local addresses=() urls=()
+  for p in $ports; do
+    redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+      --cluster-node-timeout 5000 --save "" --appendonly no --dir "$dir" --logfile "redis-$p.log" --daemonize yes \
+      >/dev/null
+    addresses+=("127.0.0.1:$p"); urls+=("redis://127.0.0.1:$p")
+  done
+  for p in $ports; do
+    for _ in $(seq 1 40); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.25; done
+  done
+  redis-cli --cluster create "${addresses[@]}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 \
+    || die "redis-cli --cluster create failed: see $dir/create.log"
+  for p in $ports; do
+    for _ in $(seq 1 80); do
+      redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' && break
+      sleep 0.25
+    done
+    redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' || die "the test cluster's node $p is not ok"
+  done
+  TEST_CLUSTER_NODES="$(IFS=,; echo "${urls[*]}")"
+  say "a three-primary Redis Cluster answers on $TEST_CLUSTER_NODES"
+}
+
+stop_test_cluster() {
+  local p
+  for p in ${TEST_CLUSTER_PORTS:-}; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
+}
+
 bootstrap() {
   ensure_rust
   ensure_postgres

@@ -1,8 +1,11 @@
-//! A Redis connection that reconnects by itself and never waits without bound.
+//! A Redis connection (one server or a cluster) that reconnects by itself and never waits
+//! without bound.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+pub use crate::nodes::{Node, RedisConnection};
 
 /// How long Redis operations may take before the caller gets an error (and may fall back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,14 +34,54 @@ pub async fn connect(client: &redis::Client, timeouts: RedisTimeouts) -> redis::
     ConnectionManager::new_with_config(client.clone(), config).await
 }
 
+/// Where the data plane's Redis is.
+#[derive(Clone)]
+pub enum RedisTarget {
+    /// One Redis server.
+    Single(redis::Client),
+    /// A Redis Cluster, reached through its seed nodes (any of them will do: the client
+    /// learns the slot map from the first that answers).
+    Cluster {
+        client: redis::cluster::ClusterClient,
+        /// One plain client per seed node, for the cluster-wide pub/sub channel.
+        seeds: Vec<redis::Client>,
+    },
+}
+
+impl RedisTarget {
+    /// A cluster reached through `nodes` (`redis://host:port` each; at least one). The
+    /// cluster connection retries a request moved between nodes (MOVED, ASK, TRYAGAIN
+    /// during a slot move) for as long as `timeouts.response` allows.
+    pub fn cluster(nodes: &[String], timeouts: RedisTimeouts) -> redis::RedisResult<Self> {
+        if nodes.is_empty() {
+            return Err(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no cluster seed nodes")));
+        }
+        let seeds = nodes.iter().map(|n| redis::Client::open(n.as_str())).collect::<Result<Vec<_>, _>>()?;
+        let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.response)
+            .retries(12)
+            .min_retry_wait(10)
+            .max_retry_wait(200)
+            .build()?;
+        Ok(Self::Cluster { client, seeds })
+    }
+
+    /// True for a cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster { .. })
+    }
+}
+
 /// A Redis connection opened on first use and shared by clones. A service can start (and
 /// report Redis down, or fall back) while Redis is unreachable, and connects as soon as it
-/// answers; once open, the connection manager reconnects by itself after restarts.
+/// answers; once open, the connection reconnects by itself after restarts (and on a cluster
+/// follows the slot map as slots move).
 #[derive(Clone)]
 pub struct RedisHandle {
-    client: redis::Client,
+    target: RedisTarget,
     timeouts: RedisTimeouts,
-    manager: std::sync::Arc<tokio::sync::Mutex<Option<ConnectionManager>>>,
+    manager: std::sync::Arc<tokio::sync::Mutex<Option<RedisConnection>>>,
     /// Open for a moment after the first connect failed.
     failed: std::sync::Arc<Breaker>,
     /// The runtime the handle was made on: the connection's background tasks run there,
@@ -47,10 +90,15 @@ pub struct RedisHandle {
 }
 
 impl RedisHandle {
-    /// A handle that has not connected yet.
+    /// A handle on one Redis server that has not connected yet.
     pub fn new(client: redis::Client, timeouts: RedisTimeouts) -> Self {
+        Self::on(RedisTarget::Single(client), timeouts)
+    }
+
+    /// A handle on `target` that has not connected yet.
+    pub fn on(target: RedisTarget, timeouts: RedisTimeouts) -> Self {
         Self {
-            client,
+            target,
             timeouts,
             manager: Default::default(),
             failed: Default::default(),
@@ -58,13 +106,23 @@ impl RedisHandle {
         }
     }
 
-    /// The client the handle connects with (for pub/sub connections of their own).
-    pub fn client(&self) -> &redis::Client {
-        &self.client
+    /// Where this handle connects.
+    pub fn target(&self) -> &RedisTarget {
+        &self.target
+    }
+
+    /// A client for a pub/sub connection of its own. On a cluster, classic pub/sub is
+    /// cluster-wide: a message published on any node reaches subscribers on every node, so
+    /// any seed will do; `attempt` picks the next seed after a failed one.
+    pub fn pubsub_client(&self, attempt: usize) -> &redis::Client {
+        match &self.target {
+            RedisTarget::Single(client) => client,
+            RedisTarget::Cluster { seeds, .. } => &seeds[attempt % seeds.len()],
+        }
     }
 
     /// The shared connection, opening it when there is none yet.
-    pub async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+    pub async fn connection(&self) -> redis::RedisResult<RedisConnection> {
         if self.failed.is_open() {
             return Err(Breaker::skipped_error());
         }
@@ -78,8 +136,27 @@ impl RedisHandle {
             return Err(Breaker::skipped_error());
         }
         let connecting = {
-            let (client, timeouts) = (self.client.clone(), self.timeouts);
-            async move { connect(&client, timeouts).await }
+            let (target, timeouts) = (self.target.clone(), self.timeouts);
+            async move {
+                let mut conn = match &target {
+                    RedisTarget::Single(client) => RedisConnection::Single(connect(client, timeouts).await?),
+                    RedisTarget::Cluster { client, .. } => {
+                        let conn = tokio::time::timeout(timeouts.connect * 2, client.get_async_connection())
+                            .await
+                            .map_err(|_| {
+                            redis::RedisError::from(std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "no cluster seed node answered",
+                            ))
+                        })??;
+                        RedisConnection::Cluster(conn)
+                    }
+                };
+                // Every script on every primary now, so the first calls find them there (a
+                // NOSCRIPT later, after a flush or a new node, loads again on every node).
+                crate::scripts::load_all(&mut conn).await;
+                Ok::<_, redis::RedisError>(conn)
+            }
         };
         let connected = match &self.runtime {
             Some(runtime) => runtime.spawn(connecting).await.unwrap_or_else(|e| {
@@ -104,14 +181,18 @@ impl RedisHandle {
 /// a later attempt may succeed), as opposed to Redis refusing the request itself. Besides
 /// connection failures, that is a server that cannot serve for now: `READONLY` (a replica,
 /// say the old primary after a failover), `MASTERDOWN` (a replica cut off from its
-/// primary), `LOADING` (a restart reading its data back), `TRYAGAIN` and `CLUSTERDOWN`.
+/// primary), `LOADING` (a restart reading its data back), `TRYAGAIN`, `CLUSTERDOWN`, and a
+/// cluster client that found no connection to the node of a slot.
 pub fn is_unreachable(error: &redis::RedisError) -> bool {
-    use redis::ErrorKind::{BusyLoadingError, ClusterDown, MasterDown, ReadOnly, TryAgain};
+    use redis::ErrorKind::{BusyLoadingError, ClusterConnectionNotFound, ClusterDown, MasterDown, ReadOnly, TryAgain};
     error.is_io_error()
         || error.is_timeout()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
-        || matches!(error.kind(), ReadOnly | MasterDown | BusyLoadingError | TryAgain | ClusterDown)
+        || matches!(
+            error.kind(),
+            ReadOnly | MasterDown | BusyLoadingError | TryAgain | ClusterDown | ClusterConnectionNotFound
+        )
 }
 
 /// How long callers skip Redis after finding it unreachable, before trying it again.

@@ -4,7 +4,8 @@
 //! Layout:
 //! - [`keys`]: every Redis key name, built from one configured prefix with per-pool and
 //!   per-tenant hash tags, so that each script touches one Redis Cluster slot.
-//! - [`connection`]: a reconnecting Redis connection with bounded timeouts.
+//! - [`connection`]: a reconnecting Redis connection with bounded timeouts, to one server or
+//!   to a Redis Cluster ([`nodes`]: the one connection type, and what spreads over nodes).
 //! - [`scripts`]: one `redis::Script` per file in `lua/` (EVALSHA, reloaded on NOSCRIPT).
 //! - [`quota`]: reserve / settle / release of tenant token quotas, with the offline
 //!   fallback; [`estimate`] counts a prompt's tokens for a reservation.
@@ -24,16 +25,18 @@ pub mod estimate;
 pub mod health;
 pub mod keys;
 pub mod metrics;
+pub mod nodes;
 pub mod pool;
 pub mod quota;
 pub mod reply;
 pub mod scripts;
 
 pub use clock::{Clock, Period};
-pub use connection::{connect, is_unreachable, RedisHandle, RedisTimeouts};
+pub use connection::{connect, is_unreachable, RedisHandle, RedisTarget, RedisTimeouts};
 pub use health::Outcomes;
 pub use keys::{KeyPrefix, KeyPrefixError, Keys};
 pub use metrics::{OutcomeMetrics, PoolMetrics, QuotaMetrics};
+pub use nodes::{Node, RedisConnection};
 pub use pool::{PoolAdmin, Pools};
 pub use quota::Quotas;
 

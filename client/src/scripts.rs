@@ -74,3 +74,33 @@ pub fn health() -> &'static HealthScripts {
     static SCRIPTS: OnceLock<HealthScripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| HealthScripts { record_outcome: Script::new(include_str!("../../lua/record_outcome.lua")) })
 }
+
+/// Loads every script (`SCRIPT LOAD`: on a cluster, on every node). Failures are only
+/// logged: a call that meets NOSCRIPT loads its script again.
+pub async fn load_all(conn: &mut crate::RedisConnection) {
+    let (p, q, h) = (pool(), quota(), health());
+    let all = [
+        &p.draw,
+        &p.count_draw,
+        &p.refill,
+        &p.publish,
+        &p.set_ejected,
+        &p.restore_hits,
+        &q.reserve,
+        &q.settle,
+        &q.release,
+        &q.sweep,
+        &q.read,
+        &q.publish_tenant,
+        &q.apply_usage,
+        &q.read_counters,
+        &q.correct_counter,
+        &h.record_outcome,
+    ];
+    for script in all {
+        if let Err(e) = script.load_async(conn).await {
+            tracing::debug!(error = %e, "loading a script ahead of use failed; it loads on first use");
+            return;
+        }
+    }
+}

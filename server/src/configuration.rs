@@ -42,6 +42,10 @@ pub struct Settings {
     pub database_url: SecretString,
     /// Redis URL (`REDIS_URL`); may hold a password, so kept secret.
     pub redis_url: SecretString,
+    /// Redis Cluster seed nodes (`redis.cluster_nodes`, `TESSERA_REDIS_CLUSTER_NODES` as a
+    /// comma-separated list). When any is given, Tessera runs on that cluster and
+    /// `redis_url` is not used. URLs, may hold a password: kept secret.
+    pub redis_cluster_nodes: Vec<SecretString>,
     /// Every Redis key starts with `<prefix>:` (`TESSERA_REDIS_PREFIX`).
     pub redis_prefix: KeyPrefix,
     /// Where HTTP listens (`TESSERA_BIND`).
@@ -252,6 +256,7 @@ struct FileDatabase {
 #[serde(deny_unknown_fields)]
 struct FileRedis {
     url: Option<String>,
+    cluster_nodes: Option<Vec<String>>,
     prefix: Option<String>,
 }
 
@@ -314,6 +319,19 @@ impl Settings {
         check_url("database.url (DATABASE_URL)", &database_url, &["postgres", "postgresql"])?;
         let redis_url = pick("REDIS_URL", file.redis.url, defaults::REDIS_URL);
         check_url("redis.url (REDIS_URL)", &redis_url, &["redis", "rediss", "redis+unix", "unix"])?;
+        let redis_cluster_nodes = match env("TESSERA_REDIS_CLUSTER_NODES").filter(|v| !v.trim().is_empty()) {
+            Some(raw) => raw.split(',').map(|n| n.trim().to_owned()).collect(),
+            None => file.redis.cluster_nodes.unwrap_or_default(),
+        };
+        const CLUSTER_NODES: &str = "redis.cluster_nodes (TESSERA_REDIS_CLUSTER_NODES)";
+        anyhow::ensure!(
+            redis_cluster_nodes.len() <= 64,
+            "{CLUSTER_NODES}: at most 64 seed nodes, got {}",
+            redis_cluster_nodes.len()
+        );
+        for (i, node) in redis_cluster_nodes.iter().enumerate() {
+            check_url(&format!("{CLUSTER_NODES}[{i}]"), node, &["redis", "rediss"])?;
+        }
         let prefix = pick("TESSERA_REDIS_PREFIX", file.redis.prefix, defaults::REDIS_PREFIX);
         let redis_prefix =
             KeyPrefix::parse(&prefix).map_err(|e| anyhow::anyhow!("redis.prefix (TESSERA_REDIS_PREFIX): {e}"))?;
@@ -400,6 +418,7 @@ impl Settings {
             auth,
             database_url: SecretString::from(database_url),
             redis_url: SecretString::from(redis_url),
+            redis_cluster_nodes: redis_cluster_nodes.into_iter().map(SecretString::from).collect(),
             redis_prefix,
             bind,
             workers,
@@ -434,12 +453,31 @@ impl Settings {
         Ok(path.to_owned())
     }
 
+    /// The Redis the data plane uses: the cluster when seed nodes are configured, else the
+    /// one server of `redis_url`.
+    pub fn redis_target(&self, timeouts: client::RedisTimeouts) -> anyhow::Result<client::RedisTarget> {
+        if self.redis_cluster_nodes.is_empty() {
+            let client = redis::Client::open(self.redis_url.expose_secret())
+                .context("redis.url (REDIS_URL): not a valid Redis URL")?;
+            return Ok(client::RedisTarget::Single(client));
+        }
+        let nodes: Vec<String> = self.redis_cluster_nodes.iter().map(|n| n.expose_secret().to_owned()).collect();
+        client::RedisTarget::cluster(&nodes, timeouts)
+            .context("redis.cluster_nodes (TESSERA_REDIS_CLUSTER_NODES): not valid Redis URLs")
+    }
+
     /// A description safe to log: hosts and names, never passwords.
     pub fn redacted_summary(&self) -> String {
+        let redis = if self.redis_cluster_nodes.is_empty() {
+            redact(self.redis_url.expose_secret())
+        } else {
+            let nodes: Vec<String> = self.redis_cluster_nodes.iter().map(|n| redact(n.expose_secret())).collect();
+            format!("cluster({})", nodes.join(","))
+        };
         format!(
             "database={} redis={} prefix={} bind={}",
             redact(self.database_url.expose_secret()),
-            redact(self.redis_url.expose_secret()),
+            redis,
             self.redis_prefix,
             self.bind
         )

@@ -16,7 +16,6 @@ use leptos_actix::{
     generate_route_list, handle_server_fns_with_context, render_app_to_stream_with_context, LeptosRoutes,
 };
 use leptos_router::Method;
-use secrecy::ExposeSecret;
 
 use crate::configuration::Settings;
 use crate::error::ErrorBody;
@@ -92,9 +91,8 @@ impl Application {
 pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let db = crate::store::connect(settings).await?;
     crate::store::migrate(&db).await?;
-    let redis_client = redis::Client::open(settings.redis_url.expose_secret())
-        .context("redis.url (REDIS_URL): not a valid Redis URL")?;
-    let redis = client::RedisHandle::new(redis_client, client::RedisTimeouts::default());
+    let timeouts = client::RedisTimeouts::default();
+    let redis = client::RedisHandle::on(settings.redis_target(timeouts)?, timeouts);
     let adopted =
         crate::adopt::store::adopt_snapshots(&db).await.context("adopting snapshots into the configuration tables")?;
     if !adopted.is_empty() {

@@ -277,36 +277,20 @@ async fn cleanup(settings: Settings, admin_url: String, db_name: String) {
     if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
         let _ = sqlx::query(&format!(r#"drop database if exists "{db_name}" with (force)"#)).execute(&mut admin).await;
     }
-    let url = base_settings().redis_url;
-    if let Ok(client) = redis::Client::open(url.expose_secret()) {
-        if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-            let keys = scan(&mut conn, &format!("{}:*", settings.redis_prefix)).await;
-            for chunk in keys.chunks(500) {
-                let _: Result<i64, _> = redis::cmd("UNLINK").arg(chunk).query_async(&mut conn).await;
-            }
+    // The same Redis the apps use (one server or the cluster), every primary scanned.
+    let timeouts = client::RedisTimeouts::default();
+    if let Ok(target) = base_settings().redis_target(timeouts) {
+        if let Ok(mut conn) = client::RedisHandle::on(target, timeouts).connection().await {
+            let _ = conn.unlink_matching(&format!("{}:*", settings.redis_prefix)).await;
         }
     }
 }
 
-async fn scan(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
-    let mut cursor: u64 = 0;
-    let mut found = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .expect("SCAN");
-        found.extend(batch);
-        if next == 0 {
-            return found;
-        }
-        cursor = next;
-    }
+/// Points an app at the one Redis server at `url` (a dead port, a Redis of the test's
+/// own), also when the suite runs on a cluster.
+pub fn use_redis(settings: &mut Settings, url: &str) {
+    settings.redis_url = SecretString::from(url.to_owned());
+    settings.redis_cluster_nodes.clear();
 }
 
 /// The same server as `settings.database_url`, database `postgres` (for creating and

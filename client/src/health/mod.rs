@@ -23,8 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionLike;
-use redis::{ErrorKind, ScriptInvocation, Value};
+use redis::{ErrorKind, ScriptInvocation};
 
 use crate::clock::Clock;
 use crate::connection::{is_unreachable, Breaker, RedisHandle};
@@ -176,17 +175,20 @@ impl Outcomes {
                     break;
                 }
             }
-            let mut pipe = redis::pipe();
-            for &i in &pending {
-                let (channel, counts) = &reports[i];
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash()).arg(1).arg(self.inner.keys.health(channel.as_str()));
-                for a in self.args(counts) {
-                    cmd.arg(a);
-                }
-                pipe.add_command(cmd);
-            }
-            let replies = match conn.req_packed_commands(&pipe, 0, pending.len()).await {
+            let commands = pending
+                .iter()
+                .map(|&i| {
+                    let (channel, counts) = &reports[i];
+                    let mut cmd = redis::cmd("EVALSHA");
+                    cmd.arg(script.get_hash()).arg(1).arg(self.inner.keys.health(channel.as_str()));
+                    for a in self.args(counts) {
+                        cmd.arg(a);
+                    }
+                    cmd
+                })
+                .collect();
+            // One pipeline on one server; on a cluster the channels' keys spread over nodes.
+            let replies = match conn.send_each(commands).await {
                 Ok(replies) => replies,
                 Err(e) => {
                     failure = Some(e);
@@ -199,11 +201,7 @@ impl Outcomes {
             }
             let mut lost_script = Vec::new();
             for (&i, reply) in pending.iter().zip(replies) {
-                // A server error stays a value inside a pipeline's replies.
-                let reply = match reply {
-                    Value::ServerError(e) => Err(redis::RedisError::from(e)),
-                    other => redis::from_owned_redis_value::<i64>(other),
-                };
+                let reply = reply.and_then(redis::from_owned_redis_value::<i64>);
                 match reply {
                     Ok(minute) => minutes[i] = Some(minute),
                     Err(e) if e.kind() == ErrorKind::NoScriptError => lost_script.push(i),
@@ -329,7 +327,7 @@ impl Outcomes {
         }
     }
 
-    async fn read_connection(&self) -> Result<redis::aio::ConnectionManager, OutcomeError> {
+    async fn read_connection(&self) -> Result<crate::RedisConnection, OutcomeError> {
         if self.inner.breaker.is_open() {
             return Err(OutcomeError::Unavailable(Breaker::skipped_error()));
         }

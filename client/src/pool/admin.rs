@@ -114,7 +114,7 @@ impl PoolAdmin {
         Self { redis, keys, clock }
     }
 
-    pub(super) async fn conn(&self) -> Result<redis::aio::ConnectionManager, PoolError> {
+    pub(super) async fn conn(&self) -> Result<crate::RedisConnection, PoolError> {
         self.redis.connection().await.map_err(PoolError::Redis)
     }
 
@@ -478,7 +478,7 @@ impl PoolAdmin {
 
 /// The snapshot in a pool's meta hash.
 pub(super) async fn read_snapshot(
-    conn: &mut redis::aio::ConnectionManager,
+    conn: &mut crate::RedisConnection,
     keys: &Keys,
     pool: &PoolName,
 ) -> Result<Option<PoolSnapshot>, PoolError> {

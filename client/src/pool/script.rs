@@ -241,7 +241,7 @@ impl Pools {
     }
 
     /// Re-reads the snapshot and the ejected members when the version is new to this client.
-    pub(super) async fn note_version(&self, pool: &PoolName, version: u64, conn: &mut redis::aio::ConnectionManager) {
+    pub(super) async fn note_version(&self, pool: &PoolName, version: u64, conn: &mut crate::RedisConnection) {
         let known = self
             .inner
             .cache
@@ -257,11 +257,7 @@ impl Pools {
         let _ = self.refresh(pool, conn).await;
     }
 
-    pub(super) async fn refresh(
-        &self,
-        pool: &PoolName,
-        conn: &mut redis::aio::ConnectionManager,
-    ) -> Result<(), PoolError> {
+    pub(super) async fn refresh(&self, pool: &PoolName, conn: &mut crate::RedisConnection) -> Result<(), PoolError> {
         let snapshot = admin::read_snapshot(conn, &self.inner.keys, pool).await?;
         let ejected: HashSet<String> = redis::cmd("SMEMBERS")
             .arg(self.inner.keys.pool_ejected(pool.as_str()))

@@ -201,7 +201,9 @@ impl Quotas {
                     other => other,
                 }
                 .map_err(QuotaError::Redis)?;
-                out.extend(self.parse_streams(&reply)?);
+                for reply in &reply {
+                    out.extend(self.parse_streams(reply)?);
+                }
             }
         }
         out.sort_by(|a, b| (&a.tenant, &a.entry).cmp(&(&b.tenant, &b.entry)));
@@ -218,21 +220,23 @@ impl Quotas {
             return Ok(());
         }
         let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
-        let mut pipe = redis::pipe();
-        for t in &missing {
-            pipe.cmd("XGROUP")
-                .arg("CREATE")
-                .arg(self.inner.keys.quota_usage(t.as_str()))
-                .arg(USAGE_GROUP)
-                .arg("0")
-                .arg("MKSTREAM");
-        }
+        let commands = missing
+            .iter()
+            .map(|t| {
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(self.inner.keys.quota_usage(t.as_str()))
+                    .arg(USAGE_GROUP)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .to_owned()
+            })
+            .collect();
         // BUSYGROUP (the group exists) is the usual answer: each reply is looked at alone.
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(QuotaError::Redis)?;
-        for reply in replies {
-            if let Value::ServerError(e) = reply {
-                if e.code() != "BUSYGROUP" {
-                    return Err(QuotaError::Redis(e.into()));
+        for reply in conn.send_each(commands).await.map_err(QuotaError::Redis)? {
+            if let Err(e) = reply {
+                if e.code() != Some("BUSYGROUP") {
+                    return Err(QuotaError::Redis(e));
                 }
             }
         }
@@ -240,17 +244,26 @@ impl Quotas {
         Ok(())
     }
 
-    async fn xreadgroup(&self, tenants: &[TenantId], count: usize, start: &str) -> redis::RedisResult<Value> {
+    /// One `XREADGROUP` per tenant (the streams of several tenants lie in several slots of a
+    /// cluster, which one command cannot span): the replies in order, or the first error.
+    async fn xreadgroup(&self, tenants: &[TenantId], count: usize, start: &str) -> redis::RedisResult<Vec<Value>> {
         let mut conn = self.inner.redis.connection().await?;
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP").arg(USAGE_GROUP).arg(USAGE_CONSUMER).arg("COUNT").arg(count.max(1)).arg("STREAMS");
-        for t in tenants {
-            cmd.arg(self.inner.keys.quota_usage(t.as_str()));
-        }
-        for _ in tenants {
-            cmd.arg(start);
-        }
-        cmd.query_async(&mut conn).await
+        let commands = tenants
+            .iter()
+            .map(|t| {
+                redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(USAGE_GROUP)
+                    .arg(USAGE_CONSUMER)
+                    .arg("COUNT")
+                    .arg(count.max(1))
+                    .arg("STREAMS")
+                    .arg(self.inner.keys.quota_usage(t.as_str()))
+                    .arg(start)
+                    .to_owned()
+            })
+            .collect();
+        conn.send_each(commands).await?.into_iter().collect()
     }
 
     fn parse_streams(&self, reply: &Value) -> Result<Vec<UsageRecord>, QuotaError> {
@@ -308,24 +321,31 @@ impl Quotas {
             return Ok(());
         }
         let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
-        let mut pipe = redis::pipe();
+        let mut commands = Vec::new();
         for (tenant, ids) in by_tenant {
             let key = self.inner.keys.quota_usage(tenant.as_str());
-            pipe.cmd("XACK").arg(&key).arg(USAGE_GROUP).arg(&ids).ignore();
-            pipe.cmd("XDEL").arg(&key).arg(&ids).ignore();
+            commands.push(redis::cmd("XACK").arg(&key).arg(USAGE_GROUP).arg(&ids).to_owned());
+            commands.push(redis::cmd("XDEL").arg(&key).arg(&ids).to_owned());
         }
-        pipe.query_async::<()>(&mut conn).await.map_err(QuotaError::Redis)
+        for reply in conn.send_each(commands).await.map_err(QuotaError::Redis)? {
+            reply.map_err(QuotaError::Redis)?;
+        }
+        Ok(())
     }
 
     /// The generation of each tenant's counters in Redis (`None`: it has none).
     pub async fn generations(&self, tenants: &[TenantId]) -> Result<HashMap<TenantId, Option<String>>, QuotaError> {
         let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
-        let mut pipe = redis::pipe();
-        for t in tenants {
-            pipe.cmd("HGET").arg(self.inner.keys.quota_state(t.as_str())).arg("gen");
+        let commands = tenants
+            .iter()
+            .map(|t| redis::cmd("HGET").arg(self.inner.keys.quota_state(t.as_str())).arg("gen").to_owned());
+        let mut gens = HashMap::new();
+        for (t, reply) in tenants.iter().zip(conn.send_each(commands.collect()).await.map_err(QuotaError::Redis)?) {
+            let generation: Option<String> =
+                reply.and_then(redis::from_owned_redis_value).map_err(QuotaError::Redis)?;
+            gens.insert(t.clone(), generation);
         }
-        let gens: Vec<Option<String>> = pipe.query_async(&mut conn).await.map_err(QuotaError::Redis)?;
-        Ok(tenants.iter().cloned().zip(gens).collect())
+        Ok(gens)
     }
 
     /// How many records a tenant's stream holds (not yet drained).

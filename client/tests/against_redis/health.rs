@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::support::{at, raw_connection, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::health::{ChannelCode, MinuteCounts, OutcomeCounts, OutcomeError, Totals, MAX_REPORTS_PER_CALL, RETENTION};
-use client::{Clock, OutcomeMetrics, Outcomes, RedisHandle, RedisTimeouts};
+use client::{Clock, OutcomeMetrics, Outcomes};
 use prometheus::{HistogramOpts, HistogramVec, Registry};
 
 // ---------------------------------------------------------------------------------------
@@ -31,7 +31,7 @@ fn harness(clock: Clock) -> Harness {
 
 fn harness_at(url: &str, clock: Clock) -> Harness {
     let guard = KeyGuard::new("hl");
-    let handle = RedisHandle::new(redis::Client::open(url).expect("a valid redis url"), RedisTimeouts::default());
+    let handle = crate::support::handle_for(url);
     let script_seconds =
         HistogramVec::new(HistogramOpts::new("test_script_seconds", "script latency"), &["script"]).unwrap();
     let metrics = OutcomeMetrics::register(&Registry::new(), script_seconds).unwrap();
@@ -226,8 +226,7 @@ async fn record_many_runs_one_evalsha_per_report_in_one_call() {
     let m = minute_of(noon());
     let reports: Vec<_> = (0..2000).map(|i| (channel(&format!("ch-{}", i % 20)), counts(1, 0, 0, 0))).collect();
     h.outcomes.record(&channel("warm-up"), true, None).await.unwrap();
-    let mut conn = raw_connection();
-    let calls_before = evalsha_calls(&mut conn);
+    let calls_before = evalsha_calls();
 
     // Act
     let minutes = h.outcomes.record_many(&reports).await.unwrap();
@@ -239,17 +238,23 @@ async fn record_many_runs_one_evalsha_per_report_in_one_call() {
     for i in 0..20 {
         assert_eq!(Totals::of(&h.outcomes.window(&channel(&format!("ch-{i}")), m, m).await.unwrap()).ok, 100);
     }
-    assert!(evalsha_calls(&mut conn) >= calls_before + 2000);
+    assert!(evalsha_calls() >= calls_before + 2000);
 }
 
-/// `cmdstat_evalsha:calls=N,...` from `INFO commandstats`.
-fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map(|n| n.parse().unwrap())
-        .unwrap_or(0)
+/// `cmdstat_evalsha:calls=N,...` from `INFO commandstats`, summed over every primary.
+fn evalsha_calls() -> u64 {
+    let mut calls = 0;
+    for url in crate::support::primary_urls().unwrap() {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn).unwrap();
+        calls += info
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map(|n| n.parse::<u64>().unwrap())
+            .unwrap_or(0);
+    }
+    calls
 }
 
 // ---------------------------------------------------------------------------------------

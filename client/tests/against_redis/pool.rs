@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::support::{at, raw_connection, redis_address, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::pool::{Draw, DrawSource, PoolError, PoolKind, PoolName, PoolSnapshot, RefillOutcome};
-use client::{Clock, Keys, PoolAdmin, Pools, RedisHandle, RedisTimeouts};
+use client::{Clock, Keys, PoolAdmin, Pools, RedisHandle};
 use engine::hashing::HashRing;
 use engine::metrics::Metrics;
 use engine::{Apportioner, BatchSize, Ordering, Weights};
@@ -51,7 +51,7 @@ impl Harness {
 }
 
 fn handle(url: &str) -> RedisHandle {
-    RedisHandle::new(redis::Client::open(url).expect("a valid redis url"), RedisTimeouts::default())
+    crate::support::handle_for(url)
 }
 
 fn pools_at(url: &str, keys: Keys, clock: Clock, statics: HashMap<PoolName, Weights>) -> Pools {
@@ -71,13 +71,13 @@ fn harness_at(url: &str, clock: Clock) -> Harness {
 
 /// Noon in Singapore (UTC+8, no DST) in the middle of a month, years ahead of any real
 /// clock (see the crate docs): the pool's day is 2030-03-15.
-fn noon() -> DateTime<Utc> {
+pub(crate) fn noon() -> DateTime<Utc> {
     at("2030-03-15T04:00:00Z")
 }
 
 const SINGAPORE: &str = "Asia/Singapore";
 
-fn pool(name: &str) -> PoolName {
+pub(crate) fn pool(name: &str) -> PoolName {
     PoolName::parse(name).unwrap()
 }
 
@@ -86,7 +86,7 @@ fn weights(spec: &str) -> Weights {
 }
 
 /// A version-1 snapshot of `spec` (`"A=5,B=3,C=2"`), in Singapore, no caps or peaks.
-fn snapshot(spec: &str, batch_size: u32, low_water: u32, ordering: Ordering) -> PoolSnapshot {
+pub(crate) fn snapshot(spec: &str, batch_size: u32, low_water: u32, ordering: Ordering) -> PoolSnapshot {
     PoolSnapshot {
         version: 1,
         kind: PoolKind::Channels,
@@ -110,7 +110,7 @@ async fn publish(h: &Harness, p: &PoolName, s: &PoolSnapshot) {
 
 /// Refills until the pool needs nothing more: the list above low-water and a standby
 /// batch built (what the refill job does every second).
-async fn keep_filled(admin: &PoolAdmin, p: &PoolName) {
+pub(crate) async fn keep_filled(admin: &PoolAdmin, p: &PoolName) {
     for _ in 0..8 {
         match admin.refill(p).await.expect("refill") {
             RefillOutcome::Added { .. } | RefillOutcome::Raced => continue,
@@ -147,7 +147,7 @@ async fn draw_filled(h: &Harness, p: &PoolName, n: usize) -> Vec<String> {
     out
 }
 
-fn tally<S: AsRef<str>>(members: &[S]) -> BTreeMap<String, u64> {
+pub(crate) fn tally<S: AsRef<str>>(members: &[S]) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for m in members {
         *counts.entry(m.as_ref().to_owned()).or_insert(0) += 1;
@@ -160,7 +160,7 @@ fn expected(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 }
 
 /// What the engine's apportioner gives `weights` over `batches` batches of `size`.
-fn apportioned(weights: &Weights, size: u32, batches: usize) -> BTreeMap<String, u64> {
+pub(crate) fn apportioned(weights: &Weights, size: u32, batches: usize) -> BTreeMap<String, u64> {
     let mut a = Apportioner::new(weights.clone());
     let mut total = vec![0u64; weights.len()];
     for _ in 0..batches {

@@ -17,7 +17,7 @@ use client::quota::{
     RequestId, Reservation, ReservationState, ReserveOutcome, SettleOutcome, Source, SweepOutcome, TenantId,
     TenantQuota, TokenCount, Tokens,
 };
-use client::{Clock, Keys, Period, Quotas, RedisHandle, RedisTimeouts};
+use client::{Clock, Keys, Period, Quotas};
 use engine::quota::{Bucket, BucketKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -53,7 +53,7 @@ fn harness_at(url: &str, clock: Clock) -> Harness {
 }
 
 fn quotas_at(url: &str, keys: Keys, clock: Clock) -> Quotas {
-    let handle = RedisHandle::new(redis::Client::open(url).expect("a valid redis url"), RedisTimeouts::default());
+    let handle = crate::support::handle_for(url);
     Quotas::with_clock(handle, keys, clock, None)
 }
 
@@ -200,7 +200,7 @@ async fn concurrent_pairs_through_one_client_share_script_calls_and_the_ledger_b
     let registry = prometheus::Registry::new();
     let metrics = client::QuotaMetrics::register(&registry).unwrap();
     let seconds = metrics.script_seconds.clone();
-    let handle = RedisHandle::new(redis::Client::open(redis_url()).unwrap(), RedisTimeouts::default());
+    let handle = crate::support::handle_for(&redis_url());
     let quotas = Quotas::with_clock(handle, guard.keys.clone(), Clock::manual(noon()), Some(metrics));
     let t = tenant("acme");
     quotas.publish(&t, &plan(1_000_000)).await.unwrap();

@@ -1,15 +1,93 @@
 //! Helpers shared by the client's Redis tests: a key prefix per test removed afterwards
-//! (SCAN + UNLINK, also on panic), a raw connection, and the address of Redis for a
-//! [`testproxy::Proxy`] that a test can cut and restore.
+//! (SCAN + UNLINK on every primary, also on panic), a raw connection, and the address of
+//! Redis for a [`testproxy::Proxy`] that a test can cut and restore.
+//!
+//! With `TESSERA_REDIS_CLUSTER_NODES` set (scripts/test sets it for the second run) the
+//! tests run on that Redis Cluster: [`handle_for`] the standard URL answers a cluster
+//! handle and [`raw_connection`] is a cluster connection. The two tests that cut Redis
+//! through a proxy stay on the single Redis (a proxy in front of one cluster node cannot
+//! cut a client that learns every node's own address); scripts/test skips them there.
 
 use std::hash::{BuildHasher, RandomState};
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
-use client::{KeyPrefix, Keys};
+use client::{KeyPrefix, Keys, RedisHandle, RedisTarget, RedisTimeouts};
+use redis::ConnectionLike;
 
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// The cluster's seed nodes when the tests run on a cluster.
+pub fn cluster_nodes() -> Option<Vec<String>> {
+    let raw = std::env::var("TESSERA_REDIS_CLUSTER_NODES").ok().filter(|v| !v.trim().is_empty())?;
+    Some(raw.split(',').map(|n| n.trim().to_owned()).collect())
+}
+
+/// A handle on `url`; on the standard URL, the cluster's when the tests run on one.
+pub fn handle_for(url: &str) -> RedisHandle {
+    let timeouts = RedisTimeouts::default();
+    match cluster_nodes() {
+        Some(nodes) if url == redis_url() => {
+            RedisHandle::on(RedisTarget::cluster(&nodes, timeouts).expect("valid cluster nodes"), timeouts)
+        }
+        _ => RedisHandle::new(redis::Client::open(url).expect("a valid redis url"), timeouts),
+    }
+}
+
+/// A synchronous connection to the Redis the tests run on: the single server or the
+/// cluster (whose connection sends each command to the node of its key's slot).
+pub enum Raw {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Raw {
+    fn inner(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Self::Single(c) => c,
+            Self::Cluster(c) => c.as_mut(),
+        }
+    }
+}
+
+impl ConnectionLike for Raw {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        self.inner().req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        self.inner().req_packed_commands(cmd, offset, count)
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        self.inner().req_command(cmd)
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        matches!(self, Self::Single(_))
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.inner().check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Self::Single(c) => c.is_open(),
+            Self::Cluster(c) => c.is_open(),
+        }
+    }
 }
 
 /// Removes every key under its prefix when dropped, whether the test passed or panicked.
@@ -27,37 +105,62 @@ impl KeyGuard {
     }
 
     pub fn remove_keys(&self) -> redis::RedisResult<usize> {
-        let mut conn = redis::Client::open(redis_url())?.get_connection()?;
-        let keys = self.scan(&mut conn)?;
-        if keys.is_empty() {
-            return Ok(0);
+        let keys = self.all_keys_or_error()?;
+        let mut conn = raw_connection();
+        for key in &keys {
+            redis::cmd("UNLINK").arg(key).query::<usize>(&mut conn)?;
         }
-        redis::cmd("UNLINK").arg(&keys).query::<usize>(&mut conn)
+        Ok(keys.len())
     }
 
     /// Every key under the prefix (to show that nothing was written).
     pub fn all_keys(&self) -> Vec<String> {
-        self.scan(&mut raw_connection()).unwrap()
+        self.all_keys_or_error().unwrap()
     }
 
-    fn scan(&self, conn: &mut redis::Connection) -> redis::RedisResult<Vec<String>> {
+    /// `SCAN` on each primary (one server's, or every cluster primary's own keys).
+    fn all_keys_or_error(&self) -> redis::RedisResult<Vec<String>> {
         let mut keys = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(self.keys.scan_pattern())
-                .arg("COUNT")
-                .arg(1000)
-                .query(conn)?;
-            keys.extend(batch);
-            if next == 0 {
-                return Ok(keys);
+        for url in primary_urls()? {
+            let mut conn = redis::Client::open(url)?.get_connection()?;
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(self.keys.scan_pattern())
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(&mut conn)?;
+                keys.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
+        Ok(keys)
     }
+}
+
+/// The URL of each primary: the single server, or each cluster primary (`CLUSTER SLOTS`).
+pub fn primary_urls() -> redis::RedisResult<Vec<String>> {
+    let Some(nodes) = cluster_nodes() else { return Ok(vec![redis_url()]) };
+    let mut conn = redis::Client::open(nodes[0].as_str())?.get_connection()?;
+    let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
+    let mut urls: Vec<String> = Vec::new();
+    for range in slots {
+        let (host, port): (String, u16) = match range.get(2) {
+            Some(redis::Value::Array(node)) if node.len() >= 2 => {
+                (redis::from_redis_value(&node[0])?, redis::from_redis_value(&node[1])?)
+            }
+            _ => continue,
+        };
+        urls.push(format!("redis://{host}:{port}"));
+    }
+    urls.sort();
+    urls.dedup();
+    Ok(urls)
 }
 
 impl Drop for KeyGuard {
@@ -68,9 +171,16 @@ impl Drop for KeyGuard {
     }
 }
 
-/// A plain synchronous connection for looking at keys the API does not show.
-pub fn raw_connection() -> redis::Connection {
-    redis::Client::open(redis_url()).unwrap().get_connection().expect("redis at REDIS_URL")
+/// A synchronous connection for looking at keys the API does not show.
+pub fn raw_connection() -> Raw {
+    match cluster_nodes() {
+        Some(nodes) => Raw::Cluster(Box::new(
+            redis::cluster::ClusterClient::new(nodes)
+                .and_then(|c| c.get_connection())
+                .expect("the cluster at TESSERA_REDIS_CLUSTER_NODES"),
+        )),
+        None => Raw::Single(redis::Client::open(redis_url()).unwrap().get_connection().expect("redis at REDIS_URL")),
+    }
 }
 
 pub fn at(rfc3339: &str) -> DateTime<Utc> {
@@ -84,4 +194,108 @@ pub fn redis_address() -> String {
         redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
         other => panic!("the fallback test needs Redis over plain TCP, not {other:?}"),
     }
+}
+
+/// A three-primary Redis Cluster of a test's own on loopback ports of its own (no
+/// persistence), for tests that move slots and must not disturb other tests. The nodes are
+/// child processes of the test, killed (and their folder removed) on drop, also when the
+/// start fails half way.
+pub struct OwnCluster {
+    pub ports: Vec<u16>,
+    dir: std::path::PathBuf,
+    nodes: Vec<std::process::Child>,
+}
+
+impl OwnCluster {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "tessera-cluster-{:016x}",
+            RandomState::new().hash_one((SystemTime::now(), std::process::id()))
+        ));
+        std::fs::create_dir_all(&dir).expect("a folder for the cluster");
+        let mut cluster = Self { ports: free_ports(), dir, nodes: Vec::new() };
+        for port in cluster.ports.clone() {
+            let child = std::process::Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "5000"])
+                .args(["--save", "", "--appendonly", "no", "--logfile", &format!("redis-{port}.log")])
+                .arg("--dir")
+                .arg(&cluster.dir)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH");
+            cluster.nodes.push(child);
+        }
+        for port in cluster.ports.clone() {
+            cluster.wait_for(port, |c| redis::cmd("PING").query::<String>(c).is_ok(), "to answer PING");
+        }
+        let addresses: Vec<String> = cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let output = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli on PATH");
+        assert!(output.status.success(), "cluster create: {}", String::from_utf8_lossy(&output.stdout));
+        for port in cluster.ports.clone() {
+            cluster.wait_for(
+                port,
+                |c| redis::cmd("CLUSTER").arg("INFO").query::<String>(c).is_ok_and(|i| i.contains("cluster_state:ok")),
+                "to say cluster_state:ok",
+            );
+        }
+        cluster
+    }
+
+    /// The seed URLs.
+    pub fn nodes(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+    }
+
+    /// A plain connection to one node.
+    pub fn node(&self, port: u16) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().expect("a cluster node")
+    }
+
+    fn wait_for(&mut self, port: u16, ready: impl Fn(&mut redis::Connection) -> bool, what: &str) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(20) {
+            // A node that exited (its port taken in between, say) fails at once, by name.
+            for (child, p) in self.nodes.iter_mut().zip(&self.ports) {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("the cluster node on port {p} exited ({status}): see {}", self.dir.display());
+                }
+            }
+            if let Ok(mut conn) = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection() {
+                if ready(&mut conn) {
+                    return;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("cluster node {port} did not come {what} within 20 s");
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        for child in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Three loopback ports that are free together with their cluster bus ports (+10000).
+fn free_ports() -> Vec<u16> {
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    for _ in 0..200 {
+        let base = 20_000 + (RandomState::new().hash_one(SystemTime::now()) % 20_000) as u16;
+        let ports = vec![base, base + 1, base + 2];
+        if ports.iter().all(|&p| free(p) && free(p + 10_000)) {
+            return ports;
+        }
+    }
+    panic!("no three free loopback ports for a cluster");
 }

@@ -45,6 +45,15 @@ pub struct Report {
     pub client_not_from_redis: u64,
     /// Batches the refiller added during the run.
     pub batches_added: u64,
+    /// Redis time per coalesced client draw: the `usec` of script calls in `INFO
+    /// commandstats` (the draws' and the refiller's), summed over every primary.
+    pub redis_us_per_draw: f64,
+    /// The same with one script call per draw.
+    pub redis_us_per_draw_single: f64,
+    /// Main-thread CPU of Redis per coalesced draw (`INFO cpu`: commands, parsing, replies).
+    pub redis_cpu_us_per_draw: f64,
+    /// Main-thread CPU of Redis per raw `LPOP` of the baseline.
+    pub redis_cpu_us_per_lpop: f64,
 }
 
 struct Phase {
@@ -106,6 +115,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         pipe.cmd("RPUSH").arg(&raw).arg(vec!["ALIPAY_A"; 10_000]).ignore();
     }
     pipe.query_async::<()>(&mut conn).await.context("filling the baseline list")?;
+    let spent_before = super::spent::read(&state.redis).await?;
     let baseline = phase(args.concurrency, duration, {
         let (conn, raw) = (conn.clone(), raw.clone());
         move || {
@@ -117,6 +127,8 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         }
     })
     .await?;
+    let spent_baseline = super::spent::read(&state.redis).await?;
+    let lpop_spent = spent_baseline.since(spent_before);
 
     let refills_before = added(state, &pool);
     let not_from_redis = Arc::new(AtomicU64::new(0));
@@ -136,12 +148,15 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     };
     let client = phase(args.concurrency, duration, draws.clone()).await?;
     let batches_added = added(state, &pool) - refills_before;
+    let spent_client = super::spent::read(&state.redis).await?;
+    let client_spent = spent_client.since(spent_baseline);
 
     // The same, one script call per draw.
     state.pools.set_coalescing(1);
     let single = phase(args.concurrency, duration, draws).await;
     state.pools.set_coalescing(client::pool::DEFAULT_COALESCE);
     let single = single?;
+    let single_spent = super::spent::read(&state.redis).await?.since(spent_client);
 
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
     let url = format!("{address}/api/v1/pools/bench/draw");
@@ -199,6 +214,10 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         healthz_ratio: healthz.ops / baseline.ops,
         client_not_from_redis: not_from_redis.load(AtomicOrdering::Relaxed),
         batches_added,
+        redis_us_per_draw: client_spent.script_us_per(client.latencies.len() as u64),
+        redis_us_per_draw_single: single_spent.script_us_per(single.latencies.len() as u64),
+        redis_cpu_us_per_draw: client_spent.cpu_us_per(client.latencies.len() as u64),
+        redis_cpu_us_per_lpop: lpop_spent.cpu_us_per(baseline.latencies.len() as u64),
     })
 }
 
@@ -262,6 +281,11 @@ pub fn render(r: &Report) -> String {
     out.push_str(&format!(
         "client draws not from redis: {}   batches added: {}\n",
         r.client_not_from_redis, r.batches_added
+    ));
+    out.push_str(&format!(
+        "redis per draw: {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 3); \
+         main-thread CPU {:.2} µs per draw, {:.2} µs per raw LPOP\n",
+        r.redis_us_per_draw, r.redis_us_per_draw_single, r.redis_cpu_us_per_draw, r.redis_cpu_us_per_lpop
     ));
     out
 }

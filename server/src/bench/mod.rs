@@ -6,6 +6,7 @@ pub mod publish;
 pub mod quota;
 pub mod recover;
 pub mod recover_quota;
+pub mod spent;
 pub mod ui;
 
 use std::future::Future;
@@ -24,29 +25,11 @@ pub(crate) fn run_prefix(kind: &str) -> KeyPrefix {
     KeyPrefix::parse(&format!("bench-{kind}-{tag:08x}")).expect("valid prefix")
 }
 
-/// Removes every key of a run (SCAN + UNLINK under its prefix; never FLUSHDB).
+/// Removes every key of a run (SCAN + UNLINK under its prefix on every primary; never
+/// FLUSHDB).
 pub(crate) async fn remove_keys(redis: &RedisHandle, keys: &Keys) -> anyhow::Result<u64> {
     let mut conn = redis.connection().await?;
-    let mut cursor: u64 = 0;
-    let mut removed = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(keys.scan_pattern())
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        if !batch.is_empty() {
-            removed += batch.len() as u64;
-            redis::cmd("UNLINK").arg(&batch).query_async::<()>(&mut conn).await?;
-        }
-        if next == 0 {
-            return Ok(removed);
-        }
-        cursor = next;
-    }
+    Ok(conn.unlink_matching(&keys.scan_pattern()).await?)
 }
 
 /// The value at quantile `q` (0..=1) of sorted durations, in microseconds.

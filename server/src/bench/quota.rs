@@ -11,7 +11,6 @@ use client::quota::{
 };
 use client::{Keys, Quotas, RedisHandle};
 use rand::Rng;
-use secrecy::ExposeSecret;
 use serde::Serialize;
 
 use crate::cli::BenchQuotaArgs;
@@ -33,6 +32,13 @@ pub struct Report {
     /// The same with coalescing off: two script calls per pair.
     pub pair_single_ops: f64,
     pub pair_single_ratio: f64,
+    /// Redis time per coalesced pair: the `usec` of script calls in `INFO commandstats`,
+    /// summed over every primary.
+    pub redis_us_per_pair: f64,
+    /// The same with one script call per operation.
+    pub redis_us_per_pair_single: f64,
+    /// Main-thread CPU of Redis per coalesced pair (`INFO cpu`).
+    pub redis_cpu_us_per_pair: f64,
     /// The oversell run's quota.
     pub oversell_quota: u64,
     /// Reservations admitted in the oversell run, and refused.
@@ -61,8 +67,8 @@ fn tenant_quota(tokens: u64) -> TenantQuota {
 
 /// Runs the benchmark against the configured Redis.
 pub async fn run(settings: &Settings, args: &BenchQuotaArgs) -> anyhow::Result<Report> {
-    let client = redis::Client::open(settings.redis_url.expose_secret()).context("redis.url (REDIS_URL)")?;
-    let redis = RedisHandle::new(client, client::RedisTimeouts::default());
+    let timeouts = client::RedisTimeouts::default();
+    let redis = RedisHandle::on(settings.redis_target(timeouts)?, timeouts);
     let keys = Keys::new(super::run_prefix("quota"));
     let result = measure(&redis, &keys, args).await;
     let cleanup = super::remove_keys(&redis, &keys).await;
@@ -78,7 +84,7 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
 
     // Baseline: the cheapest possible script round trip at the same concurrency.
     let trivial = redis::Script::new("return 1");
-    let baseline_ops = throughput(args.concurrency, duration, move |_worker, _i| {
+    let (baseline_ops, _) = throughput(args.concurrency, duration, move |_worker, _i| {
         let (mut conn, trivial) = (conn.clone(), trivial.clone());
         async move {
             let _: i64 = trivial.invoke_async(&mut conn).await?;
@@ -108,11 +114,15 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
             }
         }
     };
-    let pair_ops = throughput(args.concurrency, duration, pairs("w")).await?;
+    let spent_before = super::spent::read(redis).await?;
+    let (pair_ops, pairs_made) = throughput(args.concurrency, duration, pairs("w")).await?;
+    let spent_pairs = super::spent::read(redis).await?;
     quotas.set_coalescing(1);
-    let pair_single_ops = throughput(args.concurrency, duration, pairs("s")).await;
+    let pair_single = throughput(args.concurrency, duration, pairs("s")).await;
     quotas.set_coalescing(client::quota::DEFAULT_COALESCE);
-    let pair_single_ops = pair_single_ops?;
+    let (pair_single_ops, single_pairs_made) = pair_single?;
+    let single_spent = super::spent::read(redis).await?.since(spent_pairs);
+    let pair_spent = spent_pairs.since(spent_before);
 
     // Oversell: 64 workers race for one quota until refused, settling random actuals.
     let quota: u64 = 1_000_000;
@@ -174,6 +184,9 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
         pair_ratio: if baseline_ops > 0.0 { pair_ops / baseline_ops } else { 0.0 },
         pair_single_ops,
         pair_single_ratio: if baseline_ops > 0.0 { pair_single_ops / baseline_ops } else { 0.0 },
+        redis_us_per_pair: pair_spent.script_us_per(pairs_made),
+        redis_us_per_pair_single: single_spent.script_us_per(single_pairs_made),
+        redis_cpu_us_per_pair: pair_spent.cpu_us_per(pairs_made),
         oversell_quota: quota,
         oversell_admitted: admitted.load(Ordering::Relaxed),
         oversell_refused: refused.load(Ordering::Relaxed),
@@ -200,8 +213,9 @@ async fn settle(
     }
 }
 
-/// Operations per second of `op` run by `concurrency` workers back to back for `duration`.
-async fn throughput<F, Fut>(concurrency: u32, duration: Duration, op: F) -> anyhow::Result<f64>
+/// Operations per second of `op` run by `concurrency` workers back to back for `duration`,
+/// and how many were made.
+async fn throughput<F, Fut>(concurrency: u32, duration: Duration, op: F) -> anyhow::Result<(f64, u64)>
 where
     F: Fn(u32, u64) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
@@ -223,7 +237,7 @@ where
     for worker in workers {
         total += worker.await.context("benchmark worker panicked")??;
     }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    Ok((total as f64 / started.elapsed().as_secs_f64(), total))
 }
 
 /// The report as a table for people.
@@ -233,7 +247,9 @@ pub fn render(report: &Report) -> String {
          baseline EVALSHA        {:>10.0} ops/s\n\
          reserve+settle pairs    {:>10.0} pairs/s   ratio {:.3} (coalesced; target >= 0.4)\n\
          the same, one call each {:>10.0} pairs/s   ratio {:.3} (ceiling 0.5)\n\
-         oversell run            quota {}  admitted {}  refused {}  oversold {}  ledger {}\n",
+         oversell run            quota {}  admitted {}  refused {}  oversold {}  ledger {}\n\
+         redis per pair          {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 10); \
+         main-thread CPU {:.2} µs\n",
         report.concurrency,
         report.seconds,
         report.baseline_ops,
@@ -246,5 +262,8 @@ pub fn render(report: &Report) -> String {
         report.oversell_refused,
         report.oversold,
         if report.ledger_ok { "ok" } else { "MISMATCH" },
+        report.redis_us_per_pair,
+        report.redis_us_per_pair_single,
+        report.redis_cpu_us_per_pair,
     )
 }

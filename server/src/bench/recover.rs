@@ -421,10 +421,14 @@ async fn load(
     }
 }
 
-/// Removes every key under the prefix in one MULTI/EXEC, so no operation sees half a wipe;
-/// returns how many keys there were.
+/// Removes every key under the prefix in one MULTI/EXEC, so no operation sees half a wipe
+/// (on a cluster, where one transaction cannot span slots, key by key); returns how many
+/// keys there were.
 async fn wipe(state: &AppState) -> anyhow::Result<u64> {
     let mut conn = state.redis.connection().await?;
+    if conn.is_cluster() {
+        return Ok(conn.unlink_matching(&state.keys.scan_pattern()).await?);
+    }
     let mut cursor: u64 = 0;
     let mut found: Vec<String> = Vec::new();
     loop {

@@ -78,6 +78,8 @@ async fn refill_pool(state: &AppState, pool: &PoolName, outcome: &mut Outcome) {
 /// always, without a `leadership`, as the benchmark runs it), until `stop` turns true.
 pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut stop: watch::Receiver<bool>) {
     let channel = state.keys.pool_refill_channel();
+    // On a cluster, the seed node to subscribe on next (after one failed, the next).
+    let mut attempt = 0usize;
     loop {
         if *stop.borrow() {
             return;
@@ -98,9 +100,10 @@ pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut st
             }
             continue;
         }
-        let mut pubsub = match state.redis.client().get_async_pubsub().await {
+        let mut pubsub = match state.redis.pubsub_client(attempt).get_async_pubsub().await {
             Ok(pubsub) => pubsub,
             Err(e) => {
+                attempt += 1;
                 tracing::warn!(error = %e, "pool refiller cannot subscribe; retrying");
                 if tokio::time::timeout(SWEEP_EVERY, stop.changed()).await.is_ok() {
                     return;
@@ -122,7 +125,10 @@ pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut st
         loop {
             tokio::select! {
                 message = messages.next() => {
-                    let Some(message) = message else { break };
+                    let Some(message) = message else {
+                        attempt += 1;
+                        break;
+                    };
                     let Ok(name) = message.get_payload::<String>() else { continue };
                     let Ok(pool) = PoolName::parse(&name) else { continue };
                     let mut outcome = Outcome::default();

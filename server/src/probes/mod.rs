@@ -61,7 +61,17 @@ async fn check_postgres(state: &AppState) -> DependencyStatus {
 async fn check_redis(state: &AppState) -> DependencyStatus {
     let probe = async {
         let mut conn = state.redis.connection().await?;
-        let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
+        // One node's INFO (on a cluster any primary's); a cluster that cannot serve every
+        // slot is down for the data plane.
+        let info: String = redis::from_owned_redis_value(conn.on_node(None, redis::cmd("INFO").arg("server")).await?)?;
+        if conn.is_cluster() {
+            let cluster: String =
+                redis::from_owned_redis_value(conn.on_node(None, redis::cmd("CLUSTER").arg("INFO")).await?)?;
+            if !cluster.lines().any(|l| l.trim() == "cluster_state:ok") {
+                return Err(redis::RedisError::from((redis::ErrorKind::ClusterDown, "cluster_state is not ok")));
+            }
+            return Ok(format!("{} (cluster)", redis_version(&info)));
+        }
         Ok::<_, redis::RedisError>(redis_version(&info))
     };
     match tokio::time::timeout(CHECK_TIMEOUT, probe).await {

@@ -115,7 +115,7 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
     // Versions only (bodies are loaded for the stale entities alone).
     let newest = store::newest_versions(&state.db).await.context("reading the newest versions")?;
     let mut conn = state.redis.connection().await.context("connecting to redis")?;
-    let mut pipe = redis::pipe();
+    let mut commands = Vec::new();
     let mut published_kinds = Vec::new();
     for (entity, _) in &newest {
         let meta = match Entity::parse(entity) {
@@ -124,13 +124,18 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
             Err(_) => None,
         };
         if let Some(meta) = meta {
-            pipe.cmd("HGET").arg(meta).arg("version");
+            commands.push(redis::cmd("HGET").arg(meta).arg("version").to_owned());
             published_kinds.push(true);
         } else {
             published_kinds.push(false);
         }
     }
-    let held: Vec<Option<i64>> = pipe.query_async(&mut conn).await.context("reading published versions")?;
+    let held = conn
+        .send_each(commands)
+        .await
+        .and_then(|replies| replies.into_iter().map(|r| r.and_then(redis::from_owned_redis_value)).collect())
+        .context("reading published versions")?;
+    let held: Vec<Option<i64>> = held;
     let mut held = held.into_iter();
     let mut outcome = Published::default();
     for ((entity, version), kind) in newest.into_iter().zip(published_kinds) {

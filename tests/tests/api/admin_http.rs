@@ -231,8 +231,7 @@ async fn an_ejection_is_audited_skips_the_member_and_survives_a_wiped_redis() {
 
     // Redis loses everything: reconcile brings the pool back with B still ejected.
     let mut conn = app.state.redis.connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(app.state.keys.scan_pattern()).query_async(&mut conn).await.unwrap();
-    redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
+    conn.unlink_matching(&app.state.keys.scan_pattern()).await.unwrap();
     server::publish::reconcile(&app.state).await.unwrap();
     let members: Vec<String> =
         redis::cmd("SMEMBERS").arg(app.state.keys.pool_ejected("ej")).query_async(&mut conn).await.unwrap();

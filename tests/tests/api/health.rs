@@ -27,7 +27,7 @@ async fn readyz_is_ready_when_postgres_and_redis_answer() {
 #[tokio::test]
 async fn readyz_names_redis_when_redis_is_down() {
     // Nothing listens on port 1: the server must still start and report Redis as down.
-    let app = spawn_app_with(|s| s.redis_url = "redis://127.0.0.1:1".to_owned().into()).await;
+    let app = spawn_app_with(|s| integration::use_redis(s, "redis://127.0.0.1:1")).await;
     let response = app.get("/readyz").await;
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await.unwrap();

@@ -108,7 +108,7 @@ async fn bad_reports_are_400_naming_the_field_and_write_nothing() {
 #[tokio::test]
 async fn without_redis_a_report_is_503() {
     // Arrange
-    let app = spawn_app_with(|s| s.redis_url = "redis://127.0.0.1:1".to_owned().into()).await;
+    let app = spawn_app_with(|s| integration::use_redis(s, "redis://127.0.0.1:1")).await;
     register_channel(&app, "ALIPAY_A").await;
 
     // Act

@@ -14,10 +14,7 @@ async fn pending(app: &TestApp) -> i64 {
 /// Removes every key under the app's prefix, as a FLUSHALL would for this deployment.
 async fn wipe_prefix(app: &TestApp) {
     let mut conn = app.state.redis.connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(app.state.keys.scan_pattern()).query_async(&mut conn).await.unwrap();
-    if !keys.is_empty() {
-        redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await.unwrap();
-    }
+    conn.unlink_matching(&app.state.keys.scan_pattern()).await.unwrap();
 }
 
 #[tokio::test]
@@ -49,7 +46,7 @@ async fn the_outbox_delivers_each_change_once_and_a_change_moves_the_published_v
 
 #[tokio::test]
 async fn a_change_made_while_redis_is_down_stays_in_the_outbox_and_is_counted_as_an_attempt() {
-    let app = spawn_app_with(|s| s.redis_url = "redis://127.0.0.1:1".to_owned().into()).await;
+    let app = spawn_app_with(|s| integration::use_redis(s, "redis://127.0.0.1:1")).await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
 
     let outcome = server::publish::drain_outbox(&app.state).await.unwrap();
@@ -77,7 +74,7 @@ async fn a_change_made_while_redis_is_down_stays_in_the_outbox_and_is_counted_as
 #[tokio::test]
 async fn with_redis_away_from_the_start_a_known_pool_draws_locally_and_a_configured_one_by_its_static_weights() {
     let app = spawn_app_with(|s| {
-        s.redis_url = "redis://127.0.0.1:1".to_owned().into();
+        integration::use_redis(s, "redis://127.0.0.1:1");
         s.static_weights = [(
             client::pool::PoolName::parse("edge").unwrap(),
             engine::Weights::parse_spec("EDGE_A=1,EDGE_B=0").unwrap(),

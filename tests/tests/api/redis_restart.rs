@@ -52,7 +52,7 @@ fn free_port() -> u16 {
 async fn a_redis_killed_and_restarted_empty_under_http_draws_loses_no_draw_and_serves_again_within_5_s() {
     let port = free_port();
     let mut redis = OwnRedis::start(port);
-    let app = spawn_app_with(|s| s.redis_url = format!("redis://127.0.0.1:{port}").into()).await;
+    let app = spawn_app_with(|s| integration::use_redis(s, &format!("redis://127.0.0.1:{port}"))).await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
     server::publish::drain_outbox(&app.state).await.unwrap();
     let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
@@ -134,7 +134,7 @@ async fn admissions_made_while_redis_is_away_survive_a_serve_restart_and_are_set
     let port = free_port();
     let mut redis = OwnRedis::start(port);
     let app = spawn_app_with(|s| {
-        s.redis_url = format!("redis://127.0.0.1:{port}").into();
+        integration::use_redis(s, &format!("redis://127.0.0.1:{port}"));
         s.admin = Some(server::configuration::AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
     })
     .await;

@@ -344,3 +344,27 @@ async fn an_instances_own_record_older_than_a_done_marker_lives_is_never_charged
     let used: i64 = redis::cmd("HGET").arg(&march).arg("plan_used").query(&mut conn).unwrap();
     assert_eq!(used, 40, "March was charged once");
 }
+
+#[tokio::test]
+async fn the_streams_of_several_tenants_are_read_acknowledged_and_their_generations_known_in_one_call() {
+    // Arrange: three tenants (on a cluster their keys lie in different slots), one settle
+    // each
+    let h = harness(Clock::manual(noon()));
+    let tenants = [tenant("acme"), tenant("globex"), tenant("initech")];
+    for t in &tenants {
+        publish(&h, t, &plan(1000)).await;
+        reserved(h.quotas.reserve(t, &rid("r1"), tokens(10)).await.unwrap());
+        h.quotas.settle(t, &rid("r1"), count(7), false).await.unwrap();
+    }
+
+    // Act
+    let records = h.quotas.read_usage(&tenants, 100).await.unwrap();
+    let generations = h.quotas.generations(&tenants).await.unwrap();
+    h.quotas.ack_usage(&records).await.unwrap();
+
+    // Assert: one record per tenant, each tenant's generation, nothing left after the ack
+    let read: Vec<(&str, Option<u64>)> = records.iter().map(|r| (r.tenant.as_str(), r.actual)).collect();
+    assert_eq!(read, [("acme", Some(7)), ("globex", Some(7)), ("initech", Some(7))]);
+    assert!(tenants.iter().all(|t| generations[t].is_some()), "{generations:?}");
+    assert!(h.quotas.read_usage(&tenants, 100).await.unwrap().is_empty());
+}

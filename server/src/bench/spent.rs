@@ -1,0 +1,119 @@
+//! What Redis spent on a phase of a benchmark, summed over every primary (one server, or
+//! each node of a cluster): the time `INFO commandstats` records for script calls, and the
+//! CPU of Redis's main thread from `INFO cpu`.
+
+use client::RedisHandle;
+
+/// The script calls whose `usec` counts: a script's time includes the commands it runs
+/// (which commandstats also lists on their own, so those are not added again).
+const SCRIPT_COMMANDS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"];
+
+/// Redis's counters at one instant, or their difference over a phase.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct RedisSpent {
+    /// Microseconds spent executing script calls (`INFO commandstats`).
+    pub script_usec: f64,
+    /// Script calls made.
+    pub script_calls: f64,
+    /// Microseconds of CPU of the main thread, user and system (`INFO cpu`): parsing,
+    /// replies and networking besides the commands.
+    pub main_thread_usec: f64,
+}
+
+impl RedisSpent {
+    /// What was spent between `before` and this reading.
+    pub fn since(self, before: RedisSpent) -> RedisSpent {
+        RedisSpent {
+            script_usec: self.script_usec - before.script_usec,
+            script_calls: self.script_calls - before.script_calls,
+            main_thread_usec: self.main_thread_usec - before.main_thread_usec,
+        }
+    }
+
+    /// Script microseconds per operation (0 when no operation was made).
+    pub fn script_us_per(&self, operations: u64) -> f64 {
+        if operations == 0 {
+            0.0
+        } else {
+            self.script_usec / operations as f64
+        }
+    }
+
+    /// Main-thread CPU microseconds per operation.
+    pub fn cpu_us_per(&self, operations: u64) -> f64 {
+        if operations == 0 {
+            0.0
+        } else {
+            self.main_thread_usec / operations as f64
+        }
+    }
+}
+
+/// Reads the counters of every primary now.
+pub async fn read(redis: &RedisHandle) -> anyhow::Result<RedisSpent> {
+    let mut conn = redis.connection().await?;
+    let mut total = RedisSpent::default();
+    for node in conn.primaries().await? {
+        let stats: String =
+            redis::from_owned_redis_value(conn.on_node(node.as_ref(), redis::cmd("INFO").arg("commandstats")).await?)?;
+        let cpu: String =
+            redis::from_owned_redis_value(conn.on_node(node.as_ref(), redis::cmd("INFO").arg("cpu")).await?)?;
+        let one = parse(&stats, &cpu);
+        total.script_usec += one.script_usec;
+        total.script_calls += one.script_calls;
+        total.main_thread_usec += one.main_thread_usec;
+    }
+    Ok(total)
+}
+
+/// One node's counters from its `INFO commandstats` and `INFO cpu` texts.
+fn parse(commandstats: &str, cpu: &str) -> RedisSpent {
+    let mut spent = RedisSpent::default();
+    for line in commandstats.lines() {
+        let Some((name, fields)) = line.trim().strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        if !SCRIPT_COMMANDS.contains(&name) {
+            continue;
+        }
+        for field in fields.split(',') {
+            match field.split_once('=') {
+                Some(("usec", v)) => spent.script_usec += v.parse::<f64>().unwrap_or(0.0),
+                Some(("calls", v)) => spent.script_calls += v.parse::<f64>().unwrap_or(0.0),
+                _ => {}
+            }
+        }
+    }
+    for line in cpu.lines() {
+        if let Some((name, value)) = line.trim().split_once(':') {
+            if name == "used_cpu_user_main_thread" || name == "used_cpu_sys_main_thread" {
+                spent.main_thread_usec += value.parse::<f64>().unwrap_or(0.0) * 1e6;
+            }
+        }
+    }
+    spent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_time_counts_the_script_calls_only_and_cpu_the_main_thread() {
+        let stats = "# Commandstats\r\n\
+            cmdstat_evalsha:calls=10,usec=250,usec_per_call=25.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_lpop:calls=40,usec=80,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_fcall:calls=2,usec=30,usec_per_call=15.00,rejected_calls=0,failed_calls=0\r\n";
+        let cpu = "# CPU\r\nused_cpu_sys:9.5\r\nused_cpu_user_main_thread:1.25\r\nused_cpu_sys_main_thread:0.5\r\n";
+
+        let spent = parse(stats, cpu);
+
+        assert_eq!(spent.script_usec, 280.0);
+        assert_eq!(spent.script_calls, 12.0);
+        assert_eq!(spent.main_thread_usec, 1_750_000.0);
+        let later = RedisSpent { script_usec: 580.0, script_calls: 22.0, main_thread_usec: 1_760_000.0 };
+        assert_eq!(later.since(spent).script_us_per(100), 3.0);
+        assert_eq!(later.since(spent).cpu_us_per(100), 100.0);
+        assert_eq!(later.since(spent).script_us_per(0), 0.0);
+    }
+}
