@@ -160,17 +160,38 @@ impl RedisConnection {
     }
 
     /// Removes every key matching `pattern` (see [`Self::keys_matching`]); answers how many
-    /// were removed. Never `FLUSHALL`: the Redis may be shared.
+    /// were removed. Never `FLUSHALL`: the Redis may be shared. The keys of one hash tag
+    /// (one pool's, one tenant's) go in one `MULTI`/`EXEC`, so nothing sees an entity half
+    /// removed; keys without a tag go one by one.
     pub async fn unlink_matching(&mut self, pattern: &str) -> RedisResult<u64> {
         let keys = self.keys_matching(pattern).await?;
+        let mut by_tag: std::collections::BTreeMap<Option<&str>, Vec<&str>> = Default::default();
+        for key in &keys {
+            by_tag.entry(hash_tag(key)).or_default().push(key);
+        }
         let mut removed = 0;
-        // 500 keys a command, one command at a time (on a cluster the connection splits a
-        // multi-key UNLINK by slot and sums the replies).
-        for chunk in keys.chunks(500) {
-            removed += redis::cmd("UNLINK").arg(chunk).query_async::<u64>(self).await?;
+        for (tag, group) in by_tag {
+            if tag.is_none() {
+                for key in group {
+                    removed += redis::cmd("UNLINK").arg(key).query_async::<u64>(self).await?;
+                }
+                continue;
+            }
+            for chunk in group.chunks(500) {
+                let (n,): (u64,) = redis::pipe().atomic().cmd("UNLINK").arg(chunk).query_async(self).await?;
+                removed += n;
+            }
         }
         Ok(removed)
     }
+}
+
+/// The hash tag of a key (what Redis Cluster hashes: between the first `{` and the next
+/// `}`, when not empty), if any.
+fn hash_tag(key: &str) -> Option<&str> {
+    let (_, rest) = key.split_once('{')?;
+    let (tag, _) = rest.split_once('}')?;
+    (!tag.is_empty()).then_some(tag)
 }
 
 /// The primaries named in a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, …],
@@ -194,6 +215,14 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_keys_hash_tag_is_the_text_in_its_first_braces() {
+        assert_eq!(hash_tag("t:pool:{cn-pay}:meta"), Some("cn-pay"));
+        assert_eq!(hash_tag("t:quota:{acme}:done:{x}"), Some("acme"));
+        assert_eq!(hash_tag("t:bench-raw"), None);
+        assert_eq!(hash_tag("t:{}:x"), None);
     }
 
     #[test]

@@ -422,8 +422,8 @@ async fn load(
 }
 
 /// Removes every key under the prefix in one MULTI/EXEC, so no operation sees half a wipe
-/// (on a cluster, where one transaction cannot span slots, key by key); returns how many
-/// keys there were.
+/// (on a cluster, where one transaction cannot span slots, one MULTI/EXEC per pool or
+/// tenant, so none sees its entity half wiped); returns how many keys there were.
 async fn wipe(state: &AppState) -> anyhow::Result<u64> {
     let mut conn = state.redis.connection().await?;
     if conn.is_cluster() {
