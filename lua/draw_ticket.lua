@@ -26,8 +26,9 @@
 --   {"day", day0, day1}         (the caller passed keys for other days: retry with these)
 --   {"no_day", version}         (the rotation job has not written a current day)
 --   {"unknown_pool"}
--- For ARGV[7] = n > 1: {"batch", {reply, ...}} with a ticket reply per draw in order, ending
--- early with the first reply that is not a ticket ("empty" or "exhausted"); or, for a
+-- For ARGV[7] = n > 1: {"batch", {reply, ...}, day, rebuilds} with a ticket reply per draw
+-- in order, ending early with the first reply that is not a ticket ("empty" or
+-- "exhausted"), the day whose hits counted them and the count of list rebuilds; or, for a
 -- `channels` pool with nothing to skip, the compact {"many", ...} of draw_many below; the
 -- day, no_day and unknown_pool replies come alone, as for one draw.
 -- Guarantees: each ticket is handed out once; ejected members and members at their daily
@@ -148,8 +149,10 @@ end
 -- length read and low-water checked once at the end. The same tickets in the same order,
 -- the same hits and the same refill request as n single draws, in a few calls. Replies
 -- compactly: {"many", version, length_after, refill_flagged 0|1, from_list, ended_empty
--- 0|1, member, ...}: the first from_list tickets came from the list, the rest from the
--- promoted standby batch; ended_empty = 1 when the tickets ran out before n.
+-- 0|1, day, rebuilds, member, ...}: the first from_list tickets came from the list, the
+-- rest from the promoted standby batch; ended_empty = 1 when the tickets ran out before n;
+-- day is the day whose hits counted them and rebuilds the state's count of list rebuilds
+-- (a lease returning tickets takes them back from that day, and only into the same list).
 local function draw_many(n)
   local members, counts = {}, {}
   local from_list, ended_empty = nil, 0
@@ -179,7 +182,10 @@ local function draw_many(n)
   local length = redis.call('LLEN', KEYS[3])
   local flagged = 0
   if length < low_water then flagged = ask_refill() end
-  local reply = {'many', version, length, flagged, from_list or #members, ended_empty}
+  local day = ARGV[1]
+  if hits == KEYS[7] then day = ARGV[2] end
+  local reply = {'many', version, length, flagged, from_list or #members, ended_empty, day,
+    st.rebuilds}
   for _, member in ipairs(members) do reply[#reply + 1] = member end
   return reply
 end
@@ -193,4 +199,6 @@ for _ = 1, n do
   replies[#replies + 1] = r
   if r[1] ~= 'ticket' then break end
 end
-return {'batch', replies}
+local day = ARGV[1]
+if hits == KEYS[7] then day = ARGV[2] end
+return {'batch', replies, day, st.rebuilds}

@@ -6,13 +6,13 @@
 -- and the pool-local days (the rotation job). nil when the pool was never published.
 local function pool_state(state_key)
   local s = redis.call('HMGET', state_key, 'version', 'low_water', 'capped', 'ejected',
-    'day0', 'day0_end', 'day1', 'day1_end', 'kind')
+    'day0', 'day0_end', 'day1', 'day1_end', 'kind', 'rebuilds')
   if not s[1] then return nil end
   return {
     version = tonumber(s[1]), low_water = tonumber(s[2]), capped = s[3] == '1',
     ejected = s[4] ~= false and s[4] ~= '0',
     day0 = s[5], day0_end = tonumber(s[6]), day1 = s[7], day1_end = tonumber(s[8]),
-    tiers = s[9] == 'tiers',
+    tiers = s[9] == 'tiers', rebuilds = s[10] or '0',
   }
 end
 

@@ -9,7 +9,7 @@
 --         exists it is moved onto the list and this batch, built to follow it, becomes the
 --         standby batch), "standby" (only while there is no standby batch) or "replace"
 --         (drop the remaining tickets and the standby batch: an immediate reweight or a
---         rebuild)
+--         rebuild; counted in the state's `rebuilds`, which ticket leases check on return)
 -- ARGV[4] the apportioner state after this batch (JSON, stored as is)
 -- ARGV[5] the state field of this list's sequence ("seq", or "seq:G" for tier G's list)
 -- ARGV[6] the state field of its apportioner ("apportioner", "apportioner:G")
@@ -58,6 +58,8 @@ elseif mode == 'standby' then
   target = KEYS[4]
 elseif mode == 'replace' then
   redis.call('DEL', KEYS[3], KEYS[4])
+  -- Leased tickets taken before a rebuild must not come back into the new list.
+  redis.call('HINCRBY', KEYS[2], 'rebuilds', 1)
 else
   return redis.error_reply('refill_pool: unknown mode ' .. mode)
 end

@@ -70,6 +70,8 @@ pub struct PoolMetrics {
     pub empty: IntCounterVec,
     /// Tickets left after the last draw, per pool.
     pub list_length: prometheus::IntGaugeVec,
+    /// Tickets this instance holds in leases, per pool.
+    pub tickets_leased: prometheus::IntGaugeVec,
     /// Script round-trip latency by script (the quota metrics' histogram).
     pub script_seconds: HistogramVec,
 }
@@ -96,8 +98,13 @@ impl PoolMetrics {
         registry.register(Box::new(draws.clone()))?;
         registry.register(Box::new(skips.clone()))?;
         registry.register(Box::new(empty.clone()))?;
+        let tickets_leased = prometheus::IntGaugeVec::new(
+            Opts::new("tessera_pool_tickets_leased", "Tickets this instance holds in ticket leases, per pool"),
+            &["pool"],
+        )?;
         registry.register(Box::new(list_length.clone()))?;
-        Ok(Self { draws, skips, empty, list_length, script_seconds })
+        registry.register(Box::new(tickets_leased.clone()))?;
+        Ok(Self { draws, skips, empty, list_length, tickets_leased, script_seconds })
     }
 }
 

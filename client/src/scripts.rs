@@ -16,6 +16,7 @@ pub struct PoolScripts {
     pub publish: Script,
     pub set_ejected: Script,
     pub restore_hits: Script,
+    pub return_tickets: Script,
 }
 
 /// The pool scripts, built on first use.
@@ -28,6 +29,7 @@ pub fn pool() -> &'static PoolScripts {
         publish: Script::new(include_str!("../../lua/publish_pool.lua")),
         set_ejected: Script::new(include_str!("../../lua/set_ejected.lua")),
         restore_hits: Script::new(include_str!("../../lua/restore_hits.lua")),
+        return_tickets: Script::new(include_str!("../../lua/return_tickets.lua")),
     })
 }
 
@@ -86,6 +88,7 @@ pub async fn load_all(conn: &mut crate::RedisConnection) {
         &p.publish,
         &p.set_ejected,
         &p.restore_hits,
+        &p.return_tickets,
         &q.reserve,
         &q.settle,
         &q.release,

@@ -73,6 +73,9 @@ pub struct Settings {
     /// Postgres ever gave this process a snapshot of it: the last resort of the data plane
     /// (`[static_weights]`, `TESSERA_STATIC_WEIGHTS`).
     pub static_weights: HashMap<PoolName, Weights>,
+    /// Ticket leases of the draw path (`leases.tickets_max` > 0, `TESSERA_TICKET_LEASE_MAX`;
+    /// hold `leases.ticket_hold_ms`, `TESSERA_TICKET_LEASE_HOLD_MS`, default 100): `None`, off.
+    pub ticket_leases: Option<client::pool::LeaseSettings>,
     /// Where ramps announce what they do (`[ramps]`).
     pub ramps: RampSettings,
 }
@@ -207,6 +210,8 @@ struct FileSettings {
     quota: FileQuota,
     #[serde(default)]
     ramps: FileRamps,
+    #[serde(default)]
+    leases: FileLeases,
     /// Pool name → weights spec (`"A=5,B=3"`, the order kept as written).
     #[serde(default)]
     static_weights: BTreeMap<String, String>,
@@ -216,6 +221,13 @@ struct FileSettings {
 #[serde(deny_unknown_fields)]
 struct FileQuota {
     journal: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLeases {
+    tickets_max: Option<u32>,
+    ticket_hold_ms: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -428,6 +440,7 @@ impl Settings {
             admin,
             sample_retention,
             quota_journal: PathBuf::from(pick("TESSERA_QUOTA_JOURNAL", file.quota.journal, defaults::QUOTA_JOURNAL)),
+            ticket_leases: ticket_leases(&env, &file.leases)?,
             static_weights: match env("TESSERA_STATIC_WEIGHTS").filter(|v| !v.trim().is_empty()) {
                 Some(raw) => parse_static_weights_env(&raw)?,
                 None => parse_static_weights(
@@ -500,6 +513,28 @@ fn parse_toml(text: &str) -> anyhow::Result<FileSettings> {
             None => anyhow::anyhow!("{}", e.message()),
         }
     })
+}
+
+/// `leases.tickets_max` (0..=4096; 0 is off) and `leases.ticket_hold_ms` (1..=10000).
+fn ticket_leases(
+    env: &impl Fn(&str) -> Option<String>,
+    file: &FileLeases,
+) -> anyhow::Result<Option<client::pool::LeaseSettings>> {
+    let number = |var: &str, field: &str, from_file: Option<u32>, range: std::ops::RangeInclusive<u32>| {
+        let value = match env(var).filter(|v| !v.trim().is_empty()) {
+            Some(raw) => raw.trim().parse::<u32>().ok(),
+            None => Some(from_file.unwrap_or(*range.start())),
+        };
+        value.filter(|v| range.contains(v)).ok_or_else(|| {
+            anyhow::anyhow!("{field} ({var}): must be a whole number from {} to {}", range.start(), range.end())
+        })
+    };
+    let max = number("TESSERA_TICKET_LEASE_MAX", "leases.tickets_max", file.tickets_max, 0..=4096)?;
+    let hold = number("TESSERA_TICKET_LEASE_HOLD_MS", "leases.ticket_hold_ms", file.ticket_hold_ms.or(Some(100)), 1..=10_000)?;
+    Ok((max > 0).then(|| client::pool::LeaseSettings {
+        max: max as usize,
+        hold: std::time::Duration::from_millis(u64::from(hold)),
+    }))
 }
 
 /// `TESSERA_STATIC_WEIGHTS`: `pool:A=1,B=3;other:X=2` (it replaces the file's table).

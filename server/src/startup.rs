@@ -80,9 +80,15 @@ impl Application {
         self.server.handle()
     }
 
-    /// Serves until stopped.
+    /// Serves until stopped; then gives back the tickets this instance holds in leases.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let served = self.server.await;
+        match self.state.pools.return_leases().await {
+            Ok(0) => {}
+            Ok(returned) => tracing::info!(returned, "leased tickets returned at shutdown"),
+            Err(e) => tracing::warn!(error = %e, "leased tickets could not be returned at shutdown"),
+        }
+        served
     }
 }
 
@@ -115,6 +121,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         settings.static_weights.clone(),
         Some(metrics.pool.clone()),
     );
+    pools.set_ticket_leases(settings.ticket_leases);
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
     let outcomes =
         client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));

@@ -15,12 +15,16 @@
 //! shared call could not serve (the pool ran empty, a refusal, Redis away) takes the
 //! single-draw path with its degradation chain.
 //!
-//! Layout: [`script`] draws in Redis (alone or shared), [`fallback`] serves the levels
-//! below it, [`sticky`] draws by key; [`admin`] holds the control plane's side: publish,
+//! With ticket leases on ([`Pools::set_ticket_leases`]), a shared call also takes tickets
+//! ahead for this instance, served from memory in order for a short hold (see [`lease`]).
+//!
+//! Layout: [`script`] draws in Redis (alone or shared), [`lease`] the tickets taken ahead,
+//! [`fallback`] serves the levels below it, [`sticky`] draws by key; [`admin`] holds the control plane's side: publish,
 //! rotate, refill, eject, and [`readout`] what a pool holds for the sampler.
 
 pub mod admin;
 mod fallback;
+mod lease;
 mod peak;
 pub mod readout;
 mod script;
@@ -39,6 +43,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 pub use self::admin::{Days, EjectOutcome, PoolAdmin, RefillOutcome, ReweightMode};
+pub use self::lease::LeaseSettings;
 use self::fallback::LocalPool;
 pub use self::readout::{ListLength, ReadOut};
 pub use self::types::{PoolKind, PoolName, PoolSnapshot, MAX_BATCH};
@@ -157,6 +162,19 @@ struct Inner {
     /// control plane to republish at once ([`Pools::missing_meta`]).
     missing: Mutex<HashSet<PoolName>>,
     missing_notify: tokio::sync::Notify,
+    /// Ticket leases: off (`None`) unless turned on.
+    lease_settings: Mutex<Option<LeaseSettings>>,
+    /// Whether leases were ever turned on (draws skip the lease locks until then).
+    ever_leased: std::sync::atomic::AtomicBool,
+    leases: Mutex<HashMap<PoolName, lease::Lease>>,
+    lease_ids: AtomicU64,
+    /// Draws served from leases.
+    leased: AtomicU64,
+    /// Returns of leased tickets under way.
+    returning: std::sync::atomic::AtomicUsize,
+    /// The runtime the client was made on: lease timers run there, not on a runtime that
+    /// may stop first (an HTTP worker's).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// The pool client: cheap to clone, shared by every task of a process.
@@ -190,6 +208,13 @@ impl Pools {
                 coalescer: Coalescer::new(),
                 missing: Mutex::new(HashSet::new()),
                 missing_notify: tokio::sync::Notify::new(),
+                lease_settings: Mutex::new(None),
+                ever_leased: Default::default(),
+                leases: Mutex::new(HashMap::new()),
+                lease_ids: AtomicU64::new(0),
+                leased: AtomicU64::new(0),
+                returning: Default::default(),
+                runtime: tokio::runtime::Handle::try_current().ok(),
             }),
         }
     }
@@ -242,6 +267,12 @@ impl Pools {
     #[tracing::instrument(level = "debug", skip_all, fields(pool = %pool))]
     pub async fn draw(&self, pool: &PoolName) -> Result<Draw, PoolError> {
         self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
+        match self.from_lease(pool) {
+            lease::Leased::Ticket(draw) => return Ok(self.served(draw)),
+            // Back to the list before this draw takes the tickets after them.
+            lease::Leased::Expired(unserved) => self.give_back(unserved).await,
+            lease::Leased::Nothing => {}
+        }
         if self.inner.breaker.is_open() {
             return self.degrade(pool, Degrade::Unreachable(Breaker::skipped_error()));
         }
@@ -299,7 +330,19 @@ impl Pools {
         let this = self.clone();
         let flush = move |pool: PoolName, draws: Vec<()>| {
             let this = this.clone();
-            async move { this.draw_redis_shared(&pool, draws.len()).await.into_iter().map(Some).collect() }
+            async move {
+                // With leases on, the call takes tickets ahead too: kept as this pool's lease.
+                let wanted = draws.len();
+                let (mut got, counted) = this.draw_redis_shared(&pool, wanted + this.lease_extra(&pool)).await;
+                if got.len() > wanted {
+                    let ahead = got.split_off(wanted);
+                    match counted {
+                        Some(counted) => this.keep_lease(&pool, counted, ahead).await,
+                        None => tracing::error!(pool = %pool, "tickets taken ahead without their day: lost"),
+                    }
+                }
+                got.into_iter().map(Some).collect()
+            }
         };
         self.inner.coalescer.submit(pool, (), flush).await
     }

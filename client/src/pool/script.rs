@@ -15,16 +15,21 @@ use crate::scripts;
 impl Pools {
     /// Up to `n` draws in one script call, in order; fewer when the pool ran out of
     /// drawable tickets part way, none on any error (each draw then goes alone, where
-    /// the error is handled). An unreachable Redis trips the breaker.
-    pub(super) async fn draw_redis_shared(&self, pool: &PoolName, n: usize) -> Vec<Draw> {
+    /// the error is handled). An unreachable Redis trips the breaker. With the draws, where
+    /// they were counted (`None` for one draw).
+    pub(super) async fn draw_redis_shared(
+        &self,
+        pool: &PoolName,
+        n: usize,
+    ) -> (Vec<Draw>, Option<super::lease::Counted>) {
         if n == 1 {
             return match self.draw_redis(pool).await {
-                Ok(Ok(draw)) => vec![draw],
+                Ok(Ok(draw)) => (vec![draw], None),
                 Ok(Err(Degrade::Unreachable(_))) => {
                     self.inner.breaker.trip();
-                    Vec::new()
+                    (Vec::new(), None)
                 }
-                _ => Vec::new(),
+                _ => (Vec::new(), None),
             };
         }
         let mut conn = match self.inner.redis.connection().await {
@@ -33,7 +38,7 @@ impl Pools {
                 if is_unreachable(&e) {
                     self.inner.breaker.trip();
                 }
-                return Vec::new();
+                return (Vec::new(), None);
             }
         };
         for _attempt in 0..3 {
@@ -45,23 +50,29 @@ impl Pools {
                     if is_unreachable(&e) {
                         self.inner.breaker.trip();
                     }
-                    return Vec::new();
+                    return (Vec::new(), None);
                 }
             };
             if let Some(m) = &self.inner.metrics {
                 m.script_seconds.with_label_values(&["draw_ticket"]).observe(started.elapsed().as_secs_f64());
             }
             let f = Fields::new("draw_ticket", &reply);
+            // Where the tickets were counted (day) and which list they came from (rebuilds).
+            let at = if f.str(0) == Ok("many") { 6 } else { 2 };
+            let day = match (f.str(at), f.str(at + 1)) {
+                (Ok(day), Ok(rebuilds)) => Some(super::lease::Counted { day: day.to_owned(), rebuilds: rebuilds.to_owned() }),
+                _ => None,
+            };
             match f.str(0) {
                 Ok("many") => {
-                    let Ok(draws) = self.many(pool, &f, reply.len()) else { return Vec::new() };
+                    let Ok(draws) = self.many(pool, &f, reply.len()) else { return (Vec::new(), None) };
                     if let Some(d) = draws.last() {
                         self.note_version(pool, d.version, &mut conn).await;
                     }
-                    return draws;
+                    return (draws, day);
                 }
                 Ok("batch") => {
-                    let Ok(replies) = f.array(1) else { return Vec::new() };
+                    let Ok(replies) = f.array(1) else { return (Vec::new(), None) };
                     let mut draws = Vec::with_capacity(replies.len());
                     let mut version = None;
                     for r in replies {
@@ -76,7 +87,7 @@ impl Pools {
                     if let Some(v) = version {
                         self.note_version(pool, v, &mut conn).await;
                     }
-                    return draws;
+                    return (draws, day);
                 }
                 Ok("day") => {
                     if let (Ok(d0), Ok(d1)) = (f.str(1), f.str(2)) {
@@ -85,22 +96,22 @@ impl Pools {
                             Some(days);
                         continue;
                     }
-                    return Vec::new();
+                    return (Vec::new(), None);
                 }
-                _ => return Vec::new(),
+                _ => return (Vec::new(), None),
             }
         }
-        Vec::new()
+        (Vec::new(), None)
     }
 
     /// The compact reply of a shared call (`{"many", version, length, flagged, from_list,
-    /// ended_empty, member, ...}`) as draws, in order.
+    /// ended_empty, day, rebuilds, member, ...}`) as draws, in order.
     fn many(&self, pool: &PoolName, f: &Fields<'_>, len: usize) -> Result<Vec<Draw>, PoolError> {
         let version = f.uint(1)?;
         if let Some(m) = &self.inner.metrics {
             m.list_length.with_label_values(&[pool.as_str()]).set(f.int(2)?);
         }
-        (6..len)
+        (8..len)
             .map(|i| {
                 Ok(Draw {
                     member: f.str(i)?.to_owned(),

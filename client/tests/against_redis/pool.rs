@@ -1170,3 +1170,159 @@ async fn draws_racing_the_first_publish_of_a_tiers_pool_never_find_a_tier_withou
     // ("no drawable member"); the lists of channels come first, so none is.
     assert!(errors.is_empty(), "{} draws refused, first: {:?}", errors.len(), errors.first());
 }
+
+// ---------------------------------------------------------------------------------------
+// Ticket leases
+// ---------------------------------------------------------------------------------------
+
+fn leasing(h: &Harness, max: usize, hold: Duration) -> Pools {
+    let pools = h.client_at(&redis_url(), HashMap::new());
+    pools.set_ticket_leases(Some(client::pool::LeaseSettings { max, hold }));
+    pools
+}
+
+/// `n` draws through `pools`, eight at a time (so the draws share calls and leases are
+/// taken ahead).
+async fn draw_many_at_once(pools: &Pools, p: &PoolName, n: usize) -> Vec<Draw> {
+    let taken = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (pools, p, taken) = (pools.clone(), p.clone(), taken.clone());
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                while taken.fetch_add(1, AtomicOrdering::SeqCst) < n {
+                    mine.push(pools.draw(&p).await.expect("a draw"));
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut draws = Vec::new();
+    for task in tasks {
+        draws.extend(task.await.unwrap());
+    }
+    draws
+}
+
+fn without_zeros(counts: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    counts.into_iter().filter(|(_, n)| *n > 0).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_with_ticket_leases_serve_each_ticket_once_and_return_the_rest_to_the_head() {
+    // Arrange: 45:30:25 in batches of 100, list and standby full (200 tickets); two
+    // instances leasing up to 32 tickets ahead, held long enough for the test
+    let h = harness(Clock::manual(noon()));
+    let p = pool("leased");
+    let s = snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let (one, two) = (leasing(&h, 32, Duration::from_secs(30)), leasing(&h, 32, Duration::from_secs(30)));
+
+    // Act: 75 draws through each instance at once; both give their leases back (as at
+    // shutdown); a third instance without leases draws what is left in Redis
+    let (a, b) = tokio::join!(draw_many_at_once(&one, &p, 75), draw_many_at_once(&two, &p, 75));
+    let held = one.tickets_leased() + two.tickets_leased();
+    let leased = one.leased_draws() + two.leased_draws();
+    let returned = one.return_leases().await.unwrap() + two.return_leases().await.unwrap();
+    let left = h.admin.length(&p).await.unwrap() + llen(&h.keys().pool_standby(p.as_str()));
+    let rest = draw_many_at_once(&h.pools, &p, left as usize).await;
+
+    // Assert: draws were served from leases and tickets were held; every held ticket went
+    // back; the 200 draws are exactly two batches, and the day's hits count each draw once
+    // (the returned tickets were taken back)
+    assert!(leased > 0, "no draw was served from a lease");
+    assert!(held > 0 && returned == held, "held {held}, returned {returned}");
+    assert_eq!(left, 50);
+    let all: Vec<String> = a.iter().chain(&b).chain(&rest).map(|d| d.member.clone()).collect();
+    assert!(a.iter().chain(&b).chain(&rest).all(|d| d.source == DrawSource::Redis));
+    assert_eq!(tally(&all), apportioned(&s.weights, 100, 2));
+    assert_eq!(without_zeros(hits(&h, &p, "2030-03-15")), apportioned(&s.weights, 100, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leased_tickets_of_a_version_the_pool_no_longer_has_are_dropped_not_returned() {
+    // Arrange: an instance holding leased tickets of version 1
+    let h = harness(Clock::manual(noon()));
+    let p = pool("reversioned");
+    let s = snapshot("A=1,B=1", 100, 10, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let pools = leasing(&h, 32, Duration::from_secs(30));
+    let served = draw_many_at_once(&pools, &p, 40).await;
+    let held = pools.tickets_leased();
+    assert!(held > 0, "no ticket leased");
+
+    // Act: version 2 is published; the instance gives its lease back
+    publish(&h, &p, &PoolSnapshot { version: 2, ..snapshot("A=1,B=3", 100, 10, Ordering::Smooth) }).await;
+    let length = h.admin.length(&p).await.unwrap();
+    let returned = pools.return_leases().await.unwrap();
+
+    // Assert: nothing went back into the list; the day's hits count only what was served
+    assert_eq!(returned, 0);
+    assert_eq!(h.admin.length(&p).await.unwrap(), length);
+    let members: Vec<&str> = served.iter().map(|d| d.member.as_str()).collect();
+    assert_eq!(without_zeros(hits(&h, &p, "2030-03-15")), tally(&members));
+    assert_eq!(pools.tickets_leased(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_past_its_hold_goes_back_and_the_next_draw_takes_a_fresh_one() {
+    // Arrange: an instance whose leases are held 50 ms
+    let h = harness(Clock::manual(noon()));
+    let p = pool("held");
+    let s = snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let pools = leasing(&h, 32, Duration::from_millis(50));
+    let mut draws = draw_many_at_once(&pools, &p, 30).await;
+    assert!(pools.leased_draws() > 0, "no draw was served from a lease");
+
+    // Act: the hold passes (the lease's timer gives its tickets back); more draws, until
+    // every ticket of the two batches is drawn
+    let in_redis = || h.admin.length(&p);
+    let mut waited = 0;
+    while pools.tickets_leased() > 0 {
+        waited += 1;
+        assert!(waited < 500, "the lease was not given back after its hold");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let standby = llen(&h.keys().pool_standby(p.as_str()));
+    assert_eq!(in_redis().await.unwrap() + standby + draws.len() as u64, 200, "every unserved ticket is back");
+    draws.extend(draw_many_at_once(&pools, &p, 1).await);
+    pools.return_leases().await.unwrap();
+    let left = h.admin.length(&p).await.unwrap() + llen(&h.keys().pool_standby(p.as_str()));
+    pools.set_ticket_leases(None);
+    draws.extend(draw_many_at_once(&pools, &p, left as usize).await);
+
+    // Assert: exactly two batches drawn, every ticket once
+    let members: Vec<&str> = draws.iter().map(|d| d.member.as_str()).collect();
+    assert_eq!(draws.len(), 200);
+    assert_eq!(tally(&members), apportioned(&s.weights, 100, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn returned_tickets_go_back_to_the_head_of_the_list_in_their_order() {
+    // Arrange: one instance leasing ahead; the list's tickets in order before any draw
+    let h = harness(Clock::manual(noon()));
+    let p = pool("ordered");
+    let s = snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let before = lrange(&h.keys().pool_tickets(p.as_str()));
+    let pools = leasing(&h, 32, Duration::from_secs(30));
+
+    // Act: 20 draws, one at a time (a lease is taken ahead), then the lease goes back
+    let mut served = Vec::new();
+    for _ in 0..20 {
+        served.push(pools.draw(&p).await.unwrap().member);
+    }
+    assert!(pools.tickets_leased() > 0, "no ticket leased");
+    pools.return_leases().await.unwrap();
+
+    // Assert: the first 20 tickets were served in order, and the list is the rest of the
+    // original, in order
+    assert_eq!(served, before[..20]);
+    assert_eq!(lrange(&h.keys().pool_tickets(p.as_str())), before[20..]);
+}

@@ -54,6 +54,17 @@ pub struct Report {
     pub redis_cpu_us_per_draw: f64,
     /// Main-thread CPU of Redis per raw `LPOP` of the baseline.
     pub redis_cpu_us_per_lpop: f64,
+    /// Client draws per second with ticket leases (up to 256 tickets taken ahead, held
+    /// 100 ms), and against the baseline.
+    pub leased_ops: f64,
+    pub leased_ratio: f64,
+    pub leased_p99_us: f64,
+    /// The share of those draws served from a lease (from memory).
+    pub leased_from_memory: f64,
+    /// Redis time per draw with leases (`INFO commandstats`, as `redis_us_per_draw`).
+    pub redis_us_per_draw_leased: f64,
+    /// Leased tickets given back after the phase (none may be lost).
+    pub leased_returned: u64,
 }
 
 struct Phase {
@@ -153,10 +164,21 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
 
     // The same, one script call per draw.
     state.pools.set_coalescing(1);
-    let single = phase(args.concurrency, duration, draws).await;
+    let single = phase(args.concurrency, duration, draws.clone()).await;
     state.pools.set_coalescing(client::pool::DEFAULT_COALESCE);
     let single = single?;
-    let single_spent = super::spent::read(&state.redis).await?.since(spent_client);
+    let spent_single = super::spent::read(&state.redis).await?;
+    let single_spent = spent_single.since(spent_client);
+
+    // The same with ticket leases: most draws served from memory.
+    let leased_before = state.pools.leased_draws();
+    state.pools.set_ticket_leases(Some(client::pool::LeaseSettings { max: 256, hold: Duration::from_millis(100) }));
+    let leased = phase(args.concurrency, duration, draws.clone()).await;
+    state.pools.set_ticket_leases(None);
+    let leased_returned = state.pools.return_leases().await.context("returning the leased tickets")?;
+    let leased = leased?;
+    let leased_spent = super::spent::read(&state.redis).await?.since(spent_single);
+    let from_memory = (state.pools.leased_draws() - leased_before) as f64 / leased.latencies.len().max(1) as f64;
 
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
     let url = format!("{address}/api/v1/pools/bench/draw");
@@ -218,6 +240,12 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         redis_us_per_draw_single: single_spent.script_us_per(single.latencies.len() as u64),
         redis_cpu_us_per_draw: client_spent.cpu_us_per(client.latencies.len() as u64),
         redis_cpu_us_per_lpop: lpop_spent.cpu_us_per(baseline.latencies.len() as u64),
+        leased_ops: leased.ops,
+        leased_ratio: leased.ops / baseline.ops,
+        leased_p99_us: q(&leased.latencies, 0.99),
+        leased_from_memory: from_memory,
+        redis_us_per_draw_leased: leased_spent.script_us_per(leased.latencies.len() as u64),
+        leased_returned: leased_returned as u64,
     })
 }
 
@@ -273,6 +301,10 @@ pub fn render(r: &Report) -> String {
         "{:<26} {:>10.0} {:>10} {:>10.0} {:>8.3}\n",
         "client draw (one call each)", r.client_single_ops, "", r.client_single_p99_us, r.client_single_ratio
     ));
+    out.push_str(&format!(
+        "{:<26} {:>10.0} {:>10} {:>10.0} {:>8.3}\n",
+        "client draw (ticket leases)", r.leased_ops, "", r.leased_p99_us, r.leased_ratio
+    ));
     out.push_str(&row("HTTP draw", r.http_ops, r.http_p50_us, r.http_p99_us, r.http_ratio));
     out.push_str(&format!(
         "{:<26} {:>10.0} {:>10} {:>10} {:>8.3}\n",
@@ -286,6 +318,12 @@ pub fn render(r: &Report) -> String {
         "redis per draw: {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 3); \
          main-thread CPU {:.2} µs per draw, {:.2} µs per raw LPOP\n",
         r.redis_us_per_draw, r.redis_us_per_draw_single, r.redis_cpu_us_per_draw, r.redis_cpu_us_per_lpop
+    ));
+    out.push_str(&format!(
+        "ticket leases: {:.1}% of draws from memory, {:.2} µs of scripts per draw, {} tickets returned\n",
+        r.leased_from_memory * 100.0,
+        r.redis_us_per_draw_leased,
+        r.leased_returned
     ));
     out
 }
