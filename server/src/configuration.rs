@@ -530,7 +530,8 @@ fn ticket_leases(
         })
     };
     let max = number("TESSERA_TICKET_LEASE_MAX", "leases.tickets_max", file.tickets_max, 0..=4096)?;
-    let hold = number("TESSERA_TICKET_LEASE_HOLD_MS", "leases.ticket_hold_ms", file.ticket_hold_ms.or(Some(100)), 1..=10_000)?;
+    let hold =
+        number("TESSERA_TICKET_LEASE_HOLD_MS", "leases.ticket_hold_ms", file.ticket_hold_ms.or(Some(100)), 1..=10_000)?;
     Ok((max > 0).then(|| client::pool::LeaseSettings {
         max: max as usize,
         hold: std::time::Duration::from_millis(u64::from(hold)),
@@ -604,6 +605,27 @@ mod tests {
         assert_eq!(s.bind.to_string(), "127.0.0.1:3000");
         assert_eq!(s.redis_prefix.as_str(), "tessera");
         assert_eq!(s.database_name().unwrap(), "tessera");
+    }
+
+    #[test]
+    fn cluster_nodes_and_ticket_leases_are_read_and_refused_by_name() {
+        let toml = "[redis]\ncluster_nodes = [\"redis://127.0.0.1:7000\"]\n[leases]\ntickets_max = 64\n";
+        let s = Settings::from_toml_and_env(toml, no_env).unwrap();
+        assert_eq!(s.redis_cluster_nodes.len(), 1);
+        assert!(s.redacted_summary().contains("cluster(redis://127.0.0.1:7000"), "{}", s.redacted_summary());
+        let leases = s.ticket_leases.expect("leases on");
+        assert_eq!((leases.max, leases.hold), (64, std::time::Duration::from_millis(100)));
+        assert!(Settings::from_toml_and_env("", no_env).unwrap().ticket_leases.is_none(), "off by default");
+
+        let env = |name: &str| match name {
+            "TESSERA_REDIS_CLUSTER_NODES" => Some("redis://a:1, http://b:2".to_owned()),
+            _ => None,
+        };
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("redis.cluster_nodes (TESSERA_REDIS_CLUSTER_NODES)[1]"), "{err}");
+        let env = |name: &str| (name == "TESSERA_TICKET_LEASE_MAX").then(|| "5000".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("leases.tickets_max (TESSERA_TICKET_LEASE_MAX)") && err.contains("0 to 4096"), "{err}");
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Pools {
     }
 
     /// The next ticket of `pool`'s lease, if it holds one within its hold time.
-    pub(super) fn from_lease(&self, pool: &PoolName) -> Leased {
+    pub(super) fn next_leased(&self, pool: &PoolName) -> Leased {
         if !self.inner.ever_leased.load(AtomicOrdering::Relaxed) {
             return Leased::Nothing;
         }

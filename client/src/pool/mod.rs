@@ -43,8 +43,8 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 pub use self::admin::{Days, EjectOutcome, PoolAdmin, RefillOutcome, ReweightMode};
-pub use self::lease::LeaseSettings;
 use self::fallback::LocalPool;
+pub use self::lease::LeaseSettings;
 pub use self::readout::{ListLength, ReadOut};
 pub use self::types::{PoolKind, PoolName, PoolSnapshot, MAX_BATCH};
 use crate::clock::Clock;
@@ -267,7 +267,7 @@ impl Pools {
     #[tracing::instrument(level = "debug", skip_all, fields(pool = %pool))]
     pub async fn draw(&self, pool: &PoolName) -> Result<Draw, PoolError> {
         self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
-        match self.from_lease(pool) {
+        match self.next_leased(pool) {
             lease::Leased::Ticket(draw) => return Ok(self.served(draw)),
             // Back to the list before this draw takes the tickets after them.
             lease::Leased::Expired(unserved) => self.give_back(unserved).await,

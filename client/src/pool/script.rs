@@ -60,7 +60,9 @@ impl Pools {
             // Where the tickets were counted (day) and which list they came from (rebuilds).
             let at = if f.str(0) == Ok("many") { 6 } else { 2 };
             let day = match (f.str(at), f.str(at + 1)) {
-                (Ok(day), Ok(rebuilds)) => Some(super::lease::Counted { day: day.to_owned(), rebuilds: rebuilds.to_owned() }),
+                (Ok(day), Ok(rebuilds)) => {
+                    Some(super::lease::Counted { day: day.to_owned(), rebuilds: rebuilds.to_owned() })
+                }
                 _ => None,
             };
             match f.str(0) {

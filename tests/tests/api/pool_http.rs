@@ -151,3 +151,50 @@ async fn a_malformed_draw_body_is_400_not_an_ordinary_draw() {
         .unwrap();
     assert_eq!(sticky.status(), 200);
 }
+
+#[tokio::test]
+async fn with_ticket_leases_draws_are_served_ahead_and_a_stopped_server_gives_back_what_it_held() {
+    // Arrange: a server leasing up to 16 tickets ahead (held long), its refill job held by
+    // the test; a pool of two batches of 100 in Redis (the list and the standby batch)
+    let app = integration::spawn_app_with(|s| {
+        s.ticket_leases = Some(client::pool::LeaseSettings { max: 16, hold: std::time::Duration::from_secs(60) })
+    })
+    .await;
+    let _jobs = integration::hold_jobs(&app, &["pool_refill"]).await;
+    let pool = PoolName::parse("leased").unwrap();
+    let admin = &app.state.pool_admin;
+    admin.publish(&pool, &PoolSnapshot { batch_size: 100, ..small_pool(1) }).await.unwrap();
+    admin.refill(&pool).await.unwrap();
+    let in_redis = || async {
+        let standby: u64 = redis::cmd("LLEN")
+            .arg(app.state.keys.pool_standby("leased"))
+            .query_async(&mut app.state.redis.connection().await.unwrap())
+            .await
+            .unwrap();
+        admin.length(&pool).await.unwrap() + standby
+    };
+    assert_eq!(in_redis().await, 200);
+
+    // Act: 60 draws over HTTP, six at a time; then the server stops
+    let mut served = Vec::new();
+    for _ in 0..10 {
+        let replies = futures::future::join_all((0..6).map(|_| draw(&app, "leased"))).await;
+        for (status, body) in replies {
+            assert_eq!((status, body["source"].as_str()), (200, Some("redis")), "{body}");
+            served.push(body["member"].as_str().unwrap().to_owned());
+        }
+    }
+    let leased = app.state.pools.leased_draws();
+    app.stop_server().await;
+    for _ in 0..500 {
+        if app.state.pools.tickets_leased() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+
+    // Assert: draws were served from leases, and what the server held is back in Redis
+    assert!(leased > 0, "no draw was served from a lease");
+    assert_eq!(app.state.pools.tickets_leased(), 0, "the stopped server still holds tickets");
+    assert_eq!(in_redis().await + served.len() as u64, 200);
+}
