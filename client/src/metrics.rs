@@ -72,6 +72,8 @@ pub struct PoolMetrics {
     pub list_length: prometheus::IntGaugeVec,
     /// Tickets this instance holds in leases, per pool.
     pub tickets_leased: prometheus::IntGaugeVec,
+    /// Draws served from a lease (from memory), per pool.
+    pub leased_draws: IntCounterVec,
     /// Script round-trip latency by script (the quota metrics' histogram).
     pub script_seconds: HistogramVec,
 }
@@ -102,9 +104,14 @@ impl PoolMetrics {
             Opts::new("tessera_pool_tickets_leased", "Tickets this instance holds in ticket leases, per pool"),
             &["pool"],
         )?;
+        let leased_draws = IntCounterVec::new(
+            Opts::new("tessera_pool_leased_draws_total", "Draws served from this instance's ticket leases, per pool"),
+            &["pool"],
+        )?;
         registry.register(Box::new(list_length.clone()))?;
         registry.register(Box::new(tickets_leased.clone()))?;
-        Ok(Self { draws, skips, empty, list_length, tickets_leased, script_seconds })
+        registry.register(Box::new(leased_draws.clone()))?;
+        Ok(Self { draws, skips, empty, list_length, tickets_leased, leased_draws, script_seconds })
     }
 }
 

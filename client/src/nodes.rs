@@ -9,6 +9,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, RedisFuture, RedisResult, Value};
 
+/// How many requests [`RedisConnection::send_each`] keeps in flight on a cluster.
+pub const SEND_EACH_IN_FLIGHT: usize = 64;
+
 /// A connection to the data plane's Redis: a reconnecting connection to one server, or a
 /// cluster connection that follows the slot map. Clones share the connection.
 #[derive(Clone)]
@@ -92,13 +95,16 @@ impl RedisConnection {
                     .collect())
             }
             Self::Cluster(conn) => {
+                use futures::StreamExt;
                 let sends = commands.into_iter().map(|command| {
                     let mut conn = conn.clone();
                     async move { conn.req_packed_command(&command).await }
                 });
                 // Each reply stands alone: with one node away, the commands other nodes ran
-                // are answered as done (the caller must not count them as lost).
-                Ok(futures::future::join_all(sends).await)
+                // are answered as done (the caller must not count them as lost). At most
+                // SEND_EACH_IN_FLIGHT at once, in order, so thousands of entities do not
+                // queue thousands of requests behind one response timeout.
+                Ok(futures::stream::iter(sends).buffered(SEND_EACH_IN_FLIGHT).collect().await)
             }
         }
     }

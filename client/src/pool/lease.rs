@@ -116,6 +116,9 @@ impl Pools {
                 lease.size = (lease.size * 2).min(s.max);
             }
             self.inner.leased.fetch_add(1, AtomicOrdering::Relaxed);
+            if let Some(m) = &self.inner.metrics {
+                m.leased_draws.with_label_values(&[pool.as_str()]).inc();
+            }
             self.lease_gauge(pool, lease.tickets.len());
             return Leased::Ticket(draw);
         }
