@@ -201,8 +201,8 @@ fn hash_tag(key: &str) -> Option<&str> {
 }
 
 /// The primaries named in a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, …],
-/// replica…], …]`.
-fn primaries_of(slots: Value) -> RedisResult<Vec<Node>> {
+/// replica…], …]` (one per slot range: a primary with several ranges comes several times).
+pub fn primaries_of(slots: Value) -> RedisResult<Vec<Node>> {
     let ranges: Vec<Vec<Value>> = redis::from_owned_redis_value(slots)?;
     let mut nodes = Vec::new();
     for range in ranges {

@@ -147,17 +147,9 @@ impl KeyGuard {
 pub fn primary_urls() -> redis::RedisResult<Vec<String>> {
     let Some(nodes) = cluster_nodes() else { return Ok(vec![redis_url()]) };
     let mut conn = redis::Client::open(nodes[0].as_str())?.get_connection()?;
-    let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
-    let mut urls: Vec<String> = Vec::new();
-    for range in slots {
-        let (host, port): (String, u16) = match range.get(2) {
-            Some(redis::Value::Array(node)) if node.len() >= 2 => {
-                (redis::from_redis_value(&node[0])?, redis::from_redis_value(&node[1])?)
-            }
-            _ => continue,
-        };
-        urls.push(format!("redis://{host}:{port}"));
-    }
+    let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
+    let mut urls: Vec<String> =
+        client::nodes::primaries_of(slots)?.iter().map(|n| format!("redis://{}:{}", n.host, n.port)).collect();
     urls.sort();
     urls.dedup();
     Ok(urls)

@@ -429,23 +429,7 @@ async fn wipe(state: &AppState) -> anyhow::Result<u64> {
     if conn.is_cluster() {
         return Ok(conn.unlink_matching(&state.keys.scan_pattern()).await?);
     }
-    let mut cursor: u64 = 0;
-    let mut found: Vec<String> = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(state.keys.scan_pattern())
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        found.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    let mut found = conn.keys_matching(&state.keys.scan_pattern()).await?;
     found.sort();
     found.dedup();
     let mut pipe = redis::pipe();
