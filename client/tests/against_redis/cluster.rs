@@ -3,9 +3,9 @@
 //! draws run costs no draw and no ticket.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::pool::{apportioned, keep_filled, noon, pool, snapshot, tally};
 use crate::support::{KeyGuard, OwnCluster};
@@ -69,9 +69,16 @@ fn primaries(conn: &mut redis::Connection) -> Vec<(String, u16)> {
 }
 
 /// Moves `slot` from the node on `from` to the node on `to` as `redis-cli --cluster
-/// reshard` does: IMPORTING / MIGRATING, the keys one at a time (a pause between them, so
-/// draws meet the slot half moved: ASK and TRYAGAIN), then the new owner on every node.
-fn move_slot(cluster: &OwnCluster, slot: u16, from: (String, u16), to: (String, u16)) -> usize {
+/// reshard` does: IMPORTING / MIGRATING, the keys one at a time (`before_each_key` first,
+/// and a pause after each, so draws meet the slot half moved: ASK and TRYAGAIN), then the
+/// new owner on every node.
+fn move_slot(
+    cluster: &OwnCluster,
+    slot: u16,
+    from: (String, u16),
+    to: (String, u16),
+    before_each_key: impl Fn(),
+) -> usize {
     let (mut source, mut target) = (cluster.node(from.1), cluster.node(to.1));
     let () = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from.0).query(&mut target).unwrap();
     let () = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to.0).query(&mut source).unwrap();
@@ -79,6 +86,7 @@ fn move_slot(cluster: &OwnCluster, slot: u16, from: (String, u16), to: (String, 
     loop {
         let keys: Vec<String> = redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1).query(&mut source).unwrap();
         let Some(key) = keys.first() else { break };
+        before_each_key();
         let () = redis::cmd("MIGRATE")
             .arg("127.0.0.1")
             .arg(to.1)
@@ -137,16 +145,29 @@ async fn a_pools_slot_moved_to_another_node_while_draws_run_loses_no_draw_and_no
     let to = nodes.iter().find(|(_, port)| *port != owner_port).unwrap().clone();
 
     // Act: rounds of 200 draws (each round first refilled: list + standby batch); the slot
-    // moves, key by key, while the rounds go on
-    let moving = Arc::new(AtomicBool::new(false));
-    let moved_during_draws = Arc::new(AtomicUsize::new(0));
+    // moves, key by key, while the rounds go on. Each key is migrated only while a draw is
+    // in flight (up to 2 s of waiting, as between two rounds), so the move cannot slip
+    // through a gap between draws on a slow machine.
+    const BEFORE: usize = 0;
+    const MOVING: usize = 1;
+    const DONE: usize = 2;
+    let phase = Arc::new(AtomicUsize::new(BEFORE));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let overlapping_draws = Arc::new(AtomicUsize::new(0));
     let mover = {
-        let (moving, cluster, from, to) = (moving.clone(), cluster.clone(), from.clone(), to.clone());
+        let (phase, in_flight, cluster, from, to) =
+            (phase.clone(), in_flight.clone(), cluster.clone(), from.clone(), to.clone());
         tokio::task::spawn_blocking(move || {
-            std::thread::sleep(Duration::from_millis(60));
-            moving.store(true, AtomicOrdering::SeqCst);
-            let moved = move_slot(&cluster, slot, from, to);
-            moving.store(false, AtomicOrdering::SeqCst);
+            let a_draw_in_flight = || {
+                let until = Instant::now() + Duration::from_secs(2);
+                while in_flight.load(AtomicOrdering::SeqCst) == 0 && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            };
+            a_draw_in_flight();
+            phase.store(MOVING, AtomicOrdering::SeqCst);
+            let moved = move_slot(&cluster, slot, from, to, a_draw_in_flight);
+            phase.store(DONE, AtomicOrdering::SeqCst);
             moved
         })
     };
@@ -158,17 +179,27 @@ async fn a_pools_slot_moved_to_another_node_while_draws_run_loses_no_draw_and_no
         let tasks: Vec<_> = drawers
             .iter()
             .map(|pools| {
-                let (pools, p, taken, moving, during) =
-                    (pools.clone(), p.clone(), taken.clone(), moving.clone(), moved_during_draws.clone());
+                let (pools, p, taken, phase, in_flight, overlapping) = (
+                    pools.clone(),
+                    p.clone(),
+                    taken.clone(),
+                    phase.clone(),
+                    in_flight.clone(),
+                    overlapping_draws.clone(),
+                );
                 tokio::spawn(async move {
                     let mut mine = Vec::new();
                     while taken.fetch_add(1, AtomicOrdering::SeqCst) < per_round {
-                        // A draw overlaps the move when the move was on as it began or ended
-                        // (a script meeting the slot half moved waits out TRYAGAIN).
-                        let began_during = moving.load(AtomicOrdering::SeqCst);
+                        // A draw overlaps the move when it began before the move ended and
+                        // ended after it began (a script meeting the slot half moved waits
+                        // out TRYAGAIN).
+                        in_flight.fetch_add(1, AtomicOrdering::SeqCst);
+                        let began = phase.load(AtomicOrdering::SeqCst);
                         mine.push(pools.draw(&p).await.expect("a draw during the slot move"));
-                        if began_during || moving.load(AtomicOrdering::SeqCst) {
-                            during.fetch_add(1, AtomicOrdering::SeqCst);
+                        let ended = phase.load(AtomicOrdering::SeqCst);
+                        in_flight.fetch_sub(1, AtomicOrdering::SeqCst);
+                        if began != DONE && ended != BEFORE {
+                            overlapping.fetch_add(1, AtomicOrdering::SeqCst);
                         }
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
@@ -187,7 +218,7 @@ async fn a_pools_slot_moved_to_another_node_while_draws_run_loses_no_draw_and_no
     // Assert: the pool's keys moved to the other node while draws ran; every draw came from
     // Redis, and the whole batches hold exactly the apportioned counts
     assert!(moved_keys >= 3, "only {moved_keys} keys moved");
-    let overlapping = moved_during_draws.load(AtomicOrdering::SeqCst);
+    let overlapping = overlapping_draws.load(AtomicOrdering::SeqCst);
     assert!(overlapping > 0, "no draw ran while the slot moved");
     eprintln!("{moved_keys} keys moved; {overlapping} of {} draws overlapped the move", draws.len());
     let owner_now: u16 = {
