@@ -44,7 +44,7 @@ for period, amount in string.gmatch(ARGV[7], '([^:,]+):(%d+)') do
   charge('plan', period, tonumber(amount))
 end
 if ARGV[8] ~= '' and string.sub(ARGV[8], 1, 7) == ARGV[1] then
-  redis.call('HINCRBY', KEYS[5], 'req:' .. ARGV[8], 1)
+  hincr(KEYS[5], 'req:' .. ARGV[8], 1)
 end
 if meta then touch_period(meta) end
 return {'applied'}

@@ -10,7 +10,7 @@ local key, field = KEYS[2], 'u:' .. ARGV[4]
 if ARGV[4] == 'plan' then key, field = KEYS[5], 'plan_used' end
 local current = hnum(key, field)
 if current ~= tonumber(ARGV[5]) then return {'changed', fmt(current)} end
-local new = redis.call('HINCRBY', key, field, ARGV[6])
+local new = hincr(key, field, tonumber(ARGV[6]))
 local meta = read_meta()
 if meta then touch_period(meta) end
 return {'corrected', fmt(new)}

@@ -31,6 +31,12 @@
 --
 -- Amounts stay below 2^53 (checked by the client), so Lua doubles hold them exactly; they
 -- are formatted with %.0f, never tostring (which rounds to 14 digits).
+--
+-- Counters are read and changed through a write-back cache (hnum, hincr, hdrop): each
+-- field is read at most once per call and written at most once, by flush(), which the
+-- client appends after every script's body (a batch of coalesced requests touches the
+-- tenant's counters once, not once per request). Expiries (touch_period, touch_previous)
+-- are set by flush() after the writes, so a hash the call created gets its expiry.
 
 local function fmt(n) return string.format('%.0f', n) end
 
@@ -101,9 +107,98 @@ local function read_meta()
   }
 end
 
+-- The write-back cache: key -> field -> {value, dirty, drop}; the expiries to set.
+local CACHE = {}
+local EXPIRE_AT = {}
+
+local function cached(key, field)
+  local fields = CACHE[key]
+  if not fields then
+    fields = {}
+    CACHE[key] = fields
+  end
+  local entry = fields[field]
+  if not entry then
+    entry = {value = tonumber(redis.call('HGET', key, field) or '0'), dirty = false, drop = false}
+    fields[field] = entry
+  end
+  return entry
+end
+
+-- A counter's value (0 when absent).
+local function hnum(key, field)
+  return cached(key, field).value
+end
+
+-- Adds `delta` to a counter; returns the new value.
+local function hincr(key, field, delta)
+  local entry = cached(key, field)
+  entry.value = entry.value + delta
+  entry.dirty, entry.drop = true, false
+  return entry.value
+end
+
+-- Removes a counter (it reads 0 from now on).
+local function hdrop(key, field)
+  local entry = cached(key, field)
+  entry.value = 0
+  entry.dirty, entry.drop = true, true
+end
+
+-- Writes the changed counters (one HSET and one HDEL per hash at most), then the expiries.
+local function flush()
+  for key, fields in pairs(CACHE) do
+    local set, drop = {}, {}
+    for field, entry in pairs(fields) do
+      if entry.dirty then
+        if entry.drop then
+          drop[#drop + 1] = field
+        else
+          set[#set + 1] = field
+          set[#set + 1] = fmt(entry.value)
+        end
+        entry.dirty = false
+      end
+    end
+    if #set > 0 then redis.call('HSET', key, unpack(set)) end
+    if #drop > 0 then redis.call('HDEL', key, unpack(drop)) end
+  end
+  for key, at in pairs(EXPIRE_AT) do redis.call('PEXPIREAT', key, fmt(at)) end
+  EXPIRE_AT = {}
+end
+
+-- The number of open reservations (the concurrency in use), read once per call; ZADD and
+-- ZREM of KEYS[4] go through lease_add and lease_remove so it stays true.
+local LEASE_COUNT = nil
+local function lease_count()
+  if not LEASE_COUNT then LEASE_COUNT = redis.call('ZCARD', KEYS[4]) end
+  return LEASE_COUNT
+end
+
+local function lease_add(rid, deadline)
+  local added = redis.call('ZADD', KEYS[4], fmt(deadline), rid)
+  if LEASE_COUNT then LEASE_COUNT = LEASE_COUNT + added end
+end
+
+local function lease_remove(rid)
+  local removed = redis.call('ZREM', KEYS[4], rid)
+  if LEASE_COUNT then LEASE_COUNT = LEASE_COUNT - removed end
+end
+
+-- A string field of the state hash that no quota script changes (gen), read once per call.
+local STATE_STRINGS = {}
+local function state_string(field)
+  local v = STATE_STRINGS[field]
+  if v == nil then
+    v = redis.call('HGET', KEYS[2], field) or false
+    STATE_STRINGS[field] = v
+  end
+  return v or nil
+end
+
 -- Keeps the current period's hash until its retention after the period ends.
 local function touch_period(meta)
-  redis.call('PEXPIREAT', KEYS[5], fmt(PERIOD_END + meta.retention_days * 86400000))
+  EXPIRE_AT[KEYS[5]] = PERIOD_END + meta.retention_days * 86400000
 end
 
 -- The same for the previous period's hash (it ended when the current period began); a
@@ -111,17 +206,13 @@ end
 local PERIOD_START = days_from_civil(Y, M, 1) * 86400000
 local function touch_previous(meta)
   local days = (meta and meta.retention_days) or 62
-  redis.call('PEXPIREAT', KEYS[6], fmt(PERIOD_START + days * 86400000))
+  EXPIRE_AT[KEYS[6]] = PERIOD_START + days * 86400000
 end
 
 -- The state field holding a bucket's reserved amount.
 local function reserved_field(bucket, period)
   if bucket == 'plan' then return 'r:plan:' .. period end
   return 'r:' .. bucket
-end
-
-local function hnum(key, field)
-  return tonumber(redis.call('HGET', key, field) or '0')
 end
 
 -- The paying order of two grants {rank (bonus 0, temporary 1), priority, expires or nil, id}.
@@ -261,7 +352,7 @@ end
 -- the whole history. `actual` is nil for a release or an expiry.
 local function write_done(meta, rid, state, amount, deadline, parts, actual, charged)
   local days = (meta and meta.retention_days) or 62
-  local gen = redis.call('HGET', KEYS[2], 'gen') or ''
+  local gen = state_string('gen') or ''
   redis.call('SET', KEYS[8] .. rid, table.concat({state, fmt(amount), fmt(deadline), parts,
     actual and fmt(actual) or '', charged, gen}, '|'), 'PXAT', fmt(NOW + days * 86400000))
 end
@@ -273,9 +364,9 @@ local function charge(bucket, period, amount, plans)
     if plans then plans[period] = (plans[period] or 0) + amount end
     local key = period_key(period)
     -- A plan period the caller did not pass ended over a month ago; its count is gone.
-    if key then redis.call('HINCRBY', key, 'plan_used', fmt(amount)) end
+    if key then hincr(key, 'plan_used', amount) end
   else
-    redis.call('HINCRBY', KEYS[2], 'u:' .. bucket, fmt(amount))
+    hincr(KEYS[2], 'u:' .. bucket, amount)
   end
 end
 
@@ -309,7 +400,7 @@ end
 -- outcome "settled" | "released" | "expired"; actual '' for a release or an expiry.
 local function record_usage(rid, outcome, late, reserved, actual, charged, plans, at_reserve, model)
   local plan_text = encode_plans(plans)
-  local gen = redis.call('HGET', KEYS[2], 'gen') or ''
+  local gen = state_string('gen') or ''
   -- Capped far above what a drain running every second leaves (a Postgres outage of hours
   -- at thousands of settles a second); settles are also kept by the instances that made them.
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', '1000000', '*', 'rid', rid, 'outcome', outcome, 'late', late and '1' or '0',
@@ -329,9 +420,7 @@ local function finish(meta, rid, entry, actual, state)
   local parts = decode_parts(entry.parts)
   for _, p in ipairs(parts) do
     local field = reserved_field(p[1], entry.period)
-    if redis.call('HINCRBY', KEYS[2], field, '-' .. fmt(p[2])) <= 0 then
-      redis.call('HDEL', KEYS[2], field)
-    end
+    if hincr(KEYS[2], field, -p[2]) <= 0 then hdrop(KEYS[2], field) end
   end
   local charged = {}
   local plans = {}
@@ -350,7 +439,7 @@ local function finish(meta, rid, entry, actual, state)
     for _, p in ipairs(charge_now(meta, due, plans)) do add_part(charged, p[1], p[2]) end
   end
   redis.call('HDEL', KEYS[3], rid)
-  redis.call('ZREM', KEYS[4], rid)
+  lease_remove(rid)
   local encoded = encode_parts(charged)
   write_done(meta, rid, state, entry.amount, entry.deadline, entry.parts, actual, encoded)
   -- A plan charge to the previous period may have written its hash first.

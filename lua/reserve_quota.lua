@@ -39,7 +39,7 @@ local function reserve_one(rid, tokens_arg, force_arg, model)
   if not force and requests >= meta.daily_requests then
     return {'refused', meta.version, 'requests', 0, meta.daily_requests}
   end
-  local leases = redis.call('ZCARD', KEYS[4])
+  local leases = lease_count()
   if not force and leases >= meta.concurrency then
     return {'refused', meta.version, 'concurrency', 0, meta.concurrency}
   end
@@ -61,13 +61,13 @@ local function reserve_one(rid, tokens_arg, force_arg, model)
   -- Only a forced admission can have a rest: the plan reserves it, into an overdraft.
   if rest > 0 then add_part(parts, 'plan', rest) end
   for _, p in ipairs(parts) do
-    redis.call('HINCRBY', KEYS[2], reserved_field(p[1], PERIOD), fmt(p[2]))
+    hincr(KEYS[2], reserved_field(p[1], PERIOD), p[2])
   end
   local deadline = NOW + meta.reservation_ttl_ms
   local encoded = encode_parts(parts)
   redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded, model or ''}, '|'))
-  redis.call('ZADD', KEYS[4], fmt(deadline), rid)
-  redis.call('HINCRBY', KEYS[5], day_field, 1)
+  lease_add(rid, deadline)
+  hincr(KEYS[5], day_field, 1)
   touch_period(meta)
   return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open'}
 end

@@ -23,7 +23,7 @@ for _, rid in ipairs(due) do
     tokens = tokens + entry.amount
   else
     -- A lease without its ledger entry: drop it.
-    redis.call('ZREM', KEYS[4], rid)
+    lease_remove(rid)
   end
 end
 local left = redis.call('ZCOUNT', KEYS[4], '-inf', fmt(NOW))

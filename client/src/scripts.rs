@@ -33,7 +33,9 @@ pub fn pool() -> &'static PoolScripts {
     })
 }
 
-/// The quota scripts: each is `lua/quota_lib.lua` followed by the script's own body.
+/// The quota scripts: each is `lua/quota_lib.lua`, then the script's own body run as a
+/// function, then the library's `flush()` (which writes the counters the body changed
+/// through the library's cache, once per call), then the body's reply.
 pub struct QuotaScripts {
     pub reserve: Script,
     pub settle: Script,
@@ -47,7 +49,9 @@ pub struct QuotaScripts {
 }
 
 fn with_lib(body: &str) -> Script {
-    Script::new(&format!("{QUOTA_LIB}\n{body}"))
+    Script::new(&format!(
+        "{QUOTA_LIB}\nlocal function body()\n{body}\nend\nlocal reply = body()\nflush()\nreturn reply\n"
+    ))
 }
 
 /// The quota scripts, built on first use.

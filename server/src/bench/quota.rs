@@ -39,6 +39,9 @@ pub struct Report {
     pub redis_us_per_pair_single: f64,
     /// Main-thread CPU of Redis per coalesced pair (`INFO cpu`).
     pub redis_cpu_us_per_pair: f64,
+    /// Operations (a reserve or a settle) per script call in the coalesced phase: how many
+    /// shared one reading of the tenant's snapshot and one write of its counters.
+    pub ops_per_script_call: f64,
     /// The oversell run's quota.
     pub oversell_quota: u64,
     /// Reservations admitted in the oversell run, and refused.
@@ -187,6 +190,11 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
         redis_us_per_pair: pair_spent.script_us_per(pairs_made),
         redis_us_per_pair_single: single_spent.script_us_per(single_pairs_made),
         redis_cpu_us_per_pair: pair_spent.cpu_us_per(pairs_made),
+        ops_per_script_call: if pair_spent.script_calls > 0.0 {
+            2.0 * pairs_made as f64 / pair_spent.script_calls
+        } else {
+            0.0
+        },
         oversell_quota: quota,
         oversell_admitted: admitted.load(Ordering::Relaxed),
         oversell_refused: refused.load(Ordering::Relaxed),
@@ -249,7 +257,7 @@ pub fn render(report: &Report) -> String {
          the same, one call each {:>10.0} pairs/s   ratio {:.3} (ceiling 0.5)\n\
          oversell run            quota {}  admitted {}  refused {}  oversold {}  ledger {}\n\
          redis per pair          {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 10); \
-         main-thread CPU {:.2} µs\n",
+         main-thread CPU {:.2} µs; {:.1} operations per script call\n",
         report.concurrency,
         report.seconds,
         report.baseline_ops,
@@ -265,5 +273,6 @@ pub fn render(report: &Report) -> String {
         report.redis_us_per_pair,
         report.redis_us_per_pair_single,
         report.redis_cpu_us_per_pair,
+        report.ops_per_script_call,
     )
 }
