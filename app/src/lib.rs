@@ -13,6 +13,10 @@
 pub mod api;
 mod components;
 mod pages;
+pub mod security;
+
+/// A count with thousands separated by commas, as every page writes large numbers.
+pub use components::charts::grouped;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -53,6 +57,7 @@ pub fn bundle_build_id(wasm: &[u8]) -> Option<&str> {
 
 /// The whole HTML document rendered on the server around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    security::set_page_policy();
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -91,6 +96,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("channels") view=pages::channels::Channels ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("channels"), ParamSegment("code")) view=pages::channel::ChannelPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("tenants") view=pages::tenants::Tenants ssr=SsrMode::Async/>
+                    <Route path=(StaticSegment("tenants"), ParamSegment("name")) view=pages::tenants::TenantPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("audit") view=pages::audit::Audit ssr=SsrMode::Async/>
                     <Route path=StaticSegment("changes") view=pages::changes::Changes ssr=SsrMode::Async/>
                     <Route path=StaticSegment("users") view=pages::users::Users ssr=SsrMode::Async/>

@@ -21,6 +21,10 @@ pub const PREVIEW_BATCHES: usize = 4;
 /// shares, and no ordering figures.
 pub const MAX_PREVIEW_TICKETS: usize = 16_384;
 
+/// Tickets of the ordering a preview shows as a strip (one cell per ticket): enough to see
+/// clumps, few enough to draw on every keystroke.
+pub const STRIP_TICKETS: usize = 300;
+
 /// The seed of every preview: the same weights always preview the same, on the server
 /// (first render) and in the browser.
 pub const PREVIEW_SEED: u64 = 1;
@@ -50,6 +54,9 @@ pub struct OrderingPreview {
     /// The longest run of one member's tickets in a row, and whose.
     pub longest_run: usize,
     pub longest_run_member: String,
+    /// The first [`STRIP_TICKETS`] tickets of the ordering, as member indices (the order of
+    /// [`Preview::members`]).
+    pub head: Vec<u32>,
 }
 
 /// The whole preview.
@@ -101,6 +108,7 @@ pub fn preview(weights: &Weights, batch: BatchSize, ordering: Ordering) -> Previ
             max_window_dev: m.max_window_dev,
             longest_run: run,
             longest_run_member: weights.name(who).to_owned(),
+            head: sequence.iter().take(STRIP_TICKETS).map(|&i| i as u32).collect(),
         }
     });
     let members = (0..n)
@@ -167,6 +175,18 @@ mod tests {
         let p = preview(&weights("A=1,B=1"), BatchSize::new(1 << 20, 1 << 24).unwrap(), Ordering::Smooth);
         assert!(p.spread.is_none());
         assert_eq!(p.members[0].batch_min, 1 << 19);
+    }
+
+    #[test]
+    fn the_strip_is_the_head_of_the_measured_ordering() {
+        let p = preview(&weights("A=45,B=30,C=25"), BatchSize::new(100, 1 << 20).unwrap(), Ordering::Smooth);
+        let spread = p.spread.unwrap();
+        assert_eq!(spread.head.len(), STRIP_TICKETS);
+        let count = |m: u32| spread.head.iter().filter(|&&i| i == m).count();
+        // Three whole batches of 100: exactly the apportioned counts.
+        assert_eq!((count(0), count(1), count(2)), (135, 90, 75));
+        let q = preview(&weights("A=90,B=5,C=5"), BatchSize::new(100, 1 << 20).unwrap(), Ordering::Smooth);
+        assert_ne!(q.spread.unwrap().head, spread.head, "other weights, another strip");
     }
 
     #[test]

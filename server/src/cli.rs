@@ -116,6 +116,9 @@ pub struct BenchUiArgs {
     /// Channels in all, the demo seed's included.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub channels: u32,
+    /// Tenants in all, the demo seed's included (the rest on the demo's plans).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub tenants: u32,
     /// Samples per pool, 10 s apart, ending now (360: the dashboard's hour).
     #[arg(long, default_value_t = 360, value_parser = clap::value_parser!(u32).range(1..=8_640))]
     pub samples: u32,

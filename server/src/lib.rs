@@ -6,8 +6,9 @@
 //! [`quota`], [`health`], [`access`] (guard, sessions, tokens, passwords), [`audit`],
 //! [`probes`], [`samples`] — each with `routes.rs` (HTTP only: parse, authorize, call down) and
 //! `store.rs` (its SQL, and the only SQL). Below the routes: [`http`] (what every route
-//! shares), [`change`] (one audited transaction per change), [`publish`] (snapshots to
-//! Redis, keyed by a typed entity), [`error`], [`inputs`], [`schema`]. [`jobs`] holds one
+//! shares), [`security_headers`] (on every response), [`change`] (one audited transaction
+//! per change), [`publish`] (snapshots to Redis, keyed by a typed entity), [`error`],
+//! [`inputs`], [`schema`]. [`jobs`] holds one
 //! module per scheduled job, named by its id. [`startup`] wires it all; [`cli`], [`seed`],
 //! [`bench`] and [`simulate`] are the command line; [`backend`] is what the UI's server
 //! functions call; [`openapi`] the document.
@@ -38,6 +39,7 @@ pub mod quota;
 pub mod ramps;
 pub mod samples;
 pub mod schema;
+pub mod security_headers;
 pub mod seed;
 pub mod simulate;
 pub mod startup;

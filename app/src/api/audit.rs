@@ -106,8 +106,14 @@ pub struct ChainStatus {
     pub problem: Option<String>,
 }
 
+/// The fields that name an element of a list of objects (a pool's weights by member, grants
+/// by id, windows by start), tried in this order.
+const ELEMENT_KEYS: [&str; 6] = ["member", "id", "code", "channel", "name", "tier"];
+
 /// The keys that differ between `before` and `after`, sorted by key. Objects are compared
-/// key by key (nested ones by dotted path); anything else is one value under `value`.
+/// key by key (nested ones by dotted path); a list element by its name when it has one
+/// (`weights[ALIPAY_A].weight`), else by its position (`windows[0].start`); anything else is
+/// one value under `value`.
 pub fn diff(before: Option<&serde_json::Value>, after: Option<&serde_json::Value>) -> Vec<Change> {
     use std::collections::BTreeMap;
     fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, String>) {
@@ -116,6 +122,29 @@ pub fn diff(before: Option<&serde_json::Value>, after: Option<&serde_json::Value
                 for (k, v) in map {
                     let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
                     flatten(&key, v, out);
+                }
+            }
+            serde_json::Value::Array(items) if !items.is_empty() => {
+                for (i, item) in items.iter().enumerate() {
+                    let name = item.as_object().and_then(|o| {
+                        ELEMENT_KEYS.iter().find_map(|k| o.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v)))
+                    });
+                    match (name, item) {
+                        (Some((field, name)), serde_json::Value::Object(o)) => {
+                            let element = format!("{prefix}[{name}]");
+                            let rest: serde_json::Map<String, serde_json::Value> = o
+                                .iter()
+                                .filter(|(k, _)| k.as_str() != field)
+                                .map(|(k, v)| (k.clone(), v.clone()))
+                                .collect();
+                            if rest.is_empty() {
+                                out.insert(element, name.to_owned());
+                            } else {
+                                flatten(&element, &serde_json::Value::Object(rest), out);
+                            }
+                        }
+                        _ => flatten(&format!("{prefix}[{i}]"), item, out),
+                    }
                 }
             }
             serde_json::Value::Null if prefix.is_empty() => {}
@@ -220,6 +249,25 @@ mod tests {
         );
         assert_eq!(changes[2].before.as_deref(), Some("70"));
         assert_eq!(changes[2].after.as_deref(), Some("60"));
+    }
+
+    #[test]
+    fn list_elements_are_compared_by_their_name_or_their_position() {
+        let before = json!({"weights": [{"member": "A", "weight": 45}, {"member": "B", "weight": 55}], "tags": ["x"]});
+        let after =
+            json!({"weights": [{"member": "A", "weight": 50}, {"member": "C", "weight": 50}], "tags": ["x", "y"]});
+        let changes = diff(Some(&before), Some(&after));
+        let got: Vec<(ChangeKind, &str)> = changes.iter().map(|c| (c.kind, c.key.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (ChangeKind::Added, "tags[1]"),
+                (ChangeKind::Changed, "weights[A].weight"),
+                (ChangeKind::Removed, "weights[B].weight"),
+                (ChangeKind::Added, "weights[C].weight"),
+            ]
+        );
+        assert_eq!((changes[1].before.as_deref(), changes[1].after.as_deref()), (Some("45"), Some("50")));
     }
 
     #[test]

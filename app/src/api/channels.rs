@@ -32,11 +32,78 @@ pub struct ChannelView {
     pub pools: Vec<ChannelPoolHealth>,
 }
 
-/// Every channel, by code, for any signed-in user.
+/// Rows per page of the channels list.
+pub const CHANNEL_PAGE_SIZE: u32 = 50;
+
+/// How the channels list may be sorted: the `sort` value and what the page calls it.
+pub const CHANNEL_SORTS: [(&str, &str); 4] = [
+    ("code", "Code"),
+    ("attention", "Needs attention first (disabled, ejected, decaying, pinned)"),
+    ("name", "Name"),
+    ("weight", "Base weight, largest first"),
+];
+
+/// The channels list's query, as the URL holds it: `q` (part of a code or a name, any
+/// case), `sort` (one of [`CHANNEL_SORTS`]) and `page` (from 1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelQuery {
+    pub q: Option<String>,
+    pub sort: Option<String>,
+    pub page: Option<u32>,
+}
+
+/// A page of the channels list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelList {
+    pub rows: Vec<ChannelView>,
+    /// Channels matching the search, on every page.
+    pub total: u64,
+    pub page: u32,
+    pub pages: u32,
+    /// The search and the sort as checked.
+    pub q: String,
+    pub sort: String,
+}
+
+impl ChannelList {
+    /// The list's address for `page`, with this search and sort.
+    pub fn href(&self, page: u32) -> String {
+        super::tenants::list_href("/channels", &self.q, &self.sort, "code", page)
+    }
+}
+
+/// How much a channel needs a person's attention: lower first (disabled, then ejected
+/// somewhere, then decaying or recovering somewhere, then pinned, then the rest).
+pub fn attention_rank(c: &ChannelView) -> u8 {
+    if !c.enabled {
+        return 0;
+    }
+    let worst = c.pools.iter().map(|p| p.state.as_str());
+    let mut rank = 4;
+    for state in worst {
+        rank = rank.min(match state {
+            "ejected" => 1,
+            "healthy" => 4,
+            _ => 2,
+        });
+    }
+    if rank == 4 && c.pin.is_some() {
+        rank = 3;
+    }
+    rank
+}
+
+/// A page of channels, searched, sorted and paged on the server, for any signed-in user.
+/// The query's parts are separate optional arguments, so that a query string without them
+/// reads as "the first page of everything".
 #[server(prefix = "/sfn", endpoint = "channels", input = GetUrl)]
-pub async fn list_channels() -> Result<Vec<ChannelView>, ServerFnError> {
+pub async fn list_channels(
+    q: Option<String>,
+    sort: Option<String>,
+    page: Option<u32>,
+) -> Result<ChannelList, ServerFnError> {
     super::session::ssr::require_session().await?;
-    super::backend()?.channels().await.map_err(ServerFnError::new)
+    super::backend()?.channels(ChannelQuery { q, sort, page }).await.map_err(ServerFnError::new)
 }
 
 /// One change of a channel's health in one pool.
@@ -58,11 +125,34 @@ pub struct DecayPoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolDecay {
     pub pool: String,
+    /// The pool's health policy: a window below this success rate fails (0..1) …
+    pub min_success_rate: f64,
+    /// … when it holds at least this many outcomes.
+    pub min_volume: u64,
     pub base_weight: u64,
     /// Now: state and weight.
     pub state: String,
     pub effective_weight: u64,
     pub points: Vec<DecayPoint>,
+}
+
+/// One minute of a channel's outcome reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeMinute {
+    /// The minute's start, ms since the epoch.
+    pub at_ms: i64,
+    pub ok: u64,
+    pub fail: u64,
+    /// The mean latency reported in that minute, when any was.
+    pub latency_ms: Option<f64>,
+}
+
+impl OutcomeMinute {
+    /// ok / (ok + fail), when there was any outcome.
+    pub fn success_rate(&self) -> Option<f64> {
+        let total = self.ok + self.fail;
+        (total > 0).then(|| self.ok as f64 / total as f64)
+    }
 }
 
 /// A channel with its health history in every pool that holds it.
@@ -75,6 +165,9 @@ pub struct ChannelDetail {
     /// When the page was rendered (ms since the epoch): the charts' right edge.
     pub now_ms: i64,
     pub pools: Vec<PoolDecay>,
+    /// The last hour's outcome reports per minute (minutes without reports left out), or
+    /// why they could not be read.
+    pub outcomes: Result<Vec<OutcomeMinute>, String>,
 }
 
 /// One channel with its health history (`None` for an unknown channel), for any

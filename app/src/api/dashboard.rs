@@ -151,7 +151,7 @@ pub mod ssr {
     use engine::counter::{day_count_delta, DaySpan};
 
     use super::{MemberShare, PoolCard, TenantQuota};
-    use crate::api::TenantView;
+    use crate::api::UsageView;
 
     /// One stored sample of a pool.
     #[derive(Debug, Clone, PartialEq)]
@@ -302,8 +302,9 @@ pub mod ssr {
         out
     }
 
-    pub fn tenant_quota(t: &TenantView) -> TenantQuota {
-        match &t.usage {
+    /// A tenant's line on the dashboard from its usage now (or why it could not be read).
+    pub fn tenant_quota(name: &str, usage: &Result<UsageView, String>) -> TenantQuota {
+        match usage {
             Ok(u) => {
                 let (mut total, mut used, mut reserved) = (0u64, 0u64, 0u64);
                 for b in u.buckets.iter().filter(|b| b.live) {
@@ -312,7 +313,7 @@ pub mod ssr {
                     reserved = reserved.saturating_add(b.reserved);
                 }
                 TenantQuota {
-                    name: t.name.clone(),
+                    name: name.to_owned(),
                     period: Some(u.period.clone()),
                     total,
                     used,
@@ -324,7 +325,7 @@ pub mod ssr {
                 }
             }
             Err(why) => TenantQuota {
-                name: t.name.clone(),
+                name: name.to_owned(),
                 period: None,
                 total: 0,
                 used: 0,

@@ -17,13 +17,31 @@ pub mod tenants;
 pub use access::{list_access, AccessView, TokenView, UserView};
 pub use audit::{list_audit, verify_audit_chain, AuditQuery, AuditRecord, AuditRecords, AuditView, ChainStatus};
 pub use channels::{
-    channel_history, list_channels, ChannelDetail, ChannelPoolHealth, ChannelView, DecayPoint, PoolDecay,
+    channel_history, list_channels, ChannelDetail, ChannelList, ChannelPoolHealth, ChannelQuery, ChannelView,
+    DecayPoint, OutcomeMinute, PoolDecay,
 };
 pub use dashboard::{get_dashboard, Dashboard};
 pub use pools::{get_pool, list_pools, MemberView, PeakWindowView, PoolDetail, PoolListing, WeightEntry};
 pub use session::{whoami, SessionInfo, SESSION_COOKIE};
 pub use status::{get_system_status, DependencyStatus, SystemStatus};
-pub use tenants::{list_tenants, BucketView, DayUsage, GrantView, TenantView, UsageView};
+pub use tenants::{
+    get_tenant, list_tenant_page, BucketView, DayUsage, GrantView, OpenView, TenantList, TenantQuery, TenantRow,
+    TenantUse, TenantView, UsageView,
+};
+
+/// `value` as it may stand in a URL's query: every byte but the unreserved ones
+/// (`A-Z a-z 0-9 - _ . ~`) percent-encoded.
+pub fn encode_query_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
 
 /// Why the server could not answer a server function: what the UI shows in its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,8 +81,8 @@ mod backend {
     use std::sync::Arc;
 
     use super::{
-        AuditQuery, AuditRecords, ChainStatus, ChannelView, PoolDetail, PoolListing, SessionInfo, SystemStatus,
-        TenantView,
+        AuditQuery, AuditRecords, ChainStatus, ChannelList, ChannelQuery, PoolDetail, PoolListing, SessionInfo,
+        SystemStatus, TenantList, TenantQuery, TenantView,
     };
     use super::{TokenView, UserView};
 
@@ -91,15 +109,22 @@ mod backend {
         /// One pool with its members' health; `None` for an unknown pool.
         async fn pool(&self, name: String) -> Result<Option<PoolDetail>, super::BackendError>;
 
-        /// Every channel, by code, with its pin and its health in each pool holding it.
-        async fn channels(&self) -> Result<Vec<ChannelView>, super::BackendError>;
+        /// A page of channels matching `query` (searched, sorted and paged on the server),
+        /// each with its pin and its health in each pool holding it; an error names a
+        /// malformed `q`, `sort` or `page`.
+        async fn channels(&self, query: ChannelQuery) -> Result<ChannelList, super::BackendError>;
 
         /// One channel with its health transitions in each pool holding it (the newest
         /// 500), oldest first; `None` for an unknown channel.
         async fn channel_history(&self, code: String) -> Result<Option<super::ChannelDetail>, super::BackendError>;
 
-        /// Every tenant, by name, with its limits, grants and quota usage now.
-        async fn tenants(&self) -> Result<Vec<TenantView>, super::BackendError>;
+        /// A page of tenants matching `query` (searched, sorted and paged in Postgres), each
+        /// with its use now; an error names a malformed `q`, `sort` or `page`.
+        async fn tenant_list(&self, query: TenantQuery) -> Result<TenantList, super::BackendError>;
+
+        /// One tenant with its limits, grants, quota usage now and this month's use per
+        /// day; `None` for an unknown tenant.
+        async fn tenant(&self, name: String) -> Result<Option<TenantView>, super::BackendError>;
 
         /// The dashboard's pools (the last hour's samples, health, draws by source) and
         /// quota overview, in one call.
@@ -157,7 +182,8 @@ mod tests {
             <super::pools::GetPool as ServerFn>::PATH,
             <super::channels::ListChannels as ServerFn>::PATH,
             <super::channels::ChannelHistory as ServerFn>::PATH,
-            <super::tenants::ListTenants as ServerFn>::PATH,
+            <super::tenants::ListTenantPage as ServerFn>::PATH,
+            <super::tenants::GetTenant as ServerFn>::PATH,
             <super::dashboard::GetDashboard as ServerFn>::PATH,
             <super::access::ListAccess as ServerFn>::PATH,
             <super::ramps::PoolRamp as ServerFn>::PATH,

@@ -60,11 +60,32 @@ pub struct DayUsage {
     pub settled: u64,
 }
 
+/// An open reservation of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenView {
+    pub request: String,
+    pub tokens: u64,
+    /// When the sweeper may return it (UTC, to the second).
+    pub deadline: String,
+    /// The buckets holding it, `bucket:amount,…`.
+    pub parts: String,
+    pub model: String,
+}
+
+/// The most open reservations a tenant's page lists.
+pub const OPEN_LISTED: usize = 50;
+
 /// One tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantView {
     pub name: String,
     pub plan: String,
+    /// The fallback policy while Redis is unreachable, in words (`fail_closed`, or
+    /// `fail_open_limited, allowance 100,000 tokens`).
+    pub fallback: String,
+    /// The open reservations, soonest deadline first (at most [`OPEN_LISTED`]), or why they
+    /// could not be read.
+    pub open: Result<Vec<OpenView>, String>,
     pub version: i64,
     pub monthly_tokens: i64,
     pub daily_requests: i64,
@@ -77,9 +98,152 @@ pub struct TenantView {
     pub month: Result<Vec<DayUsage>, String>,
 }
 
-/// Every tenant, by name, for any signed-in user.
-#[server(prefix = "/sfn", endpoint = "tenants", input = GetUrl)]
-pub async fn list_tenants() -> Result<Vec<TenantView>, ServerFnError> {
+/// Rows per page of the tenants list.
+pub const TENANT_PAGE_SIZE: u32 = 50;
+
+/// The longest search text.
+pub const MAX_SEARCH: usize = 100;
+
+/// How the tenants list may be sorted: the `sort` value and what the page calls it.
+pub const TENANT_SORTS: [(&str, &str); 4] = [
+    ("name", "Name"),
+    ("plan", "Plan, then name"),
+    ("tokens", "Tokens a month, most first"),
+    ("updated", "Changed, newest first"),
+];
+
+/// The tenants list's query, as the URL holds it: `q` (part of a tenant's or its plan's
+/// name), `sort` (one of [`TENANT_SORTS`]) and `page` (from 1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantQuery {
+    pub q: Option<String>,
+    pub sort: Option<String>,
+    pub page: Option<u32>,
+}
+
+/// A tenant's use of its tokens now, over its plan and live grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantUse {
+    pub used: u64,
+    pub reserved: u64,
+    /// The plan's tokens plus the live grants'.
+    pub amount: u64,
+    /// Tokens a reservation could take now.
+    pub available: u64,
+}
+
+impl TenantUse {
+    /// Used and reserved as a share of the amount, in percent (100 when there is nothing).
+    pub fn percent(&self) -> f64 {
+        if self.amount == 0 {
+            return 100.0;
+        }
+        (self.used.saturating_add(self.reserved) as f64 * 100.0 / self.amount as f64).min(999.0)
+    }
+
+    /// `ok`, `near limit` (90 % or more taken) or `exhausted` (nothing can be reserved).
+    pub fn state(&self) -> &'static str {
+        if self.available == 0 {
+            "exhausted"
+        } else if self.percent() >= 90.0 {
+            "near limit"
+        } else {
+            "ok"
+        }
+    }
+}
+
+/// One row of the tenants list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRow {
+    pub name: String,
+    pub plan: String,
+    pub monthly_tokens: i64,
+    /// Grants neither revoked nor expired.
+    pub live_grants: i64,
+    pub version: i64,
+    /// The use now, or why it could not be read.
+    pub usage: Result<TenantUse, String>,
+}
+
+/// A page of the tenants list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantList {
+    pub rows: Vec<TenantRow>,
+    /// Tenants matching the search, on every page.
+    pub total: u64,
+    /// This page (from 1) and the number of pages (at least 1).
+    pub page: u32,
+    pub pages: u32,
+    /// The search and the sort as checked (the sort's value, `name` by default).
+    pub q: String,
+    pub sort: String,
+}
+
+impl TenantList {
+    /// The list's address for `page`, with this search and sort.
+    pub fn href(&self, page: u32) -> String {
+        list_href("/tenants", &self.q, &self.sort, "name", page)
+    }
+}
+
+/// `path?q=…&sort=…&page=…`, leaving out what is empty or the default.
+pub fn list_href(path: &str, q: &str, sort: &str, default_sort: &str, page: u32) -> String {
+    let mut parts = Vec::new();
+    if !q.is_empty() {
+        parts.push(format!("q={}", super::encode_query_value(q)));
+    }
+    if sort != default_sort {
+        parts.push(format!("sort={}", super::encode_query_value(sort)));
+    }
+    if page > 1 {
+        parts.push(format!("page={page}"));
+    }
+    if parts.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", parts.join("&"))
+    }
+}
+
+/// A page of the tenants list, searched and sorted on the server, for any signed-in user.
+/// The query's parts are separate optional arguments, so that a query string without them
+/// reads as "the first page of everything".
+#[server(prefix = "/sfn", endpoint = "tenant_list", input = GetUrl)]
+pub async fn list_tenant_page(
+    q: Option<String>,
+    sort: Option<String>,
+    page: Option<u32>,
+) -> Result<TenantList, ServerFnError> {
     super::session::ssr::require_session().await?;
-    super::backend()?.tenants().await.map_err(ServerFnError::new)
+    super::backend()?.tenant_list(TenantQuery { q, sort, page }).await.map_err(ServerFnError::new)
+}
+
+/// One tenant with its limits, grants and usage (`None` for an unknown tenant), for any
+/// signed-in user.
+#[server(prefix = "/sfn", endpoint = "tenant", input = GetUrl)]
+pub async fn get_tenant(name: String) -> Result<Option<TenantView>, ServerFnError> {
+    super::session::ssr::require_session().await?;
+    super::backend()?.tenant(name).await.map_err(ServerFnError::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_address_keeps_only_what_differs_from_the_defaults() {
+        assert_eq!(list_href("/tenants", "", "name", "name", 1), "/tenants");
+        assert_eq!(list_href("/tenants", "a b&c", "plan", "name", 3), "/tenants?q=a%20b%26c&sort=plan&page=3");
+    }
+
+    #[test]
+    fn use_is_a_share_of_plan_and_grants_and_says_its_state() {
+        let u = |used, reserved, amount, available| TenantUse { used, reserved, amount, available };
+        assert_eq!(u(50, 25, 100, 25).percent(), 75.0);
+        assert_eq!(u(50, 25, 100, 25).state(), "ok");
+        assert_eq!(u(90, 0, 100, 10).state(), "near limit");
+        assert_eq!(u(100, 0, 100, 0).state(), "exhausted");
+        assert_eq!(u(0, 0, 0, 0).percent(), 100.0);
+    }
 }

@@ -3,5 +3,6 @@
 pub mod charts;
 pub mod form;
 pub mod layout;
+pub mod outcome_chart;
 pub mod refresh;
 pub mod step_chart;

@@ -21,13 +21,14 @@ const TOP: f64 = 12.0;
 const BOTTOM: f64 = 28.0;
 
 /// The line's points: the value before the first step from `start`, then a horizontal and
-/// a vertical segment per step, held until `end`.
-pub fn step_points(steps: &[Step], start: i64, end: i64, y_max: f64) -> Vec<(f64, f64)> {
+/// a vertical segment per step, held until `end`. Without steps the value has been
+/// `current` throughout: a flat line at it.
+pub fn step_points(steps: &[Step], start: i64, end: i64, y_max: f64, current: f64) -> Vec<(f64, f64)> {
     let span = (end - start).max(1) as f64;
     let x = |t: i64| LEFT + (t.clamp(start, end) - start) as f64 / span * (WIDTH - LEFT - RIGHT);
     let y = |v: f64| TOP + (1.0 - (v / y_max.max(1.0)).clamp(0.0, 1.0)) * (HEIGHT - TOP - BOTTOM);
     let mut points = Vec::with_capacity(steps.len() * 2 + 2);
-    let first = steps.first().map(|s| s.before).unwrap_or(0.0);
+    let first = steps.first().map(|s| s.before).unwrap_or(current);
     points.push((x(start), y(first)));
     for s in steps {
         points.push((x(s.x), y(s.before)));
@@ -41,10 +42,19 @@ pub fn step_points(steps: &[Step], start: i64, end: i64, y_max: f64) -> Vec<(f64
 /// The chart. `title` is read by screen readers; `id` identifies it to tests; the time axis
 /// is labelled at both ends, relative to its right edge ("62 min ago" … "now").
 #[component]
-pub fn StepChart(id: String, title: String, steps: Vec<Step>, start: i64, end: i64, y_max: f64) -> impl IntoView {
+pub fn StepChart(
+    id: String,
+    title: String,
+    steps: Vec<Step>,
+    start: i64,
+    end: i64,
+    y_max: f64,
+    /// The value now (the line when nothing changed).
+    current: f64,
+) -> impl IntoView {
     let ago = (end - start).max(0) / 60_000;
     let start_label = if ago >= 120 { format!("{} h ago", ago / 60) } else { format!("{ago} min ago") };
-    let points = step_points(&steps, start, end, y_max);
+    let points = step_points(&steps, start, end, y_max, current);
     let path = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect::<Vec<_>>().join(" ");
     let span = (end - start).max(1) as f64;
     let marker_x = move |t: i64| LEFT + (t.clamp(start, end) - start) as f64 / span * (WIDTH - LEFT - RIGHT);
@@ -90,7 +100,7 @@ mod tests {
             Step { x: 50, before: 10.0, after: 5.0, label: "decaying".into() },
             Step { x: 75, before: 5.0, after: 0.0, label: "ejected".into() },
         ];
-        let p = step_points(&steps, 0, 100, 10.0);
+        let p = step_points(&steps, 0, 100, 10.0, 0.0);
         assert_eq!(p.len(), 6);
         // Starts at the value before the first step, at the top (10 of 10).
         assert_eq!(p[0], (LEFT, TOP));
@@ -101,9 +111,10 @@ mod tests {
     }
 
     #[test]
-    fn without_steps_the_line_is_flat() {
-        let p = step_points(&[], 0, 100, 10.0);
+    fn without_steps_the_line_is_flat_at_the_current_value() {
+        let p = step_points(&[], 0, 100, 30.0, 30.0);
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].1, p[1].1);
+        assert_eq!(p[0].1, TOP, "30 of 30: at the top, not at zero");
     }
 }

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
-use crate::api::audit::{AuditEntry, Change, ChangeKind};
+use crate::api::audit::{AuditEntry, Change};
 use crate::api::{list_audit, verify_audit_chain, AuditQuery, ChainStatus};
 use crate::components::layout::CurrentSession;
 
@@ -202,26 +202,38 @@ fn Rows(entries: Vec<AuditEntry>) -> impl IntoView {
     }
 }
 
+/// What a row changed, as a table: one line per key (nested ones by path, list elements
+/// by name), the kind in words, the value before and after.
 #[component]
 fn Diff(changes: Vec<Change>) -> impl IntoView {
     if changes.is_empty() {
         return view! { <span class="detail">"no change recorded"</span> }.into_any();
     }
+    let cell = |v: Option<String>| v.map(|v| readable(&v)).unwrap_or_else(|| "–".to_owned());
     view! {
-        <ul class="diff">
-            {changes.into_iter().map(|c| {
-                let text = match c.kind {
-                    ChangeKind::Added => format!(": {}", c.after.unwrap_or_default()),
-                    ChangeKind::Removed => format!(": {}", c.before.unwrap_or_default()),
-                    ChangeKind::Changed => format!(": {} → {}", c.before.unwrap_or_default(), c.after.unwrap_or_default()),
-                };
-                view! {
-                    <li class=format!("diff-{}", c.kind.label())>
-                        <span class="diff-kind">{c.kind.label()}</span>" "<code>{c.key}</code>{text}
-                    </li>
-                }
-            }).collect_view()}
-        </ul>
+        <table class="diff">
+            <thead>
+                <tr><th scope="col">"Key"</th><th scope="col">"Change"</th><th scope="col">"Before"</th><th scope="col">"After"</th></tr>
+            </thead>
+            <tbody>
+                {changes.into_iter().map(|c| view! {
+                    <tr class=format!("diff-{}", c.kind.label()) data-key=c.key.clone()>
+                        <th scope="row"><code>{c.key.clone()}</code></th>
+                        <td class="diff-kind">{c.kind.label()}</td>
+                        <td>{cell(c.before)}</td>
+                        <td>{cell(c.after)}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
     }
     .into_any()
+}
+
+/// A whole number of five digits or more with its thousands separated; anything else as it is.
+fn readable(value: &str) -> String {
+    match value.parse::<u64>() {
+        Ok(n) if value.len() >= 5 && !value.starts_with('0') => crate::components::charts::grouped(n),
+        _ => value.to_owned(),
+    }
 }

@@ -171,13 +171,13 @@ fn FlagTable(
     }
 }
 
-/// A link to the page of what a request changes (a pool's, a channel's; the tenants page).
+/// A link to the page of what a request changes (a pool's, a channel's, a tenant's).
 fn entity_link(entity: &str) -> impl IntoView {
     let (kind, name) = entity.split_once(':').unwrap_or(("", entity));
     let href = match kind {
         "pool" => format!("/pools/{name}"),
         "channel" => format!("/channels/{name}"),
-        "tenant" => "/tenants".to_owned(),
+        "tenant" => format!("/tenants/{name}"),
         _ => String::new(),
     };
     let text = if kind == "pool" { name.to_owned() } else { entity.to_owned() };

@@ -1,11 +1,14 @@
-//! One channel's health history: for each pool holding it, its effective weight over time
-//! as a step chart with every transition marked and numbered, and the same transitions as
-//! a table (the chart's text alternative).
+//! One channel's health: the last hour of its outcome reports (success rate against each
+//! pool's threshold, volume, latency, with the health transitions marked on the same time
+//! axis), and for each pool holding it, its effective weight over time as a step chart
+//! with every transition marked and numbered, and the same transitions as a table (the
+//! chart's text alternative).
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
 use crate::api::{channel_history, ChannelDetail, PoolDecay};
+use crate::components::outcome_chart::{Mark, OutcomeCharts, Threshold};
 use crate::components::step_chart::{Step, StepChart};
 
 /// How far back a chart reaches when the channel has no older transition.
@@ -34,6 +37,36 @@ pub fn ChannelPage() -> impl IntoView {
 #[component]
 fn ChannelView(channel: ChannelDetail) -> impl IntoView {
     let now = channel.now_ms;
+    let start = now - 3_600_000;
+    let thresholds: Vec<Threshold> = channel
+        .pools
+        .iter()
+        .map(|p| Threshold { label: format!("pool {}", p.pool), rate: p.min_success_rate })
+        .collect();
+    let marks: Vec<Mark> = {
+        let mut marks: Vec<Mark> = channel
+            .pools
+            .iter()
+            .flat_map(|p| {
+                p.points
+                    .iter()
+                    .filter(|t| t.at_ms >= start)
+                    .map(|t| Mark { at_ms: t.at_ms, label: format!("{}: {} → {} at {}", p.pool, t.from, t.to, t.at) })
+            })
+            .collect();
+        marks.sort_by_key(|m| m.at_ms);
+        marks
+    };
+    let outcomes = match channel.outcomes {
+        Ok(minutes) => view! {
+            <OutcomeCharts id=format!("outcomes-{}", channel.code) minutes thresholds marks=marks.clone() start end=now/>
+            {(!marks.is_empty()).then(|| view! {
+                <ol class="marks">{marks.iter().map(|m| view! { <li>{m.label.clone()}</li> }).collect_view()}</ol>
+            })}
+        }
+        .into_any(),
+        Err(why) => view! { <p class="notice">{why}</p> }.into_any(),
+    };
     let pools = if channel.pools.is_empty() {
         view! { <p>"This channel is in no pool."</p> }.into_any()
     } else {
@@ -45,6 +78,10 @@ fn ChannelView(channel: ChannelDetail) -> impl IntoView {
             {channel.name} ", " {if channel.enabled { "enabled" } else { "disabled" }}
             {channel.pin.map(|p| format!(", pinned {p}"))}
         </p>
+        <section class="card" aria-labelledby="outcomes-heading">
+            <h2 id="outcomes-heading">"Outcomes, last hour"</h2>
+            {outcomes}
+        </section>
         {pools}
     }
 }
@@ -109,7 +146,7 @@ fn PoolHistory(pool: PoolDecay, now: i64) -> impl IntoView {
         <section class="card" aria-labelledby=labelled_by data-pool=key>
             <h2 id=heading>"In pool " <a href=format!("/pools/{}", pool.pool)><code>{pool.pool.clone()}</code></a></h2>
             <p>"Now " <strong>{pool.state.clone()}</strong> ", effective weight " {pool.effective_weight} " of " {pool.base_weight} "."</p>
-            <StepChart id title steps start end=now y_max=pool.base_weight as f64/>
+            <StepChart id title steps start end=now y_max=pool.base_weight as f64 current=pool.effective_weight as f64/>
             {rows}
         </section>
     }

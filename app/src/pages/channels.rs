@@ -1,36 +1,75 @@
-//! Channels: each with its tier, whether it is enabled, its base weight, its pin and its
-//! health in every pool holding it; operators and admins disable, enable and pin here.
+//! Channels: a list searched, sorted and paged on the server (the query in the URL), each
+//! row with its tier, whether it is enabled, its base weight, its pin and its health in
+//! every pool holding it. Operators and admins change a channel in one dialog per row
+//! (disable, enable, pin, unpin), which asks the reason there.
 
 use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
 
-use crate::api::{list_channels, ChannelView, SessionInfo};
+use crate::api::channels::CHANNEL_SORTS;
+use crate::api::tenants::MAX_SEARCH;
+use crate::api::{list_channels, ChannelList, ChannelQuery, ChannelView, SessionInfo};
+use crate::components::charts::grouped;
 use crate::components::layout::CurrentSession;
 
 /// The channels resource, refetched after each change.
-type ChannelsResource = Resource<Result<Vec<ChannelView>, ServerFnError>>;
+type ChannelsResource = Resource<Result<ChannelList, ServerFnError>>;
 
-/// Every channel.
+/// The channels list: search, sort and pages, all in the URL.
 #[component]
 pub fn Channels() -> impl IntoView {
-    let channels: ChannelsResource = Resource::new(|| (), |_| list_channels());
+    let params = use_query_map();
+    let query = move || {
+        params.with(|p| ChannelQuery {
+            q: p.get("q").filter(|q| !q.is_empty()),
+            sort: p.get("sort").filter(|s| !s.is_empty()),
+            page: p.get("page").and_then(|n| n.parse().ok()),
+        })
+    };
+    let channels: ChannelsResource = Resource::new(query, |q| list_channels(q.q, q.sort, q.page));
     let session = expect_context::<CurrentSession>().0;
     // Outside the table, so that it survives the refetch that follows a change.
     let done = RwSignal::new(None::<String>);
+    // The channel whose change dialog is open.
+    let editing = RwSignal::new(None::<ChannelView>);
     view! {
         <h1>"Channels"</h1>
         <p id="channels-message" class="notice" role="status" aria-live="polite">{move || done.get()}</p>
-        <section class="card">
-            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    let session = session.await.ok().flatten();
-                    match channels.await {
-                        Ok(list) if list.is_empty() => view! { <p>"No channels yet."</p> }.into_any(),
-                        Ok(list) => view! { <ChannelTable channels=list session resource=channels done/> }.into_any(),
-                        Err(e) => view! { <p class="error" role="alert">"Could not load the channels: " {e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
-        </section>
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let session = session.await.ok().flatten();
+                let q = query();
+                let form = view! { <ChannelSearch q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "code".into())/> };
+                let csrf = session.as_ref().map(|s| s.csrf_token.clone()).unwrap_or_default();
+                let dialog = move || editing.get().map(|c| view! { <ChangeDialog channel=c csrf=csrf.clone() resource=channels done editing/> });
+                match channels.await {
+                    Ok(list) if list.total == 0 && list.q.is_empty() => view! { {form} <p>"No channels yet."</p> }.into_any(),
+                    Ok(list) => view! { {form} <section class="card"><ChannelTable list session editing/></section> {dialog} }.into_any(),
+                    Err(e) => view! { {form} <p class="error" role="alert">"Could not load the channels: " {e.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+/// The search form: a plain GET of `/channels`, so the URL holds the query.
+#[component]
+fn ChannelSearch(q: String, sort: String) -> impl IntoView {
+    view! {
+        <form class="card filters" method="get" action="/channels" role="search" aria-label="Search channels">
+            <label>"Code or name contains "
+                <input type="search" name="q" id="channel-search" value=q maxlength=MAX_SEARCH.to_string()/>
+            </label>
+            <label>"Sort by "
+                <select name="sort" id="channel-sort">
+                    {CHANNEL_SORTS.iter().map(|(value, label)| view! {
+                        <option value=*value selected=*value == sort.as_str()>{*label}</option>
+                    }).collect_view()}
+                </select>
+            </label>
+            <button type="submit">"Search"</button>
+            " " <a href="/channels">"Clear"</a>
+        </form>
     }
 }
 
@@ -45,14 +84,12 @@ fn health_class(state: &str) -> &'static str {
 
 #[component]
 fn ChannelTable(
-    channels: Vec<ChannelView>,
+    list: ChannelList,
     session: Option<SessionInfo>,
-    resource: ChannelsResource,
-    done: RwSignal<Option<String>>,
+    editing: RwSignal<Option<ChannelView>>,
 ) -> impl IntoView {
     let may_operate = session.as_ref().is_some_and(|s| s.may_operate);
     let role = session.as_ref().map(|s| s.role.clone()).unwrap_or_default();
-    let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
     let restricted = (!may_operate).then(|| {
         view! {
             <p class="notice" id="channels-restricted">
@@ -60,8 +97,22 @@ fn ChannelTable(
             </p>
         }
     });
+    let summary = format!(
+        "{} channel{}{}; page {} of {}",
+        grouped(list.total),
+        if list.total == 1 { "" } else { "s" },
+        if list.q.is_empty() { String::new() } else { format!(" matching \"{}\"", list.q) },
+        list.page,
+        list.pages
+    );
+    let previous = (list.page > 1)
+        .then(|| view! { <a id="channels-previous" rel="prev" href=list.href(list.page - 1)>"Previous page"</a> });
+    let next = (list.page < list.pages)
+        .then(|| view! { <a id="channels-next" rel="next" href=list.href(list.page + 1)>"Next page"</a> });
     view! {
         {restricted}
+        <p id="channels-summary" role="status">{summary}</p>
+        <div class="table-wrap">
         <table class="grid" id="channels">
             <thead>
                 <tr>
@@ -69,17 +120,21 @@ fn ChannelTable(
                     <th scope="col">"Name"</th>
                     <th scope="col">"Tier"</th>
                     <th scope="col">"Enabled"</th>
-                    <th scope="col">"Base weight"</th>
+                    <th scope="col" class="number">"Base weight"</th>
                     <th scope="col">"Pin"</th>
                     <th scope="col">"Health per pool"</th>
                     {may_operate.then(|| view! { <th scope="col">"Change"</th> })}
                 </tr>
             </thead>
             <tbody>
-                {channels.into_iter().map(|c| {
-                    let actions = may_operate.then(|| view! {
-                        <td><ChannelActions code=c.code.clone() enabled=c.enabled pin=c.pin.clone() csrf=csrf.clone() resource done/></td>
-                    }.into_any());
+                {list.rows.into_iter().map(|c| {
+                    let actions = may_operate.then(|| {
+                        let (code, channel) = (c.code.clone(), c.clone());
+                        view! {
+                            <td><button type="button" id=format!("change-{code}") aria-haspopup="dialog"
+                                aria-label=format!("Change {code}") on:click=move |_| editing.set(Some(channel.clone()))>"Change…"</button></td>
+                        }
+                    });
                     let (enabled_class, enabled_text) = if c.enabled { ("badge ok", "enabled") } else { ("badge bad", "disabled") };
                     let pin = match c.pin.clone().map(|state| (health_class(&state), state)) {
                         Some((class, state)) => view! { <span class=class id=format!("pin-{}", c.code)>"pinned " {state}</span> }.into_any(),
@@ -94,7 +149,7 @@ fn ChannelTable(
                                     <li data-pool=p.pool.clone()>
                                         <code>{p.pool.clone()}</code>" "
                                         <span class=health_class(&p.state)>{p.state.clone()}</span>
-                                        " (effective weight " {p.effective_weight} ")"
+                                        " (effective weight " {grouped(p.effective_weight)} ")"
                                     </li>
                                 }).collect_view()}
                             </ul>
@@ -106,7 +161,7 @@ fn ChannelTable(
                             <td>{c.name}</td>
                             <td>{c.tier.unwrap_or_else(|| "none".to_owned())}</td>
                             <td><span class=enabled_class id=format!("enabled-{}", c.code)>{enabled_text}</span></td>
-                            <td>{c.base_weight}</td>
+                            <td class="number">{grouped(c.base_weight.max(0) as u64)}</td>
                             <td>{pin}</td>
                             <td>{pools}</td>
                             {actions}
@@ -115,6 +170,39 @@ fn ChannelTable(
                 }).collect_view()}
             </tbody>
         </table>
+        </div>
+        <nav class="paging" aria-label="Pages">{previous} " " {next}</nav>
+    }
+}
+
+/// The change dialog of one channel: what it is now, a required reason and the changes that
+/// apply; Escape or Close shuts it.
+#[component]
+fn ChangeDialog(
+    channel: ChannelView,
+    csrf: String,
+    resource: ChannelsResource,
+    done: RwSignal<Option<String>>,
+    editing: RwSignal<Option<ChannelView>>,
+) -> impl IntoView {
+    let code = channel.code.clone();
+    let heading = format!("dialog-{code}-heading");
+    let labelled_by = heading.clone();
+    let state = format!(
+        "{}; pin {}",
+        if channel.enabled { "enabled" } else { "disabled" },
+        channel.pin.clone().unwrap_or_else(|| "none".to_owned())
+    );
+    view! {
+        <div class="dialog-backdrop">
+            <section class="dialog card" role="dialog" aria-modal="true" aria-labelledby=labelled_by id="change-dialog"
+                on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" { editing.set(None) }>
+                <h2 id=heading>"Change " <code>{code.clone()}</code></h2>
+                <p>{channel.name.clone()} ": " {state}</p>
+                <ChannelActions code=code.clone() enabled=channel.enabled pin=channel.pin.clone() csrf resource done editing/>
+                <button type="button" id="dialog-close" on:click=move |_| editing.set(None)>"Close"</button>
+            </section>
+        </div>
     }
 }
 
@@ -144,7 +232,7 @@ impl Change {
 }
 
 /// A required reason and the changes that apply to the channel now, posted to the REST API
-/// with the session's CSRF token; the table is read again afterwards.
+/// with the session's CSRF token; the dialog closes and the table is read again afterwards.
 #[component]
 fn ChannelActions(
     code: String,
@@ -153,12 +241,24 @@ fn ChannelActions(
     csrf: String,
     resource: ChannelsResource,
     done: RwSignal<Option<String>>,
+    editing: RwSignal<Option<ChannelView>>,
 ) -> impl IntoView {
     let reason = RwSignal::new(String::new());
     let message = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
+    // The reason is where the dialog starts (keyboard users type it at once).
+    let reason_input = NodeRef::<leptos::html::Input>::new();
+    Effect::new(move |_| {
+        if let Some(input) = reason_input.get() {
+            // After the frame that attaches the dialog: an element not yet in the page
+            // takes no focus.
+            request_animation_frame(move || {
+                let _ = input.focus();
+            });
+        }
+    });
     let id = |what: &str| format!("{what}-{}", code);
     let (reason_id, message_id) = (id("reason"), id("message"));
     let stored = StoredValue::new((code.clone(), csrf));
@@ -177,6 +277,7 @@ fn ChannelActions(
             match post_change(&path, &_csrf, state, why).await {
                 Ok(()) => {
                     done.set(Some(said));
+                    editing.set(None);
                     resource.refetch();
                 }
                 Err(e) => {
@@ -186,7 +287,7 @@ fn ChannelActions(
             }
         });
         #[cfg(not(feature = "hydrate"))]
-        let _ = (path, state, said, why, done, resource);
+        let _ = (path, state, said, why, done, resource, editing);
     };
     let button = move |change: Change, id: String, label: String, text: &'static str| {
         view! { <button type="button" id=id aria-label=label on:click=move |_| act(change)>{text}</button> }.into_any()
@@ -207,7 +308,7 @@ fn ChannelActions(
                 <legend class="visually-hidden">"Change " {code.clone()}</legend>
                 <div class="field">
                     <label for=reason_id.clone()>"Reason for " {code.clone()} " (required, audited)"</label>
-                    <input id=reason_id type="text" maxlength="500" required
+                    <input id=reason_id node_ref=reason_input type="text" maxlength="500" required
                         prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))/>
                 </div>
                 <div class="buttons">{switch} {pin_healthy} {pin_ejected} {unpin}</div>

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use engine::preview::{preview, MemberPreview, OrderingPreview, PREVIEW_WINDOW};
+use engine::preview::{preview, MemberPreview, OrderingPreview, Preview, PREVIEW_WINDOW, STRIP_TICKETS};
 use engine::{BatchSize, Ordering, WeightError, Weights};
 
 use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, SessionInfo, WeightEntry};
@@ -276,6 +276,7 @@ fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, o
                         }).collect_view()}
                     </tbody>
                 </table>
+                <PreviewStrips current=current.clone() proposed/>
                 <dl class="facts" id="preview-spread">
                     <dt>"Largest deviation in any " {PREVIEW_WINDOW} " draws in a row"</dt>
                     <dd>
@@ -351,4 +352,67 @@ fn longest_run(spread: Option<&OrderingPreview>) -> String {
     spread
         .map(|s| format!("{} ({})", s.longest_run, s.longest_run_member))
         .unwrap_or_else(|| "not measured (batch too large to preview)".into())
+}
+
+/// The colours of the strips' cells, by member index (repeating after eight; each cell's
+/// title and the legend name the member, so colour is never the only signal).
+const STRIP_COLOURS: [&str; 8] =
+    ["#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#475569"];
+
+/// The first tickets of the ordering as coloured cells, now and with the weights typed, so
+/// that clumps show before saving.
+#[component]
+fn PreviewStrips(current: Option<Preview>, proposed: Memo<Option<Preview>>) -> impl IntoView {
+    let legend = current
+        .as_ref()
+        .map(|p| {
+            p.members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    view! {
+                        <li><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" height="10" fill=STRIP_COLOURS[i % STRIP_COLOURS.len()]></rect></svg>{m.member.clone()}</li>
+                    }
+                })
+                .collect_view()
+        });
+    let now = current.clone();
+    view! {
+        <figure class="preview-strips">
+            <figcaption>"The first " {STRIP_TICKETS} " tickets in draw order, one cell each (hover a cell for its member)"</figcaption>
+            <Strip id="strip-now" label="now" preview=now/>
+            {move || view! { <Strip id="strip-new" label="new" preview=proposed.get()/> }}
+            <ul class="legend">{legend}</ul>
+        </figure>
+    }
+}
+
+#[component]
+fn Strip(id: &'static str, label: &'static str, preview: Option<Preview>) -> impl IntoView {
+    let Some((members, head)) = preview.and_then(|p| p.spread.map(|s| (p.members, s.head))) else {
+        return view! { <p id=id>{label} ": –"</p> }.into_any();
+    };
+    let sequence = head.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let cells = head
+        .iter()
+        .enumerate()
+        .map(|(x, &m)| {
+            let name = members.get(m as usize).map(|p| p.member.clone()).unwrap_or_default();
+            view! {
+                <rect x=x.to_string() y="0" width="1" height="10" fill=STRIP_COLOURS[m as usize % STRIP_COLOURS.len()]>
+                    <title>{format!("ticket {}: {name}", x + 1)}</title>
+                </rect>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="strip-row">
+            <span class="strip-label">{label}</span>
+            <svg class="strip" id=id data-sequence=sequence viewBox=format!("0 0 {} 10", head.len()) preserveAspectRatio="none"
+                role="img" aria-label=format!("{label}: the first {} tickets in draw order", head.len())>
+                {cells}
+            </svg>
+        </div>
+    }
+    .into_any()
 }

@@ -185,7 +185,7 @@ fn GuardChart(samples: Vec<RampSample>, threshold: Option<f64>) -> impl IntoView
     let legend = members
         .iter()
         .enumerate()
-        .map(|(k, m)| view! { <li><span class="swatch" style=format!("background:{}", colours[k % colours.len()])></span>{m.clone()}</li> })
+        .map(|(k, m)| view! { <li><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" height="10" fill=colours[k % colours.len()]></rect></svg>{m.clone()}</li> })
         .collect_view();
     view! {
         <figure id="ramp-chart">

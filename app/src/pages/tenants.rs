@@ -1,14 +1,19 @@
-//! Tenants: each tenant's plan and limits, its grants (revoked ones marked) and its quota
-//! usage per bucket as it stands now; pms and admins add and revoke grants here.
+//! Tenants: a list searched, sorted and paged on the server (the query in the URL, so a
+//! link can be shared), and a page per tenant with its plan and limits, its grants
+//! (revoked ones marked), its use now per bucket and this month's use per day; pms and
+//! admins add and revoke grants on the tenant's page.
 
 use leptos::prelude::*;
+use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::api::rest::Refusal;
-use crate::api::{list_tenants, DayUsage, GrantView, TenantView, UsageView};
+use crate::api::tenants::{MAX_SEARCH, TENANT_SORTS};
+use crate::api::{get_tenant, list_tenant_page, DayUsage, GrantView, TenantList, TenantQuery, TenantView, UsageView};
+use crate::components::charts::grouped;
 use crate::components::layout::CurrentSession;
 
-/// The tenants, read again after each change.
-type TenantsResource = Resource<Result<Vec<TenantView>, ServerFnError>>;
+/// The tenant of a tenant's page, read again after each change.
+type TenantResource = Resource<Result<Option<TenantView>, ServerFnError>>;
 
 /// The largest amount of tokens a grant can hold (2^53 − 1: exact in JSON everywhere).
 const MAX_TOKENS: u64 = api::MAX_INTEGER;
@@ -18,24 +23,140 @@ const MAX_TOKENS: u64 = api::MAX_INTEGER;
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 struct Editor {
     csrf: StoredValue<String>,
-    tenants: TenantsResource,
-    /// What was done last (outside the cards, so that it survives their refetch).
+    tenant: TenantResource,
+    /// What was done last (outside the card, so that it survives its refetch).
     done: RwSignal<Option<String>>,
 }
 
-/// Every tenant.
+/// The tenants list: search, sort and pages, all in the URL.
 #[component]
 pub fn Tenants() -> impl IntoView {
-    let tenants: TenantsResource = Resource::new(|| (), |_| list_tenants());
+    let params = use_query_map();
+    let query = move || {
+        params.with(|p| TenantQuery {
+            q: p.get("q").filter(|q| !q.is_empty()),
+            sort: p.get("sort").filter(|s| !s.is_empty()),
+            page: p.get("page").and_then(|n| n.parse().ok()),
+        })
+    };
+    let list = Resource::new(query, |q| list_tenant_page(q.q, q.sort, q.page));
+    view! {
+        <h1>"Tenants"</h1>
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let q = query();
+                let form = view! { <TenantSearch q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "name".into())/> };
+                match list.await {
+                    Ok(page) => view! { {form} <TenantTable page/> }.into_any(),
+                    Err(e) => view! { {form} <p class="error" role="alert">"Could not list the tenants: " {e.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+    .into_any()
+}
+
+/// The search form: a plain GET of `/tenants`, so the URL holds the query.
+#[component]
+fn TenantSearch(q: String, sort: String) -> impl IntoView {
+    view! {
+        <form class="card filters" method="get" action="/tenants" role="search" aria-label="Search tenants">
+            <label>"Name or plan contains "
+                <input type="search" name="q" id="tenant-search" value=q maxlength=MAX_SEARCH.to_string()/>
+            </label>
+            <label>"Sort by "
+                <select name="sort" id="tenant-sort">
+                    {TENANT_SORTS.iter().map(|(value, label)| view! {
+                        <option value=*value selected=*value == sort.as_str()>{*label}</option>
+                    }).collect_view()}
+                </select>
+            </label>
+            <button type="submit">"Search"</button>
+            " " <a href="/tenants">"Clear"</a>
+        </form>
+    }
+}
+
+/// One page of tenants with links to the others.
+#[component]
+fn TenantTable(page: TenantList) -> impl IntoView {
+    if page.rows.is_empty() {
+        let text = if page.q.is_empty() {
+            "No tenants yet.".to_owned()
+        } else {
+            format!("No tenant's name or plan contains \"{}\".", page.q)
+        };
+        return view! { <p id="tenants-none">{text}</p> }.into_any();
+    }
+    let summary = format!(
+        "{} tenant{}{}; page {} of {}",
+        grouped(page.total),
+        if page.total == 1 { "" } else { "s" },
+        if page.q.is_empty() { String::new() } else { format!(" matching \"{}\"", page.q) },
+        page.page,
+        page.pages
+    );
+    let previous = (page.page > 1)
+        .then(|| view! { <a id="tenants-previous" rel="prev" href=page.href(page.page - 1)>"Previous page"</a> });
+    let next = (page.page < page.pages)
+        .then(|| view! { <a id="tenants-next" rel="next" href=page.href(page.page + 1)>"Next page"</a> });
+    let rows = page
+        .rows
+        .into_iter()
+        .map(|t| {
+            let (percent, state) = match &t.usage {
+                Ok(u) => (format!("{:.1} %", u.percent()), u.state().to_owned()),
+                Err(why) => ("—".to_owned(), why.clone()),
+            };
+            view! {
+                <tr data-tenant=t.name.clone()>
+                    <th scope="row"><a href=format!("/tenants/{}", t.name)><code>{t.name.clone()}</code></a></th>
+                    <td>{t.plan}</td>
+                    <td class="number">{grouped(t.monthly_tokens.max(0) as u64)}</td>
+                    <td class="number">{t.live_grants}</td>
+                    <td class="number">{percent}</td>
+                    <td>{state}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <p id="tenants-summary" role="status">{summary}</p>
+        <div class="table-wrap">
+            <table class="grid" id="tenants">
+                <thead>
+                    <tr>
+                        <th scope="col">"Tenant"</th>
+                        <th scope="col">"Plan"</th>
+                        <th scope="col">"Tokens a month"</th>
+                        <th scope="col">"Live grants"</th>
+                        <th scope="col">"Use (used + reserved)"</th>
+                        <th scope="col">"State"</th>
+                    </tr>
+                </thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+        <nav class="paging" aria-label="Pages">{previous} " " {next}</nav>
+    }
+    .into_any()
+}
+
+/// A tenant's page.
+#[component]
+pub fn TenantPage() -> impl IntoView {
+    let params = use_params_map();
+    let name = move || params.with(|p| p.get("name").unwrap_or_default());
+    let tenant: TenantResource = Resource::new(name, get_tenant);
     let session = expect_context::<CurrentSession>().0;
     let done = RwSignal::new(None::<String>);
     view! {
-        <h1>"Tenants"</h1>
+        <p><a href="/tenants">"All tenants"</a></p>
         <p id="tenants-message" class="notice" role="status" aria-live="polite">{move || done.get()}</p>
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let session = session.await.ok().flatten();
-                let editor = session.as_ref().filter(|s| s.may_edit).map(|s| Editor { csrf: StoredValue::new(s.csrf_token.clone()), tenants, done });
+                let editor = session.as_ref().filter(|s| s.may_edit).map(|s| Editor { csrf: StoredValue::new(s.csrf_token.clone()), tenant, done });
                 let restricted = match (&session, editor) {
                     (Some(s), None) => Some(view! {
                         <p class="notice" id="grants-restricted">
@@ -44,13 +165,10 @@ pub fn Tenants() -> impl IntoView {
                     }),
                     _ => None,
                 };
-                match tenants.await {
-                    Ok(list) if list.is_empty() => view! { <p>"No tenants yet."</p> }.into_any(),
-                    Ok(list) => view! {
-                        {restricted}
-                        <div id="tenants">{list.into_iter().map(|t| view! { <TenantCard tenant=t editor/> }).collect_view()}</div>
-                    }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">"Could not load the tenants: " {e.to_string()}</p> }.into_any(),
+                match tenant.await {
+                    Ok(Some(t)) => view! { {restricted} <TenantCard tenant=t editor/> }.into_any(),
+                    Ok(None) => view! { <h1>"No such tenant"</h1><p>"No tenant is called " <code>{name()}</code> "."</p> }.into_any(),
+                    Err(e) => view! { <p class="error" role="alert">"Could not load the tenant: " {e.to_string()}</p> }.into_any(),
                 }
             })}
         </Transition>
@@ -67,26 +185,61 @@ fn TenantCard(tenant: TenantView, editor: Option<Editor>) -> impl IntoView {
         Err(why) => view! { <p class="notice">{why}</p> }.into_any(),
     };
     let form = editor.map(|editor| view! { <GrantForm tenant=tenant.name.clone() editor/> });
+    let open = match tenant.open {
+        Ok(list) if list.is_empty() => view! { <p id=format!("open-{}", tenant.name)>"None open."</p> }.into_any(),
+        Ok(list) => view! {
+            <div class="table-wrap">
+                <table class="grid" id=format!("open-{}", tenant.name)>
+                    <caption>{format!("The {} soonest to expire", list.len())}</caption>
+                    <thead>
+                        <tr>
+                            <th scope="col">"Request"</th>
+                            <th scope="col" class="number">"Tokens"</th>
+                            <th scope="col">"Held by"</th>
+                            <th scope="col">"Model"</th>
+                            <th scope="col">"Returned by the sweeper after"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {list.into_iter().map(|r| view! {
+                            <tr data-request=r.request.clone()>
+                                <td><code>{r.request.clone()}</code></td>
+                                <td class="number">{grouped(r.tokens)}</td>
+                                <td>{r.parts}</td>
+                                <td>{if r.model.is_empty() { "–".to_owned() } else { r.model }}</td>
+                                <td class="nowrap">{r.deadline}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+        }
+        .into_any(),
+        Err(why) => view! { <p class="notice">{why}</p> }.into_any(),
+    };
     let month = match tenant.month {
         Ok(days) => view! { <MonthChart tenant=tenant.name.clone() days/> }.into_any(),
         Err(why) => view! { <p class="notice">{why}</p> }.into_any(),
     };
     view! {
         <section class="card" data-tenant=tenant.name.clone() aria-labelledby=labelled_by>
-            <h2 id=heading>"Tenant " <code>{tenant.name.clone()}</code></h2>
+            <h1 id=heading>"Tenant " <code>{tenant.name.clone()}</code></h1>
             <dl class="facts">
                 <dt>"Plan"</dt><dd>{tenant.plan}</dd>
-                <dt>"Tokens a month"</dt><dd>{tenant.monthly_tokens}</dd>
-                <dt>"Requests a day"</dt><dd>{tenant.daily_requests}</dd>
-                <dt>"Concurrent reservations"</dt><dd>{tenant.concurrency}</dd>
+                <dt>"Tokens a month"</dt><dd>{grouped(tenant.monthly_tokens.max(0) as u64)}</dd>
+                <dt>"Requests a day"</dt><dd>{grouped(tenant.daily_requests.max(0) as u64)}</dd>
+                <dt>"Concurrent reservations"</dt><dd>{grouped(tenant.concurrency.max(0) as u64)}</dd>
                 <dt>"Configuration version"</dt><dd>{tenant.version}</dd>
+                <dt>"While Redis is unreachable"</dt><dd id=format!("fallback-{}", tenant.name)>{tenant.fallback.clone()}</dd>
             </dl>
-            <h3>"Grants"</h3>
+            <h2>"Grants"</h2>
             <Grants tenant=tenant.name.clone() grants=tenant.grants editor/>
             {form}
-            <h3>"Usage now"</h3>
+            <h2>"Usage now"</h2>
             {usage}
-            <h3>"This month, per day"</h3>
+            <h2>"Open reservations"</h2>
+            {open}
+            <h2>"This month, per day"</h2>
             {month}
         </section>
     }
@@ -130,7 +283,7 @@ fn Grants(tenant: String, grants: Vec<GrantView>, editor: Option<Editor>) -> imp
                         <tr data-grant=key>
                             <td><code>{g.id}</code></td>
                             <td>{kind}</td>
-                            <td>{g.amount}</td>
+                            <td class="number">{grouped(g.amount.max(0) as u64)}</td>
                             <td>{g.starts_at.unwrap_or_else(|| "at creation".to_owned())}</td>
                             <td>{g.expires_at.unwrap_or_else(|| "never".to_owned())}</td>
                             <td>{state}</td>
@@ -476,7 +629,7 @@ fn save(
                 };
                 editor.done.set(Some(format!("{said}{published}")));
                 busy.set(false);
-                editor.tenants.refetch();
+                editor.tenant.refetch();
             }
             Err(refusal) => {
                 refused(refusal);
@@ -492,11 +645,11 @@ fn save(
 fn Usage(tenant: String, usage: UsageView) -> impl IntoView {
     view! {
         <p>
-            "Period " <strong>{usage.period}</strong> ": " {usage.requests_today} " of " {usage.daily_requests}
-            " requests today, " <strong id=format!("leases-{tenant}")>{usage.leases}</strong> " of " {usage.concurrency}
-            " reservations open, " {usage.available} " tokens available now."
+            "Period " <strong>{usage.period}</strong> ": " {grouped(usage.requests_today)} " of " {grouped(usage.daily_requests)}
+            " requests today, " <strong id=format!("leases-{tenant}")>{usage.leases}</strong> " of " {grouped(usage.concurrency)}
+            " reservations open, " {grouped(usage.available)} " tokens available now."
         </p>
-        <p class="notice">"In each bar the solid part is used, the striped part reserved and the empty part free; the numbers say the same."</p>
+        <p class="notice">"In each bar the dark part is used, the lighter part reserved and the empty part free; the numbers say the same."</p>
         <table class="grid" id=format!("usage-{tenant}")>
             <thead>
                 <tr>
@@ -517,9 +670,9 @@ fn Usage(tenant: String, usage: UsageView) -> impl IntoView {
                         <tr data-bucket=key>
                             <td><code>{b.id}</code></td>
                             <td>{b.kind}</td>
-                            <td>{b.amount}</td>
-                            <td>{b.used}</td>
-                            <td>{b.reserved}</td>
+                            <td class="number">{grouped(b.amount)}</td>
+                            <td class="number">{grouped(b.used)}</td>
+                            <td class="number">{grouped(b.reserved)}</td>
                             <td><Meter text_id=meter amount=b.amount used=b.used reserved=b.reserved/></td>
                             <td>{if b.live { "yes" } else { "no (not started or expired)" }}</td>
                         </tr>
@@ -544,7 +697,8 @@ fn MonthChart(tenant: String, days: Vec<DayUsage>) -> impl IntoView {
     let settled: u64 = days.iter().map(|d| d.settled).sum();
     let (width, height, gap) = (24.0_f64, 80.0_f64, 4.0_f64);
     let svg_width = days.len() as f64 * (width + gap);
-    let summary = format!("{total} tokens over {settled} settled requests on {} day(s)", days.len());
+    let summary =
+        format!("{} tokens over {} settled requests on {} day(s)", grouped(total), grouped(settled), days.len());
     view! {
         <figure class="month-chart" id=format!("month-{tenant}")>
             <svg role="img" aria-label=summary.clone() width=format!("{svg_width:.0}") height=format!("{:.0}", height + 16.0)
@@ -555,7 +709,7 @@ fn MonthChart(tenant: String, days: Vec<DayUsage>) -> impl IntoView {
                     let label = d.day.get(8..).unwrap_or(&d.day).to_owned();
                     view! {
                         <g class="month-day" data-day=d.day.clone() data-tokens=d.tokens>
-                            <title>{format!("{}: {} tokens, {} settled", d.day, d.tokens, d.settled)}</title>
+                            <title>{format!("{}: {} tokens, {} settled", d.day, grouped(d.tokens), grouped(d.settled))}</title>
                             <rect x=format!("{x:.1}") y=format!("{:.1}", height - h) width=format!("{width:.0}") height=format!("{h:.1}")></rect>
                             <text x=format!("{:.1}", x + width / 2.0) y=format!("{:.0}", height + 12.0) text-anchor="middle">{label}</text>
                         </g>
@@ -576,11 +730,11 @@ fn Meter(text_id: String, amount: u64, used: u64, reserved: u64) -> impl IntoVie
     let reserved_share = share(reserved).min(100.0 - used_share);
     let free = amount.saturating_sub(used.saturating_add(reserved));
     view! {
-        <div class="meter" aria-hidden="true">
-            <span class="meter-used" style=format!("width: {used_share:.2}%")></span>
-            <span class="meter-reserved" style=format!("width: {reserved_share:.2}%")></span>
-        </div>
-        <span class="meter-text" id=text_id>{format!("{used} used + {reserved} reserved of {amount}; {free} free")}</span>
+        <svg class="meter" viewBox="0 0 100 8" preserveAspectRatio="none" aria-hidden="true">
+            <rect class="meter-used" x="0" y="0" width=format!("{used_share:.2}") height="8"></rect>
+            <rect class="meter-reserved" x=format!("{used_share:.2}") y="0" width=format!("{reserved_share:.2}") height="8"></rect>
+        </svg>
+        <span class="meter-text" id=text_id>{format!("{} used + {} reserved of {}; {} free", grouped(used), grouped(reserved), grouped(amount), grouped(free))}</span>
     }
     .into_any()
 }

@@ -44,7 +44,7 @@ pub use self::release::ReleaseOutcome;
 pub use self::reserve::{Dimension, Refusal, Reservation, ReserveOutcome};
 pub use self::settle::SettleOutcome;
 pub use self::sweep::SweepOutcome;
-pub use self::tenant::{BucketUsage, QuotaUsage};
+pub use self::tenant::{BucketUsage, OpenReservation, QuotaUsage};
 pub use self::types::{
     exact_integer, FallbackPolicy, Grant, GrantId, GrantKind, InvalidInput, RequestId, TenantId, TenantQuota,
     TokenCount, Tokens, MAX_RESERVATION_TTL,

@@ -41,6 +41,35 @@ pub struct QuotaUsage {
     pub buckets: Vec<BucketUsage>,
 }
 
+/// An open reservation as the tenant's ledger holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenReservation {
+    pub request: String,
+    /// The period (`YYYY-MM`) it was made in.
+    pub period: String,
+    pub tokens: u64,
+    /// When the sweeper may return it (ms since the epoch).
+    pub deadline_ms: i64,
+    /// The buckets holding it, `bucket:amount,…`.
+    pub parts: String,
+    /// The model it is for ('' when not known).
+    pub model: String,
+}
+
+impl OpenReservation {
+    /// From a ledger entry `period|amount|deadline|parts|model` (the model last: it may hold
+    /// any character, and entries written before it was kept end after the parts).
+    fn parse(request: String, entry: &str) -> Option<Self> {
+        let mut fields = entry.splitn(5, '|');
+        let period = fields.next()?.to_owned();
+        let tokens = fields.next()?.parse().ok()?;
+        let deadline_ms = fields.next()?.parse().ok()?;
+        let parts = fields.next()?.to_owned();
+        let model = fields.next().unwrap_or_default().to_owned();
+        Some(Self { request, period, tokens, deadline_ms, parts, model })
+    }
+}
+
 impl Quotas {
     /// Installs a tenant's snapshot unless Redis holds one as new or newer. Returns whether
     /// it was written and the version Redis now holds. Without a usage ledger to restore
@@ -64,6 +93,34 @@ impl Quotas {
             .query_async::<()>(&mut conn)
             .await
             .map_err(QuotaError::Redis)
+    }
+
+    /// A tenant's open reservations, the soonest deadline first: at most `limit` of them,
+    /// read from its concurrency leases (ZRANGE by deadline) and its reservation ledger.
+    pub async fn open_reservations(&self, tenant: &TenantId, limit: usize) -> Result<Vec<OpenReservation>, QuotaError> {
+        let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
+        let t = tenant.as_str();
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.inner.keys.quota_leases(t))
+            .arg(0)
+            .arg(limit.saturating_sub(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(QuotaError::Redis)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let entries: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(self.inner.keys.quota_ledger(t))
+            .arg(&ids)
+            .query_async(&mut conn)
+            .await
+            .map_err(QuotaError::Redis)?;
+        Ok(ids
+            .into_iter()
+            .zip(entries)
+            .filter_map(|(request, entry)| OpenReservation::parse(request, &entry?))
+            .collect())
     }
 
     /// A tenant's quota as it stands now.
@@ -102,5 +159,22 @@ impl Quotas {
             available: f.uint(8)?,
             buckets,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpenReservation;
+
+    #[test]
+    fn a_ledger_entry_is_read_with_or_without_its_model() {
+        let r = OpenReservation::parse("r1".into(), "2026-12|100|1796212700602|plan:100|gpt|4").unwrap();
+        assert_eq!(
+            (r.tokens, r.deadline_ms, r.parts.as_str(), r.model.as_str()),
+            (100, 1796212700602, "plan:100", "gpt|4")
+        );
+        let old = OpenReservation::parse("r2".into(), "2026-12|5|7|bonus:5").unwrap();
+        assert_eq!(old.model, "");
+        assert!(OpenReservation::parse("r3".into(), "garbage").is_none());
     }
 }

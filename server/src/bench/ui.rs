@@ -1,6 +1,6 @@
 //! `tessera bench ui`: how long the admin UI's pages take to render on the server with a
-//! deployment of a given size (by default 20 pools and 200 channels, the demo seed's among
-//! them, and an hour of samples),
+//! deployment of a given size (by default 20 pools, 200 channels and the demo's 2 tenants,
+//! the demo seed's among them, and an hour of samples; `--tenants 5000` for a large fleet),
 //! from sending `GET /` to the last byte of the server-rendered page. An in-process server
 //! in open mode (loopback only) on a database of its own, dropped afterwards.
 
@@ -41,7 +41,16 @@ pub struct PageTimes {
 }
 
 /// The pages measured, the dashboard first.
-const PAGES: [&str; 5] = ["/", "/pools", "/pools/p00", "/channels", "/tenants"];
+const PAGES: [&str; 8] = [
+    "/",
+    "/pools",
+    "/pools/p00",
+    "/channels",
+    "/tenants",
+    "/tenants?q=t01&sort=tokens",
+    "/tenants?page=2",
+    "/tenants/acme",
+];
 
 /// Runs the benchmark; removes its database and keys afterwards.
 pub async fn run(settings: &Settings, args: &BenchUiArgs) -> anyhow::Result<Report> {
@@ -69,6 +78,8 @@ async fn measure(state: &AppState, address: &str, token: &str, args: &BenchUiArg
         "--channels must leave at least one channel for each pool beyond the demo's"
     );
     configure(&http, address, token, new_pools, new_channels).await?;
+    let seeded_tenants = count("tenant").await?;
+    add_tenants(&http, address, token, args.tenants.saturating_sub(seeded_tenants)).await?;
     crate::publish::drain_outbox(state).await.context("publishing the configuration")?;
     let pools = crate::samples::store::list_pools(&state.db).await?;
     let (pools_now, channels_now, tenants) = (count("pool").await?, count("channel").await?, count("tenant").await?);
@@ -162,6 +173,30 @@ async fn configure(
     Ok(())
 }
 
+/// `count` tenants `t00000…` through the admin API (eight at a time), on the demo's plans
+/// in turn.
+async fn add_tenants(http: &reqwest::Client, address: &str, token: &str, count: u32) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let mut created = futures::stream::iter(0..count)
+        .map(|t| async move {
+            let name = format!("t{t:05}");
+            let plan = if t % 2 == 0 { "pro" } else { "starter" };
+            let reply = http
+                .put(format!("{address}/api/v1/tenants/{name}"))
+                .bearer_auth(token)
+                .json(&json!({"plan": plan, "expected_version": 0}))
+                .send()
+                .await?;
+            anyhow::ensure!(reply.status().is_success(), "creating tenant {name}: {}", reply.status());
+            anyhow::Ok(())
+        })
+        .buffer_unordered(8);
+    while let Some(result) = created.next().await {
+        result?;
+    }
+    Ok(())
+}
+
 /// The report as a table for people.
 pub fn render(r: &Report) -> String {
     let mut out = format!(
@@ -170,7 +205,7 @@ pub fn render(r: &Report) -> String {
     );
     for p in &r.pages {
         out.push_str(&format!(
-            "{:<12} {:>8} bytes   p50 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms\n",
+            "{:<28} {:>8} bytes   p50 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms\n",
             p.path, p.bytes, p.p50_ms, p.p99_ms, p.max_ms
         ));
     }

@@ -232,6 +232,82 @@ pub async fn list_tenants(db: &PgPool) -> Result<Vec<TenantSummary>, sqlx::Error
         .collect()
 }
 
+/// The orders the tenants list offers (each a fixed `order by`, ties broken by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantSort {
+    Name,
+    Plan,
+    Tokens,
+    Updated,
+}
+
+impl TenantSort {
+    fn order_by(self) -> &'static str {
+        match self {
+            Self::Name => "t.name",
+            Self::Plan => "t.plan, t.name",
+            Self::Tokens => "p.monthly_tokens desc, t.name",
+            Self::Updated => "t.updated_at desc, t.name",
+        }
+    }
+}
+
+/// A row of the tenants list.
+#[derive(Debug, Clone)]
+pub struct TenantListed {
+    pub name: String,
+    pub plan: String,
+    pub version: i64,
+    pub monthly_tokens: i64,
+    pub live_grants: i64,
+}
+
+/// A page of tenants whose name or plan holds `search` (any case), in `sort` order, and
+/// how many match in all.
+pub async fn list_tenant_page(
+    db: &PgPool,
+    search: Option<&str>,
+    sort: TenantSort,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<TenantListed>, i64), sqlx::Error> {
+    // `%` and `_` typed in the search are matched as themselves.
+    let pattern = search.map(|s| format!("%{}%", s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
+    let filter = "($1::text is null or t.name ilike $1 or t.plan ilike $1)";
+    let total: i64 = sqlx::query_scalar(&format!("select count(*) from tenant t where {filter}"))
+        .bind(&pattern)
+        .fetch_one(db)
+        .await?;
+    let rows = sqlx::query(&format!(
+        "select t.name, t.plan, t.version, p.monthly_tokens,
+                (select count(*) from quota_grant g where g.tenant = t.name and g.revoked_at is null
+                    and (g.expires_at is null or g.expires_at > now())) as live_grants
+         from tenant t join plan p on p.name = t.plan
+         where {filter}
+         order by {}
+         limit $2 offset $3",
+        sort.order_by()
+    ))
+    .bind(&pattern)
+    .bind(limit)
+    .bind(offset)
+    .fetch_all(db)
+    .await?;
+    let listed = rows
+        .iter()
+        .map(|r| {
+            Ok(TenantListed {
+                name: r.try_get("name")?,
+                plan: r.try_get("plan")?,
+                version: r.try_get("version")?,
+                monthly_tokens: r.try_get("monthly_tokens")?,
+                live_grants: r.try_get("live_grants")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    Ok((listed, total))
+}
+
 /// One tenant: settings, every grant, and the published snapshot.
 pub async fn get_tenant(db: &PgPool, tenant: &TenantId) -> Result<Option<Tenant>, sqlx::Error> {
     let mut conn = db.acquire().await?;

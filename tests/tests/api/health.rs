@@ -95,6 +95,47 @@ async fn the_dashboard_is_rendered_on_the_server_with_live_status() {
 }
 
 #[tokio::test]
+async fn every_response_carries_the_security_headers_and_a_page_its_nonce_policy() {
+    let app = spawn_app().await;
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers().get(name).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default()
+    };
+
+    // Act: a page, an API reply, an API error, and a page asked for over TLS (as a proxy
+    // that terminates TLS says it)
+    let page = app.get("/").await;
+    let api = app.get("/healthz").await;
+    let refused = app.get("/api/v1/no-such-resource").await;
+    let over_tls =
+        app.request(reqwest::Method::GET, "/login").header("x-forwarded-proto", "https").send().await.unwrap();
+
+    // Assert: the fixed headers on all; the page's policy names the nonce its scripts carry
+    for (what, r) in [("page", &page), ("api", &api), ("refused", &refused), ("tls", &over_tls)] {
+        assert_eq!(header(r, "x-content-type-options"), "nosniff", "{what}");
+        assert_eq!(header(r, "x-frame-options"), "DENY", "{what}");
+        assert_eq!(header(r, "referrer-policy"), "same-origin", "{what}");
+        assert!(header(r, "content-security-policy").contains("frame-ancestors 'none'"), "{what}");
+    }
+    assert_eq!(refused.status(), 404);
+    assert_eq!(header(&api, "content-security-policy"), server::security_headers::DEFAULT_POLICY);
+    assert_eq!(header(&page, "strict-transport-security"), "", "no HSTS over plain HTTP");
+    assert_eq!(header(&over_tls, "strict-transport-security"), server::security_headers::HSTS);
+    let policy = header(&page, "content-security-policy");
+    let nonce = policy
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("no nonce in {policy}"))
+        .to_owned();
+    assert!(nonce.len() >= 16, "{nonce}");
+    let html = page.text().await.unwrap();
+    assert!(html.contains(&format!("nonce=\"{nonce}\"")), "the page's scripts carry the policy's nonce: {html}");
+    assert!(!html.contains(" style=\""), "no inline style attribute (the policy allows none)");
+    let again = header(&app.get("/").await, "content-security-policy");
+    assert_ne!(again, policy, "a nonce is used once");
+}
+
+#[tokio::test]
 async fn an_unknown_page_is_a_404() {
     let app = spawn_app().await;
     let response = app.get("/no-such-page").await;

@@ -1,6 +1,7 @@
 //! The channels page in headless Chromium with access control on: an operator disables a
-//! channel through the page and draws stop serving it; a viewer sees no forms, and a write
-//! forged with a viewer's session is refused.
+//! channel through its row's change dialog and draws stop serving it; a viewer sees no
+//! forms, and a write forged with a viewer's session is refused; 200 channels are searched
+//! and paged on the server.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,6 +22,20 @@ async fn channels_page(c: &Client, app: &TestApp) {
     hydrated(c).await;
 }
 
+/// Opens a channel's change dialog from its row and waits for its reason field, which
+/// has the focus.
+async fn open_dialog(c: &Client, code: &str) {
+    c.find(Locator::Id(&format!("change-{code}"))).await.unwrap().click().await.unwrap();
+    let reason = c
+        .wait()
+        .at_most(Duration::from_secs(5))
+        .for_element(Locator::Id(&format!("reason-{code}")))
+        .await
+        .unwrap_or_else(|e| panic!("the dialog of {code}: {e}"));
+    let focused = c.active_element().await.unwrap();
+    assert_eq!(focused.attr("id").await.unwrap(), reason.attr("id").await.unwrap(), "the reason has the focus");
+}
+
 #[tokio::test]
 async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_the_forms() {
     let (app, passwords) = app().await;
@@ -35,7 +50,9 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
     assert!(row.contains("cn-pay") && row.contains("healthy"), "{row}");
     assert_eq!(text(c, "enabled-ALIPAY_A").await, "enabled");
 
-    // Without a reason nothing is sent, and the page says why.
+    // One dialog per row: without a reason nothing is sent, and the dialog says why.
+    assert!(c.find(Locator::Id("reason-ALIPAY_A")).await.is_err(), "no form per row");
+    open_dialog(c, "ALIPAY_A").await;
     c.find(Locator::Id("disable-ALIPAY_A")).await.unwrap().click().await.unwrap();
     let message = c
         .wait()
@@ -58,7 +75,10 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
         .await
         .expect("the badge reads disabled");
     assert!(text(c, "channels-message").await.contains("ALIPAY_A disabled"));
-    assert!(c.find(Locator::Id("enable-ALIPAY_A")).await.is_ok(), "the row now offers to enable it");
+    assert!(c.find(Locator::Id("change-dialog")).await.is_err(), "the dialog closed once done");
+    open_dialog(c, "ALIPAY_A").await;
+    assert!(c.find(Locator::Id("enable-ALIPAY_A")).await.is_ok(), "the dialog now offers to enable it");
+    c.find(Locator::Id("dialog-close")).await.unwrap().click().await.unwrap();
     screenshot(c, "channels-operator").await;
 
     // Draws no longer serve it.
@@ -69,6 +89,7 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
     }
 
     // A pin, then an unpin, each shown in the row once done.
+    open_dialog(c, "GRAB_G1").await;
     c.find(Locator::Id("reason-GRAB_G1")).await.unwrap().send_keys("settlement checks").await.unwrap();
     c.find(Locator::Id("pin-ejected-GRAB_G1")).await.unwrap().click().await.unwrap();
     c.wait()
@@ -78,6 +99,7 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
         .expect("the pin shows");
     let row = c.find(Locator::Css("#channels tr[data-channel='GRAB_G1']")).await.unwrap().text().await.unwrap();
     assert!(row.contains("sea-pay ejected"), "{row}");
+    open_dialog(c, "GRAB_G1").await;
     c.find(Locator::Id("reason-GRAB_G1")).await.unwrap().send_keys("checks done").await.unwrap();
     c.find(Locator::Id("unpin-GRAB_G1")).await.unwrap().click().await.unwrap();
     c.wait()
@@ -93,6 +115,7 @@ async fn an_operator_disables_a_channel_and_a_viewer_can_neither_see_nor_forge_t
     assert_eq!(text(c, "enabled-ALIPAY_A").await, "disabled");
     assert!(c.find_all(Locator::Css("#channels form")).await.unwrap().is_empty(), "no forms for a viewer");
     assert!(c.find(Locator::Id("reason-WECHAT_B")).await.is_err());
+    assert!(c.find(Locator::Id("change-WECHAT_B")).await.is_err(), "no change button for a viewer");
     let why = text(c, "channels-restricted").await;
     assert!(why.contains("operator and admin") && why.contains("viewer"), "{why}");
     screenshot(c, "channels-viewer").await;
@@ -155,6 +178,20 @@ async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_li
     assert!(table.contains("healthy → decaying"), "{table}");
     assert!(table.contains("45 → "), "the first change starts from the base weight 45: {table}");
     assert_eq!(c.find_all(Locator::Css("svg#decay-cn-pay .marker")).await.unwrap().len(), 2);
+    // The outcome reports of the last hour on one time axis: the two failing minutes, the
+    // pool's threshold, and both transitions marked on the success-rate chart.
+    let outcomes = c.find(Locator::Css("figure#outcomes-ALIPAY_A")).await.expect("the outcome charts");
+    assert_eq!(outcomes.attr("data-minutes").await.unwrap().as_deref(), Some("2"));
+    assert_eq!(outcomes.attr("data-marks").await.unwrap().as_deref(), Some("2"));
+    let rates = c.find_all(Locator::Css("svg#outcomes-ALIPAY_A-rate circle.point")).await.unwrap();
+    assert_eq!(rates.len(), 2, "a point per minute with reports");
+    let threshold = c.find(Locator::Css("svg#outcomes-ALIPAY_A-rate .threshold title")).await.unwrap();
+    assert!(threshold.html(true).await.unwrap().contains("pool cn-pay threshold 90.0 %"));
+    assert_eq!(c.find_all(Locator::Css("svg#outcomes-ALIPAY_A-rate .marker")).await.unwrap().len(), 2);
+    let volume = c.find_all(Locator::Css("svg#outcomes-ALIPAY_A-volume g.volume[data-fail='80']")).await.unwrap();
+    assert_eq!(volume.len(), 2, "80 failed of 100 in each minute");
+    let caption = c.find(Locator::Css("figure#outcomes-ALIPAY_A figcaption")).await.unwrap().text().await.unwrap();
+    assert!(caption.contains("200 outcomes") && caption.contains("20.0 % successful"), "{caption}");
     screenshot(c, "channel-history").await;
 
     // A healthy channel: a flat line and a sentence, no table.
@@ -162,6 +199,53 @@ async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_li
     let flat = c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css("svg#decay-cn-pay")).await.unwrap();
     assert_eq!(flat.attr("data-steps").await.unwrap().as_deref(), Some("0"));
     assert!(c.find(Locator::Id("transitions-cn-pay")).await.is_err());
+
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn two_hundred_channels_are_searched_sorted_and_paged_on_the_server() {
+    // Arrange: the demo's channels and 200 more (inserted in one statement: the list is
+    // under test here, not the audited write path)
+    let (app, passwords) = app().await;
+    sqlx::query(
+        "insert into channel (code, name, base_weight, enabled, version)
+         select 'BULK_' || lpad(n::text, 3, '0'), 'bulk channel ' || n, 1 + n % 50, n % 10 <> 0, 1
+         from generate_series(0, 199) n",
+    )
+    .execute(&app.state.db)
+    .await
+    .unwrap();
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+    sign_in(c, &app, "demo-operator", &passwords["demo-operator"]).await;
+
+    // Act + Assert: 50 rows a page, the next page by its link
+    channels_page(c, &app).await;
+    let summary = text(c, "channels-summary").await;
+    assert!(summary.contains("page 1 of 5"), "{summary}");
+    assert_eq!(c.find_all(Locator::Css("#channels tbody tr")).await.unwrap().len(), 50);
+    c.find(Locator::Id("channels-next")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("channels-previous")).await.expect("page 2");
+    assert_eq!(c.current_url().await.unwrap().query(), Some("page=2"));
+
+    // A search with a sort, typed in the form: the query lands in the address
+    channels_page(c, &app).await;
+    c.find(Locator::Id("channel-search")).await.unwrap().send_keys("bulk_01").await.unwrap();
+    c.find(Locator::Css("#channel-sort option[value='attention']")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css("form[role='search'] button[type='submit']")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#channels tr[data-channel='BULK_011']"))
+        .await
+        .expect("the matches");
+    assert_eq!(c.current_url().await.unwrap().query(), Some("q=bulk_01&sort=attention"));
+    let rows = c.find_all(Locator::Css("#channels tbody tr")).await.unwrap();
+    assert_eq!(rows.len(), 10, "BULK_010 … BULK_019");
+    // Needs attention first: BULK_010 is disabled (every tenth channel is)
+    assert_eq!(rows[0].attr("data-channel").await.unwrap().as_deref(), Some("BULK_010"));
+    assert_eq!(text(c, "enabled-BULK_010").await, "disabled");
+    screenshot(c, "channels-200").await;
 
     browser.close().await;
 }

@@ -1,4 +1,4 @@
-//! Grants on the tenants page in headless Chromium with access control on: a pm adds a
+//! Grants on a tenant's page in headless Chromium with access control on: a pm adds a
 //! bonus grant (checked field by field first), sees it listed and in the tenant's usage,
 //! and Redis has it; then revokes it and Redis drops it. A viewer sees no grant form, and
 //! a grant forged with a viewer's session is refused.
@@ -11,10 +11,14 @@ use integration::browser::Browser;
 use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, text, wait_for_text};
 use integration::TestApp;
 
-/// Opens the tenants page and waits for the cards and hydration.
-async fn tenants_page(c: &Client, app: &TestApp) {
-    c.goto(&format!("{}/tenants", app.address)).await.unwrap();
-    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("tenants")).await.expect("the tenants");
+/// Opens a tenant's page and waits for its card and hydration.
+async fn tenant_page(c: &Client, app: &TestApp, tenant: &str) {
+    c.goto(&format!("{}/tenants/{tenant}", app.address)).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(&format!("section[data-tenant='{tenant}']")))
+        .await
+        .expect("the tenant's page");
     hydrated(c).await;
 }
 
@@ -36,10 +40,11 @@ async fn a_pm_adds_a_bonus_grant_that_reaches_redis_and_revokes_it() {
     let c = &browser.client;
 
     sign_in(c, &app, "demo-pm", &passwords["demo-pm"]).await;
-    tenants_page(c, &app).await;
-    assert!(c.find(Locator::Id("grants-none-globex")).await.is_ok(), "globex starts without grants");
+    tenant_page(c, &app, "acme").await;
     let plan_meter = text(c, "meter-acme-plan").await;
-    assert!(plan_meter.contains("used") && plan_meter.contains("reserved of 50000000"), "{plan_meter}");
+    assert!(plan_meter.contains("used") && plan_meter.contains("reserved of 50,000,000"), "{plan_meter}");
+    tenant_page(c, &app, "globex").await;
+    assert!(c.find(Locator::Id("grants-none-globex")).await.is_ok(), "globex starts without grants");
 
     // Checked before sending: every broken rule beside its field, nothing sent.
     type_into(c, "grant-id-globex", "spring-promo").await;
@@ -71,14 +76,14 @@ async fn a_pm_adds_a_bonus_grant_that_reaches_redis_and_revokes_it() {
         .unwrap();
     assert!(
         row.contains("bonus (priority 3)")
-            && row.contains("750000")
+            && row.contains("750,000")
             && row.contains("active")
             && row.contains("2030-01-01"),
         "{row}"
     );
     assert!(text(c, "tenants-message").await.contains("Grant spring-promo added to globex"));
     let meter = text(c, "meter-globex-spring-promo").await;
-    assert!(meter.contains("0 used + 0 reserved of 750000"), "{meter}");
+    assert!(meter.contains("0 used + 0 reserved of 750,000"), "{meter}");
     assert_eq!(text(c, "leases-globex").await, "0", "no reservation is open");
 
     // Redis has it (published with the change; the outbox has nothing left to deliver).
@@ -119,8 +124,8 @@ async fn a_viewer_sees_no_grant_form_and_a_forged_grant_is_refused() {
     let c = &browser.client;
 
     sign_in(c, &app, "demo-viewer", &passwords["demo-viewer"]).await;
-    tenants_page(c, &app).await;
-    assert!(c.find_all(Locator::Css("#tenants form")).await.unwrap().is_empty(), "no forms for a viewer");
+    tenant_page(c, &app, "acme").await;
+    assert!(c.find_all(Locator::Css("section[data-tenant] form")).await.unwrap().is_empty(), "no forms for a viewer");
     assert!(
         c.find(Locator::Id("grant-form-acme")).await.is_err()
             && c.find(Locator::Id("revoke-acme-launch-bonus")).await.is_err()
@@ -128,7 +133,7 @@ async fn a_viewer_sees_no_grant_form_and_a_forged_grant_is_refused() {
     let why = text(c, "grants-restricted").await;
     assert!(why.contains("pm and admin") && why.contains("viewer"), "{why}");
     let meter = text(c, "meter-acme-launch-bonus").await;
-    assert!(meter.contains("reserved of 2000000"), "usage is still shown: {meter}");
+    assert!(meter.contains("reserved of 2,000,000"), "usage is still shown: {meter}");
     screenshot(c, "grants-viewer").await;
 
     // A grant forged with the viewer's own session, CSRF token and origin is refused.

@@ -65,6 +65,15 @@ async fn a_pm_sees_the_preview_follow_the_typing_and_applies_weights_that_reach_
     assert_eq!(text(c, "preview-count-UNION_C").await, count(&now, "UNION_C"));
     let dev_old = text(c, "preview-dev-old").await;
     assert_eq!(dev_old, format!("{:.1} tickets", now.spread.as_ref().unwrap().max_window_dev));
+    let strip = |p: &engine::preview::Preview| {
+        p.spread.as_ref().unwrap().head.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    };
+    let sequence = |id: &'static str| async move {
+        c.find(Locator::Id(id)).await.unwrap().attr("data-sequence").await.unwrap().unwrap_or_default()
+    };
+    assert_eq!(sequence("strip-now").await, strip(&now), "the strip is the engine's ordering");
+    assert_eq!(sequence("strip-new").await, strip(&now), "before typing, new is the same");
+    assert_eq!(c.find_all(Locator::Css("svg#strip-new rect")).await.unwrap().len(), engine::preview::STRIP_TICKETS);
 
     // Typing changes the preview at once, nothing is sent.
     retype(c, "weight-ALIPAY_A", "60").await;
@@ -76,6 +85,9 @@ async fn a_pm_sees_the_preview_follow_the_typing_and_applies_weights_that_reach_
     assert_eq!(text(c, "preview-dev-new").await, format!("{:.1} tickets", spread.max_window_dev));
     assert_eq!(text(c, "preview-run-new").await, format!("{} ({})", spread.longest_run, spread.longest_run_member));
     assert_eq!(text(c, "preview-dev-old").await, dev_old, "the current weights' column stays");
+    assert_eq!(sequence("strip-new").await, strip(&typed), "the new strip follows the typed weights");
+    assert_ne!(strip(&typed), strip(&now));
+    assert_eq!(sequence("strip-now").await, strip(&now), "the current strip stays");
     assert_eq!(text(c, "pool-version").await, version.to_string(), "nothing was saved");
 
     // A malformed weight is named beside its field, and the preview shows nothing new.
@@ -132,6 +144,15 @@ async fn a_pm_sees_the_preview_follow_the_typing_and_applies_weights_that_reach_
     let rows = rows.text().await.unwrap();
     assert!(rows.contains("demo-pm") && rows.contains("gray release: 50/30/20") && rows.contains("ui"), "{rows}");
     assert!(rows.contains("ALIPAY_A") && rows.contains('5'), "{rows}");
+    // Nested values as a table of what changed: the member's weight by its name, before and after.
+    let changed = c
+        .find(Locator::Css("#audit-rows table.diff tr[data-key='weights[ALIPAY_A].weight']"))
+        .await
+        .expect("the weight's row in the diff")
+        .text()
+        .await
+        .unwrap();
+    assert!(changed.to_lowercase().contains("changed") && changed.contains("45"), "{changed}");
     screenshot(c, "audit-weights-diff").await;
 
     browser.close().await;

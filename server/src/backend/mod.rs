@@ -2,17 +2,20 @@
 //! application state, over the same service functions as the REST API.
 
 use app::api::BackendError;
+use app::api::TenantView;
 use app::api::{
     AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PeakWindowView,
     PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry,
 };
-use app::api::{BucketView, GrantView, TenantView, UsageView};
 use app::api::{TokenView, UserView};
-use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 
 use crate::access::{Permission, Principal, Role, Via};
 use crate::audit::store::{list_audit, verify_audit, AuditFilter};
 use crate::state::AppState;
+
+mod lists;
+mod tenants;
 
 #[async_trait::async_trait]
 impl app::api::Backend for AppState {
@@ -170,7 +173,11 @@ impl app::api::Backend for AppState {
         }))
     }
 
-    async fn channels(&self) -> Result<Vec<ChannelView>, BackendError> {
+    async fn channels(&self, query: app::api::ChannelQuery) -> Result<app::api::ChannelList, BackendError> {
+        use app::api::channels::{attention_rank, CHANNEL_PAGE_SIZE, CHANNEL_SORTS};
+        let q = lists::search(query.q)?;
+        let sort = lists::sort(query.sort, &CHANNEL_SORTS)?;
+        let page = lists::page(query.page)?;
         let channels = crate::channels::store::list_channels(&self.db).await.map_err(unavailable)?;
         // Two queries for every channel's health and pin, not two per channel.
         let (members, mut pins) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
@@ -183,8 +190,12 @@ impl app::api::Backend for AppState {
                 effective_weight: m.effective_weight,
             });
         }
-        Ok(channels
+        let needle = q.to_lowercase();
+        let mut rows: Vec<ChannelView> = channels
             .into_iter()
+            .filter(|c| {
+                needle.is_empty() || c.code.to_lowercase().contains(&needle) || c.name.to_lowercase().contains(&needle)
+            })
             .map(|c| ChannelView {
                 pin: pins.remove(&c.code),
                 pools: by_channel.remove(&c.code).unwrap_or_default(),
@@ -195,7 +206,17 @@ impl app::api::Backend for AppState {
                 base_weight: c.base_weight,
                 version: c.version,
             })
-            .collect())
+            .collect();
+        match sort.as_str() {
+            "name" => rows.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.code.cmp(&b.code))),
+            "weight" => rows.sort_by(|a, b| b.base_weight.cmp(&a.base_weight).then_with(|| a.code.cmp(&b.code))),
+            "attention" => rows.sort_by_key(|c| (attention_rank(c), c.code.clone())),
+            _ => rows.sort_by(|a, b| a.code.cmp(&b.code)),
+        }
+        let total = rows.len() as u64;
+        let size = CHANNEL_PAGE_SIZE as usize;
+        let rows = rows.into_iter().skip((page as usize - 1) * size).take(size).collect();
+        Ok(app::api::ChannelList { rows, total, page, pages: lists::pages(total, CHANNEL_PAGE_SIZE), q, sort })
     }
 
     async fn channel_history(&self, code: String) -> Result<Option<app::api::ChannelDetail>, BackendError> {
@@ -209,6 +230,14 @@ impl app::api::Backend for AppState {
         };
         let mut transitions = crate::health::history(&self.db, &code, 500).await.map_err(unavailable)?;
         transitions.reverse();
+        let policies: std::collections::HashMap<String, engine::health::Policy> =
+            crate::health::store::policies(&self.db)
+                .await
+                .map_err(unavailable)?
+                .into_iter()
+                .map(|(pool, raw)| (pool, crate::health::policy_of(&raw).unwrap_or_default()))
+                .collect();
+        let outcomes = last_hour_of_outcomes(self, &code).await;
         let pools = health
             .pools
             .iter()
@@ -231,8 +260,11 @@ impl app::api::Backend for AppState {
                         })
                     })
                     .collect();
+                let policy = policies.get(&p.pool).cloned().unwrap_or_default();
                 PoolDecay {
                     pool: p.pool.clone(),
+                    min_success_rate: policy.min_success_rate,
+                    min_volume: policy.min_volume,
                     base_weight: base,
                     state: p.state.clone(),
                     effective_weight: p.effective_weight,
@@ -247,79 +279,16 @@ impl app::api::Backend for AppState {
             pin: health.pin.map(|p| p.state),
             now_ms: Utc::now().timestamp_millis(),
             pools,
+            outcomes,
         }))
     }
 
-    async fn tenants(&self) -> Result<Vec<TenantView>, BackendError> {
-        let listed = crate::tenants::store::list_tenants(&self.db).await.map_err(unavailable)?;
-        let mut out = Vec::with_capacity(listed.len());
-        for entry in listed {
-            let raw = entry.name.as_str();
-            let name = client::quota::TenantId::parse(raw)
-                .map_err(|_| BackendError::invalid("tenant", format!("{raw:?} is a malformed name")))?;
-            // A tenant deleted between the two reads is left out.
-            let Some(t) = crate::tenants::store::get_tenant(&self.db, &name).await.map_err(unavailable)? else {
-                continue;
-            };
-            let time = |v: &serde_json::Value| {
-                v.as_str().map(|raw| match DateTime::parse_from_rfc3339(raw) {
-                    Ok(t) => t.with_timezone(&Utc).format("%Y-%m-%d %H:%M UTC").to_string(),
-                    Err(_) => raw.to_owned(),
-                })
-            };
-            let grants = t
-                .grants
-                .iter()
-                .map(|g| GrantView {
-                    id: g["id"].as_str().unwrap_or_default().to_owned(),
-                    kind: g["kind"].as_str().unwrap_or_default().to_owned(),
-                    amount: g["amount"].as_i64().unwrap_or(0),
-                    priority: g["priority"].as_i64(),
-                    starts_at: time(&g["starts_at"]),
-                    expires_at: time(&g["expires_at"]),
-                    revoked_at: time(&g["revoked_at"]),
-                })
-                .collect();
-            let usage = match self.quotas.usage(&name).await {
-                Ok(u) => Ok(UsageView {
-                    period: u.period,
-                    requests_today: u.requests_today,
-                    daily_requests: u.daily_requests,
-                    leases: u.leases,
-                    concurrency: u.concurrency,
-                    available: u.available,
-                    buckets: u
-                        .buckets
-                        .into_iter()
-                        .map(|b| BucketView {
-                            id: b.id,
-                            kind: b.kind,
-                            amount: b.amount,
-                            used: b.used,
-                            reserved: b.reserved,
-                            live: b.live,
-                        })
-                        .collect(),
-                }),
-                Err(e) => {
-                    tracing::warn!(tenant = %name, error = %e, "reading a tenant's quota usage for the UI failed");
-                    Err(format!("usage unavailable: {e}"))
-                }
-            };
-            let month = self.month_usage(&name).await;
-            out.push(TenantView {
-                month,
-                monthly_tokens: t.snapshot["monthly_tokens"].as_i64().unwrap_or(0),
-                daily_requests: t.snapshot["daily_requests"].as_i64().unwrap_or(0),
-                concurrency: t.snapshot["concurrency"].as_i64().unwrap_or(0),
-                name: t.name,
-                plan: t.plan,
-                version: t.version,
-                grants,
-                usage,
-            });
-        }
-        Ok(out)
+    async fn tenant_list(&self, query: app::api::TenantQuery) -> Result<app::api::TenantList, BackendError> {
+        tenants::list(self, query).await
+    }
+
+    async fn tenant(&self, name: String) -> Result<Option<TenantView>, BackendError> {
+        tenants::detail(self, name).await
     }
 
     async fn dashboard(&self) -> Result<app::api::Dashboard, BackendError> {
@@ -356,9 +325,9 @@ impl app::api::Backend for AppState {
                 ssr::pool_card(p.name, p.kind, &inputs, truncated, served_here, members)
             })
             .collect();
-        let tenants = app::api::Backend::tenants(self).await?;
+        let tenants = tenants::usage_of_every_tenant(self).await?;
         let quotas = QuotaOverview {
-            tenants: ssr::by_usage(tenants.iter().map(ssr::tenant_quota).collect()),
+            tenants: ssr::by_usage(tenants.iter().map(|(name, usage)| ssr::tenant_quota(name, usage)).collect()),
             swept_here: self.metrics.quota_swept.get(),
         };
         Ok(app::api::Dashboard {
@@ -430,27 +399,31 @@ impl app::api::Backend for AppState {
     }
 }
 
-/// A time as the UI lists it: UTC, to the minute.
-impl AppState {
-    /// A tenant's use this month per UTC day, from the usage ledger.
-    async fn month_usage(&self, tenant: &client::quota::TenantId) -> Result<Vec<app::api::DayUsage>, String> {
-        let now = Utc::now();
-        let first = now.date_naive().with_day(1).expect("the first");
-        let rows = crate::usage::store::report(
-            &self.db,
-            tenant,
-            crate::usage::store::day_start(first),
-            now,
-            api::tenants::UsageGroup::Day,
-        )
+/// A channel's outcome reports of the last hour, per minute (the health evaluation keeps an
+/// hour before its window).
+async fn last_hour_of_outcomes(
+    state: &AppState,
+    code: &crate::channels::ChannelCode,
+) -> Result<Vec<app::api::OutcomeMinute>, String> {
+    let code = client::health::ChannelCode::parse(code.as_str()).map_err(|e| format!("{}: {}", e.field, e.rule))?;
+    let now_minute = Utc::now().timestamp().div_euclid(60);
+    let minutes = state
+        .outcomes
+        .window(&code, now_minute - 59, now_minute)
         .await
-        .map_err(|e| {
-            tracing::warn!(tenant = %tenant, error = %e, "reading a tenant's month from the usage ledger failed");
-            format!("usage ledger unavailable: {e}")
-        })?;
-        Ok(rows.into_iter().map(|r| app::api::DayUsage { day: r.key, tokens: r.tokens, settled: r.settled }).collect())
-    }
+        .map_err(|e| format!("outcome reports unavailable: {e}"))?;
+    Ok(minutes
+        .into_iter()
+        .map(|m| app::api::OutcomeMinute {
+            at_ms: m.minute * 60_000,
+            ok: m.ok,
+            fail: m.fail,
+            latency_ms: (m.latency_count > 0).then(|| m.latency_ms_sum as f64 / m.latency_count as f64),
+        })
+        .collect())
 }
+
+/// A time as the UI lists it: UTC, to the minute.
 
 fn minute(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
