@@ -82,6 +82,15 @@ ensure_chromium() {
   apt_install chromium chromium-driver
 }
 
+ensure_promtool() {
+  command -v promtool >/dev/null && return
+  say "installing Debian prometheus (its promtool checks and tests the alert rules in ops/prometheus)"
+  apt_install prometheus
+  # Only promtool is wanted: the package may start and enable a Prometheus server on :9090.
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  $SUDO pkill -x prometheus || true
+}
+
 ensure_postgres() {
   local host port; host="$(url_host "$DATABASE_URL")"; port="$(url_port "$DATABASE_URL" 5432)"
   answers "$host" "$port" && return

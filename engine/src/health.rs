@@ -106,6 +106,10 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order a member moves through them (for counts per state that
+    /// must name the states with no member too).
+    pub const ALL: [State; 4] = [Self::Healthy, Self::Decaying, Self::Ejected, Self::Recovering];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Healthy => "healthy",

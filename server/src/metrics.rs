@@ -1,13 +1,16 @@
 //! Prometheus metrics: one registry per application, exposed at `/metrics`.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::web;
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// The metrics every part of the server records into.
@@ -46,6 +49,142 @@ pub struct Metrics {
     /// Tokens the counters hold beyond the ledger (negative: fewer), per tenant and bucket,
     /// as the last compensation measured them.
     pub usage_drift: IntGaugeVec,
+    /// What the alert rules in `ops/prometheus` watch that the metrics above do not say.
+    pub watch: WatchMetrics,
+}
+
+/// The gauges the alert rules and the dashboard in `ops/` read: each says how far a
+/// background loop is from where it should be, set by the loop itself on every run.
+#[derive(Clone)]
+pub struct WatchMetrics {
+    /// A member's actual share of its pool's last minute of draws minus the share its
+    /// weights give it, by pool and member, as the last sample measured it (no series
+    /// while the sample has no actual share: no window, or no draws in it).
+    pub pool_share_deviation: GaugeVec,
+    /// When this instance last sampled a pool (unix seconds, Redis clock): a rule ignores
+    /// the pool's other gauges here once they are older than a sample interval or two (a
+    /// former leader of the sampler keeps its last values).
+    pub pool_sampled_at: IntGaugeVec,
+    /// Tickets in a pool's main list (not its standby batch) at the last sample: what the
+    /// refiller compares with low-water.
+    pub pool_tickets: IntGaugeVec,
+    /// A pool's low-water mark as published (the main list is refilled below it).
+    pub pool_low_water: IntGaugeVec,
+    /// A pool's members per health state, at the last evaluation (every state has a
+    /// series, 0 when no member is in it).
+    pub health_members: IntGaugeVec,
+    /// A pool's members the max-ejected-percent cap holds at the minimum weight instead of
+    /// ejecting them, at the last evaluation.
+    pub health_cap_bound: IntGaugeVec,
+    /// Reservations past their deadline that the last sweep left in place (a sweep cut
+    /// short by an error); a tenant whose sweep failed outright counts in
+    /// `quota_sweep_failures` instead.
+    pub quota_reservations_overdue: IntGauge,
+    /// Tenants whose sweep failed (their overdue reservations stay until a sweep works).
+    pub quota_sweep_failures: IntCounter,
+    /// Outbox rows not delivered to Redis yet, after the last outbox run.
+    pub outbox_pending: IntGauge,
+    /// Age of the oldest undelivered outbox row (0 when none), after the last outbox run.
+    pub outbox_oldest_age: Gauge,
+    /// 1 while this instance leads a job, else 0 (set on each of the job's ticks, when the
+    /// leadership is checked).
+    pub job_leader: IntGaugeVec,
+    /// Age of the oldest usage record the last drain read from the streams (0 when the
+    /// streams held none): how far the usage ledger is behind Redis.
+    pub usage_drain_lag: Gauge,
+}
+
+impl WatchMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| GaugeVec::new(Opts::new(name, help), labels);
+        let int_gauge_vec = |name: &str, help: &str, labels: &[&str]| IntGaugeVec::new(Opts::new(name, help), labels);
+        let watch = Self {
+            pool_share_deviation: gauge_vec(
+                "tessera_pool_share_deviation",
+                "A member's actual share of the last minute's draws minus its expected share",
+                &["pool", "member"],
+            )?,
+            pool_sampled_at: int_gauge_vec(
+                "tessera_pool_sampled_at_seconds",
+                "When this instance last sampled the pool (unix seconds)",
+                &["pool"],
+            )?,
+            pool_tickets: int_gauge_vec(
+                "tessera_pool_tickets",
+                "Tickets in the pool's main list at the last sample (standby batch excluded)",
+                &["pool"],
+            )?,
+            pool_low_water: int_gauge_vec(
+                "tessera_pool_low_water",
+                "The pool's low-water mark: its main list is refilled below it",
+                &["pool"],
+            )?,
+            health_members: int_gauge_vec(
+                "tessera_health_members",
+                "A pool's members per health state at the last evaluation",
+                &["pool", "state"],
+            )?,
+            health_cap_bound: int_gauge_vec(
+                "tessera_health_cap_bound",
+                "A pool's members held at the minimum weight by the max-ejected-percent cap",
+                &["pool"],
+            )?,
+            quota_reservations_overdue: IntGauge::new(
+                "tessera_quota_reservations_overdue",
+                "Reservations past their deadline that the last sweep left in place",
+            )?,
+            quota_sweep_failures: IntCounter::new(
+                "tessera_quota_sweep_failures_total",
+                "Tenant sweeps that failed (their overdue reservations stay)",
+            )?,
+            outbox_pending: IntGauge::new("tessera_outbox_pending", "Outbox rows not yet delivered to Redis")?,
+            outbox_oldest_age: Gauge::new(
+                "tessera_outbox_oldest_age_seconds",
+                "Age of the oldest undelivered outbox row (0 when none)",
+            )?,
+            job_leader: int_gauge_vec(
+                "tessera_job_leader",
+                "1 while this instance leads the job, else 0 (checked on each tick)",
+                &["job"],
+            )?,
+            usage_drain_lag: Gauge::new(
+                "tessera_usage_drain_lag_seconds",
+                "Age of the oldest usage record the last drain read (0 when none)",
+            )?,
+        };
+        for collector in [
+            Box::new(watch.pool_share_deviation.clone()) as Box<dyn Collector>,
+            Box::new(watch.pool_sampled_at.clone()),
+            Box::new(watch.pool_tickets.clone()),
+            Box::new(watch.pool_low_water.clone()),
+            Box::new(watch.health_members.clone()),
+            Box::new(watch.health_cap_bound.clone()),
+            Box::new(watch.quota_reservations_overdue.clone()),
+            Box::new(watch.quota_sweep_failures.clone()),
+            Box::new(watch.outbox_pending.clone()),
+            Box::new(watch.outbox_oldest_age.clone()),
+            Box::new(watch.job_leader.clone()),
+            Box::new(watch.usage_drain_lag.clone()),
+        ] {
+            registry.register(collector)?;
+        }
+        Ok(watch)
+    }
+}
+
+/// Removes the series of `vec` whose labels `keep` turns down: the series of a pool or a
+/// member that is gone would otherwise hold its last value (and keep an alert firing)
+/// until the process restarts.
+pub fn retain_series<T: MetricVecBuilder>(vec: &MetricVec<T>, keep: impl Fn(&HashMap<&str, &str>) -> bool) {
+    for family in vec.collect() {
+        for metric in family.get_metric() {
+            let labels: HashMap<&str, &str> = metric.get_label().iter().map(|l| (l.name(), l.value())).collect();
+            if !keep(&labels) {
+                // Err only when the labels do not match the vector's, which they do.
+                let _ = vec.remove(&labels);
+            }
+        }
+    }
 }
 
 impl Metrics {
@@ -100,7 +239,7 @@ impl Metrics {
         )
         .expect("valid metric");
         for collector in [
-            Box::new(usage_ledger_rows.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(usage_ledger_rows.clone()) as Box<dyn Collector>,
             Box::new(usage_records_waiting.clone()),
             Box::new(usage_restores.clone()),
             Box::new(usage_drift.clone()),
@@ -130,6 +269,7 @@ impl Metrics {
         .expect("valid metric");
         registry.register(Box::new(pool_refills.clone())).expect("metric registered once");
         registry.register(Box::new(pool_tickets_added.clone())).expect("metric registered once");
+        let watch = WatchMetrics::register(&registry).expect("watch metrics registered once");
         Self {
             registry,
             http_requests,
@@ -147,6 +287,7 @@ impl Metrics {
             usage_records_waiting,
             usage_restores,
             usage_drift,
+            watch,
         }
     }
 

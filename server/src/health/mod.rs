@@ -23,6 +23,7 @@ use crate::audit::store::Source;
 use crate::change::ChangeError;
 use crate::change::Ctx;
 use crate::change::Written;
+use crate::metrics::{retain_series, WatchMetrics};
 use crate::state::AppState;
 
 /// What one evaluation did.
@@ -116,6 +117,7 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Re
     let now_ms = now.timestamp_millis();
     let now_minute = now_ms.div_euclid(60_000);
     let pools = store::policies(&state.db).await?;
+    forget_other_pools(&state.metrics.watch, &pools);
     let mut report = Report { pools: pools.len(), ..Report::default() };
     let mut measured: HashMap<(String, u32), Measured> = HashMap::new();
     for (pool, raw_policy) in pools {
@@ -137,6 +139,7 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Re
         let outcome = evaluate(&state.db, &pool, &policy, now_ms, &measured)
             .await
             .with_context(|| format!("evaluating pool {pool}"))?;
+        record_counts(&state.metrics.watch, &pool, &outcome.counts);
         report.changes.extend(outcome.changes);
         if let Some(written) = outcome.written {
             report.republished.push(written.entity.clone());
@@ -180,6 +183,45 @@ struct PoolOutcome {
     changes: Vec<String>,
     written: Option<Written>,
     ejected: bool,
+    counts: Counts,
+}
+
+/// A pool's members per state after an evaluation, and how many the ejection cap holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Indexed like [`machine::State::ALL`].
+    pub per_state: [i64; machine::State::ALL.len()],
+    pub cap_bound: i64,
+}
+
+impl Counts {
+    /// Counts `members` by state and cap.
+    pub fn of<'a>(members: impl IntoIterator<Item = &'a Member>) -> Self {
+        let mut counts = Self::default();
+        for member in members {
+            let i = machine::State::ALL.iter().position(|s| *s == member.state).expect("State::ALL names every state");
+            counts.per_state[i] += 1;
+            counts.cap_bound += i64::from(member.cap_bound);
+        }
+        counts
+    }
+}
+
+/// Sets a pool's health gauges: every state's count (0 for a state no member is in, so a
+/// state that emptied reads 0 rather than its last count) and the cap-bound members.
+fn record_counts(watch: &WatchMetrics, pool: &str, counts: &Counts) {
+    for (state, n) in machine::State::ALL.iter().zip(counts.per_state) {
+        watch.health_members.with_label_values(&[pool, state.as_str()]).set(n);
+    }
+    watch.health_cap_bound.with_label_values(&[pool]).set(counts.cap_bound);
+}
+
+/// Removes the health gauges of pools no longer configured.
+fn forget_other_pools(watch: &WatchMetrics, pools: &[(String, Value)]) {
+    let known =
+        |labels: &HashMap<&str, &str>| labels.get("pool").is_some_and(|p| pools.iter().any(|(k, _)| k.as_str() == *p));
+    retain_series(&watch.health_members, known);
+    retain_series(&watch.health_cap_bound, known);
 }
 
 async fn evaluate(
@@ -257,9 +299,51 @@ async fn evaluate(
         written = crate::pools::store::republish_pool_if_changed(&mut tx, &ctx, pool, "pool.health").await?;
     }
     tx.commit().await?;
-    Ok(PoolOutcome { changes, written, ejected })
+    let counts = Counts::of(outcomes.iter().map(|o| &o.member));
+    Ok(PoolOutcome { changes, written, ejected, counts })
 }
 
 pub use store::{
     channel_health, every_member_health, history, pool_health, set_pin, set_policy, MemberHealth, MemberRow,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_state(state: machine::State, cap_bound: bool) -> Member {
+        Member { state, cap_bound, ..Member::default() }
+    }
+
+    #[test]
+    fn every_state_is_recorded_and_one_that_emptied_reads_zero() {
+        use machine::State::{Decaying, Ejected, Healthy};
+        let metrics = crate::metrics::Metrics::new();
+        let members = [in_state(Healthy, false), in_state(Ejected, false), in_state(Decaying, true)];
+        record_counts(&metrics.watch, "cn-pay", &Counts::of(&members));
+        let members = [in_state(Healthy, false), in_state(Healthy, false), in_state(Ejected, false)];
+        record_counts(&metrics.watch, "sea-pay", &Counts::of(&members));
+        // Its ejected member is gone from the next evaluation: `ejected` reads 0.
+        record_counts(&metrics.watch, "sea-pay", &Counts::of(&members[..2]));
+        let text = metrics.render();
+        let mut lines: Vec<&str> = text.lines().filter(|l| l.starts_with("tessera_health_")).collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                r#"tessera_health_cap_bound{pool="cn-pay"} 1"#,
+                r#"tessera_health_cap_bound{pool="sea-pay"} 0"#,
+                r#"tessera_health_members{pool="cn-pay",state="decaying"} 1"#,
+                r#"tessera_health_members{pool="cn-pay",state="ejected"} 1"#,
+                r#"tessera_health_members{pool="cn-pay",state="healthy"} 1"#,
+                r#"tessera_health_members{pool="cn-pay",state="recovering"} 0"#,
+                r#"tessera_health_members{pool="sea-pay",state="decaying"} 0"#,
+                r#"tessera_health_members{pool="sea-pay",state="ejected"} 0"#,
+                r#"tessera_health_members{pool="sea-pay",state="healthy"} 2"#,
+                r#"tessera_health_members{pool="sea-pay",state="recovering"} 0"#,
+            ]
+        );
+        forget_other_pools(&metrics.watch, &[("sea-pay".to_owned(), Value::Null)]);
+        assert!(!metrics.render().contains(r#"pool="cn-pay""#), "{}", metrics.render());
+    }
+}

@@ -32,18 +32,42 @@ pub struct Leadership {
     /// Set by [`Leadership::resign`]: this instance stopped and never leads again, even if
     /// a tick already under way asks.
     resigned: AtomicBool,
+    /// Where [`Leadership::recording`] asked every check's answer to go (1: leading).
+    gauge: Option<prometheus::IntGauge>,
 }
 
 impl Leadership {
     /// Not leading yet; [`Leadership::ensure`] tries.
     pub fn new(db: PgPool, job: &'static str) -> Self {
-        Self { db, key: lock_key(job), job, held: Mutex::new(None), resigned: AtomicBool::new(false) }
+        Self { db, key: lock_key(job), job, held: Mutex::new(None), resigned: AtomicBool::new(false), gauge: None }
+    }
+
+    /// Records whether this instance leads, in `leader`'s series of the job, at every
+    /// check (0 until the first): the alert on jobs that no instance leads reads it. A
+    /// check that fails (Postgres cannot say) records 0, since no lock is held.
+    pub fn recording(mut self, leader: &prometheus::IntGaugeVec) -> Self {
+        let gauge = leader.with_label_values(&[self.job]);
+        gauge.set(0);
+        self.gauge = Some(gauge);
+        self
+    }
+
+    fn record(&self, leading: bool) {
+        if let Some(gauge) = &self.gauge {
+            gauge.set(i64::from(leading));
+        }
     }
 
     /// True when this instance leads the job: it still holds the lock (its connection
     /// answers), or it just took it. False when another instance holds it, or after
     /// [`Leadership::resign`].
     pub async fn ensure(&self) -> anyhow::Result<bool> {
+        let leading = self.check().await;
+        self.record(matches!(leading, Ok(true)));
+        leading
+    }
+
+    async fn check(&self) -> anyhow::Result<bool> {
         let mut held = self.held.lock().await;
         if self.resigned.load(Ordering::SeqCst) {
             return Ok(false);
@@ -79,5 +103,6 @@ impl Leadership {
         if let Some(conn) = self.held.lock().await.take() {
             let _ = conn.close().await;
         }
+        self.record(false);
     }
 }

@@ -118,7 +118,8 @@ impl Scheduler {
         inner.start().await.context("starting the job scheduler")?;
         // The refiller reacts to requests as they come, so it is a task, not a cron job.
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let leadership = Arc::new(Leadership::new(state.db.clone(), "pool_refill"));
+        let leadership =
+            Arc::new(Leadership::new(state.db.clone(), "pool_refill").recording(&state.metrics.watch.job_leader));
         leaderships.push(leadership.clone());
         let confirmer = tokio::spawn(usage_confirm::run(state.clone(), stopped.clone()));
         // Every instance: what its data plane finds missing in Redis is republished at once.
@@ -157,7 +158,7 @@ where
     F: Fn(AppState) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let leadership = Arc::new(Leadership::new(state.db.clone(), name));
+    let leadership = Arc::new(Leadership::new(state.db.clone(), name).recording(&state.metrics.watch.job_leader));
     led.push(leadership.clone());
     let state = state.clone();
     let run = Arc::new(run);

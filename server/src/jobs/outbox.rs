@@ -1,4 +1,4 @@
-//! Job `outbox`: delivers each change's outbox row to Redis (see [`crate::publish::drain_outbox`]).
+//! Job `outbox`: delivers each change's outbox row to Redis and measures the rows left (see [`crate::publish`]).
 
 use crate::publish::Published;
 use crate::state::AppState;
@@ -7,7 +7,12 @@ use crate::state::AppState;
 /// change failed.
 pub const CRON: &str = "* * * * * *";
 
-/// One run.
+/// One run: delivers what is due, then measures what is left (also after a failed
+/// delivery, which is when a backlog builds).
 pub async fn run_once(state: &AppState) -> anyhow::Result<Published> {
-    crate::publish::drain_outbox(state).await
+    let drained = crate::publish::drain_outbox(state).await;
+    if let Err(e) = crate::publish::measure_backlog(state).await {
+        tracing::warn!(error = format!("{e:#}"), "the outbox gauges keep their last values");
+    }
+    drained
 }

@@ -13,6 +13,9 @@
 //!
 //! The repository functions of the `pool_sample` tables live here too ([`list_samples`]
 //! is what the endpoint calls), beside the only job that writes them.
+//!
+//! Each sample also sets the pool's gauges the alert rules read ([`record_sample`]):
+//! members' share deviations, the main list against low-water, and when it was taken.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -23,6 +26,7 @@ use client::pool::{PoolKind, PoolName, PoolSnapshot, ReadOut};
 use engine::counter::{day_count_delta, DaySpan};
 use serde::Serialize;
 
+use crate::metrics::{retain_series, WatchMetrics};
 use crate::samples::store::{get_earlier_sample, insert_sample, list_pools};
 use crate::state::AppState;
 
@@ -103,7 +107,9 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
 /// without waiting a minute. Redis is read as it is; `now` names the day and the window.
 pub async fn run_at(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::default();
-    for pool in list_pools(&state.db).await.context("listing pools")? {
+    let pools = list_pools(&state.db).await.context("listing pools")?;
+    forget_other_pools(&state.metrics.watch, &pools);
+    for pool in pools {
         outcome.pools += 1;
         match sample_pool(state, &pool, now).await {
             Ok(true) => outcome.sampled += 1,
@@ -144,7 +150,37 @@ async fn sample_pool(state: &AppState, pool: &PoolName, now: DateTime<Utc>) -> a
     };
     let sample = assemble(&snapshot, now, day, &readout, &expected, window);
     insert_sample(&state.db, pool, &sample).await.context("storing the sample")?;
+    record_sample(&state.metrics.watch, pool, &snapshot, &sample);
     Ok(true)
+}
+
+/// Sets a pool's gauges from its sample: each member's share deviation (removed for a
+/// member without an actual share, or no longer in the pool), its main list's tickets,
+/// its low-water mark, and the sample's time.
+pub fn record_sample(watch: &WatchMetrics, pool: &PoolName, snapshot: &PoolSnapshot, sample: &PoolSample) {
+    let name = pool.as_str();
+    retain_series(&watch.pool_share_deviation, |labels| {
+        labels.get("pool") != Some(&name)
+            || labels.get("member").and_then(|m| sample.members.get(*m)).is_some_and(|m| m.actual_share.is_some())
+    });
+    for (member, m) in &sample.members {
+        if let Some(actual) = m.actual_share {
+            watch.pool_share_deviation.with_label_values(&[name, member]).set(actual - m.expected_share);
+        }
+    }
+    watch.pool_tickets.with_label_values(&[name]).set(i64::try_from(sample.tickets).unwrap_or(i64::MAX));
+    watch.pool_low_water.with_label_values(&[name]).set(i64::from(snapshot.low_water));
+    watch.pool_sampled_at.with_label_values(&[name]).set(sample.taken_at.timestamp());
+}
+
+/// Removes the gauges of pools no longer configured.
+fn forget_other_pools(watch: &WatchMetrics, pools: &[PoolName]) {
+    let known =
+        |labels: &HashMap<&str, &str>| labels.get("pool").is_some_and(|p| pools.iter().any(|k| k.as_str() == *p));
+    retain_series(&watch.pool_share_deviation, known);
+    retain_series(&watch.pool_tickets, known);
+    retain_series(&watch.pool_low_water, known);
+    retain_series(&watch.pool_sampled_at, known);
 }
 
 fn assemble(
@@ -296,6 +332,70 @@ mod tests {
             eject_rebuild_percent: 50,
             ejected: Default::default(),
         }
+    }
+
+    fn member(expected: f64, actual: Option<f64>) -> MemberSample {
+        MemberSample { hits: 0, window_hits: None, expected_share: expected, actual_share: actual }
+    }
+
+    fn sample_of(taken_at: DateTime<Utc>, tickets: u64, members: &[(&str, MemberSample)]) -> PoolSample {
+        PoolSample {
+            taken_at,
+            version: 1,
+            day: taken_at.date_naive(),
+            tickets,
+            standby: 0,
+            length: tickets,
+            batches: None,
+            tiers: None,
+            window_seconds: Some(60.0),
+            draws: Some(100),
+            members: members.iter().map(|(m, s)| ((*m).to_owned(), s.clone())).collect(),
+        }
+    }
+
+    /// The pool series a fresh registry exports (only the gauges a sample sets have any).
+    fn gauge_lines(metrics: &crate::metrics::Metrics) -> Vec<String> {
+        let mut lines: Vec<String> =
+            metrics.render().lines().filter(|l| l.starts_with("tessera_pool_")).map(str::to_owned).collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn a_sample_sets_the_deviation_of_members_with_an_actual_share_and_removes_the_others() {
+        let metrics = crate::metrics::Metrics::new();
+        let pool = PoolName::parse("cn-pay").unwrap();
+        let snap = snapshot(PoolKind::Channels, &[("A", 1), ("B", 1)], &[]);
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let first = sample_of(at, 7, &[("A", member(0.5, Some(0.75))), ("B", member(0.5, Some(0.25)))]);
+        record_sample(&metrics.watch, &pool, &snap, &first);
+        assert_eq!(
+            gauge_lines(&metrics),
+            [
+                r#"tessera_pool_low_water{pool="cn-pay"} 10"#,
+                r#"tessera_pool_sampled_at_seconds{pool="cn-pay"} 1800000000"#,
+                r#"tessera_pool_share_deviation{member="A",pool="cn-pay"} 0.25"#,
+                r#"tessera_pool_share_deviation{member="B",pool="cn-pay"} -0.25"#,
+                r#"tessera_pool_tickets{pool="cn-pay"} 7"#,
+            ]
+        );
+        // B lost its actual share (no draws in the window) and A left the pool.
+        let later = at + TimeDelta::seconds(10);
+        let second = sample_of(later, 5, &[("B", member(1.0, None)), ("C", member(0.0, Some(0.0)))]);
+        record_sample(&metrics.watch, &pool, &snap, &second);
+        assert_eq!(
+            gauge_lines(&metrics),
+            [
+                r#"tessera_pool_low_water{pool="cn-pay"} 10"#,
+                r#"tessera_pool_sampled_at_seconds{pool="cn-pay"} 1800000010"#,
+                r#"tessera_pool_share_deviation{member="C",pool="cn-pay"} 0"#,
+                r#"tessera_pool_tickets{pool="cn-pay"} 5"#,
+            ]
+        );
+        // The pool is no longer configured: its gauges go.
+        forget_other_pools(&metrics.watch, &[PoolName::parse("sea-pay").unwrap()]);
+        assert_eq!(gauge_lines(&metrics), Vec::<String>::new());
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub struct Outcome {
     pub tokens: u64,
     /// Reservations still open (not yet due).
     pub open: u64,
+    /// Reservations past their deadline left in place by a tenant's sweep that failed
+    /// after its first batch (its last reply's `left`).
+    pub overdue: u64,
+    /// Tenants whose sweep failed (their overdue reservations wait for the next run).
+    pub failed: u64,
 }
 
 /// Sweeps every tenant of the configuration (read from Postgres, not scanned from Redis)
@@ -32,15 +37,20 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
     let tenants = super::known::tenants(state).await;
     for tenant in tenants {
         outcome.tenants += 1;
+        // Expired reservations the last reply said were still waiting.
+        let mut left = 0;
         loop {
             // One tenant's failure must not stop the others' sweep.
             let swept = match state.quotas.sweep(&tenant, BATCH).await {
                 Ok(swept) => swept,
                 Err(e) => {
                     tracing::error!(tenant = %tenant, error = %e, "sweep failed");
+                    outcome.failed += 1;
+                    outcome.overdue += left;
                     break;
                 }
             };
+            left = swept.left;
             outcome.released += swept.released;
             outcome.tokens += swept.tokens;
             if swept.released > 0 {
@@ -54,5 +64,7 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
     }
     state.metrics.quota_swept.inc_by(outcome.released);
     state.metrics.quota_open_reservations.set(outcome.open as i64);
+    state.metrics.watch.quota_reservations_overdue.set(i64::try_from(outcome.overdue).unwrap_or(i64::MAX));
+    state.metrics.watch.quota_sweep_failures.inc_by(outcome.failed);
     Ok(outcome)
 }

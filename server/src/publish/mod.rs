@@ -109,6 +109,15 @@ pub async fn drain_outbox(state: &AppState) -> anyhow::Result<Published> {
     Ok(outcome)
 }
 
+/// Sets the outbox gauges from the rows still waiting (the alert on an outbox backlog
+/// reads them); answers how many wait.
+pub async fn measure_backlog(state: &AppState) -> anyhow::Result<i64> {
+    let (pending, oldest_age) = store::backlog(&state.db).await.context("counting the undelivered outbox rows")?;
+    state.metrics.watch.outbox_pending.set(pending);
+    state.metrics.watch.outbox_oldest_age.set(oldest_age);
+    Ok(pending)
+}
+
 /// Republishes every entity whose meta hash in Redis is missing or older than Postgres.
 #[tracing::instrument(name = "job.reconcile", skip_all, err)]
 pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {

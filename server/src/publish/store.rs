@@ -21,6 +21,17 @@ pub async fn due_entities(db: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     .await
 }
 
+/// Outbox rows not delivered yet, and the age in seconds of the oldest of them (0 when
+/// none): due rows and rows backing off after a failure alike.
+pub async fn backlog(db: &PgPool) -> Result<(i64, f64), sqlx::Error> {
+    sqlx::query_as(
+        "select count(*), coalesce(extract(epoch from now() - min(created_at)), 0)::float8
+         from outbox where delivered_at is null",
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// Marks every pending row of `entity` up to `version` delivered.
 pub async fn mark_delivered(db: &PgPool, entity: &str, version: i64) -> Result<(), sqlx::Error> {
     sqlx::query(

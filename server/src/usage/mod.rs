@@ -51,8 +51,12 @@ pub async fn drain(state: &AppState) -> anyhow::Result<Drained> {
     let names = store::tenant_names(&state.db).await.context("listing tenants")?;
     let tenants: Vec<TenantId> = names.iter().filter_map(|n| TenantId::parse(n).ok()).collect();
     let mut done = Drained::default();
-    for _ in 0..20 {
+    for batch in 0..20 {
         let records = state.quotas.read_usage(&tenants, READ_COUNT).await.context("reading the usage streams")?;
+        if batch == 0 {
+            // Measured before the write, so a ledger that cannot be written shows as lag.
+            state.metrics.watch.usage_drain_lag.set(lag_seconds(&records, Utc::now().timestamp_millis()));
+        }
         if records.is_empty() {
             break;
         }
@@ -66,10 +70,25 @@ pub async fn drain(state: &AppState) -> anyhow::Result<Drained> {
     Ok(done)
 }
 
+/// How far the ledger is behind the streams: the age in seconds of the oldest of the
+/// `records` a drain read (stamped by the Redis clock, against this host's `now_ms`), 0
+/// when there are none.
+pub fn lag_seconds(records: &[UsageRecord], now_ms: i64) -> f64 {
+    let oldest = records.iter().map(|r| r.at_ms).min();
+    oldest.map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0)
+}
+
 /// Writes this process's settle records that the ledger does not hold after
 /// [`CONFIRM_AFTER`]; on failure they are kept for the next run.
 #[tracing::instrument(name = "job.usage_confirm", skip_all, err)]
 pub async fn confirm(state: &AppState, age: Duration) -> anyhow::Result<Drained> {
+    let confirmed = confirm_records(state, age).await;
+    // On every path: records are taken, given back and added by settles meanwhile.
+    state.metrics.usage_records_waiting.set(state.quotas.records_waiting() as i64);
+    confirmed
+}
+
+async fn confirm_records(state: &AppState, age: Duration) -> anyhow::Result<Drained> {
     let records = state.quotas.take_records(age);
     if records.is_empty() {
         return Ok(Drained::default());
@@ -89,7 +108,6 @@ pub async fn confirm(state: &AppState, age: Duration) -> anyhow::Result<Drained>
     }
     let applied = charge_missing(state, &records, &written, true).await?;
     state.metrics.usage_ledger_rows.with_label_values(&["instance"]).inc_by(written.len() as u64);
-    state.metrics.usage_records_waiting.set(state.quotas.records_waiting() as i64);
     Ok(Drained { read: records.len(), written: written.len(), applied })
 }
 
@@ -146,4 +164,37 @@ pub async fn restore(
     tracing::info!(tenant = %tenant, upto = restore.upto, "restoring the tenant's counters from the usage ledger");
     state.metrics.usage_restores.inc();
     Ok((restore, lock))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished_at(at_ms: i64) -> UsageRecord {
+        UsageRecord {
+            tenant: TenantId::parse("acme").unwrap(),
+            request_id: format!("r-{at_ms}"),
+            outcome: UsageOutcome::Settled,
+            late: false,
+            reserved: 10,
+            actual: Some(7),
+            charged: vec![],
+            plan_periods: vec![],
+            reserved_at_ms: at_ms - 500,
+            at_ms,
+            generation: "g1".into(),
+            model: None,
+            entry: None,
+        }
+    }
+
+    #[test]
+    fn the_lag_is_the_age_of_the_oldest_record_read_and_zero_without_records() {
+        let now_ms = 1_800_000_000_000;
+        let read = [finished_at(now_ms - 2_000), finished_at(now_ms - 90_500), finished_at(now_ms)];
+        assert_eq!(lag_seconds(&read, now_ms), 90.5);
+        assert_eq!(lag_seconds(&[], now_ms), 0.0);
+        // A record stamped ahead of this host's clock is not negative lag.
+        assert_eq!(lag_seconds(&[finished_at(now_ms + 300)], now_ms), 0.0);
+    }
 }

@@ -3,6 +3,7 @@
 //! `<area>::<test>`.
 
 mod admin_http;
+mod alerts;
 mod audit_http;
 mod auth_http;
 mod changes_http;
