@@ -40,9 +40,12 @@ if redis.call('HSETNX', KEYS[2], 'applied:' .. ARGV[4], '1') == 0 then return {'
 for _, p in ipairs(decode_parts(ARGV[6])) do
   if p[1] ~= 'plan' then charge(p[1], PERIOD, p[2]) end
 end
+local previous = false
 for period, amount in string.gmatch(ARGV[7], '([^:,]+):(%d+)') do
   charge('plan', period, tonumber(amount))
+  if period == ARGV[2] then previous = true end
 end
+if previous then touch_previous(meta) end
 if ARGV[8] ~= '' and string.sub(ARGV[8], 1, 7) == ARGV[1] then
   hincr(KEYS[5], 'req:' .. ARGV[8], 1)
 end

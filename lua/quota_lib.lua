@@ -145,7 +145,11 @@ local function hdrop(key, field)
   entry.dirty, entry.drop = true, true
 end
 
--- Writes the changed counters (one HSET and one HDEL per hash at most), then the expiries.
+-- Values per HSET or HDEL that flush() writes at once (an even number: field, value).
+local FLUSH_CHUNK = 1000
+
+-- Writes the changed counters (one HSET and one HDEL per hash, unless it holds more than
+-- FLUSH_CHUNK values), then the expiries.
 local function flush()
   for key, fields in pairs(CACHE) do
     local set, drop = {}, {}
@@ -160,8 +164,13 @@ local function flush()
         entry.dirty = false
       end
     end
-    if #set > 0 then redis.call('HSET', key, unpack(set)) end
-    if #drop > 0 then redis.call('HDEL', key, unpack(drop)) end
+    -- In chunks: unpack puts every value on Lua's stack, which holds some 8,000.
+    for i = 1, #set, FLUSH_CHUNK do
+      redis.call('HSET', key, unpack(set, i, math.min(i + FLUSH_CHUNK - 1, #set)))
+    end
+    for i = 1, #drop, FLUSH_CHUNK do
+      redis.call('HDEL', key, unpack(drop, i, math.min(i + FLUSH_CHUNK - 1, #drop)))
+    end
   end
   for key, at in pairs(EXPIRE_AT) do redis.call('PEXPIREAT', key, fmt(at)) end
   EXPIRE_AT = {}

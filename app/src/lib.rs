@@ -95,7 +95,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("pools"), ParamSegment("name"), StaticSegment("ramp")) view=pages::ramp::RampPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("channels") view=pages::channels::Channels ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("channels"), ParamSegment("code")) view=pages::channel::ChannelPage ssr=SsrMode::Async/>
-                    <Route path=StaticSegment("tenants") view=pages::tenants::Tenants ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("tenants") view=pages::tenant_list::Tenants ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("tenants"), ParamSegment("name")) view=pages::tenants::TenantPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("audit") view=pages::audit::Audit ssr=SsrMode::Async/>
                     <Route path=StaticSegment("changes") view=pages::changes::Changes ssr=SsrMode::Async/>

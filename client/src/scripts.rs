@@ -35,7 +35,10 @@ pub fn pool() -> &'static PoolScripts {
 
 /// The quota scripts: each is `lua/quota_lib.lua`, then the script's own body run as a
 /// function, then the library's `flush()` (which writes the counters the body changed
-/// through the library's cache, once per call), then the body's reply.
+/// through the library's cache, once per call), then the body's reply. A body that fails
+/// part-way still has its counter changes written before the error is raised: Redis keeps a
+/// script's writes up to an error, so the counters must match the ledger entries, leases
+/// and records written directly.
 pub struct QuotaScripts {
     pub reserve: Script,
     pub settle: Script,
@@ -50,7 +53,7 @@ pub struct QuotaScripts {
 
 fn with_lib(body: &str) -> Script {
     Script::new(&format!(
-        "{QUOTA_LIB}\nlocal function body()\n{body}\nend\nlocal reply = body()\nflush()\nreturn reply\n"
+        "{QUOTA_LIB}\nlocal function body()\n{body}\nend\nlocal ok, reply = pcall(body)\nflush()\nif not ok then error(reply, 0) end\nreturn reply\n"
     ))
 }
 

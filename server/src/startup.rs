@@ -175,7 +175,7 @@ fn http_server(
             .wrap(from_fn(crate::access::guard))
             .wrap(from_fn(crate::metrics::record))
             .wrap(tracing_actix_web::TracingLogger::default())
-            // Outermost: every response, an error of any layer below included.
+            // Outermost: every response (refusals and handler errors arrive as responses).
             .wrap(from_fn(crate::security_headers::security_headers))
             .app_data(web::JsonConfig::default().limit(8 * 1024 * 1024).error_handler(crate::error::json_error))
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))

@@ -107,13 +107,13 @@ pub struct ChainStatus {
 }
 
 /// The fields that name an element of a list of objects (a pool's weights by member, grants
-/// by id, windows by start), tried in this order.
+/// by id), tried in this order.
 const ELEMENT_KEYS: [&str; 6] = ["member", "id", "code", "channel", "name", "tier"];
 
 /// The keys that differ between `before` and `after`, sorted by key. Objects are compared
-/// key by key (nested ones by dotted path); a list element by its name when it has one
-/// (`weights[ALIPAY_A].weight`), else by its position (`windows[0].start`); anything else is
-/// one value under `value`.
+/// key by key (nested ones by dotted path); a list element by its name when every element
+/// has a distinct plain one (`weights[ALIPAY_A].weight`), else by its position
+/// (`windows[0].start`); anything else is one value under `value`.
 pub fn diff(before: Option<&serde_json::Value>, after: Option<&serde_json::Value>) -> Vec<Change> {
     use std::collections::BTreeMap;
     fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, String>) {
@@ -125,10 +125,26 @@ pub fn diff(before: Option<&serde_json::Value>, after: Option<&serde_json::Value
                 }
             }
             serde_json::Value::Array(items) if !items.is_empty() => {
+                // Elements by name only when every element has one, under the same field,
+                // each different and plain (no `.`, `[` or `]`): else by position.
+                let names: Vec<Option<(&str, &str)>> = items
+                    .iter()
+                    .map(|item| {
+                        item.as_object().and_then(|o| {
+                            ELEMENT_KEYS.iter().find_map(|k| o.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v)))
+                        })
+                    })
+                    .collect();
+                let by_name = names.iter().all(|n| {
+                    n.is_some_and(|(field, name)| {
+                        Some(field) == names[0].map(|(f, _)| f) && !name.is_empty() && !name.contains(['.', '[', ']'])
+                    })
+                }) && {
+                    let distinct: std::collections::BTreeSet<&str> = names.iter().flatten().map(|(_, n)| *n).collect();
+                    distinct.len() == items.len()
+                };
                 for (i, item) in items.iter().enumerate() {
-                    let name = item.as_object().and_then(|o| {
-                        ELEMENT_KEYS.iter().find_map(|k| o.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v)))
-                    });
+                    let name = if by_name { names[i] } else { None };
                     match (name, item) {
                         (Some((field, name)), serde_json::Value::Object(o)) => {
                             let element = format!("{prefix}[{name}]");
@@ -268,6 +284,15 @@ mod tests {
             ]
         );
         assert_eq!((changes[1].before.as_deref(), changes[1].after.as_deref()), (Some("45"), Some("50")));
+    }
+
+    #[test]
+    fn elements_sharing_a_name_are_compared_by_position() {
+        let before = json!({"w": [{"name": "x", "v": 1}, {"name": "x", "v": 2}]});
+        let after = json!({"w": [{"name": "x", "v": 1}, {"name": "x", "v": 3}]});
+        let changes = diff(Some(&before), Some(&after));
+        let got: Vec<(ChangeKind, &str)> = changes.iter().map(|c| (c.kind, c.key.as_str())).collect();
+        assert_eq!(got, vec![(ChangeKind::Changed, "w[1].v")]);
     }
 
     #[test]

@@ -1,14 +1,14 @@
-//! Tenants: a list searched, sorted and paged on the server (the query in the URL, so a
-//! link can be shared), and a page per tenant with its plan and limits, its grants
-//! (revoked ones marked), its use now per bucket and this month's use per day; pms and
-//! admins add and revoke grants on the tenant's page.
+//! A tenant's page: its plan and limits, its fallback policy, its grants (revoked ones
+//! marked), its use now per bucket (see `tenant_usage`), its open reservations and this
+//! month's use per day; pms and admins add and revoke grants here. The list of tenants is
+//! `tenant_list`.
 
 use leptos::prelude::*;
-use leptos_router::hooks::{use_params_map, use_query_map};
+use leptos_router::hooks::use_params_map;
 
+use super::tenant_usage::{MonthChart, Usage};
 use crate::api::rest::Refusal;
-use crate::api::tenants::{MAX_SEARCH, TENANT_SORTS};
-use crate::api::{get_tenant, list_tenant_page, DayUsage, GrantView, TenantList, TenantQuery, TenantView, UsageView};
+use crate::api::{get_tenant, GrantView, TenantView};
 use crate::components::charts::grouped;
 use crate::components::layout::CurrentSession;
 
@@ -26,120 +26,6 @@ struct Editor {
     tenant: TenantResource,
     /// What was done last (outside the card, so that it survives its refetch).
     done: RwSignal<Option<String>>,
-}
-
-/// The tenants list: search, sort and pages, all in the URL.
-#[component]
-pub fn Tenants() -> impl IntoView {
-    let params = use_query_map();
-    let query = move || {
-        params.with(|p| TenantQuery {
-            q: p.get("q").filter(|q| !q.is_empty()),
-            sort: p.get("sort").filter(|s| !s.is_empty()),
-            page: p.get("page").and_then(|n| n.parse().ok()),
-        })
-    };
-    let list = Resource::new(query, |q| list_tenant_page(q.q, q.sort, q.page));
-    view! {
-        <h1>"Tenants"</h1>
-        <Transition fallback=|| view! { <p>"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                let q = query();
-                let form = view! { <TenantSearch q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "name".into())/> };
-                match list.await {
-                    Ok(page) => view! { {form} <TenantTable page/> }.into_any(),
-                    Err(e) => view! { {form} <p class="error" role="alert">"Could not list the tenants: " {e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
-    }
-    .into_any()
-}
-
-/// The search form: a plain GET of `/tenants`, so the URL holds the query.
-#[component]
-fn TenantSearch(q: String, sort: String) -> impl IntoView {
-    view! {
-        <form class="card filters" method="get" action="/tenants" role="search" aria-label="Search tenants">
-            <label>"Name or plan contains "
-                <input type="search" name="q" id="tenant-search" value=q maxlength=MAX_SEARCH.to_string()/>
-            </label>
-            <label>"Sort by "
-                <select name="sort" id="tenant-sort">
-                    {TENANT_SORTS.iter().map(|(value, label)| view! {
-                        <option value=*value selected=*value == sort.as_str()>{*label}</option>
-                    }).collect_view()}
-                </select>
-            </label>
-            <button type="submit">"Search"</button>
-            " " <a href="/tenants">"Clear"</a>
-        </form>
-    }
-}
-
-/// One page of tenants with links to the others.
-#[component]
-fn TenantTable(page: TenantList) -> impl IntoView {
-    if page.rows.is_empty() {
-        let text = if page.q.is_empty() {
-            "No tenants yet.".to_owned()
-        } else {
-            format!("No tenant's name or plan contains \"{}\".", page.q)
-        };
-        return view! { <p id="tenants-none">{text}</p> }.into_any();
-    }
-    let summary = format!(
-        "{} tenant{}{}; page {} of {}",
-        grouped(page.total),
-        if page.total == 1 { "" } else { "s" },
-        if page.q.is_empty() { String::new() } else { format!(" matching \"{}\"", page.q) },
-        page.page,
-        page.pages
-    );
-    let previous = (page.page > 1)
-        .then(|| view! { <a id="tenants-previous" rel="prev" href=page.href(page.page - 1)>"Previous page"</a> });
-    let next = (page.page < page.pages)
-        .then(|| view! { <a id="tenants-next" rel="next" href=page.href(page.page + 1)>"Next page"</a> });
-    let rows = page
-        .rows
-        .into_iter()
-        .map(|t| {
-            let (percent, state) = match &t.usage {
-                Ok(u) => (format!("{:.1} %", u.percent()), u.state().to_owned()),
-                Err(why) => ("—".to_owned(), why.clone()),
-            };
-            view! {
-                <tr data-tenant=t.name.clone()>
-                    <th scope="row"><a href=format!("/tenants/{}", t.name)><code>{t.name.clone()}</code></a></th>
-                    <td>{t.plan}</td>
-                    <td class="number">{grouped(t.monthly_tokens.max(0) as u64)}</td>
-                    <td class="number">{t.live_grants}</td>
-                    <td class="number">{percent}</td>
-                    <td>{state}</td>
-                </tr>
-            }
-        })
-        .collect_view();
-    view! {
-        <p id="tenants-summary" role="status">{summary}</p>
-        <div class="table-wrap">
-            <table class="grid" id="tenants">
-                <thead>
-                    <tr>
-                        <th scope="col">"Tenant"</th>
-                        <th scope="col">"Plan"</th>
-                        <th scope="col">"Tokens a month"</th>
-                        <th scope="col">"Live grants"</th>
-                        <th scope="col">"Use (used + reserved)"</th>
-                        <th scope="col">"State"</th>
-                    </tr>
-                </thead>
-                <tbody>{rows}</tbody>
-            </table>
-        </div>
-        <nav class="paging" aria-label="Pages">{previous} " " {next}</nav>
-    }
-    .into_any()
 }
 
 /// A tenant's page.
@@ -639,104 +525,6 @@ fn save(
     });
     #[cfg(not(feature = "hydrate"))]
     let _ = (editor, path, body, said, busy, refused);
-}
-
-#[component]
-fn Usage(tenant: String, usage: UsageView) -> impl IntoView {
-    view! {
-        <p>
-            "Period " <strong>{usage.period}</strong> ": " {grouped(usage.requests_today)} " of " {grouped(usage.daily_requests)}
-            " requests today, " <strong id=format!("leases-{tenant}")>{usage.leases}</strong> " of " {grouped(usage.concurrency)}
-            " reservations open, " {grouped(usage.available)} " tokens available now."
-        </p>
-        <p class="notice">"In each bar the dark part is used, the lighter part reserved and the empty part free; the numbers say the same."</p>
-        <table class="grid" id=format!("usage-{tenant}")>
-            <thead>
-                <tr>
-                    <th scope="col">"Bucket"</th>
-                    <th scope="col">"Kind"</th>
-                    <th scope="col">"Tokens"</th>
-                    <th scope="col">"Used"</th>
-                    <th scope="col">"Reserved"</th>
-                    <th scope="col">"Use"</th>
-                    <th scope="col">"Live"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {usage.buckets.into_iter().map(|b| {
-                    let key = b.id.clone();
-                    let meter = format!("meter-{tenant}-{}", b.id);
-                    view! {
-                        <tr data-bucket=key>
-                            <td><code>{b.id}</code></td>
-                            <td>{b.kind}</td>
-                            <td class="number">{grouped(b.amount)}</td>
-                            <td class="number">{grouped(b.used)}</td>
-                            <td class="number">{grouped(b.reserved)}</td>
-                            <td><Meter text_id=meter amount=b.amount used=b.used reserved=b.reserved/></td>
-                            <td>{if b.live { "yes" } else { "no (not started or expired)" }}</td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
-        </table>
-    }
-    .into_any()
-}
-
-/// The month's tokens per UTC day from the usage ledger: one bar per day with use (its
-/// height relative to the busiest day), each titled with its figures, and the total in words.
-#[component]
-fn MonthChart(tenant: String, days: Vec<DayUsage>) -> impl IntoView {
-    if days.is_empty() {
-        return view! { <p class="notice" id=format!("month-{tenant}")>"No use recorded this month yet."</p> }
-            .into_any();
-    }
-    let busiest = days.iter().map(|d| d.tokens).max().unwrap_or(0).max(1);
-    let total: u64 = days.iter().map(|d| d.tokens).sum();
-    let settled: u64 = days.iter().map(|d| d.settled).sum();
-    let (width, height, gap) = (24.0_f64, 80.0_f64, 4.0_f64);
-    let svg_width = days.len() as f64 * (width + gap);
-    let summary =
-        format!("{} tokens over {} settled requests on {} day(s)", grouped(total), grouped(settled), days.len());
-    view! {
-        <figure class="month-chart" id=format!("month-{tenant}")>
-            <svg role="img" aria-label=summary.clone() width=format!("{svg_width:.0}") height=format!("{:.0}", height + 16.0)
-                viewBox=format!("0 0 {svg_width:.0} {:.0}", height + 16.0)>
-                {days.into_iter().enumerate().map(|(i, d)| {
-                    let h = (d.tokens as f64 / busiest as f64 * height).max(1.0);
-                    let x = i as f64 * (width + gap);
-                    let label = d.day.get(8..).unwrap_or(&d.day).to_owned();
-                    view! {
-                        <g class="month-day" data-day=d.day.clone() data-tokens=d.tokens>
-                            <title>{format!("{}: {} tokens, {} settled", d.day, grouped(d.tokens), grouped(d.settled))}</title>
-                            <rect x=format!("{x:.1}") y=format!("{:.1}", height - h) width=format!("{width:.0}") height=format!("{h:.1}")></rect>
-                            <text x=format!("{:.1}", x + width / 2.0) y=format!("{:.0}", height + 12.0) text-anchor="middle">{label}</text>
-                        </g>
-                    }
-                }).collect_view()}
-            </svg>
-            <figcaption>{summary}</figcaption>
-        </figure>
-    }
-    .into_any()
-}
-
-/// A bucket's use as a bar (used solid, reserved striped) with the same in words.
-#[component]
-fn Meter(text_id: String, amount: u64, used: u64, reserved: u64) -> impl IntoView {
-    let share = |part: u64| if amount == 0 { 0.0 } else { (part as f64 * 100.0 / amount as f64).min(100.0) };
-    let used_share = share(used);
-    let reserved_share = share(reserved).min(100.0 - used_share);
-    let free = amount.saturating_sub(used.saturating_add(reserved));
-    view! {
-        <svg class="meter" viewBox="0 0 100 8" preserveAspectRatio="none" aria-hidden="true">
-            <rect class="meter-used" x="0" y="0" width=format!("{used_share:.2}") height="8"></rect>
-            <rect class="meter-reserved" x=format!("{used_share:.2}") y="0" width=format!("{reserved_share:.2}") height="8"></rect>
-        </svg>
-        <span class="meter-text" id=text_id>{format!("{} used + {} reserved of {}; {} free", grouped(used), grouped(reserved), grouped(amount), grouped(free))}</span>
-    }
-    .into_any()
 }
 
 #[cfg(test)]

@@ -98,6 +98,9 @@ impl Quotas {
     /// A tenant's open reservations, the soonest deadline first: at most `limit` of them,
     /// read from its concurrency leases (ZRANGE by deadline) and its reservation ledger.
     pub async fn open_reservations(&self, tenant: &TenantId, limit: usize) -> Result<Vec<OpenReservation>, QuotaError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
         let t = tenant.as_str();
         let ids: Vec<String> = redis::cmd("ZRANGE")

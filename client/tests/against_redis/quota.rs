@@ -23,6 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use testproxy::{through, Proxy};
 
+mod partial;
 mod usage;
 
 // ---------------------------------------------------------------------------------------

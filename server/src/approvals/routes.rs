@@ -103,6 +103,7 @@ fn scope(raw: &str) -> Result<String, ApiError> {
         (status = 200, description = "Written and audited", body = Policy),
         (status = 400, description = "A malformed scope or body (naming the field), or a missing reason", body = ErrorBody),
         (status = 409, description = "The policy is at another version than `expected_version` (0: it exists already)", body = ConflictBody),
+        (status = 422, description = "A risk rule (`moved_percent_over`, `member_share_over`) on a scope that is not a pool's (`channels`, `plans`, `tenants`)", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/policies/{scope}")]
@@ -133,10 +134,11 @@ pub async fn put_policy(
         [("moved_percent_over", body.moved_percent_over), ("member_share_over", body.member_share_over)]
     {
         if value.is_some() && matches!(scope.as_str(), "channels" | "plans" | "tenants") {
-            return Err(ApiError::bad_request(
-                field,
-                "risk rules measure a pool's traffic: pools and pool:<name> only",
-            ));
+            // A rule across the path and the body: the body alone is well-formed (422).
+            return Err(ApiError::Unprocessable {
+                field: field.to_owned(),
+                rule: "risk rules measure a pool's traffic: pools and pool:<name> only".to_owned(),
+            });
         }
         if value.is_some_and(|v| !(0.0..=100.0).contains(&v)) {
             return Err(ApiError::bad_request(field, "must be a percentage in 0..=100"));

@@ -424,7 +424,6 @@ async fn last_hour_of_outcomes(
 }
 
 /// A time as the UI lists it: UTC, to the minute.
-
 fn minute(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }

@@ -109,7 +109,7 @@ async fn an_auditor_and_a_viewer_see_the_audit_page_as_their_role_allows() {
     assert_eq!(csv, "/api/v1/audit.csv?action=channel.create");
     let filter = c.find(Locator::Id("filter-action")).await.unwrap().prop("value").await.unwrap();
     assert_eq!(filter.as_deref(), Some("channel.create"));
-    for row in c.find_all(Locator::Css("#audit-rows tbody tr td:nth-child(4)")).await.unwrap() {
+    for row in c.find_all(Locator::Css("#audit-rows > tbody > tr > td:nth-child(4)")).await.unwrap() {
         assert_eq!(row.text().await.unwrap(), "channel.create");
     }
     sign_out(c).await;
