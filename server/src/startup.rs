@@ -140,6 +140,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         sample_retention: settings.sample_retention,
         ramps: settings.ramps.clone(),
         known: Default::default(),
+        ui_cache: Default::default(),
     };
     let (pools, tenants) = crate::publish::remember_published(&state).await?;
     tracing::info!(pools, tenants, "last published snapshots loaded: the data plane degrades from its first request");

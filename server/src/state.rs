@@ -37,4 +37,6 @@ pub struct AppState {
     pub known: std::sync::Arc<crate::jobs::known::Known>,
     /// Where ramps announce what they do.
     pub ramps: crate::configuration::RampSettings,
+    /// What the admin UI keeps between requests (a large fleet's quota overview).
+    pub ui_cache: std::sync::Arc<crate::backend::UiCache>,
 }

@@ -17,6 +17,8 @@ use crate::state::AppState;
 mod lists;
 mod tenants;
 
+pub use tenants::UiCache;
+
 #[async_trait::async_trait]
 impl app::api::Backend for AppState {
     async fn system_status(&self) -> SystemStatus {

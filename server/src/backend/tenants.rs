@@ -66,14 +66,52 @@ async fn tenant_use(state: &AppState, raw: &str) -> Result<TenantUse, String> {
     }
 }
 
+/// Every tenant's usage, as the dashboard's quota overview reads it.
+type Overview = Vec<(String, Result<UsageView, String>)>;
+
+/// Above this many tenants the overview is read at most once per [`OVERVIEW_FRESH_FOR`]
+/// and shared by the dashboards of that time (one script call per tenant would otherwise
+/// run on every dashboard refresh); at or below it, every read is fresh.
+const CACHE_ABOVE: usize = 200;
+
+/// How long a large fleet's overview is shown before it is read again.
+pub const OVERVIEW_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the admin UI keeps between requests.
+#[derive(Default)]
+pub struct UiCache {
+    /// A large fleet's quota overview and when it was read. The lock is held while it is
+    /// read again, so that dashboards arriving meanwhile wait for that one read.
+    overview: tokio::sync::Mutex<Option<(std::time::Instant, Overview)>>,
+}
+
 /// Every tenant's usage now (the dashboard's quota overview): the names in one query, the
-/// usage read from Redis 32 tenants at a time.
-pub(super) async fn usage_of_every_tenant(
-    state: &AppState,
-) -> Result<Vec<(String, Result<UsageView, String>)>, BackendError> {
+/// usage read from Redis 32 tenants at a time; for more than [`CACHE_ABOVE`] tenants, the
+/// reading of the last [`OVERVIEW_FRESH_FOR`].
+pub(super) async fn usage_of_every_tenant(state: &AppState) -> Result<Overview, BackendError> {
+    let names: Vec<String> = crate::tenants::store::list_tenants(&state.db)
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    if names.len() <= CACHE_ABOVE {
+        return Ok(read_usage(state, names).await);
+    }
+    let mut cached = state.ui_cache.overview.lock().await;
+    if let Some((at, overview)) = cached.as_ref() {
+        if at.elapsed() < OVERVIEW_FRESH_FOR {
+            return Ok(overview.clone());
+        }
+    }
+    let overview = read_usage(state, names).await;
+    *cached = Some((std::time::Instant::now(), overview.clone()));
+    Ok(overview)
+}
+
+async fn read_usage(state: &AppState, names: Vec<String>) -> Overview {
     use futures::StreamExt;
-    let names = crate::tenants::store::list_tenants(&state.db).await.map_err(unavailable)?;
-    let read = futures::stream::iter(names.into_iter().map(|t| t.name))
+    let read = futures::stream::iter(names)
         .map(|name| async move {
             let usage = match TenantId::parse(&name) {
                 Ok(id) => usage_view(state, &id).await,
@@ -82,7 +120,7 @@ pub(super) async fn usage_of_every_tenant(
             (name, usage)
         })
         .buffered(32);
-    Ok(read.collect().await)
+    read.collect().await
 }
 
 /// A tenant's usage now as the UI shows it, or why it could not be read.
