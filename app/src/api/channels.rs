@@ -43,34 +43,12 @@ pub const CHANNEL_SORTS: [(&str, &str); 4] = [
     ("weight", "Base weight, largest first"),
 ];
 
-/// The channels list's query, as the URL holds it: `q` (part of a code or a name, any
-/// case), `sort` (one of [`CHANNEL_SORTS`]) and `page` (from 1).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChannelQuery {
-    pub q: Option<String>,
-    pub sort: Option<String>,
-    pub page: Option<u32>,
-}
+/// The channels list's query: `q` matches part of a code or a name (any case), `sort` is one
+/// of [`CHANNEL_SORTS`].
+pub type ChannelQuery = super::lists::ListQuery;
 
-/// A page of the channels list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChannelList {
-    pub rows: Vec<ChannelView>,
-    /// Channels matching the search, on every page.
-    pub total: u64,
-    pub page: u32,
-    pub pages: u32,
-    /// The search and the sort as checked.
-    pub q: String,
-    pub sort: String,
-}
-
-impl ChannelList {
-    /// The list's address for `page`, with this search and sort.
-    pub fn href(&self, page: u32) -> String {
-        super::tenants::list_href("/channels", &self.q, &self.sort, "code", page)
-    }
-}
+/// A page of the channels list (its default sort is `code`).
+pub type ChannelList = super::lists::ListPage<ChannelView>;
 
 /// How much a channel needs a person's attention: lower first (disabled, then ejected
 /// somewhere, then decaying or recovering somewhere, then pinned, then the rest).

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod changes;
 pub mod channels;
 pub mod dashboard;
+pub mod lists;
 pub mod pools;
 pub mod ramps;
 pub mod rest;

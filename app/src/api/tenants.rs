@@ -101,9 +101,6 @@ pub struct TenantView {
 /// Rows per page of the tenants list.
 pub const TENANT_PAGE_SIZE: u32 = 50;
 
-/// The longest search text.
-pub const MAX_SEARCH: usize = 100;
-
 /// How the tenants list may be sorted: the `sort` value and what the page calls it.
 pub const TENANT_SORTS: [(&str, &str); 4] = [
     ("name", "Name"),
@@ -112,14 +109,9 @@ pub const TENANT_SORTS: [(&str, &str); 4] = [
     ("updated", "Changed, newest first"),
 ];
 
-/// The tenants list's query, as the URL holds it: `q` (part of a tenant's or its plan's
-/// name), `sort` (one of [`TENANT_SORTS`]) and `page` (from 1).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TenantQuery {
-    pub q: Option<String>,
-    pub sort: Option<String>,
-    pub page: Option<u32>,
-}
+/// The tenants list's query: `q` matches part of a tenant's or its plan's name, `sort` is
+/// one of [`TENANT_SORTS`].
+pub type TenantQuery = super::lists::ListQuery;
 
 /// A tenant's use of its tokens now, over its plan and live grants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,45 +158,8 @@ pub struct TenantRow {
     pub usage: Result<TenantUse, String>,
 }
 
-/// A page of the tenants list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TenantList {
-    pub rows: Vec<TenantRow>,
-    /// Tenants matching the search, on every page.
-    pub total: u64,
-    /// This page (from 1) and the number of pages (at least 1).
-    pub page: u32,
-    pub pages: u32,
-    /// The search and the sort as checked (the sort's value, `name` by default).
-    pub q: String,
-    pub sort: String,
-}
-
-impl TenantList {
-    /// The list's address for `page`, with this search and sort.
-    pub fn href(&self, page: u32) -> String {
-        list_href("/tenants", &self.q, &self.sort, "name", page)
-    }
-}
-
-/// `path?q=…&sort=…&page=…`, leaving out what is empty or the default.
-pub fn list_href(path: &str, q: &str, sort: &str, default_sort: &str, page: u32) -> String {
-    let mut parts = Vec::new();
-    if !q.is_empty() {
-        parts.push(format!("q={}", super::encode_query_value(q)));
-    }
-    if sort != default_sort {
-        parts.push(format!("sort={}", super::encode_query_value(sort)));
-    }
-    if page > 1 {
-        parts.push(format!("page={page}"));
-    }
-    if parts.is_empty() {
-        path.to_owned()
-    } else {
-        format!("{path}?{}", parts.join("&"))
-    }
-}
+/// A page of the tenants list (its default sort is `name`).
+pub type TenantList = super::lists::ListPage<TenantRow>;
 
 /// A page of the tenants list, searched and sorted on the server, for any signed-in user.
 /// The query's parts are separate optional arguments, so that a query string without them
@@ -230,12 +185,6 @@ pub async fn get_tenant(name: String) -> Result<Option<TenantView>, ServerFnErro
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_list_address_keeps_only_what_differs_from_the_defaults() {
-        assert_eq!(list_href("/tenants", "", "name", "name", 1), "/tenants");
-        assert_eq!(list_href("/tenants", "a b&c", "plan", "name", 3), "/tenants?q=a%20b%26c&sort=plan&page=3");
-    }
 
     #[test]
     fn use_is_a_share_of_plan_and_grants_and_says_its_state() {

@@ -3,6 +3,7 @@
 pub mod charts;
 pub mod form;
 pub mod layout;
+pub mod list;
 pub mod outcome_chart;
 pub mod refresh;
 pub mod step_chart;

@@ -7,10 +7,10 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::channels::CHANNEL_SORTS;
-use crate::api::tenants::MAX_SEARCH;
 use crate::api::{list_channels, ChannelList, ChannelQuery, ChannelView, SessionInfo};
 use crate::components::charts::grouped;
 use crate::components::layout::CurrentSession;
+use crate::components::list::{summary, Paging, SearchForm};
 
 /// The channels resource, refetched after each change.
 type ChannelsResource = Resource<Result<ChannelList, ServerFnError>>;
@@ -39,7 +39,10 @@ pub fn Channels() -> impl IntoView {
             {move || Suspend::new(async move {
                 let session = session.await.ok().flatten();
                 let q = query();
-                let form = view! { <ChannelSearch q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "code".into())/> };
+                let form = view! {
+                    <SearchForm path="/channels" id="channel" label="Code or name contains" aria_label="Search channels"
+                        q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "code".into()) sorts=&CHANNEL_SORTS/>
+                };
                 let csrf = session.as_ref().map(|s| s.csrf_token.clone()).unwrap_or_default();
                 let dialog = move || editing.get().map(|c| view! { <ChangeDialog channel=c csrf=csrf.clone() resource=channels done editing/> });
                 match channels.await {
@@ -49,27 +52,6 @@ pub fn Channels() -> impl IntoView {
                 }
             })}
         </Transition>
-    }
-}
-
-/// The search form: a plain GET of `/channels`, so the URL holds the query.
-#[component]
-fn ChannelSearch(q: String, sort: String) -> impl IntoView {
-    view! {
-        <form class="card filters" method="get" action="/channels" role="search" aria-label="Search channels">
-            <label>"Code or name contains "
-                <input type="search" name="q" id="channel-search" value=q maxlength=MAX_SEARCH.to_string()/>
-            </label>
-            <label>"Sort by "
-                <select name="sort" id="channel-sort">
-                    {CHANNEL_SORTS.iter().map(|(value, label)| view! {
-                        <option value=*value selected=*value == sort.as_str()>{*label}</option>
-                    }).collect_view()}
-                </select>
-            </label>
-            <button type="submit">"Search"</button>
-            " " <a href="/channels">"Clear"</a>
-        </form>
     }
 }
 
@@ -97,18 +79,9 @@ fn ChannelTable(
             </p>
         }
     });
-    let summary = format!(
-        "{} channel{}{}; page {} of {}",
-        grouped(list.total),
-        if list.total == 1 { "" } else { "s" },
-        if list.q.is_empty() { String::new() } else { format!(" matching \"{}\"", list.q) },
-        list.page,
-        list.pages
-    );
-    let previous = (list.page > 1)
-        .then(|| view! { <a id="channels-previous" rel="prev" href=list.href(list.page - 1)>"Previous page"</a> });
-    let next = (list.page < list.pages)
-        .then(|| view! { <a id="channels-next" rel="next" href=list.href(list.page + 1)>"Next page"</a> });
+    let summary = summary(list.total, "channel", &list.q, list.page, list.pages);
+    let previous = (list.page > 1).then(|| list.href("/channels", "code", list.page - 1));
+    let next = (list.page < list.pages).then(|| list.href("/channels", "code", list.page + 1));
     view! {
         {restricted}
         <p id="channels-summary" role="status">{summary}</p>
@@ -171,7 +144,7 @@ fn ChannelTable(
             </tbody>
         </table>
         </div>
-        <nav class="paging" aria-label="Pages">{previous} " " {next}</nav>
+        <Paging id="channels" previous next/>
     }
 }
 

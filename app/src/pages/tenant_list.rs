@@ -5,9 +5,10 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
-use crate::api::tenants::{MAX_SEARCH, TENANT_SORTS};
+use crate::api::tenants::TENANT_SORTS;
 use crate::api::{list_tenant_page, TenantList, TenantQuery};
 use crate::components::charts::grouped;
+use crate::components::list::{summary, Paging, SearchForm};
 
 /// The tenants list: search, sort and pages, all in the URL.
 #[component]
@@ -26,7 +27,10 @@ pub fn Tenants() -> impl IntoView {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let q = query();
-                let form = view! { <TenantSearch q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "name".into())/> };
+                let form = view! {
+                    <SearchForm path="/tenants" id="tenant" label="Name or plan contains" aria_label="Search tenants"
+                        q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "name".into()) sorts=&TENANT_SORTS/>
+                };
                 match list.await {
                     Ok(page) => view! { {form} <TenantTable page/> }.into_any(),
                     Err(e) => view! { {form} <p class="error" role="alert">"Could not list the tenants: " {e.to_string()}</p> }.into_any(),
@@ -35,27 +39,6 @@ pub fn Tenants() -> impl IntoView {
         </Transition>
     }
     .into_any()
-}
-
-/// The search form: a plain GET of `/tenants`, so the URL holds the query.
-#[component]
-fn TenantSearch(q: String, sort: String) -> impl IntoView {
-    view! {
-        <form class="card filters" method="get" action="/tenants" role="search" aria-label="Search tenants">
-            <label>"Name or plan contains "
-                <input type="search" name="q" id="tenant-search" value=q maxlength=MAX_SEARCH.to_string()/>
-            </label>
-            <label>"Sort by "
-                <select name="sort" id="tenant-sort">
-                    {TENANT_SORTS.iter().map(|(value, label)| view! {
-                        <option value=*value selected=*value == sort.as_str()>{*label}</option>
-                    }).collect_view()}
-                </select>
-            </label>
-            <button type="submit">"Search"</button>
-            " " <a href="/tenants">"Clear"</a>
-        </form>
-    }
 }
 
 /// One page of tenants with links to the others.
@@ -69,18 +52,9 @@ fn TenantTable(page: TenantList) -> impl IntoView {
         };
         return view! { <p id="tenants-none">{text}</p> }.into_any();
     }
-    let summary = format!(
-        "{} tenant{}{}; page {} of {}",
-        grouped(page.total),
-        if page.total == 1 { "" } else { "s" },
-        if page.q.is_empty() { String::new() } else { format!(" matching \"{}\"", page.q) },
-        page.page,
-        page.pages
-    );
-    let previous = (page.page > 1)
-        .then(|| view! { <a id="tenants-previous" rel="prev" href=page.href(page.page - 1)>"Previous page"</a> });
-    let next = (page.page < page.pages)
-        .then(|| view! { <a id="tenants-next" rel="next" href=page.href(page.page + 1)>"Next page"</a> });
+    let summary = summary(page.total, "tenant", &page.q, page.page, page.pages);
+    let previous = (page.page > 1).then(|| page.href("/tenants", "name", page.page - 1));
+    let next = (page.page < page.pages).then(|| page.href("/tenants", "name", page.page + 1));
     let rows = page
         .rows
         .into_iter()
@@ -118,7 +92,7 @@ fn TenantTable(page: TenantList) -> impl IntoView {
                 <tbody>{rows}</tbody>
             </table>
         </div>
-        <nav class="paging" aria-label="Pages">{previous} " " {next}</nav>
+        <Paging id="tenants" previous next/>
     }
     .into_any()
 }

@@ -1,7 +1,7 @@
 //! What the UI's lists share: the search text and the page number checked (errors name
 //! the field), and the number of pages.
 
-use app::api::tenants::MAX_SEARCH;
+use app::api::lists::MAX_SEARCH;
 use app::api::BackendError;
 
 /// The search as typed, trimmed: at most [`MAX_SEARCH`] characters, no control characters.

@@ -1,0 +1,72 @@
+//! What the lists searched, sorted and paged on the server share: the search form (a plain
+//! GET of the list's path, so the URL holds the query), the sentence that says what is
+//! shown, and the links to the pages before and after.
+
+use leptos::prelude::*;
+
+use crate::api::lists::MAX_SEARCH;
+use crate::components::charts::grouped;
+
+/// The search form of the list at `path`; `id` prefixes its fields' ids (`{id}-search`,
+/// `{id}-sort`), `label` says what the text is matched against.
+#[component]
+pub fn SearchForm(
+    path: &'static str,
+    id: &'static str,
+    label: &'static str,
+    aria_label: &'static str,
+    q: String,
+    sort: String,
+    sorts: &'static [(&'static str, &'static str)],
+) -> impl IntoView {
+    view! {
+        <form class="card filters" method="get" action=path role="search" aria-label=aria_label>
+            <label>{label} " "
+                <input type="search" name="q" id=format!("{id}-search") value=q maxlength=MAX_SEARCH.to_string()/>
+            </label>
+            <label>"Sort by "
+                <select name="sort" id=format!("{id}-sort")>
+                    {sorts.iter().map(|(value, text)| view! {
+                        <option value=*value selected=*value == sort.as_str()>{*text}</option>
+                    }).collect_view()}
+                </select>
+            </label>
+            <button type="submit">"Search"</button>
+            " " <a href=path>"Clear"</a>
+        </form>
+    }
+}
+
+/// "5,002 tenants matching "t01"; page 1 of 101".
+pub fn summary(total: u64, noun: &str, q: &str, page: u32, pages: u32) -> String {
+    format!(
+        "{} {noun}{}{}; page {page} of {pages}",
+        grouped(total),
+        if total == 1 { "" } else { "s" },
+        if q.is_empty() { String::new() } else { format!(" matching \"{q}\"") },
+    )
+}
+
+/// The links to the previous and the next page (`{id}-previous`, `{id}-next`), where
+/// there are such pages.
+#[component]
+pub fn Paging(id: &'static str, previous: Option<String>, next: Option<String>) -> impl IntoView {
+    view! {
+        <nav class="paging" aria-label="Pages">
+            {previous.map(|href| view! { <a id=format!("{id}-previous") rel="prev" href=href>"Previous page"</a> })}
+            " "
+            {next.map(|href| view! { <a id=format!("{id}-next") rel="next" href=href>"Next page"</a> })}
+        </nav>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+
+    #[test]
+    fn the_summary_says_how_many_match_and_which_page() {
+        assert_eq!(summary(5002, "tenant", "", 1, 101), "5,002 tenants; page 1 of 101");
+        assert_eq!(summary(1, "channel", "bulk", 1, 1), "1 channel matching \"bulk\"; page 1 of 1");
+    }
+}
