@@ -125,11 +125,19 @@ pub struct TenantQuota {
     pub error: Option<String>,
 }
 
-/// Every tenant's quota, and the sweeper's work.
+/// The fullest tenants the dashboard lists (the rest are on the tenants page).
+pub const DASHBOARD_TENANTS: usize = 20;
+
+/// The fullest tenants' quotas, and the sweeper's work.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuotaOverview {
-    /// By usage, the fullest first (those whose usage is unknown last).
+    /// By usage, the fullest first (those whose usage is unknown last): at most
+    /// [`DASHBOARD_TENANTS`] (the page carries only what it shows).
     pub tenants: Vec<TenantQuota>,
+    /// Tenants beyond those listed.
+    pub more: u64,
+    /// Reservations open now, over every tenant.
+    pub open: u64,
     /// Reservations this server's sweeper returned after their deadline since it started
     /// (the sweep runs on one instance at a time: on the others this stays 0).
     pub swept_here: u64,

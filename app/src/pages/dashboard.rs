@@ -8,9 +8,6 @@ use crate::api::dashboard::{Dashboard as DashboardData, MemberShare, PoolCard, Q
 use crate::api::{get_dashboard, get_system_status, DependencyStatus, SystemStatus};
 use crate::components::charts::{grouped, DeviationBars, LineChart, ShareRow, StateItem, StateStrip};
 
-/// The fullest tenants the dashboard lists (the rest are on the tenants page).
-const DASHBOARD_TENANTS: usize = 20;
-
 /// How often the pools and quotas are read again while the page is visible.
 pub use crate::components::refresh::REFRESH_EVERY;
 
@@ -200,8 +197,7 @@ fn PoolCardView(pool: PoolCard, now_ms: i64) -> impl IntoView {
 
 #[component]
 fn QuotaCard(quotas: QuotaOverview) -> impl IntoView {
-    let open: u64 = quotas.tenants.iter().map(|t| t.open).sum();
-    let more = quotas.tenants.len().saturating_sub(DASHBOARD_TENANTS);
+    let (open, more) = (quotas.open, quotas.more);
     view! {
         <section class="card" id="quota-overview" aria-labelledby="quota-heading">
             <div class="card-head"><h2 id="quota-heading">"Quotas"</h2></div>
@@ -230,12 +226,12 @@ fn QuotaCard(quotas: QuotaOverview) -> impl IntoView {
                                 </tr>
                             </thead>
                             <tbody>
-                                {quotas.tenants.into_iter().take(DASHBOARD_TENANTS).map(|t| view! { <TenantRow tenant=t/> }).collect_view()}
+                                {quotas.tenants.into_iter().map(|t| view! { <TenantRow tenant=t/> }).collect_view()}
                             </tbody>
                         </table>
                     </div>
                     {(more > 0).then(|| view! {
-                        <p id="quota-more">{format!("and {} more: ", grouped(more as u64))} <a href="/tenants">"all tenants"</a></p>
+                        <p id="quota-more">{format!("and {} more: ", grouped(more))} <a href="/tenants">"all tenants"</a></p>
                     })}
                 }.into_any()
             }}

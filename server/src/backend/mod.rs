@@ -328,10 +328,11 @@ impl app::api::Backend for AppState {
             })
             .collect();
         let tenants = tenants::usage_of_every_tenant(self).await?;
-        let quotas = QuotaOverview {
-            tenants: ssr::by_usage(tenants.iter().map(|(name, usage)| ssr::tenant_quota(name, usage)).collect()),
-            swept_here: self.metrics.quota_swept.get(),
-        };
+        let mut fullest = ssr::by_usage(tenants.iter().map(|(name, usage)| ssr::tenant_quota(name, usage)).collect());
+        let open = fullest.iter().map(|t| t.open).sum();
+        let more = fullest.len().saturating_sub(app::api::dashboard::DASHBOARD_TENANTS) as u64;
+        fullest.truncate(app::api::dashboard::DASHBOARD_TENANTS);
+        let quotas = QuotaOverview { tenants: fullest, more, open, swept_here: self.metrics.quota_swept.get() };
         Ok(app::api::Dashboard {
             now_ms: now.timestamp_millis(),
             read_at: now.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
