@@ -4,8 +4,18 @@
 
 use leptos::prelude::*;
 
-use crate::api::lists::MAX_SEARCH;
+use crate::api::lists::{ListQuery, MAX_SEARCH};
 use crate::components::charts::grouped;
+
+/// The list query a page's URL holds (`q`, `sort`, `page`; an empty value as none, a page
+/// that is not a number as the first).
+pub fn query_of(params: &leptos_router::params::ParamsMap) -> ListQuery {
+    ListQuery {
+        q: params.get("q").filter(|q| !q.is_empty()),
+        sort: params.get("sort").filter(|s| !s.is_empty()),
+        page: params.get("page").and_then(|n| n.parse().ok()),
+    }
+}
 
 /// The search form of the list at `path`; `id` prefixes its fields' ids (`{id}-search`,
 /// `{id}-sort`), `label` says what the text is matched against.

@@ -7,10 +7,10 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::channels::CHANNEL_SORTS;
-use crate::api::{list_channels, ChannelList, ChannelQuery, ChannelView, SessionInfo};
+use crate::api::{list_channels, ChannelList, ChannelView, SessionInfo};
 use crate::components::charts::grouped;
 use crate::components::layout::CurrentSession;
-use crate::components::list::{summary, Paging, SearchForm};
+use crate::components::list::{query_of, summary, Paging, SearchForm};
 
 /// The channels resource, refetched after each change.
 type ChannelsResource = Resource<Result<ChannelList, ServerFnError>>;
@@ -19,13 +19,7 @@ type ChannelsResource = Resource<Result<ChannelList, ServerFnError>>;
 #[component]
 pub fn Channels() -> impl IntoView {
     let params = use_query_map();
-    let query = move || {
-        params.with(|p| ChannelQuery {
-            q: p.get("q").filter(|q| !q.is_empty()),
-            sort: p.get("sort").filter(|s| !s.is_empty()),
-            page: p.get("page").and_then(|n| n.parse().ok()),
-        })
-    };
+    let query = move || params.with(query_of);
     let channels: ChannelsResource = Resource::new(query, |q| list_channels(q.q, q.sort, q.page));
     let session = expect_context::<CurrentSession>().0;
     // Outside the table, so that it survives the refetch that follows a change.

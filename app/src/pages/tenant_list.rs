@@ -6,21 +6,15 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::tenants::TENANT_SORTS;
-use crate::api::{list_tenant_page, TenantList, TenantQuery};
+use crate::api::{list_tenant_page, TenantList};
 use crate::components::charts::grouped;
-use crate::components::list::{summary, Paging, SearchForm};
+use crate::components::list::{query_of, summary, Paging, SearchForm};
 
 /// The tenants list: search, sort and pages, all in the URL.
 #[component]
 pub fn Tenants() -> impl IntoView {
     let params = use_query_map();
-    let query = move || {
-        params.with(|p| TenantQuery {
-            q: p.get("q").filter(|q| !q.is_empty()),
-            sort: p.get("sort").filter(|s| !s.is_empty()),
-            page: p.get("page").and_then(|n| n.parse().ok()),
-        })
-    };
+    let query = move || params.with(query_of);
     let list = Resource::new(query, |q| list_tenant_page(q.q, q.sort, q.page));
     view! {
         <h1>"Tenants"</h1>
