@@ -27,6 +27,12 @@ pub const SESSION_SETTINGS: [(&str, &str); 4] = [
     ("tcp_keepalives_count", "3"),
 ];
 
+/// An `ilike` pattern matching text that holds `search` anywhere; `%`, `_` and `\` typed
+/// in the search match themselves.
+pub fn like_pattern(search: &str) -> String {
+    format!("%{}%", search.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
+}
+
 /// Opens the connection pool. Acquiring a connection waits at most 3 s, so a Postgres
 /// outage turns into quick errors (and a 503) rather than hung requests.
 pub async fn connect(settings: &Settings) -> anyhow::Result<PgPool> {

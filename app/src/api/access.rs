@@ -37,22 +37,35 @@ pub struct TokenView {
     pub revoked_at: Option<String>,
 }
 
+/// Rows per page of the users list.
+pub const USER_PAGE_SIZE: u32 = 50;
+
+/// How the users list may be sorted: the `sort` value and what the page calls it.
+pub const USER_SORTS: [(&str, &str); 3] =
+    [("name", "Name"), ("role", "Role, then name"), ("created", "Created, newest first")];
+
 /// Everything the users page lists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccessView {
-    /// By name.
-    pub users: Vec<UserView>,
+    /// A page of the users whose name or role holds the search (default sort `name`).
+    pub users: super::lists::ListPage<UserView>,
     /// By id.
     pub tokens: Vec<TokenView>,
 }
 
-/// Every user and API token, for admins only: the server's guard answers 403 to anyone
-/// else over HTTP, and the function checks again itself.
+/// A page of users (searched, sorted and paged on the server) and every API token, for
+/// admins only: the server's guard answers 403 to anyone else over HTTP, and the function
+/// checks again itself. The query's parts are separate optional arguments, so that a query
+/// string without them reads as "the first page of every user".
 #[server(prefix = "/sfn", endpoint = "access", input = GetUrl)]
-pub async fn list_access() -> Result<AccessView, ServerFnError> {
+pub async fn list_access(
+    q: Option<String>,
+    sort: Option<String>,
+    page: Option<u32>,
+) -> Result<AccessView, ServerFnError> {
     super::session::ssr::require(|s| s.may_manage_access, "list users and API tokens").await?;
     let backend = super::backend()?;
-    let users = backend.users().await.map_err(ServerFnError::new)?;
+    let users = backend.users(super::lists::ListQuery { q, sort, page }).await.map_err(ServerFnError::new)?;
     let tokens = backend.tokens().await.map_err(ServerFnError::new)?;
     Ok(AccessView { users, tokens })
 }

@@ -32,13 +32,30 @@ pub struct ListPage<T> {
 impl<T> ListPage<T> {
     /// The address of `page` of the list at `path`, with this search and sort.
     pub fn href(&self, path: &str, default_sort: &str, page: u32) -> String {
-        list_href(path, &self.q, &self.sort, default_sort, page)
+        list_href_with(path, &[], &self.q, &self.sort, default_sort, page)
     }
 }
 
 /// `path?q=…&sort=…&page=…`, leaving out what is empty or the default.
 pub fn list_href(path: &str, q: &str, sort: &str, default_sort: &str, page: u32) -> String {
-    let mut parts = Vec::new();
+    list_href_with(path, &[], q, sort, default_sort, page)
+}
+
+/// `path?name=value&…&q=…&sort=…&page=…` for a list with filters of its own besides the
+/// search (`filters`: name and value, those with an empty value left out).
+pub fn list_href_with(
+    path: &str,
+    filters: &[(&str, &str)],
+    q: &str,
+    sort: &str,
+    default_sort: &str,
+    page: u32,
+) -> String {
+    let mut parts: Vec<String> = filters
+        .iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, value)| format!("{name}={}", super::encode_query_value(value)))
+        .collect();
     if !q.is_empty() {
         parts.push(format!("q={}", super::encode_query_value(q)));
     }
@@ -63,5 +80,9 @@ mod tests {
     fn a_list_address_keeps_only_what_differs_from_the_defaults() {
         assert_eq!(list_href("/tenants", "", "name", "name", 1), "/tenants");
         assert_eq!(list_href("/tenants", "a b&c", "plan", "name", 3), "/tenants?q=a%20b%26c&sort=plan&page=3");
+        assert_eq!(
+            list_href_with("/changes", &[("state", "in_review"), ("author", "")], "cn", "newest", "newest", 2),
+            "/changes?state=in_review&q=cn&page=2"
+        );
     }
 }

@@ -22,7 +22,7 @@ pub use channels::{
     DecayPoint, OutcomeMinute, PoolDecay,
 };
 pub use dashboard::{get_dashboard, Dashboard};
-pub use pools::{get_pool, list_pools, MemberView, PeakWindowView, PoolDetail, PoolListing, WeightEntry};
+pub use pools::{get_pool, list_pools, MemberView, PeakWindowView, PoolDetail, PoolList, PoolListing, WeightEntry};
 pub use session::{whoami, SessionInfo, SESSION_COOKIE};
 pub use status::{get_system_status, DependencyStatus, SystemStatus};
 pub use tenants::{
@@ -82,8 +82,8 @@ mod backend {
     use std::sync::Arc;
 
     use super::{
-        AuditQuery, AuditRecords, ChainStatus, ChannelList, ChannelQuery, PoolDetail, PoolListing, SessionInfo,
-        SystemStatus, TenantList, TenantQuery, TenantView,
+        AuditQuery, AuditRecords, ChainStatus, ChannelList, ChannelQuery, PoolDetail, SessionInfo, SystemStatus,
+        TenantList, TenantQuery, TenantView,
     };
     use super::{TokenView, UserView};
 
@@ -104,8 +104,9 @@ mod backend {
         /// Recomputes the audit hash chain.
         async fn verify_audit(&self) -> Result<ChainStatus, super::BackendError>;
 
-        /// Every pool, by name.
-        async fn pools(&self) -> Result<Vec<PoolListing>, super::BackendError>;
+        /// A page of pools matching `query` (searched, sorted and paged on the server); an
+        /// error names a malformed `q`, `sort` or `page`.
+        async fn pools(&self, query: super::lists::ListQuery) -> Result<super::pools::PoolList, super::BackendError>;
 
         /// One pool with its members' health; `None` for an unknown pool.
         async fn pool(&self, name: String) -> Result<Option<PoolDetail>, super::BackendError>;
@@ -131,14 +132,22 @@ mod backend {
         /// quota overview, in one call.
         async fn dashboard(&self) -> Result<super::Dashboard, super::BackendError>;
 
-        /// Every user, by name (the users page; admins only, which the caller checks).
-        async fn users(&self) -> Result<Vec<UserView>, super::BackendError>;
+        /// A page of users matching `query` (the users page; admins only, which the caller
+        /// checks); an error names a malformed `q`, `sort` or `page`.
+        async fn users(
+            &self,
+            query: super::lists::ListQuery,
+        ) -> Result<super::lists::ListPage<UserView>, super::BackendError>;
 
         /// Every API token, by id, never its secret (the users page; admins only).
         async fn tokens(&self) -> Result<Vec<TokenView>, super::BackendError>;
 
-        /// The newest change requests (at most 200), with their reviews.
-        async fn changes(&self) -> Result<Vec<api::changes::ChangeRequest>, super::BackendError>;
+        /// A page of change requests matching `query`, with their reviews; an error names a
+        /// malformed `q`, `state`, `author`, `sort` or `page`.
+        async fn change_list(
+            &self,
+            query: super::changes::ChangeQuery,
+        ) -> Result<super::changes::ChangeList, super::BackendError>;
 
         /// A pool's recorded configuration versions, newest first; `None` for no such pool.
         async fn pool_history(&self, pool: String) -> Result<Option<api::pools::PoolHistory>, super::BackendError>;

@@ -70,11 +70,27 @@ pub struct PoolDetail {
     pub caps: Vec<(String, u64)>,
 }
 
-/// Every pool, for any signed-in user.
+/// Rows per page of the pools list.
+pub const POOL_PAGE_SIZE: u32 = 50;
+
+/// How the pools list may be sorted: the `sort` value and what the page calls it.
+pub const POOL_SORTS: [(&str, &str); 4] = [
+    ("name", "Name"),
+    ("kind", "Kind, then name"),
+    ("members", "Members, most first"),
+    ("out", "Members out, most first"),
+];
+
+/// A page of the pools list (its default sort is `name`).
+pub type PoolList = super::lists::ListPage<PoolListing>;
+
+/// A page of pools whose name holds `q` (any case), sorted by one of [`POOL_SORTS`], for
+/// any signed-in user. The query's parts are separate optional arguments, so that a query
+/// string without them reads as "the first page of every pool".
 #[server(prefix = "/sfn", endpoint = "pools", input = GetUrl)]
-pub async fn list_pools() -> Result<Vec<PoolListing>, ServerFnError> {
+pub async fn list_pools(q: Option<String>, sort: Option<String>, page: Option<u32>) -> Result<PoolList, ServerFnError> {
     super::session::ssr::require_session().await?;
-    super::backend()?.pools().await.map_err(ServerFnError::new)
+    super::backend()?.pools(super::lists::ListQuery { q, sort, page }).await.map_err(ServerFnError::new)
 }
 
 /// One pool (`None` when there is no such pool), for any signed-in user.

@@ -1,4 +1,5 @@
-//! Pieces the edit forms share: the reason every change needs for the audit trail.
+//! Pieces the edit forms share: one labelled field with its error beside it, and the
+//! reason every change needs for the audit trail.
 
 use leptos::prelude::*;
 
@@ -15,14 +16,34 @@ pub fn required_reason(reason: RwSignal<String>) -> Result<String, String> {
     }
 }
 
+/// One field of a form: its label, its input (the children, which carry the `id` the
+/// label names and, with an `error`, `aria-describedby="{id}-error"`), and the error about
+/// it beside it (`{id}-error`, empty while there is none). `wide` gives it a row of its own.
+#[component]
+pub fn Field(
+    #[prop(into)] id: String,
+    #[prop(into)] label: String,
+    #[prop(into, optional)] error: Option<Signal<Option<String>>>,
+    #[prop(optional)] wide: bool,
+    children: Children,
+) -> impl IntoView {
+    let error_id = format!("{id}-error");
+    view! {
+        <div class=if wide { "field wide" } else { "field" }>
+            <label for=id>{label}</label>
+            {children()}
+            {error.map(|e| view! { <span class="field-error" id=error_id>{move || e.get()}</span> })}
+        </div>
+    }
+}
+
 /// The labelled reason field (1..=500 characters), bound to `reason`.
 #[component]
 pub fn ReasonField(id: &'static str, reason: RwSignal<String>) -> impl IntoView {
     view! {
-        <div class="field wide">
-            <label for=id>"Reason (required, for the audit trail)"</label>
+        <Field id=id label="Reason (required, for the audit trail)" wide=true>
             <input id=id type="text" maxlength="500" required
                 prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))/>
-        </div>
+        </Field>
     }
 }

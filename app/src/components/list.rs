@@ -18,7 +18,8 @@ pub fn query_of(params: &leptos_router::params::ParamsMap) -> ListQuery {
 }
 
 /// The search form of the list at `path`; `id` prefixes its fields' ids (`{id}-search`,
-/// `{id}-sort`), `label` says what the text is matched against.
+/// `{id}-sort`), `label` says what the text is matched against; `children` are the list's
+/// own filters, placed after the search.
 #[component]
 pub fn SearchForm(
     path: &'static str,
@@ -28,12 +29,14 @@ pub fn SearchForm(
     q: String,
     sort: String,
     sorts: &'static [(&'static str, &'static str)],
+    #[prop(optional)] children: Option<Children>,
 ) -> impl IntoView {
     view! {
         <form class="card filters" method="get" action=path role="search" aria-label=aria_label>
             <label>{label} " "
                 <input type="search" name="q" id=format!("{id}-search") value=q maxlength=MAX_SEARCH.to_string()/>
             </label>
+            {children.map(|c| c())}
             <label>"Sort by "
                 <select name="sort" id=format!("{id}-sort")>
                     {sorts.iter().map(|(value, text)| view! {

@@ -7,3 +7,4 @@ pub mod list;
 pub mod outcome_chart;
 pub mod refresh;
 pub mod step_chart;
+pub mod time;

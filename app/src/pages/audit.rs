@@ -6,7 +6,9 @@ use leptos_router::hooks::use_query_map;
 
 use crate::api::audit::{AuditEntry, Change};
 use crate::api::{list_audit, verify_audit_chain, AuditQuery, ChainStatus};
+use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
+use crate::components::time::When;
 
 /// The filters come from the query string (a plain GET form), so every view of the trail
 /// has an address that can be shared and reloaded.
@@ -127,10 +129,9 @@ fn strip(message: String) -> String {
 fn Filters(query: AuditQuery) -> impl IntoView {
     let field = |id: &'static str, label: &'static str, value: Option<String>, hint: &'static str| {
         view! {
-            <div class="field">
-                <label for=format!("filter-{id}")>{label}</label>
+            <Field id=format!("filter-{id}") label=label>
                 <input id=format!("filter-{id}") name=id type="text" value=value.unwrap_or_default() placeholder=hint/>
-            </div>
+            </Field>
         }
     };
     view! {
@@ -185,7 +186,7 @@ fn Rows(entries: Vec<AuditEntry>) -> impl IntoView {
                 <tbody>
                     {entries.into_iter().map(|e| view! {
                         <tr data-id=e.id>
-                            <td class="nowrap">{e.at}</td>
+                            <td class="nowrap"><When at=e.at/></td>
                             <td>{e.actor}</td>
                             <td>{e.source}</td>
                             <td><code>{e.action}</code></td>

@@ -1,16 +1,22 @@
-//! Change requests: every request with its pool, state, author, reason, approvals and the
-//! weights it proposes; reviewers approve or reject a request in review (never their own:
+//! Change requests, filtered (state, author, what a request changes), sorted and paged on
+//! the server with the query in the URL: each request with its pool, state, author,
+//! reason, approvals and the weights it proposes; reviewers approve or reject a request in review (never their own:
 //! the server refuses it, so the buttons are not offered), and an approved request is
 //! applied here. Each action names the content hash the page shows, so an approval is of
 //! what the reviewer saw. Below, the break-glass operations (made at once under a policy)
 //! that an auditor other than who made them has yet to acknowledge.
 
 use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
 
-use crate::api::changes::{list_break_glass, list_changes, BreakGlass, ChangeRequest};
+use crate::api::changes::{
+    list_break_glass, list_change_page, BreakGlass, ChangeList, ChangeQuery, ChangeRequest, CHANGE_SORTS, CHANGE_STATES,
+};
 use crate::components::layout::CurrentSession;
+use crate::components::list::{summary, Paging, SearchForm};
+use crate::components::time::When;
 
-type ChangesResource = Resource<Result<Vec<ChangeRequest>, ServerFnError>>;
+type ChangesResource = Resource<Result<ChangeList, ServerFnError>>;
 
 /// What every action on the page shares (read by the browser's writes only).
 #[derive(Clone, Copy)]
@@ -20,65 +26,62 @@ struct Page {
     changes: ChangesResource,
     /// What was done last, or why not.
     said: RwSignal<Option<String>>,
-    /// The filters: a state (empty: any), an author and a pool (empty: any; a part of the
-    /// name matches).
-    filters: [RwSignal<String>; 3],
 }
 
-impl Page {
-    /// Whether a request passes the filters.
-    fn shows(&self, state: &str, author: &str, pool: &str) -> bool {
-        let [want_state, want_author, want_pool] = self.filters.map(|f| f.get());
-        (want_state.is_empty() || want_state == state)
-            && author.contains(want_author.trim())
-            && pool.contains(want_pool.trim())
+/// The changes list's query a page's URL holds (an empty value as none).
+fn change_query(params: &leptos_router::params::ParamsMap) -> ChangeQuery {
+    let part = |name: &str| params.get(name).filter(|v| !v.is_empty());
+    ChangeQuery {
+        q: part("q"),
+        state: part("state"),
+        author: part("author"),
+        sort: part("sort"),
+        page: params.get("page").and_then(|n| n.parse().ok()),
     }
 }
 
-const STATES: [&str; 8] =
-    ["in_review", "approved", "scheduled", "rejected", "applied", "suspended", "cancelled", "expired"];
-
-/// The filters above the list.
-#[component]
-fn Filters(filters: [RwSignal<String>; 3]) -> impl IntoView {
-    let [state, author, pool] = filters;
+/// The filters above the list: a GET of `/changes`, so that the URL holds them.
+fn filters(query: &ChangeQuery) -> impl IntoView {
+    let state = query.state.clone().unwrap_or_default();
+    let author = query.author.clone().unwrap_or_default();
     view! {
-        <div class="filters" role="search">
-            <label for="changes-filter-state">"State"</label>
-            <select id="changes-filter-state" on:change=move |ev| state.set(event_target_value(&ev))>
-                <option value="">"any"</option>
-                {STATES.into_iter().map(|s| view! { <option value=s>{s}</option> }).collect_view()}
-            </select>
-            <label for="changes-filter-author">"Author"</label>
-            <input id="changes-filter-author" type="search" prop:value=move || author.get()
-                on:input=move |ev| author.set(event_target_value(&ev))/>
-            <label for="changes-filter-pool">"Pool"</label>
-            <input id="changes-filter-pool" type="search" prop:value=move || pool.get()
-                on:input=move |ev| pool.set(event_target_value(&ev))/>
-        </div>
+        <SearchForm path="/changes" id="changes" label="What it changes contains" aria_label="Filter change requests"
+            q=query.q.clone().unwrap_or_default() sort=query.sort.clone().unwrap_or_else(|| "newest".into()) sorts=&CHANGE_SORTS>
+            <label>"State "
+                <select name="state" id="changes-filter-state">
+                    <option value="" selected=state.is_empty()>"any"</option>
+                    {CHANGE_STATES.into_iter().map(|s| view! { <option value=s selected=s == state>{s}</option> }).collect_view()}
+                </select>
+            </label>
+            <label>"Author "
+                <input type="search" name="author" id="changes-filter-author" value=author maxlength="100"/>
+            </label>
+        </SearchForm>
     }
 }
 
-/// The change requests, newest first.
+/// The change requests, newest first, a page at a time.
 #[component]
 pub fn Changes() -> impl IntoView {
     let session = expect_context::<CurrentSession>().0;
-    let changes: ChangesResource = Resource::new(|| (), |_| list_changes());
+    let params = use_query_map();
+    let query = move || params.with(change_query);
+    let changes: ChangesResource = Resource::new(query, |q| list_change_page(q.q, q.state, q.author, q.sort, q.page));
     let flags: FlagsResource = Resource::new(|| (), |_| list_break_glass());
     let said = RwSignal::new(None::<String>);
-    let filters = [RwSignal::new(String::new()), RwSignal::new(String::new()), RwSignal::new(String::new())];
     view! {
         <h1>"Change requests"</h1>
-        <Filters filters/>
         <p id="changes-message" class="notice" role="status" aria-live="polite">{move || said.get()}</p>
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
+                let form = filters(&query());
                 let Some(s) = session.await.ok().flatten() else { return ().into_any() };
-                let page = Page { csrf: StoredValue::new(s.csrf_token), changes, said, filters };
+                let page = Page { csrf: StoredValue::new(s.csrf_token), changes, said };
                 match changes.await {
-                    Ok(list) if list.is_empty() => view! { <p id="changes-empty">"No change requests yet."</p> }.into_any(),
-                    Ok(list) => view! { <ChangeTable list user=s.user role=s.role page/> }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">"Could not load the change requests: " {e.to_string()}</p> }.into_any(),
+                    Ok(list) if list.list.total == 0 && list.list.q.is_empty() && list.state.is_empty() && list.author.is_empty() =>
+                        view! { {form} <p id="changes-empty">"No change requests yet."</p> }.into_any(),
+                    Ok(list) => view! { {form} <ChangeTable list user=s.user role=s.role page/> }.into_any(),
+                    Err(e) => view! { {form} <p class="error" role="alert">"Could not load the change requests: " {e.to_string()}</p> }.into_any(),
                 }
             })}
         </Transition>
@@ -86,7 +89,7 @@ pub fn Changes() -> impl IntoView {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let Some(s) = session.await.ok().flatten() else { return ().into_any() };
-                let page = Page { csrf: StoredValue::new(s.csrf_token.clone()), changes, said, filters };
+                let page = Page { csrf: StoredValue::new(s.csrf_token.clone()), changes, said };
                 match flags.await {
                     Ok(list) if list.is_empty() => view! { <p id="break-glass-empty">"Nothing to acknowledge."</p> }.into_any(),
                     Ok(list) => view! { <FlagTable list user=s.user may_acknowledge=s.may_export_audit page flags/> }.into_any(),
@@ -144,7 +147,7 @@ fn FlagTable(
                         view! {
                             <tr data-flag=id>
                                 <td>{id}</td>
-                                <td>{f.at.clone()}</td>
+                                <td><When at=f.at.clone()/></td>
                                 <td>{f.entity.strip_prefix("pool:").unwrap_or(&f.entity).to_owned()}</td>
                                 <td>{f.action.clone()}</td>
                                 <td>{f.actor.clone()}</td>
@@ -202,9 +205,18 @@ pub(crate) fn weights_text(weights: &serde_json::Value) -> String {
 }
 
 #[component]
-fn ChangeTable(list: Vec<ChangeRequest>, user: String, role: String, page: Page) -> impl IntoView {
+fn ChangeTable(list: ChangeList, user: String, role: String, page: Page) -> impl IntoView {
+    let l = &list.list;
+    if l.total == 0 {
+        return view! { <p id="changes-none">"No change request matches these filters."</p> }.into_any();
+    }
+    let summary = summary(l.total, "change request", &l.q, l.page, l.pages);
+    let previous = (l.page > 1).then(|| list.href(l.page - 1));
+    let next = (l.page < l.pages).then(|| list.href(l.page + 1));
+    let rows = list.list.rows;
     view! {
-        <div class="card">
+        <p id="changes-summary" role="status">{summary}</p>
+        <div class="card table-wrap">
             <table class="grid" id="changes">
                 <thead>
                     <tr>
@@ -221,17 +233,18 @@ fn ChangeTable(list: Vec<ChangeRequest>, user: String, role: String, page: Page)
                     </tr>
                 </thead>
                 <tbody>
-                    {list.into_iter().map(|c| view! { <ChangeRow change=c user=user.clone() role=role.clone() page/> }).collect_view()}
+                    {rows.into_iter().map(|c| view! { <ChangeRow change=c user=user.clone() role=role.clone() page/> }).collect_view()}
                 </tbody>
             </table>
         </div>
+        <Paging id="changes" previous next/>
     }
+    .into_any()
 }
 
 #[component]
 fn ChangeRow(change: ChangeRequest, user: String, role: String, page: Page) -> impl IntoView {
     let id = change.id;
-    let pool = change.entity.strip_prefix("pool:").unwrap_or(&change.entity).to_owned();
     let comment = RwSignal::new(String::new());
     let busy = RwSignal::new(false);
     let hash = StoredValue::new(change.content_hash.clone());
@@ -250,14 +263,13 @@ fn ChangeRow(change: ChangeRequest, user: String, role: String, page: Page) -> i
         };
         run(page, format!("/api/v1/changes/{id}/{what}"), body, format!("Change request #{id}: {what} done."), busy);
     };
-    let (row_state, row_author, row_pool) = (change.state.clone(), change.author.clone(), pool.clone());
     // The server decides (the pool's policy may have changed); the buttons are offered to
     // those the request names.
     let reviewable = change.state == "in_review" && change.author != user && change.approver_roles.contains(&role);
     let approved = change.state == "approved";
     let roles = change.approver_roles.join(" or ");
     view! {
-        <tr data-change=id hidden=move || !page.shows(&row_state, &row_author, &row_pool)>
+        <tr data-change=id>
             <td>{id} " " <a href=format!("/audit?entity=change:{id}") id=format!("change-trail-{id}")>"trail"</a></td>
             <td>{entity_link(&change.entity)}</td>
             <td id=format!("change-state-{id}")>{change.state.clone()}</td>

@@ -9,6 +9,7 @@ use leptos_router::hooks::use_query_map;
 use crate::api::channels::CHANNEL_SORTS;
 use crate::api::{list_channels, ChannelList, ChannelView, SessionInfo};
 use crate::components::charts::grouped;
+use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
 use crate::components::list::{query_of, summary, Paging, SearchForm};
 
@@ -273,11 +274,10 @@ fn ChannelActions(
         <form class="channel-actions" id=id("actions") on:submit=|ev: leptos::ev::SubmitEvent| ev.prevent_default()>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend class="visually-hidden">"Change " {code.clone()}</legend>
-                <div class="field">
-                    <label for=reason_id.clone()>"Reason for " {code.clone()} " (required, audited)"</label>
+                <Field id=reason_id.clone() label=format!("Reason for {code} (required, audited)")>
                     <input id=reason_id node_ref=reason_input type="text" maxlength="500" required
                         prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))/>
-                </div>
+                </Field>
                 <div class="buttons">{switch} {pin_healthy} {pin_ejected} {unpin}</div>
             </fieldset>
             <p id=message_id class="error" role="alert" aria-live="assertive">{move || message.get()}</p>

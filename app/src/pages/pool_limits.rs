@@ -8,7 +8,7 @@ use engine::Weights;
 use leptos::prelude::*;
 
 use crate::api::PeakWindowView;
-use crate::components::form::{required_reason, ReasonField};
+use crate::components::form::{required_reason, Field, ReasonField};
 
 /// The pool an editor writes to: its name, the configuration version the page shows (the
 /// edit's `expected_version`) and the session's CSRF token.
@@ -290,14 +290,12 @@ pub fn CapsForm(target: EditTarget, channels: Vec<String>, caps: Vec<(String, u6
                 <legend>"Daily caps: the most draws a channel serves in a local day (empty: no cap)"</legend>
                 {rows.into_iter().map(|(channel, value)| {
                     let id = format!("cap-{channel}");
-                    let error_id = format!("cap-error-{channel}");
+                    let error_id = format!("{id}-error");
                     view! {
-                        <div class="field">
-                            <label for=id.clone()>{channel.clone()}</label>
-                            <input id=id type="text" inputmode="numeric" size="12" aria-describedby=error_id.clone()
+                        <Field id=id.clone() label=channel.clone() error=Signal::derive(move || check_cap(&value.get()).err())>
+                            <input id=id type="text" inputmode="numeric" size="12" aria-describedby=error_id
                                 prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
-                            <span class="field-error" id=error_id>{move || check_cap(&value.get()).err()}</span>
-                        </div>
+                        </Field>
                     }
                 }).collect_view()}
                 <ReasonField id="caps-reason" reason/>

@@ -1,67 +1,87 @@
-//! Ticket pools: the list, and one pool with its members' configured and effective weights
+//! Ticket pools: the list (searched, sorted and paged on the server, the query in the URL),
+//! and one pool with its members' configured and effective weights
 //! and health; pms and admins change its weights (with a preview computed by the engine in
 //! the browser), peak windows and caps here.
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
 
 use engine::preview::{preview, MemberPreview, OrderingPreview, Preview, PREVIEW_WINDOW, STRIP_TICKETS};
 use engine::{BatchSize, Ordering, WeightError, Weights};
 
-use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolListing, SessionInfo, WeightEntry};
+use crate::api::pools::POOL_SORTS;
+use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolList, SessionInfo, WeightEntry};
+use crate::components::charts::grouped;
 use crate::components::form::ReasonField;
 use crate::components::layout::CurrentSession;
+use crate::components::list::{query_of, summary, Paging, SearchForm};
 use crate::pages::pool_history::PoolHistory;
 use crate::pages::pool_limits::{submit_change, CapsForm, Change, EditTarget, LimitsTable, PeakWindowsForm};
 
-/// Every pool.
+/// The pools list: search, sort and pages, all in the URL.
 #[component]
 pub fn Pools() -> impl IntoView {
-    let pools = Resource::new(|| (), |_| list_pools());
+    let params = use_query_map();
+    let query = move || params.with(query_of);
+    let pools = Resource::new(query, |q| list_pools(q.q, q.sort, q.page));
     view! {
         <h1>"Pools"</h1>
-        <section class="card">
-            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match pools.await {
-                        Ok(pools) if pools.is_empty() => view! { <p>"No pools yet."</p> }.into_any(),
-                        Ok(pools) => view! { <PoolTable pools/> }.into_any(),
-                        Err(e) => view! { <p class="error" role="alert">"Could not load the pools: " {e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Suspense>
-        </section>
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let q = query();
+                let form = view! {
+                    <SearchForm path="/pools" id="pool" label="Name contains" aria_label="Search pools"
+                        q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "name".into()) sorts=&POOL_SORTS/>
+                };
+                match pools.await {
+                    Ok(list) if list.total == 0 && list.q.is_empty() => view! { {form} <p>"No pools yet."</p> }.into_any(),
+                    Ok(list) => view! { {form} <PoolTable list/> }.into_any(),
+                    Err(e) => view! { {form} <p class="error" role="alert">"Could not load the pools: " {e.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Transition>
     }
 }
 
 #[component]
-fn PoolTable(pools: Vec<PoolListing>) -> impl IntoView {
+fn PoolTable(list: PoolList) -> impl IntoView {
+    if list.total == 0 {
+        return view! { <p id="pools-none">{format!("No pool's name contains \"{}\".", list.q)}</p> }.into_any();
+    }
+    let summary = summary(list.total, "pool", &list.q, list.page, list.pages);
+    let previous = (list.page > 1).then(|| list.href("/pools", "name", list.page - 1));
+    let next = (list.page < list.pages).then(|| list.href("/pools", "name", list.page + 1));
     view! {
+        <p id="pools-summary" role="status">{summary}</p>
+        <section class="card table-wrap">
         <table class="grid" id="pools">
             <thead>
                 <tr>
                     <th scope="col">"Pool"</th>
                     <th scope="col">"Kind"</th>
-                    <th scope="col">"Version"</th>
-                    <th scope="col">"Published"</th>
-                    <th scope="col">"Members"</th>
-                    <th scope="col">"Out (ejected or disabled)"</th>
+                    <th scope="col" class="number">"Version"</th>
+                    <th scope="col" class="number">"Published"</th>
+                    <th scope="col" class="number">"Members"</th>
+                    <th scope="col" class="number">"Out (ejected or disabled)"</th>
                 </tr>
             </thead>
             <tbody>
-                {pools.into_iter().map(|p| view! {
-                    <tr>
-                        <td><a href=format!("/pools/{}", p.name)>{p.name.clone()}</a></td>
+                {list.rows.into_iter().map(|p| view! {
+                    <tr data-pool=p.name.clone()>
+                        <th scope="row"><a href=format!("/pools/{}", p.name)>{p.name.clone()}</a></th>
                         <td>{p.kind}</td>
-                        <td>{p.version}</td>
-                        <td>{p.published_version}</td>
-                        <td>{p.members}</td>
-                        <td>{p.ejected}</td>
+                        <td class="number">{grouped(p.version.max(0) as u64)}</td>
+                        <td class="number">{grouped(p.published_version.max(0) as u64)}</td>
+                        <td class="number">{grouped(p.members.max(0) as u64)}</td>
+                        <td class="number">{grouped(p.ejected.max(0) as u64)}</td>
                     </tr>
                 }).collect_view()}
             </tbody>
         </table>
+        </section>
+        <Paging id="pools" previous next/>
     }
+    .into_any()
 }
 
 /// One pool.

@@ -11,7 +11,7 @@ use super::pool_limits::{submit_change, Change, EditTarget};
 use crate::api::pools::get_pool;
 use crate::api::ramps::pool_ramp;
 use crate::api::SessionInfo;
-use crate::components::form::{required_reason, ReasonField};
+use crate::components::form::{required_reason, Field, ReasonField};
 use crate::components::layout::CurrentSession;
 use api::ramps::{RampDetail, RampSample};
 
@@ -296,10 +296,9 @@ fn StartForm(target: EditTarget, weights: String) -> impl IntoView {
     };
     let field = |id: &'static str, label: &'static str, signal: RwSignal<String>| {
         view! {
-            <div class="field">
-                <label for=id>{label}</label>
+            <Field id=id label=label>
                 <input id=id type="text" prop:value=move || signal.get() on:input=move |ev| signal.set(event_target_value(&ev))/>
-            </div>
+            </Field>
         }
     };
     view! {
@@ -310,14 +309,13 @@ fn StartForm(target: EditTarget, weights: String) -> impl IntoView {
                 {field("ramp-shares", "Canary share at each step, % (the target follows)", shares)}
                 {field("ramp-hold", "Hold per step, seconds", hold)}
                 {field("ramp-min-success", "Lowest success rate of the canary, %", min_success)}
-                <div class="field">
-                    <label for="ramp-on-breach">"On a breach"</label>
+                <Field id="ramp-on-breach" label="On a breach">
                     <select id="ramp-on-breach" on:change=move |ev| on_breach.set(event_target_value(&ev)) prop:value=move || on_breach.get()>
                         <option value="abort">"abort"</option>
                         <option value="step_back">"step back"</option>
                         <option value="pause">"pause"</option>
                     </select>
-                </div>
+                </Field>
                 {field("ramp-abort-seconds", "Abort over, seconds (0: at once)", abort_seconds)}
                 <ReasonField id="ramp-start-reason" reason/>
                 <button type="submit" id="ramp-start-button" disabled=move || !hydrated.get() || busy.get()>"Start the ramp"</button>

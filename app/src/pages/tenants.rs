@@ -10,7 +10,9 @@ use super::tenant_usage::{MonthChart, Usage};
 use crate::api::rest::Refusal;
 use crate::api::{get_tenant, GrantView, TenantView};
 use crate::components::charts::grouped;
+use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
+use crate::components::time::When;
 
 /// The tenant of a tenant's page, read again after each change.
 type TenantResource = Resource<Result<Option<TenantView>, ServerFnError>>;
@@ -153,7 +155,7 @@ fn Grants(tenant: String, grants: Vec<GrantView>, editor: Option<Editor>) -> imp
             <tbody>
                 {grants.into_iter().map(|g| {
                     let state = match &g.revoked_at {
-                        Some(at) => view! { <span class="badge bad">"revoked"</span> " " {at.clone()} }.into_any(),
+                        Some(at) => view! { <span class="badge bad">"revoked"</span> " " <When at=at.clone()/> }.into_any(),
                         None => view! { <span class="badge ok">"active"</span> }.into_any(),
                     };
                     let revoke = editor.map(|editor| {
@@ -170,8 +172,8 @@ fn Grants(tenant: String, grants: Vec<GrantView>, editor: Option<Editor>) -> imp
                             <td><code>{g.id}</code></td>
                             <td>{kind}</td>
                             <td class="number">{grouped(g.amount.max(0) as u64)}</td>
-                            <td>{g.starts_at.unwrap_or_else(|| "at creation".to_owned())}</td>
-                            <td>{g.expires_at.unwrap_or_else(|| "never".to_owned())}</td>
+                            <td>{match g.starts_at { Some(at) => view! { <When at/> }.into_any(), None => "at creation".into_any() }}</td>
+                            <td>{match g.expires_at { Some(at) => view! { <When at/> }.into_any(), None => "never".into_any() }}</td>
                             <td>{state}</td>
                             {revoke}
                         </tr>
@@ -288,37 +290,34 @@ fn GrantForm(tenant: String, editor: Editor) -> impl IntoView {
                       hint: &'static str| {
         let (input_id, error_id) = (field(key), format!("{}-error", field(key)));
         view! {
-            <div class="field">
-                <label for=input_id.clone()>{label}</label>
-                <input id=input_id type=input_type placeholder=hint aria-describedby=error_id.clone()
+            <Field id=input_id.clone() label=label error=Signal::derive(error_of(key))>
+                <input id=input_id type=input_type placeholder=hint aria-describedby=error_id
                     aria-invalid=move || error_of(key)().is_some().to_string()
                     prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
-                <span class="field-error" id=error_id>{error_of(key)}</span>
-            </div>
+            </Field>
         }
         .into_any()
     };
+    let (kind_id, kind_error) = (field("kind"), format!("{}-error", field("kind")));
+    let (priority_id, priority_error) = (field("priority"), format!("{}-error", field("priority")));
     view! {
         <form class="grant-form" id=format!("grant-form-{tenant}") on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend>"Add a grant to " {tenant.clone()}</legend>
                 {input("id", "Grant id (never reused)", "text", id, "e.g. spring-bonus")}
-                <div class="field">
-                    <label for=field("kind")>"Kind"</label>
-                    <select id=field("kind") prop:value=move || kind.get() on:change=move |ev| kind.set(event_target_value(&ev))>
+                <Field id=field("kind") label="Kind" error=Signal::derive(error_of("kind"))>
+                    <select id=kind_id aria-describedby=kind_error
+                        prop:value=move || kind.get() on:change=move |ev| kind.set(event_target_value(&ev))>
                         <option value="temporary" selected=true>"temporary: pays after bonuses"</option>
                         <option value="bonus">"bonus: pays first"</option>
                     </select>
-                    <span class="field-error" id=format!("{}-error", field("kind"))>{error_of("kind")}</span>
-                </div>
+                </Field>
                 {input("amount", "Tokens", "text", amount, "1 to 9007199254740991")}
-                <div class="field">
-                    <label for=field("priority")>"Priority (bonus only; lower pays first)"</label>
-                    <input id=field("priority") type="text" inputmode="numeric" placeholder="0"
-                        disabled=move || kind.get() != "bonus" aria-describedby=format!("{}-error", field("priority"))
+                <Field id=field("priority") label="Priority (bonus only; lower pays first)" error=Signal::derive(error_of("priority"))>
+                    <input id=priority_id type="text" inputmode="numeric" placeholder="0"
+                        disabled=move || kind.get() != "bonus" aria-describedby=priority_error
                         prop:value=move || priority.get() on:input=move |ev| priority.set(event_target_value(&ev))/>
-                    <span class="field-error" id=format!("{}-error", field("priority"))>{error_of("priority")}</span>
-                </div>
+                </Field>
                 {input("starts_at", "Starts (UTC; empty: now)", "text", starts, "2026-12-01T09:00 or RFC 3339")}
                 {input("expires_at", "Expires (UTC; empty: never)", "text", expires, "2027-01-01T00:00 or RFC 3339")}
                 {input("reason", "Reason (required, for the audit trail)", "text", reason, "why, for the audit trail")}

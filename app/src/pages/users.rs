@@ -1,13 +1,19 @@
-//! Users and API tokens, for admins: every user with their role and state, every token
-//! with its scope, owner and use; admins add users and tokens, change roles, disable,
-//! unlock and revoke here. A generated password or a new token's secret is shown once,
+//! Users and API tokens, for admins: the users (searched, sorted and paged on the server,
+//! the query in the URL) with their role and state, every token with its scope, owner and
+//! use; admins add users and tokens, change a role, disable and unlock in one dialog per
+//! user, and revoke tokens here. A generated password or a new token's secret is shown once,
 //! right after it was made. Everyone else sees a notice and no data.
 
 use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
 
+use crate::api::access::USER_SORTS;
 use crate::api::rest::Refusal;
 use crate::api::{list_access, AccessView, TokenView, UserView};
+use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
+use crate::components::list::{query_of, summary, Paging, SearchForm};
+use crate::components::time::When;
 
 /// The users and tokens, read again after each change.
 type AccessResource = Resource<Result<AccessView, ServerFnError>>;
@@ -32,15 +38,21 @@ struct Page {
     /// What was done last (outside the lists, so that it survives their refetch).
     done: RwSignal<Option<String>>,
     revealed: RwSignal<Option<Revealed>>,
+    /// The user whose change dialog is open.
+    editing: RwSignal<Option<UserView>>,
 }
 
-/// Users and API tokens (admins only).
+/// Users (searched, sorted and paged on the server, the query in the URL) and API tokens
+/// (admins only).
 #[component]
 pub fn Users() -> impl IntoView {
     let session = expect_context::<CurrentSession>().0;
-    let access: AccessResource = Resource::new(|| (), |_| list_access());
+    let params = use_query_map();
+    let query = move || params.with(query_of);
+    let access: AccessResource = Resource::new(query, |q| list_access(q.q, q.sort, q.page));
     let done = RwSignal::new(None::<String>);
     let revealed = RwSignal::new(None::<Revealed>);
+    let editing = RwSignal::new(None::<UserView>);
     view! {
         <h1>"Users and API tokens"</h1>
         <p id="users-message" class="notice" role="status" aria-live="polite">{move || done.get()}</p>
@@ -57,10 +69,16 @@ pub fn Users() -> impl IntoView {
                 let session = session.await.ok().flatten();
                 match session {
                     Some(s) if s.may_manage_access => {
-                        let page = Page { csrf: StoredValue::new(s.csrf_token), access, done, revealed };
+                        let page = Page { csrf: StoredValue::new(s.csrf_token), access, done, revealed, editing };
+                        let q = query();
+                        let form = view! {
+                            <SearchForm path="/users" id="user" label="Name or role contains" aria_label="Search users"
+                                q=q.q.clone().unwrap_or_default() sort=q.sort.clone().unwrap_or_else(|| "name".into()) sorts=&USER_SORTS/>
+                        };
+                        let dialog = move || editing.get().map(|user| view! { <UserDialog user page/> });
                         match access.await {
-                            Ok(list) => view! { <AccessAdmin list page/> }.into_any(),
-                            Err(e) => view! { <p class="error" role="alert">"Could not load the users and tokens: " {e.to_string()}</p> }.into_any(),
+                            Ok(list) => view! { {form} <AccessAdmin list page/> {dialog} }.into_any(),
+                            Err(e) => view! { {form} <p class="error" role="alert">"Could not load the users and tokens: " {e.to_string()}</p> }.into_any(),
                         }
                     }
                     Some(s) => view! {
@@ -93,9 +111,32 @@ fn AccessAdmin(list: AccessView, page: Page) -> impl IntoView {
     .into_any()
 }
 
+/// A user's state: a badge that says it in words, and since or until when.
+fn user_state(u: &UserView) -> AnyView {
+    match (&u.disabled_at, &u.locked_until, u.can_sign_in) {
+        (Some(at), _, _) => view! { <span class="badge bad">"disabled"</span> " " <When at=at.clone()/> }.into_any(),
+        (None, Some(until), _) => {
+            view! { <span class="badge warn">"locked"</span> " (unlocks " <When at=until.clone()/> ")" }.into_any()
+        }
+        (None, None, false) => {
+            view! { <span class="badge warn">"no password"</span> " (the configured admin token's actor)" }.into_any()
+        }
+        (None, None, true) => view! { <span class="badge ok">"active"</span> }.into_any(),
+    }
+}
+
 #[component]
-fn UserTable(users: Vec<UserView>, page: Page) -> impl IntoView {
+fn UserTable(users: crate::api::lists::ListPage<UserView>, page: Page) -> impl IntoView {
+    if users.total == 0 {
+        return view! { <p id="users-none">{format!("No user's name or role contains \"{}\".", users.q)}</p> }
+            .into_any();
+    }
+    let summary = summary(users.total, "user", &users.q, users.page, users.pages);
+    let previous = (users.page > 1).then(|| users.href("/users", "name", users.page - 1));
+    let next = (users.page < users.pages).then(|| users.href("/users", "name", users.page + 1));
     view! {
+        <p id="users-summary" role="status">{summary}</p>
+        <div class="table-wrap">
         <table class="grid" id="users">
             <thead>
                 <tr>
@@ -107,40 +148,50 @@ fn UserTable(users: Vec<UserView>, page: Page) -> impl IntoView {
                 </tr>
             </thead>
             <tbody>
-                {users.into_iter().map(|u| {
-                    let state = match (&u.disabled_at, &u.locked_until, u.can_sign_in) {
-                        (Some(at), _, _) => view! { <span class="badge bad">"disabled"</span> " since " {at.clone()} }.into_any(),
-                        (None, Some(until), _) => view! { <span class="badge warn">"locked"</span> " until " {until.clone()} }.into_any(),
-                        (None, None, false) => view! { <span class="badge warn">"no password"</span> " (the configured admin token's actor)" }.into_any(),
-                        (None, None, true) => view! { <span class="badge ok">"active"</span> }.into_any(),
-                    };
+                {users.rows.into_iter().map(|u| {
                     let name = u.name.clone();
+                    let state = user_state(&u);
+                    let user = u.clone();
                     view! {
                         <tr data-user=name.clone()>
-                            <td><code>{u.name.clone()}</code></td>
+                            <th scope="row"><code>{u.name.clone()}</code></th>
                             <td id=format!("user-role-{name}")>{u.role.clone()}</td>
                             <td id=format!("user-state-{name}")>{state}</td>
-                            <td>{u.created_at.clone()}</td>
-                            <td><UserActions user=u page/></td>
+                            <td><When at=u.created_at.clone()/></td>
+                            <td><button type="button" id=format!("change-user-{name}") aria-haspopup="dialog"
+                                aria-label=format!("Change {name}") on:click=move |_| page.editing.set(Some(user.clone()))>"Change…"</button></td>
                         </tr>
                     }
                 }).collect_view()}
             </tbody>
         </table>
+        </div>
+        <Paging id="users" previous next/>
         <p class="notice">"Sign-in times are not recorded; an account is locked for 15 minutes after 5 failed sign-ins in a row."</p>
     }
     .into_any()
 }
 
-/// A role change, disabling and unlocking one user. These routes take no reason; the audit
-/// trail names the admin who made the change.
+/// The change dialog of one user: a role change, disabling and unlocking. These routes take
+/// no reason; the audit trail names the admin who made the change. Escape or Close shuts it.
 #[component]
-fn UserActions(user: UserView, page: Page) -> impl IntoView {
+fn UserDialog(user: UserView, page: Page) -> impl IntoView {
     let role = RwSignal::new(user.role.clone());
     let error = RwSignal::new(None::<Refusal>);
     let busy = RwSignal::new(false);
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
+    // The role is where the dialog starts (keyboard users change it at once).
+    let role_select = NodeRef::<leptos::html::Select>::new();
+    Effect::new(move |_| {
+        if let Some(select) = role_select.get() {
+            // After the frame that attaches the dialog: an element not yet in the page
+            // takes no focus.
+            request_animation_frame(move || {
+                let _ = select.focus();
+            });
+        }
+    });
     let name = StoredValue::new(user.name.clone());
     let id = |what: &str| format!("{what}-{}", user.name);
     let act = move |method: &'static str, tail: &'static str, body: serde_json::Value, said: String| {
@@ -155,32 +206,45 @@ fn UserActions(user: UserView, page: Page) -> impl IntoView {
         act("PUT", "role", serde_json::json!({ "role": chosen }), said);
     };
     let disable = move |_| {
-        act(
-            "POST",
-            "disable",
-            serde_json::Value::Null,
-            format!("{} disabled and signed out everywhere.", name.get_value()),
-        )
+        let said = format!("{} disabled and signed out everywhere.", name.get_value());
+        act("POST", "disable", serde_json::Value::Null, said)
     };
     let unlock = move |_| act("POST", "unlock", serde_json::Value::Null, format!("{} unlocked.", name.get_value()));
     let current = user.role.clone();
+    let (heading, labelled_by) = (id("user-dialog-heading"), id("user-dialog-heading"));
+    let role_id = id("role");
+    let close = move || page.editing.set(None);
     view! {
-        <form class="row-actions" id=id("user-actions") on:submit=|ev: leptos::ev::SubmitEvent| ev.prevent_default()>
-            <fieldset disabled=move || !hydrated.get() || busy.get()>
-                <legend class="visually-hidden">"Change " {user.name.clone()}</legend>
-                <label class="visually-hidden" for=id("role")>"Role of " {user.name.clone()}</label>
-                <select id=id("role") prop:value=move || role.get() on:change=move |ev| role.set(event_target_value(&ev))>
-                    {ROLES.into_iter().map(|r| {
-                        let chosen = r == current;
-                        view! { <option value=r selected=chosen>{r}</option> }
-                    }).collect_view()}
-                </select>
-                <button type="button" id=id("set-role") on:click=set_role>"Set role"</button>
-                {user.disabled_at.is_none().then(|| view! { <button type="button" class="danger" id=id("disable") on:click=disable>"Disable"</button> })}
-                {user.locked_until.is_some().then(|| view! { <button type="button" id=id("unlock") on:click=unlock>"Unlock"</button> })}
-            </fieldset>
-            <p class="field-error" id=id("user-message") role="alert">{move || error.get().map(|r| r.text)}</p>
-        </form>
+        <div class="dialog-backdrop">
+            <section class="dialog card" role="dialog" aria-modal="true" aria-labelledby=labelled_by id="user-dialog"
+                on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" { close() }>
+                <h2 id=heading>"Change " <code>{user.name.clone()}</code></h2>
+                <p>"Now " {user.role.clone()} "; " {user_state(&user)}</p>
+                <form class="row-actions" id=id("user-actions") on:submit=|ev: leptos::ev::SubmitEvent| ev.prevent_default()>
+                    <fieldset disabled=move || !hydrated.get() || busy.get()>
+                        <legend class="visually-hidden">"Change " {user.name.clone()}</legend>
+                        <Field id=role_id.clone() label="Role" error=Signal::derive(move || error.get().and_then(|r| r.about("role")))>
+                            <select id=role_id.clone() node_ref=role_select aria-describedby=format!("{role_id}-error")
+                                prop:value=move || role.get() on:change=move |ev| role.set(event_target_value(&ev))>
+                                {ROLES.into_iter().map(|r| {
+                                    let chosen = r == current;
+                                    view! { <option value=r selected=chosen>{r}</option> }
+                                }).collect_view()}
+                            </select>
+                        </Field>
+                        <div class="buttons">
+                            <button type="button" id=id("set-role") on:click=set_role>"Set role"</button>
+                            {user.disabled_at.is_none().then(|| view! { <button type="button" class="danger" id=id("disable") on:click=disable>"Disable"</button> })}
+                            {user.locked_until.is_some().then(|| view! { <button type="button" id=id("unlock") on:click=unlock>"Unlock"</button> })}
+                        </div>
+                    </fieldset>
+                    <p class="field-error" id=id("user-message") role="alert">
+                        {move || error.get().filter(|r| r.field.as_deref() != Some("role")).map(|r| r.text)}
+                    </p>
+                </form>
+                <button type="button" id="dialog-close" on:click=move |_| close()>"Close"</button>
+            </section>
+        </div>
     }
     .into_any()
 }
@@ -207,7 +271,7 @@ fn TokenTable(tokens: Vec<TokenView>, page: Page) -> impl IntoView {
             <tbody>
                 {tokens.into_iter().map(|t| {
                     let state = match &t.revoked_at {
-                        Some(at) => view! { <span class="badge bad">"revoked"</span> " " {at.clone()} }.into_any(),
+                        Some(at) => view! { <span class="badge bad">"revoked"</span> " " <When at=at.clone()/> }.into_any(),
                         None => view! { <span class="badge ok">"live"</span> " " <RevokeToken token=t.id name=t.name.clone() page/> }.into_any(),
                     };
                     view! {
@@ -217,8 +281,8 @@ fn TokenTable(tokens: Vec<TokenView>, page: Page) -> impl IntoView {
                             <td><code>{t.prefix} "…"</code></td>
                             <td>{t.scope}</td>
                             <td>{t.created_by}</td>
-                            <td>{t.created_at}</td>
-                            <td>{t.last_used_at.unwrap_or_else(|| "never".to_owned())}</td>
+                            <td><When at=t.created_at/></td>
+                            <td>{match t.last_used_at { Some(at) => view! { <When at/> }.into_any(), None => "never".into_any() }}</td>
                             <td id=format!("token-state-{}", t.id)>{state}</td>
                         </tr>
                     }
@@ -282,7 +346,7 @@ fn NewUserForm(page: Page) -> impl IntoView {
                 .map(|secret| Revealed { what: format!("the password of {n}"), secret: secret.to_owned() })
         });
     };
-    let field_error = move |field: &'static str| move || error.get().and_then(|r| r.about(field));
+    let field_error = move |field: &'static str| Signal::derive(move || error.get().and_then(|r| r.about(field)));
     let other_error = move || {
         error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "role" | "password"))).map(|r| r.text)
     };
@@ -290,28 +354,22 @@ fn NewUserForm(page: Page) -> impl IntoView {
         <form id="new-user-form" class="inline-form" on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend>"Add a user"</legend>
-                <div class="field">
-                    <label for="new-user-name">"Name"</label>
+                <Field id="new-user-name" label="Name" error=field_error("name")>
                     <input id="new-user-name" type="text" maxlength="64" autocomplete="off" aria-describedby="new-user-name-error"
                         prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                    <span class="field-error" id="new-user-name-error">{field_error("name")}</span>
-                </div>
-                <div class="field">
-                    <label for="new-user-role">"Role"</label>
+                </Field>
+                <Field id="new-user-role" label="Role" error=field_error("role")>
                     <select id="new-user-role" aria-describedby="new-user-role-error" prop:value=move || role.get() on:change=move |ev| role.set(event_target_value(&ev))>
                         {ROLES.into_iter().map(|r| {
                             let chosen = r == "viewer";
                             view! { <option value=r selected=chosen>{r}</option> }
                         }).collect_view()}
                     </select>
-                    <span class="field-error" id="new-user-role-error">{field_error("role")}</span>
-                </div>
-                <div class="field">
-                    <label for="new-user-password">"Password (empty: generate one)"</label>
+                </Field>
+                <Field id="new-user-password" label="Password (empty: generate one)" error=field_error("password")>
                     <input id="new-user-password" type="password" maxlength="256" autocomplete="new-password" aria-describedby="new-user-password-error"
                         prop:value=move || password.get() on:input=move |ev| password.set(event_target_value(&ev))/>
-                    <span class="field-error" id="new-user-password-error">{field_error("password")}</span>
-                </div>
+                </Field>
                 <button type="submit" id="new-user-submit">"Add user"</button>
             </fieldset>
             <p class="field-error" id="new-user-message" role="alert">{other_error}</p>
@@ -355,27 +413,23 @@ fn NewTokenForm(page: Page) -> impl IntoView {
             },
         );
     };
-    let field_error = move |field: &'static str| move || error.get().and_then(|r| r.about(field));
+    let field_error = move |field: &'static str| Signal::derive(move || error.get().and_then(|r| r.about(field)));
     let other_error =
         move || error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "scope"))).map(|r| r.text);
     view! {
         <form id="new-token-form" class="inline-form" on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend>"Add an API token"</legend>
-                <div class="field">
-                    <label for="new-token-name">"Name (what uses it)"</label>
+                <Field id="new-token-name" label="Name (what uses it)" error=field_error("name")>
                     <input id="new-token-name" type="text" maxlength="64" autocomplete="off" aria-describedby="new-token-name-error"
                         prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                    <span class="field-error" id="new-token-name-error">{field_error("name")}</span>
-                </div>
-                <div class="field">
-                    <label for="new-token-scope">"Scope"</label>
+                </Field>
+                <Field id="new-token-scope" label="Scope" error=field_error("scope")>
                     <select id="new-token-scope" aria-describedby="new-token-scope-error" prop:value=move || scope.get() on:change=move |ev| scope.set(event_target_value(&ev))>
                         <option value="dataplane" selected=true>"dataplane: draws, quota, outcomes"</option>
                         <option value="admin">"admin: the admin API, not users and tokens"</option>
                     </select>
-                    <span class="field-error" id="new-token-scope-error">{field_error("scope")}</span>
-                </div>
+                </Field>
                 <button type="submit" id="new-token-submit">"Create token"</button>
             </fieldset>
             <p class="field-error" id="new-token-message" role="alert">{other_error}</p>
@@ -433,6 +487,7 @@ fn run(
                 }
                 page.done.set(Some(said));
                 busy.set(false);
+                page.editing.set(None);
                 page.access.refetch();
             }
             Err(refusal) => {

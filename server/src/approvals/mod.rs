@@ -11,6 +11,7 @@
 pub mod break_glass;
 pub mod diff;
 pub mod entities;
+pub mod list;
 pub mod operation;
 pub mod policy;
 pub mod propose;

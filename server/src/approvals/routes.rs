@@ -249,8 +249,13 @@ pub async fn list_changes(
     if let Some(author) = &query.author {
         api::UserName::parse(author).map_err(|e| ApiError::bad_request("author", e.rule))?;
     }
-    let changes =
-        store::list_requests(&state.db, query.state.as_deref(), entity.as_deref(), query.author.as_deref()).await?;
+    let changes = super::list::store::list_requests(
+        &state.db,
+        query.state.as_deref(),
+        entity.as_deref(),
+        query.author.as_deref(),
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(ChangeList { changes }))
 }
 

@@ -20,10 +20,11 @@ use crate::error::ApiError;
 use crate::http::rfc3339;
 use crate::pools::unknown_pool;
 
-const REQUEST_COLUMNS: &str = "id, entity, operation, base_version, content_hash, diff, author, reason, state,
+pub(super) const REQUEST_COLUMNS: &str =
+    "id, entity, operation, base_version, content_hash, diff, author, reason, state,
     policy_scope, required_approvals, approver_roles, created_at, expires_at, updated_at, outcome, scheduled_at";
 
-fn review(r: &PgRow) -> Result<Review, sqlx::Error> {
+pub(super) fn review(r: &PgRow) -> Result<Review, sqlx::Error> {
     Ok(Review {
         actor: r.try_get("actor")?,
         role: r.try_get("role")?,
@@ -59,7 +60,7 @@ pub(super) async fn request_in(
 
 /// A request from its row and its reviews (oldest first); its approvals are those of its
 /// current content hash.
-fn assemble(r: &PgRow, reviews: Vec<Review>) -> Result<ChangeRequest, sqlx::Error> {
+pub(super) fn assemble(r: &PgRow, reviews: Vec<Review>) -> Result<ChangeRequest, sqlx::Error> {
     let content_hash: String = r.try_get("content_hash")?;
     let approvals = reviews.iter().filter(|v| v.verdict == "approve" && v.content_hash == content_hash).count() as i64;
     Ok(ChangeRequest {
@@ -89,41 +90,6 @@ fn assemble(r: &PgRow, reviews: Vec<Review>) -> Result<ChangeRequest, sqlx::Erro
 pub async fn get_request(db: &PgPool, id: i64) -> Result<Option<ChangeRequest>, sqlx::Error> {
     let mut conn = db.acquire().await?;
     request_in(&mut conn, id, false).await
-}
-
-/// Change requests, newest first (at most 200), optionally in one state, of one entity and
-/// by one author.
-pub async fn list_requests(
-    db: &PgPool,
-    state: Option<&str>,
-    entity: Option<&str>,
-    author: Option<&str>,
-) -> Result<Vec<ChangeRequest>, sqlx::Error> {
-    // Two queries for the whole page: the requests, then all their reviews.
-    let rows = sqlx::query(&format!(
-        "select {REQUEST_COLUMNS} from change_request
-         where ($1::text is null or state = $1) and ($2::text is null or entity = $2)
-             and ($3::text is null or author = $3)
-         order by id desc limit 200"
-    ))
-    .bind(state)
-    .bind(entity)
-    .bind(author)
-    .fetch_all(db)
-    .await?;
-    let ids = rows.iter().map(|r| r.try_get::<i64, _>("id")).collect::<Result<Vec<_>, _>>()?;
-    let mut reviews: std::collections::HashMap<i64, Vec<Review>> = std::collections::HashMap::new();
-    for r in sqlx::query(
-        "select request_id, actor, role, verdict, comment, content_hash, at from change_review
-         where request_id = any($1) order by id",
-    )
-    .bind(&ids)
-    .fetch_all(db)
-    .await?
-    {
-        reviews.entry(r.try_get("request_id")?).or_default().push(review(&r)?);
-    }
-    rows.iter().map(|r| assemble(r, reviews.remove(&r.try_get("id")?).unwrap_or_default())).collect()
 }
 
 /// Writes the state change of a request with its audit row (`change.<action>`).

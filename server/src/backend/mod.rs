@@ -5,7 +5,7 @@ use app::api::BackendError;
 use app::api::TenantView;
 use app::api::{
     AuditQuery, AuditRecord, AuditRecords, ChainStatus, ChannelPoolHealth, ChannelView, MemberView, PeakWindowView,
-    PoolDetail, PoolListing, SessionInfo, SystemStatus, WeightEntry,
+    PoolDetail, SessionInfo, SystemStatus, WeightEntry,
 };
 use app::api::{TokenView, UserView};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
@@ -109,19 +109,8 @@ impl app::api::Backend for AppState {
         })
     }
 
-    async fn pools(&self) -> Result<Vec<PoolListing>, BackendError> {
-        let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
-        Ok(pools
-            .into_iter()
-            .map(|p| PoolListing {
-                name: p.name,
-                kind: p.kind,
-                version: p.version,
-                published_version: p.published_version,
-                members: p.members,
-                ejected: p.ejected,
-            })
-            .collect())
+    async fn pools(&self, query: app::api::lists::ListQuery) -> Result<app::api::PoolList, BackendError> {
+        lists::pools(self, query).await
     }
 
     async fn pool(&self, name: String) -> Result<Option<PoolDetail>, BackendError> {
@@ -215,10 +204,7 @@ impl app::api::Backend for AppState {
             "attention" => rows.sort_by_key(|c| (attention_rank(c), c.code.clone())),
             _ => rows.sort_by(|a, b| a.code.cmp(&b.code)),
         }
-        let total = rows.len() as u64;
-        let size = CHANNEL_PAGE_SIZE as usize;
-        let rows = rows.into_iter().skip((page as usize - 1) * size).take(size).collect();
-        Ok(app::api::ChannelList { rows, total, page, pages: lists::pages(total, CHANNEL_PAGE_SIZE), q, sort })
+        Ok(lists::page_of(rows, page, CHANNEL_PAGE_SIZE, q, sort))
     }
 
     async fn channel_history(&self, code: String) -> Result<Option<app::api::ChannelDetail>, BackendError> {
@@ -341,8 +327,11 @@ impl app::api::Backend for AppState {
         })
     }
 
-    async fn changes(&self) -> Result<Vec<api::changes::ChangeRequest>, BackendError> {
-        crate::approvals::store::list_requests(&self.db, None, None, None).await.map_err(unavailable)
+    async fn change_list(
+        &self,
+        query: app::api::changes::ChangeQuery,
+    ) -> Result<app::api::changes::ChangeList, BackendError> {
+        lists::changes(self, query).await
     }
 
     async fn pool_history(&self, pool: String) -> Result<Option<api::pools::PoolHistory>, BackendError> {
@@ -367,21 +356,11 @@ impl app::api::Backend for AppState {
         crate::approvals::break_glass::store::list(&self.db, Some(false)).await.map_err(unavailable)
     }
 
-    async fn users(&self) -> Result<Vec<UserView>, BackendError> {
-        let users = crate::access::store::list_users(&self.db).await.map_err(unavailable)?;
-        let now = Utc::now();
-        Ok(users
-            .into_iter()
-            .map(|u| UserView {
-                created_at: minute(u.created_at),
-                disabled_at: u.disabled_at.map(minute),
-                // A lock that is over is no lock.
-                locked_until: u.locked_until.filter(|t| *t > now).map(minute),
-                can_sign_in: u.can_sign_in,
-                name: u.name,
-                role: u.role,
-            })
-            .collect())
+    async fn users(
+        &self,
+        query: app::api::lists::ListQuery,
+    ) -> Result<app::api::lists::ListPage<UserView>, BackendError> {
+        lists::users(self, query).await
     }
 
     async fn tokens(&self) -> Result<Vec<TokenView>, BackendError> {

@@ -272,7 +272,7 @@ pub async fn list_tenant_page(
     offset: i64,
 ) -> Result<(Vec<TenantListed>, i64), sqlx::Error> {
     // `%` and `_` typed in the search are matched as themselves.
-    let pattern = search.map(|s| format!("%{}%", s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
+    let pattern = search.map(crate::store::like_pattern);
     let filter = "($1::text is null or t.name ilike $1 or t.plan ilike $1)";
     let total: i64 = sqlx::query_scalar(&format!("select count(*) from tenant t where {filter}"))
         .bind(&pattern)

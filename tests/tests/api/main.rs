@@ -11,6 +11,7 @@ mod config_http;
 mod health;
 mod health_eval;
 mod instances;
+mod lists_http;
 mod openapi;
 mod outcomes_http;
 mod pool_http;

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use integration::browser::Browser;
-use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, wait_for_text, wait_text};
+use integration::ui::{
+    api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, text, wait_for_text, wait_text,
+};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -61,6 +63,17 @@ async fn a_pm_proposes_weights_a_second_pm_approves_and_applies_and_the_audit_na
     c.find(Locator::Id("change-apply-1")).await.unwrap().click().await.unwrap();
     wait_text(c, "change-state-1", "applied").await;
     screenshot(c, "change-applied").await;
+
+    // The filters are a query the server answers, held in the URL.
+    c.find(Locator::Id("changes-filter-state")).await.unwrap().select_by_value("in_review").await.unwrap();
+    c.find(Locator::Css("form[role='search'] button[type='submit']")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("changes-none")).await.expect("none in review");
+    assert_eq!(c.current_url().await.unwrap().query(), Some("q=&state=in_review&author=&sort=newest"));
+    c.goto(&format!("{}/changes?state=applied&author=demo-pm", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("changes")).await.expect("the applied one");
+    assert!(text(c, "changes-summary").await.starts_with("1 change request;"));
+    let state = c.find(Locator::Id("changes-filter-state")).await.unwrap().prop("value").await.unwrap();
+    assert_eq!(state.as_deref(), Some("applied"), "the form shows the filter the URL holds");
 
     // Assert
     assert!(said.contains("change request #1"), "{said}");

@@ -207,9 +207,9 @@ async fn peak_windows_and_caps_are_checked_beside_their_fields_and_saved() {
 
     // Caps: zero is refused beside the field; a valid cap is saved.
     retype(c, "cap-ALIPAY_A", "0").await;
-    assert!(wait_for_text(c, "cap-error-ALIPAY_A").await.contains("from 1 to"));
+    assert!(wait_for_text(c, "cap-ALIPAY_A-error").await.contains("from 1 to"));
     retype(c, "cap-ALIPAY_A", "250000").await;
-    wait_text(c, "cap-error-ALIPAY_A", "").await;
+    wait_text(c, "cap-ALIPAY_A-error", "").await;
     c.find(Locator::Id("caps-reason")).await.unwrap().send_keys("acquirer daily limit").await.unwrap();
     c.find(Locator::Id("caps-submit")).await.unwrap().click().await.unwrap();
     let next = format!("//strong[@id='pool-version' and text()='{}']", version + 2);

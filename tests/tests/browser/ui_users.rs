@@ -1,5 +1,6 @@
 //! The users and tokens page in headless Chromium with access control on: an admin adds a
-//! user (whose generated password is shown once and signs in), changes a role, creates an
+//! user (whose generated password is shown once and signs in), searches the list (the
+//! query in the URL), changes a role in the user's dialog, creates an
 //! API token (whose secret is shown once and authenticates) and revokes it (then it is
 //! refused); a viewer gets no users or tokens, from the page or from its server function.
 
@@ -67,7 +68,24 @@ async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_
     c.find(Locator::Id("new-user-submit")).await.unwrap().click().await.unwrap();
     assert!(wait_for_text(c, "new-user-name-error").await.contains("exists"));
 
-    // A role change, shown once done and effective on the server.
+    // The list is searched on the server; the search is in the URL.
+    c.find(Locator::Id("user-search")).await.unwrap().send_keys("ops").await.unwrap();
+    c.find(Locator::Css("form[role='search'] button[type='submit']")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//p[@id='users-summary' and contains(., 'matching \"ops\"')]"))
+        .await
+        .expect("the search is applied");
+    hydrated(c).await;
+    assert_eq!(c.current_url().await.unwrap().query(), Some("q=ops&sort=name"));
+    let listed = c.find(Locator::Id("users")).await.unwrap().text().await.unwrap();
+    assert!(listed.contains("ops-alice") && !listed.contains("demo-viewer"), "{listed}");
+
+    // A role change in the user's dialog (no form per row), shown once done and effective
+    // on the server.
+    assert!(c.find(Locator::Id("role-ops-alice")).await.is_err(), "no role field in the row");
+    c.find(Locator::Id("change-user-ops-alice")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("user-dialog")).await.expect("the dialog");
     c.find(Locator::Id("role-ops-alice")).await.unwrap().select_by_value("pm").await.unwrap();
     c.find(Locator::Id("set-role-ops-alice")).await.unwrap().click().await.unwrap();
     c.wait()
@@ -75,6 +93,13 @@ async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_
         .for_element(Locator::XPath("//td[@id='user-role-ops-alice' and normalize-space(.)='pm']"))
         .await
         .expect("the role reads pm");
+    assert!(c.find(Locator::Id("user-dialog")).await.is_err(), "the dialog closes once done");
+    let created = c.find(Locator::Css("tr[data-user='ops-alice'] time")).await.unwrap();
+    // Created within the minute the server wrote (to the minute).
+    let when = created.text().await.unwrap();
+    let minutes = when.strip_suffix(" min ago").and_then(|n| n.parse::<u32>().ok());
+    assert!(when == "just now" || minutes.is_some_and(|n| n <= 5), "times read relative to now: {when}");
+    assert!(created.attr("title").await.unwrap().is_some_and(|t| t.ends_with("UTC")), "the exact time on hover");
     let role: String = sqlx::query_scalar("select role from app_user where name = 'ops-alice'")
         .fetch_one(&app.state.db)
         .await

@@ -1,0 +1,3 @@
+//! Change requests as lists show them.
+
+pub mod store;
