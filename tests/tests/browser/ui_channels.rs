@@ -234,9 +234,10 @@ async fn two_hundred_channels_are_searched_sorted_and_paged_on_the_server() {
     c.find(Locator::Id("channel-search")).await.unwrap().send_keys("bulk_01").await.unwrap();
     c.find(Locator::Css("#channel-sort option[value='attention']")).await.unwrap().click().await.unwrap();
     c.find(Locator::Css("form[role='search'] button[type='submit']")).await.unwrap().click().await.unwrap();
+    // (The first page, before the search, holds BULK_011 too: wait for the summary.)
     c.wait()
         .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css("#channels tr[data-channel='BULK_011']"))
+        .for_element(Locator::XPath("//p[@id='channels-summary' and contains(., 'matching \"bulk_01\"')]"))
         .await
         .expect("the matches");
     assert_eq!(c.current_url().await.unwrap().query(), Some("q=bulk_01&sort=attention"));
