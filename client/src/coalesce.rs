@@ -1,16 +1,18 @@
 //! One coalescer for the calls that can share a Redis round trip: concurrent draws of one
 //! pool, concurrent reserves (or settles) of one tenant.
 //!
-//! While one shared call for a key is in flight, the requests that arrive for that key
-//! wait; the next call takes them together (up to the configured maximum), in arrival
-//! order. Alone, a request is one call as before. A request the shared call did not answer
+//! While a shared call for a key is in flight, the requests that arrive for that key wait;
+//! the next call takes them together (up to the configured maximum), in arrival order.
+//! Up to `lanes` calls of one key may be in flight at once (each takes the requests waiting
+//! when it starts), so that the client need not wait for one call's reply before sending
+//! the next. Alone, a request is one call as before. A request the shared call did not answer
 //! for (`None`) goes back to its caller, who then makes the call alone with its own error
 //! handling and fallbacks.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -21,20 +23,22 @@ pub const DEFAULT_COALESCE: usize = 64;
 /// Where one waiting request's reply goes (`None`: go alone).
 type Slot<Resp> = oneshot::Sender<Option<Resp>>;
 
-/// The requests of one key waiting for the next shared call, and whether a task serves them.
+/// The requests of one key waiting for the next shared call, and how many tasks serve them.
 struct Queue<Req, Resp> {
     waiting: Vec<(Req, Slot<Resp>)>,
-    running: bool,
+    running: usize,
 }
 
 impl<Req, Resp> Default for Queue<Req, Resp> {
     fn default() -> Self {
-        Self { waiting: Vec::new(), running: false }
+        Self { waiting: Vec::new(), running: 0 }
     }
 }
 
 struct Shared<K, Req, Resp> {
     max: AtomicUsize,
+    /// Shared calls made so far (a request served per call: requests / calls).
+    calls: AtomicU64,
     queues: Mutex<HashMap<K, Queue<Req, Resp>>>,
 }
 
@@ -59,7 +63,11 @@ where
     /// A coalescer sharing calls among up to [`DEFAULT_COALESCE`] requests.
     pub(crate) fn new() -> Self {
         Self {
-            shared: Arc::new(Shared { max: AtomicUsize::new(DEFAULT_COALESCE), queues: Mutex::new(HashMap::new()) }),
+            shared: Arc::new(Shared {
+                max: AtomicUsize::new(DEFAULT_COALESCE),
+                calls: AtomicU64::new(0),
+                queues: Mutex::new(HashMap::new()),
+            }),
         }
     }
 
@@ -73,12 +81,18 @@ where
         self.shared.max.load(Ordering::Relaxed) > 1
     }
 
+    /// Shared calls made so far.
+    pub(crate) fn calls(&self) -> u64 {
+        self.shared.calls.load(Ordering::Relaxed)
+    }
+
     /// Queues `req` for the next shared call of `key` and waits for its reply; `None` when
-    /// that call did not answer for it. The request that finds the key idle starts a task
-    /// serving the key's queue with `flush`, a call at a time, until none wait. `flush`
-    /// gets the requests in arrival order and answers them in the same order; missing
-    /// answers are `None`, answers beyond the requests are dropped.
-    pub(crate) async fn submit<F, Fut>(&self, key: &K, req: Req, flush: F) -> Option<Resp>
+    /// that call did not answer for it. A request that finds fewer than `lanes` tasks
+    /// serving the key (at least one) starts one, serving the key's queue with `flush`, a
+    /// call at a time, until none wait. `flush` gets the requests in arrival order and
+    /// answers them in the same order; missing answers are `None`, answers beyond the
+    /// requests are dropped.
+    pub(crate) async fn submit<F, Fut>(&self, key: &K, lanes: usize, req: Req, flush: F) -> Option<Resp>
     where
         F: Fn(K, Vec<Req>) -> Fut + Send + 'static,
         Fut: Future<Output = Vec<Option<Resp>>> + Send,
@@ -92,7 +106,11 @@ where
                 None => queues.entry(key.clone()).or_default(),
             };
             queue.waiting.push((req, tx));
-            !std::mem::replace(&mut queue.running, true)
+            let start = queue.running < lanes.max(1);
+            if start {
+                queue.running += 1;
+            }
+            start
         };
         if start {
             let this = self.clone();
@@ -108,20 +126,30 @@ where
         F: Fn(K, Vec<Req>) -> Fut,
         Fut: Future<Output = Vec<Option<Resp>>>,
     {
-        // Whatever happens to this task, no request is left waiting for it: on the way out
-        // the queue is marked idle and the slots left are dropped (their requests go alone).
-        struct Idle<'a, K: Eq + Hash, Req, Resp>(&'a Shared<K, Req, Resp>, &'a K);
-        impl<K: Eq + Hash, Req, Resp> Drop for Idle<'_, K, Req, Resp> {
+        // Whatever happens to this task (a panic, a cancelled runtime), no request is left
+        // waiting for it: on the way out it no longer counts as serving, and when no task
+        // serves the key any more the slots left are dropped (their requests go alone).
+        struct Serving<'a, K: Eq + Hash, Req, Resp> {
+            shared: &'a Shared<K, Req, Resp>,
+            key: &'a K,
+            counted: bool,
+        }
+        impl<K: Eq + Hash, Req, Resp> Drop for Serving<'_, K, Req, Resp> {
             fn drop(&mut self) {
-                if let Ok(mut queues) = self.0.queues.lock() {
-                    if let Some(queue) = queues.get_mut(self.1) {
-                        queue.running = false;
-                        queue.waiting.clear();
+                if !self.counted {
+                    return;
+                }
+                if let Ok(mut queues) = self.shared.queues.lock() {
+                    if let Some(queue) = queues.get_mut(self.key) {
+                        queue.running = queue.running.saturating_sub(1);
+                        if queue.running == 0 {
+                            queue.waiting.clear();
+                        }
                     }
                 }
             }
         }
-        let _idle = Idle(&self.shared, &key);
+        let mut serving = Serving { shared: &self.shared, key: &key, counted: true };
         loop {
             let max = self.shared.max.load(Ordering::Relaxed);
             let (reqs, slots): (Vec<Req>, Vec<Slot<Resp>>) = {
@@ -130,12 +158,14 @@ where
                 // A caller that gave up is not served: nothing is done for nobody.
                 queue.waiting.retain(|(_, slot)| !slot.is_closed());
                 if queue.waiting.is_empty() {
-                    queue.running = false;
+                    queue.running = queue.running.saturating_sub(1);
+                    serving.counted = false;
                     return;
                 }
                 let n = queue.waiting.len().min(max);
                 queue.waiting.drain(..n).unzip()
             };
+            self.shared.calls.fetch_add(1, Ordering::Relaxed);
             let mut replies = flush(key.clone(), reqs).await;
             replies.resize_with(slots.len(), || None);
             for (slot, reply) in slots.into_iter().zip(replies) {
@@ -154,14 +184,14 @@ mod tests {
         let c: Coalescer<&'static str, u32, u32> = Coalescer::new();
         let double =
             |_: &'static str, reqs: Vec<u32>| async move { reqs.into_iter().map(|r| Some(r * 2)).collect::<Vec<_>>() };
-        let got = c.submit(&"k", 7, double);
+        let got = c.submit(&"k", 1, 7, double);
         assert_eq!(got.await, Some(14));
     }
 
     #[tokio::test]
     async fn requests_without_an_answer_hear_none() {
         let c: Coalescer<&'static str, u32, u32> = Coalescer::new();
-        let got = c.submit(&"k", 7, |_, _reqs: Vec<u32>| async move { Vec::new() }).await;
+        let got = c.submit(&"k", 1, 7, |_, _reqs: Vec<u32>| async move { Vec::new() }).await;
         assert_eq!(got, None);
     }
 
@@ -181,13 +211,13 @@ mod tests {
         };
         let first = tokio::spawn({
             let (c, flush) = (c.clone(), flush.clone());
-            async move { c.submit(&"k", 0, flush).await }
+            async move { c.submit(&"k", 1, 0, flush).await }
         });
         assert_eq!(calls.recv().await, Some(1), "the first call is in flight");
         let rest: Vec<_> = (1..=3)
             .map(|i| {
                 let (c, flush) = (c.clone(), flush.clone());
-                tokio::spawn(async move { c.submit(&"k", i, flush).await })
+                tokio::spawn(async move { c.submit(&"k", 1, i, flush).await })
             })
             .collect();
         while c.shared.queues.lock().unwrap()["k"].waiting.len() < 3 {
@@ -199,5 +229,43 @@ mod tests {
             assert_eq!(r.await.unwrap(), Some(3));
         }
         assert_eq!(calls.recv().await, Some(3), "one call for the three that waited");
+    }
+
+    #[tokio::test]
+    async fn with_two_lanes_a_second_call_goes_while_the_first_is_in_flight_and_every_request_is_answered() {
+        let c: Coalescer<&'static str, u32, u32> = Coalescer::new();
+        let (release, gate) = tokio::sync::watch::channel(false);
+        let (entered, mut calls) = tokio::sync::mpsc::unbounded_channel();
+        let flush = move |_: &'static str, reqs: Vec<u32>| {
+            let (mut gate, entered) = (gate.clone(), entered.clone());
+            async move {
+                let _ = entered.send(reqs.clone());
+                let _ = gate.wait_for(|open| *open).await;
+                reqs.into_iter().map(|r| Some(r * 10)).collect::<Vec<_>>()
+            }
+        };
+        let submit = |i: u32| {
+            let (c, flush) = (c.clone(), flush.clone());
+            tokio::spawn(async move { c.submit(&"k", 2, i, flush).await })
+        };
+        let first = submit(1);
+        assert_eq!(calls.recv().await, Some(vec![1]), "the first call is in flight");
+        let second = submit(2);
+        assert_eq!(calls.recv().await, Some(vec![2]), "a second call goes before the first answers");
+        let rest: Vec<_> = (3..=5).map(submit).collect();
+        while c.shared.queues.lock().unwrap()["k"].waiting.len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(c.shared.queues.lock().unwrap()["k"].running, 2, "no third lane");
+        release.send(true).unwrap();
+        assert_eq!((first.await.unwrap(), second.await.unwrap()), (Some(10), Some(20)));
+        for (i, r) in (3..=5).zip(rest) {
+            assert_eq!(r.await.unwrap(), Some(i * 10), "each request hears its own answer");
+        }
+        assert_eq!(calls.recv().await, Some(vec![3, 4, 5]), "those that waited share the next call");
+        while c.shared.queues.lock().unwrap()["k"].running > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(c.calls(), 3);
     }
 }

@@ -90,6 +90,12 @@ impl Pools {
         *self.inner.lease_settings.lock().expect("lease settings lock") = settings;
     }
 
+    /// Whether ticket leases are on now.
+    pub(super) fn leases_on(&self) -> bool {
+        self.inner.ever_leased.load(AtomicOrdering::Relaxed)
+            && self.inner.lease_settings.lock().expect("lease settings lock").is_some()
+    }
+
     /// Draws served from leases since the client was made.
     pub fn leased_draws(&self) -> u64 {
         self.inner.leased.load(AtomicOrdering::Relaxed)

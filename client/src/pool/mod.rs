@@ -8,10 +8,12 @@
 //! change of level is logged once and every draw is counted by source. The client goes
 //! back to Redis by itself on the next draw that gets an answer.
 //!
-//! Concurrent draws of one pool are coalesced: while one script call is in flight, the
+//! Concurrent draws of one pool are coalesced: while a script call is in flight, the
 //! draws that arrive wait and then go together in the next call (up to
-//! [`DEFAULT_COALESCE`]), each drawn in turn exactly as a single draw would be. Under load
-//! this turns many round trips into one; alone, a draw is one call as before. A draw the
+//! [`DEFAULT_COALESCE`]), each drawn in turn exactly as a single draw would be. Up to
+//! [`DEFAULT_DRAW_LANES`] calls of one pool are in flight at once (each atomic in Redis),
+//! so Redis is not left idle while a reply travels back. Under load this turns many round
+//! trips into a few; alone, a draw is one call as before. A draw the
 //! shared call could not serve (the pool ran empty, a refusal, Redis away) takes the
 //! single-draw path with its degradation chain.
 //!
@@ -50,6 +52,10 @@ pub use self::types::{PoolKind, PoolName, PoolSnapshot, MAX_BATCH};
 use crate::clock::Clock;
 use crate::coalesce::Coalescer;
 pub use crate::coalesce::DEFAULT_COALESCE;
+
+/// How many shared draw calls of one pool may be in flight at once unless set: with one,
+/// the client waits for a call's reply before it sends the next, and Redis idles meanwhile.
+pub const DEFAULT_DRAW_LANES: usize = 2;
 use crate::connection::{Breaker, RedisHandle};
 use crate::keys::Keys;
 use crate::metrics::PoolMetrics;
@@ -158,6 +164,8 @@ struct Inner {
     draws: AtomicU64,
     /// Concurrent draws of one pool sharing a script call.
     coalescer: Coalescer<PoolName, (), Draw>,
+    /// How many shared calls of one pool may be in flight at once (see [`DEFAULT_DRAW_LANES`]).
+    draw_lanes: std::sync::atomic::AtomicUsize,
     /// Pools this client knows whose meta hash Redis does not hold (it lost it): for the
     /// control plane to republish at once ([`Pools::missing_meta`]).
     missing: Mutex<HashSet<PoolName>>,
@@ -206,6 +214,7 @@ impl Pools {
                 rng: Mutex::new(ChaCha8Rng::seed_from_u64(crate::fresh_seed())),
                 draws: AtomicU64::new(0),
                 coalescer: Coalescer::new(),
+                draw_lanes: std::sync::atomic::AtomicUsize::new(DEFAULT_DRAW_LANES),
                 missing: Mutex::new(HashSet::new()),
                 missing_notify: tokio::sync::Notify::new(),
                 lease_settings: Mutex::new(None),
@@ -223,6 +232,18 @@ impl Pools {
     /// 1: every draw makes its own call).
     pub fn set_coalescing(&self, max: usize) {
         self.inner.coalescer.set_max(max);
+    }
+
+    /// Sets how many shared calls of one pool may be in flight at once (at least 1). With
+    /// ticket leases on, one: a lease is taken by one call at a time.
+    pub fn set_draw_lanes(&self, lanes: usize) {
+        self.inner.draw_lanes.store(lanes.max(1), AtomicOrdering::Relaxed);
+    }
+
+    /// Shared draw calls made since the client was made (draws per call: coalesced draws
+    /// over this).
+    pub fn shared_calls(&self) -> u64 {
+        self.inner.coalescer.calls()
     }
 
     /// Remembers a pool's snapshot (the control plane's last published one, read from
@@ -344,7 +365,8 @@ impl Pools {
                 got.into_iter().map(Some).collect()
             }
         };
-        self.inner.coalescer.submit(pool, (), flush).await
+        let lanes = if self.leases_on() { 1 } else { self.inner.draw_lanes.load(AtomicOrdering::Relaxed) };
+        self.inner.coalescer.submit(pool, lanes, (), flush).await
     }
 }
 

@@ -39,7 +39,7 @@ impl Quotas {
                 }
             }
         };
-        self.inner.coalescer.submit(&(name, tenant.clone()), extra.to_vec(), flush).await
+        self.inner.coalescer.submit(&(name, tenant.clone()), 1, extra.to_vec(), flush).await
     }
 
     /// Runs a script once (with one retry when the period turned), flushing the offline

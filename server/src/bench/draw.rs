@@ -27,6 +27,18 @@ pub struct Report {
     pub client_ops: f64,
     pub client_p50_us: f64,
     pub client_p99_us: f64,
+    /// The same with one shared call of the pool in flight at a time (the client waits for
+    /// a call's reply before sending the next; the default lets two go at once).
+    pub client_one_lane_ops: f64,
+    pub client_one_lane_ratio: f64,
+    /// Draws per shared call, with the default lanes and with one.
+    pub draws_per_call: f64,
+    pub draws_per_call_one_lane: f64,
+    /// CPU of this process (user + system, every thread, the in-process refiller included)
+    /// per coalesced draw, per draw with one lane, and per raw `LPOP`.
+    pub client_cpu_us_per_draw: f64,
+    pub client_cpu_us_per_draw_one_lane: f64,
+    pub client_cpu_us_per_lpop: f64,
     /// The same with coalescing off: one `EVALSHA` per draw.
     pub client_single_ops: f64,
     pub client_single_p99_us: f64,
@@ -133,6 +145,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     }
     pipe.query_async::<()>(&mut conn).await.context("filling the baseline list")?;
     let spent_before = super::spent::read(&state.redis).await?;
+    let cpu_before_baseline = super::process_cpu_us();
     let baseline = phase(args.concurrency, duration, {
         let (conn, raw) = (conn.clone(), raw.clone());
         move || {
@@ -144,6 +157,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         }
     })
     .await?;
+    let cpu_baseline = super::process_cpu_us();
     let spent_baseline = super::spent::read(&state.redis).await?;
     let lpop_spent = spent_baseline.since(spent_before);
 
@@ -163,10 +177,23 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
             }
         }
     };
+    let (calls_before, cpu_before) = (state.pools.shared_calls(), super::process_cpu_us());
     let client = phase(args.concurrency, duration, draws.clone()).await?;
+    let (client_calls, client_cpu) =
+        (state.pools.shared_calls() - calls_before, super::process_cpu_us().saturating_sub(cpu_before));
     let batches_added = added(state, &pool) - refills_before;
     let spent_client = super::spent::read(&state.redis).await?;
     let client_spent = spent_client.since(spent_baseline);
+
+    // The same with one shared call in flight at a time.
+    state.pools.set_draw_lanes(1);
+    let (calls_before, cpu_before) = (state.pools.shared_calls(), super::process_cpu_us());
+    let one_lane = phase(args.concurrency, duration, draws.clone()).await;
+    state.pools.set_draw_lanes(client::pool::DEFAULT_DRAW_LANES);
+    let one_lane = one_lane?;
+    let (one_lane_calls, one_lane_cpu) =
+        (state.pools.shared_calls() - calls_before, super::process_cpu_us().saturating_sub(cpu_before));
+    let spent_client = super::spent::read(&state.redis).await?;
 
     // The same, one script call per draw.
     state.pools.set_coalescing(1);
@@ -230,6 +257,14 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         client_ops: client.ops,
         client_p50_us: q(&client.latencies, 0.5),
         client_p99_us: q(&client.latencies, 0.99),
+        client_one_lane_ops: one_lane.ops,
+        client_one_lane_ratio: one_lane.ops / baseline.ops,
+        draws_per_call: client.latencies.len() as f64 / client_calls.max(1) as f64,
+        draws_per_call_one_lane: one_lane.latencies.len() as f64 / one_lane_calls.max(1) as f64,
+        client_cpu_us_per_draw: client_cpu as f64 / client.latencies.len().max(1) as f64,
+        client_cpu_us_per_draw_one_lane: one_lane_cpu as f64 / one_lane.latencies.len().max(1) as f64,
+        client_cpu_us_per_lpop: cpu_baseline.saturating_sub(cpu_before_baseline) as f64
+            / baseline.latencies.len().max(1) as f64,
         client_single_ops: single.ops,
         client_single_p99_us: q(&single.latencies, 0.99),
         client_single_ratio: single.ops / baseline.ops,
@@ -304,6 +339,10 @@ pub fn render(r: &Report) -> String {
     out.push_str(&row("raw LPOP (baseline)", r.baseline_ops, r.baseline_p50_us, r.baseline_p99_us, 1.0));
     out.push_str(&row("client draw (coalesced)", r.client_ops, r.client_p50_us, r.client_p99_us, r.client_ratio));
     out.push_str(&format!(
+        "{:<26} {:>10.0} {:>10} {:>10} {:>8.3}\n",
+        "client draw (one lane)", r.client_one_lane_ops, "", "", r.client_one_lane_ratio
+    ));
+    out.push_str(&format!(
         "{:<26} {:>10.0} {:>10} {:>10.0} {:>8.3}\n",
         "client draw (one call each)", r.client_single_ops, "", r.client_single_p99_us, r.client_single_ratio
     ));
@@ -319,6 +358,15 @@ pub fn render(r: &Report) -> String {
     out.push_str(&format!(
         "client draws not from redis: {}   batches added: {}\n",
         r.client_not_from_redis, r.batches_added
+    ));
+    out.push_str(&format!(
+        "draws per shared call: {:.1} ({:.1} with one lane); client CPU {:.2} µs per draw ({:.2} with one lane), \
+         {:.2} µs per raw LPOP\n",
+        r.draws_per_call,
+        r.draws_per_call_one_lane,
+        r.client_cpu_us_per_draw,
+        r.client_cpu_us_per_draw_one_lane,
+        r.client_cpu_us_per_lpop
     ));
     out.push_str(&format!(
         "redis per draw: {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 3); \

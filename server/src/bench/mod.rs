@@ -32,6 +32,17 @@ pub(crate) async fn remove_keys(redis: &RedisHandle, keys: &Keys) -> anyhow::Res
     Ok(conn.unlink_matching(&keys.scan_pattern()).await?)
 }
 
+/// CPU time this process has spent so far (user + system, every thread), in microseconds;
+/// 0 where `/proc/self/stat` cannot be read. Linux counts it in ticks of 10 ms.
+pub(crate) fn process_cpu_us() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
+    // The fields after the command name (which may hold spaces, closed by the last ')'):
+    // utime and stime are the 12th and 13th of them.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0 };
+    let fields: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse().ok()).collect();
+    fields.iter().sum::<u64>() * 10_000
+}
+
 /// The value at quantile `q` (0..=1) of sorted durations, in microseconds.
 pub(crate) fn quantile_us(sorted: &[std::time::Duration], q: f64) -> f64 {
     if sorted.is_empty() {

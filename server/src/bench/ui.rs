@@ -40,10 +40,15 @@ pub struct PageTimes {
     pub max_ms: f64,
 }
 
-/// The pages measured, the dashboard first.
-const PAGES: [&str; 8] = [
+/// The pages measured, the dashboard first (then its data alone, without the page's
+/// rendering).
+const PAGES: [&str; 12] = [
     "/",
+    "/sfn/dashboard",
     "/pools",
+    "/pools?q=p0&sort=members",
+    "/users",
+    "/changes?state=applied",
     "/pools/p00",
     "/channels",
     "/tenants",
