@@ -15,6 +15,7 @@ use crate::audit::store::{list_audit, verify_audit, AuditFilter};
 use crate::state::AppState;
 
 mod lists;
+mod samples;
 mod tenants;
 
 pub use tenants::UiCache;
@@ -285,9 +286,7 @@ impl app::api::Backend for AppState {
         let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
         // Every pool's samples in one read, not one per pool.
         let since = now - chrono::TimeDelta::milliseconds(SPAN_MS);
-        let mut samples = crate::samples::store::list_samples_of_every_pool(&self.db, since, MAX_SAMPLES)
-            .await
-            .map_err(unavailable)?;
+        let samples = samples::recent(self, since, MAX_SAMPLES).await.map_err(unavailable)?;
         let served = draws_by_source(&self.metrics.pool.draws);
         // Every member's health in one read, not a few queries per pool.
         let (members, _) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
@@ -307,12 +306,13 @@ impl app::api::Backend for AppState {
             .zip(health)
             .map(|(p, members)| {
                 let (taken, truncated) =
-                    samples.remove(&p.name).map_or((Vec::new(), false), |page| (page.samples, page.truncated));
+                    samples.get(&p.name).map_or((&[][..], false), |page| (&page.samples[..], page.truncated));
                 let inputs: Vec<ssr::SampleInput> = taken.iter().map(sample_input).collect();
                 let served_here = served.get(&p.name).copied().unwrap_or_default();
                 ssr::pool_card(p.name, p.kind, &inputs, truncated, served_here, members)
             })
             .collect();
+        drop(samples);
         let tenants = tenants::usage_of_every_tenant(self).await?;
         let mut fullest = ssr::by_usage(tenants.iter().map(|(name, usage)| ssr::tenant_quota(name, usage)).collect());
         let open = fullest.iter().map(|t| t.open).sum();

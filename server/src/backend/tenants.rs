@@ -83,6 +83,8 @@ pub struct UiCache {
     /// A large fleet's quota overview and when it was read. The lock is held while it is
     /// read again, so that dashboards arriving meanwhile wait for that one read.
     overview: tokio::sync::Mutex<Option<(std::time::Instant, Overview)>>,
+    /// The dashboard's pool samples of the last hour.
+    pub(super) samples: super::samples::SampleCache,
 }
 
 /// Every tenant's usage now (the dashboard's quota overview): the names in one query, the
