@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::jobs::pool_sampler::PoolSample;
 use crate::samples::store::SamplePage;
 use crate::state::AppState;
 
@@ -67,6 +66,7 @@ fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::pool_sampler::PoolSample;
 
     fn sample(at: i64) -> PoolSample {
         PoolSample {
