@@ -113,64 +113,68 @@ where
             start
         };
         if start {
-            let this = self.clone();
-            let key = key.clone();
-            tokio::spawn(async move { this.serve(key, flush).await });
+            // Made before the task: a task dropped before it ever runs still stops counting.
+            let serving = Serving { shared: self.shared.clone(), key: key.clone(), counted: true };
+            tokio::spawn(async move { serve(serving, flush).await });
         }
         rx.await.ok().flatten()
     }
+}
 
-    /// Serves the key's waiting requests, a shared call at a time, until none wait.
-    async fn serve<F, Fut>(&self, key: K, flush: F)
-    where
-        F: Fn(K, Vec<Req>) -> Fut,
-        Fut: Future<Output = Vec<Option<Resp>>>,
-    {
-        // Whatever happens to this task (a panic, a cancelled runtime), no request is left
-        // waiting for it: on the way out it no longer counts as serving, and when no task
-        // serves the key any more the slots left are dropped (their requests go alone).
-        struct Serving<'a, K: Eq + Hash, Req, Resp> {
-            shared: &'a Shared<K, Req, Resp>,
-            key: &'a K,
-            counted: bool,
+/// One task serving a key's queue. Whatever happens to it (a panic, a cancelled runtime, a
+/// task never run), no request is left waiting for it: on the way out it no longer counts
+/// as serving, and when no task serves the key any more the slots left are dropped (their
+/// requests go alone).
+struct Serving<K: Eq + Hash, Req, Resp> {
+    shared: Arc<Shared<K, Req, Resp>>,
+    key: K,
+    counted: bool,
+}
+
+impl<K: Eq + Hash, Req, Resp> Drop for Serving<K, Req, Resp> {
+    fn drop(&mut self) {
+        if !self.counted {
+            return;
         }
-        impl<K: Eq + Hash, Req, Resp> Drop for Serving<'_, K, Req, Resp> {
-            fn drop(&mut self) {
-                if !self.counted {
-                    return;
-                }
-                if let Ok(mut queues) = self.shared.queues.lock() {
-                    if let Some(queue) = queues.get_mut(self.key) {
-                        queue.running = queue.running.saturating_sub(1);
-                        if queue.running == 0 {
-                            queue.waiting.clear();
-                        }
-                    }
+        if let Ok(mut queues) = self.shared.queues.lock() {
+            if let Some(queue) = queues.get_mut(&self.key) {
+                queue.running = queue.running.saturating_sub(1);
+                if queue.running == 0 {
+                    queue.waiting.clear();
                 }
             }
         }
-        let mut serving = Serving { shared: &self.shared, key: &key, counted: true };
-        loop {
-            let max = self.shared.max.load(Ordering::Relaxed);
-            let (reqs, slots): (Vec<Req>, Vec<Slot<Resp>>) = {
-                let mut queues = self.shared.queues.lock().expect("coalescer queue lock");
-                let queue = queues.entry(key.clone()).or_default();
-                // A caller that gave up is not served: nothing is done for nobody.
-                queue.waiting.retain(|(_, slot)| !slot.is_closed());
-                if queue.waiting.is_empty() {
-                    queue.running = queue.running.saturating_sub(1);
-                    serving.counted = false;
-                    return;
-                }
-                let n = queue.waiting.len().min(max);
-                queue.waiting.drain(..n).unzip()
-            };
-            self.shared.calls.fetch_add(1, Ordering::Relaxed);
-            let mut replies = flush(key.clone(), reqs).await;
-            replies.resize_with(slots.len(), || None);
-            for (slot, reply) in slots.into_iter().zip(replies) {
-                let _ = slot.send(reply);
+    }
+}
+
+/// Serves the key's waiting requests, a shared call at a time, until none wait.
+async fn serve<K, Req, Resp, F, Fut>(mut serving: Serving<K, Req, Resp>, flush: F)
+where
+    K: Eq + Hash + Clone,
+    F: Fn(K, Vec<Req>) -> Fut,
+    Fut: Future<Output = Vec<Option<Resp>>>,
+{
+    loop {
+        let shared = serving.shared.clone();
+        let max = shared.max.load(Ordering::Relaxed);
+        let (reqs, slots): (Vec<Req>, Vec<Slot<Resp>>) = {
+            let mut queues = shared.queues.lock().expect("coalescer queue lock");
+            let queue = queues.entry(serving.key.clone()).or_default();
+            // A caller that gave up is not served: nothing is done for nobody.
+            queue.waiting.retain(|(_, slot)| !slot.is_closed());
+            if queue.waiting.is_empty() {
+                queue.running = queue.running.saturating_sub(1);
+                serving.counted = false;
+                return;
             }
+            let n = queue.waiting.len().min(max);
+            queue.waiting.drain(..n).unzip()
+        };
+        shared.calls.fetch_add(1, Ordering::Relaxed);
+        let mut replies = flush(serving.key.clone(), reqs).await;
+        replies.resize_with(slots.len(), || None);
+        for (slot, reply) in slots.into_iter().zip(replies) {
+            let _ = slot.send(reply);
         }
     }
 }

@@ -286,10 +286,11 @@ impl app::api::Backend for AppState {
         let pools = crate::pools::store::list_pools(&self.db).await.map_err(unavailable)?;
         // Every pool's samples in one read, not one per pool.
         let since = now - chrono::TimeDelta::milliseconds(SPAN_MS);
-        let samples = samples::recent(self, since, MAX_SAMPLES).await.map_err(unavailable)?;
         let served = draws_by_source(&self.metrics.pool.draws);
         // Every member's health in one read, not a few queries per pool.
         let (members, _) = crate::health::every_member_health(&self.db).await.map_err(unavailable)?;
+        // Last, so that the samples' lock is not held across another query.
+        let samples = samples::recent(self, now, since, MAX_SAMPLES).await.map_err(unavailable)?;
         let mut by_pool: std::collections::HashMap<String, Vec<MemberView>> = std::collections::HashMap::new();
         for m in members {
             by_pool.entry(m.pool).or_default().push(MemberView {
@@ -306,7 +307,7 @@ impl app::api::Backend for AppState {
             .zip(health)
             .map(|(p, members)| {
                 let (taken, truncated) =
-                    samples.get(&p.name).map_or((&[][..], false), |page| (&page.samples[..], page.truncated));
+                    samples.pages.get(&p.name).map_or((&[][..], false), |page| (&page.samples[..], page.truncated));
                 let inputs: Vec<ssr::SampleInput> = taken.iter().map(sample_input).collect();
                 let served_here = served.get(&p.name).copied().unwrap_or_default();
                 ssr::pool_card(p.name, p.kind, &inputs, truncated, served_here, members)

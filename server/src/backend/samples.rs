@@ -13,10 +13,25 @@ use crate::state::AppState;
 /// How far before the newest sample held a render reads again.
 const REREAD: TimeDelta = TimeDelta::seconds(60);
 
+/// How often a render reads the whole hour again all the same (a sampler whose clock
+/// jumped back wrote samples older than the newest held, which a re-read from there misses).
+const FULL_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Every pool's samples held, oldest first, with whether older ones were left out.
 #[derive(Default)]
 pub struct SampleCache {
-    held: tokio::sync::Mutex<BTreeMap<String, SamplePage>>,
+    held: tokio::sync::Mutex<Held>,
+}
+
+/// What the cache holds.
+#[derive(Default)]
+pub(super) struct Held {
+    /// By pool, oldest first; `truncated` as of the last merge.
+    pub(super) pages: BTreeMap<String, SamplePage>,
+    /// By pool, the newest time of a sample left out for the limit.
+    cut: BTreeMap<String, DateTime<Utc>>,
+    /// When the whole hour was last read.
+    full_read_at: Option<std::time::Instant>,
 }
 
 /// Every pool's samples taken since `since`, the newest `limit` of each, as
@@ -24,43 +39,66 @@ pub struct SampleCache {
 /// reads them, so that a dashboard arriving meanwhile waits and then reads only what is new.
 pub(super) async fn recent(
     state: &AppState,
+    now: DateTime<Utc>,
     since: DateTime<Utc>,
     limit: u32,
-) -> Result<tokio::sync::MutexGuard<'_, BTreeMap<String, SamplePage>>, sqlx::Error> {
+) -> Result<tokio::sync::MutexGuard<'_, Held>, sqlx::Error> {
     let mut held = state.ui_cache.samples.held.lock().await;
-    let newest = held.values().filter_map(|p| p.samples.last()).map(|s| s.taken_at).max();
-    let from = newest.map_or(since, |n| (n - REREAD).max(since));
+    let due = held.full_read_at.is_none_or(|at| at.elapsed() >= FULL_READ_EVERY);
+    // A sample dated ahead of this clock does not hide the ones after it.
+    let newest = held.pages.values().filter_map(|p| p.samples.last()).map(|s| s.taken_at.min(now)).max();
+    let from = match newest {
+        Some(newest) if !due => (newest - REREAD).max(since),
+        _ => since,
+    };
     let fresh = crate::samples::store::list_samples_of_every_pool(&state.db, from, limit).await?;
+    if from == since {
+        *held = Held { full_read_at: Some(std::time::Instant::now()), ..Held::default() };
+    }
     merge(&mut held, fresh, from, since, limit as usize);
     Ok(held)
 }
 
-/// `held` with `fresh` (every sample since `from`) in place of what it held since `from`,
-/// then only the samples since `since`, the newest `limit` of each pool.
+/// `held` with `fresh` (every sample since `from`, the newest `limit` of each pool) in
+/// place of what it held since `from`, then only the samples since `since`, the newest
+/// `limit` of each pool; a pool is `truncated` while a sample left out for the limit is
+/// since `since`.
 fn merge(
-    held: &mut BTreeMap<String, SamplePage>,
+    held: &mut Held,
     fresh: BTreeMap<String, SamplePage>,
     from: DateTime<Utc>,
     since: DateTime<Utc>,
     limit: usize,
 ) {
-    for page in held.values_mut() {
+    for page in held.pages.values_mut() {
         page.samples.retain(|s| s.taken_at < from);
     }
     for (pool, page) in fresh {
-        let kept = held.entry(pool).or_insert_with(|| SamplePage { samples: Vec::new(), truncated: false });
+        if page.truncated {
+            // The store left out samples between `from` and its oldest: everything held
+            // before them is past the limit too.
+            held.pages.remove(&pool);
+            let oldest = page.samples.first().map_or(from, |s| s.taken_at);
+            let cut = held.cut.entry(pool.clone()).or_insert(oldest);
+            *cut = (*cut).max(oldest);
+        }
+        let kept = held.pages.entry(pool).or_insert_with(|| SamplePage { samples: Vec::new(), truncated: false });
         kept.samples.extend(page.samples);
-        kept.truncated |= page.truncated;
     }
-    held.retain(|_, page| {
+    let Held { pages, cut, .. } = held;
+    pages.retain(|pool, page| {
         page.samples.retain(|s| s.taken_at >= since);
         if page.samples.len() > limit {
             let over = page.samples.len() - limit;
+            let newest_out = page.samples[over - 1].taken_at;
             page.samples.drain(..over);
-            page.truncated = true;
+            let c = cut.entry(pool.clone()).or_insert(newest_out);
+            *c = (*c).max(newest_out);
         }
+        page.truncated = cut.get(pool).is_some_and(|c| *c >= since);
         !page.samples.is_empty()
     });
+    cut.retain(|_, c| *c >= since);
 }
 
 #[cfg(test)]
@@ -88,26 +126,36 @@ mod tests {
         SamplePage { samples: at.iter().copied().map(sample).collect(), truncated: false }
     }
 
-    fn times(held: &BTreeMap<String, SamplePage>, pool: &str) -> Vec<i64> {
-        held[pool].samples.iter().map(|s| s.taken_at.timestamp()).collect()
+    fn times(held: &Held, pool: &str) -> Vec<i64> {
+        held.pages[pool].samples.iter().map(|s| s.taken_at.timestamp()).collect()
     }
 
     #[test]
     fn what_was_read_again_replaces_what_was_held_since_then_and_the_hour_is_trimmed() {
         let at = |s: i64| DateTime::from_timestamp(s, 0).unwrap();
-        let mut held = BTreeMap::from([("a".to_owned(), page(&[100, 110, 120, 130])), ("b".to_owned(), page(&[115]))]);
+        let pages = BTreeMap::from([("a".to_owned(), page(&[100, 110, 120, 130])), ("b".to_owned(), page(&[115]))]);
+        let mut held = Held { pages, ..Held::default() };
         // Read again from 120: a sample committed late at 125 appears, 120 and 130 are read
         // again (not doubled), 140 is new; `b` has nothing since 120 and keeps what it held;
         // `c` is new.
         let fresh = BTreeMap::from([("a".to_owned(), page(&[120, 125, 130, 140])), ("c".to_owned(), page(&[135]))]);
         merge(&mut held, fresh, at(120), at(105), 4);
         assert_eq!(times(&held, "a"), [120, 125, 130, 140], "100 is older than the hour, 110 past the limit");
-        assert!(held["a"].truncated && !held["b"].truncated);
+        assert!(held.pages["a"].truncated && !held.pages["b"].truncated);
         assert_eq!((times(&held, "b"), times(&held, "c")), (vec![115], vec![135]));
 
-        // An hour later than all of `b`'s samples, `b` is gone.
+        // An hour later than all of `b`'s samples, `b` is gone; the sample left out for
+        // the limit (110) is older than the hour now: `a` is whole again.
         merge(&mut held, BTreeMap::new(), at(140), at(120), 4);
-        assert!(!held.contains_key("b"));
+        assert!(!held.pages.contains_key("b"));
         assert_eq!(times(&held, "a"), [120, 125, 130], "140 was since `from` and not read again: gone");
+        assert!(!held.pages["a"].truncated, "nothing left out since the hour began");
+
+        // A truncated read (more since `from` than the limit) replaces what was held.
+        let mut truncated = page(&[150, 160]);
+        truncated.truncated = true;
+        merge(&mut held, BTreeMap::from([("a".to_owned(), truncated)]), at(125), at(120), 2);
+        assert_eq!(times(&held, "a"), [150, 160]);
+        assert!(held.pages["a"].truncated);
     }
 }
