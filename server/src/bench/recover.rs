@@ -353,6 +353,10 @@ async fn load(
         let tenant = &targets.tenants[(worker as usize + i as usize) % targets.tenants.len()];
         // Only an operation that starts after the wipe can show recovery.
         let after_wipe = tracker.wiped();
+        // Whether Redis served this pool again before this draw began: a draw sent earlier
+        // may still answer from the rebuild (two calls of a pool are in flight at once, and
+        // their replies may be handled in either order).
+        let served_before = Tracker::was_served(&tracker.pools, pool);
         let mut failed = false;
         match state.pools.draw(pool).await {
             Ok(draw) if draw.source == DrawSource::Redis => {
@@ -368,7 +372,7 @@ async fn load(
             }
             // A tiers pool being republished: its list of tiers is back, its tiers' lists
             // of channels not yet.
-            Err(PoolError::Exhausted { .. }) if after_wipe && !Tracker::was_served(&tracker.pools, pool) => {
+            Err(PoolError::Exhausted { .. }) if after_wipe && !served_before => {
                 tracker.refused.fetch_add(1, Ordering::Relaxed);
                 failed = true;
             }
