@@ -60,6 +60,12 @@ pub fn summary(total: u64, noun: &str, q: &str, page: u32, pages: u32) -> String
     )
 }
 
+/// The addresses (`href` of a page number) of the pages before and after `page` of
+/// `pages`, where there are such pages.
+pub fn neighbours(page: u32, pages: u32, href: impl Fn(u32) -> String) -> (Option<String>, Option<String>) {
+    ((page > 1).then(|| href(page - 1)), (page < pages).then(|| href(page + 1)))
+}
+
 /// The links to the previous and the next page (`{id}-previous`, `{id}-next`), where
 /// there are such pages.
 #[component]
@@ -75,7 +81,15 @@ pub fn Paging(id: &'static str, previous: Option<String>, next: Option<String>) 
 
 #[cfg(test)]
 mod tests {
-    use super::summary;
+    use super::{neighbours, summary};
+
+    #[test]
+    fn a_page_links_to_the_pages_around_it_that_exist() {
+        let href = |n: u32| format!("/p?page={n}");
+        assert_eq!(neighbours(1, 1, href), (None, None));
+        assert_eq!(neighbours(1, 3, href), (None, Some("/p?page=2".into())));
+        assert_eq!(neighbours(3, 3, href), (Some("/p?page=2".into()), None));
+    }
 
     #[test]
     fn the_summary_says_how_many_match_and_which_page() {

@@ -13,7 +13,7 @@ use crate::api::changes::{
     list_break_glass, list_change_page, BreakGlass, ChangeList, ChangeQuery, ChangeRequest, CHANGE_SORTS, CHANGE_STATES,
 };
 use crate::components::layout::CurrentSession;
-use crate::components::list::{summary, Paging, SearchForm};
+use crate::components::list::{neighbours, summary, Paging, SearchForm};
 use crate::components::time::When;
 
 type ChangesResource = Resource<Result<ChangeList, ServerFnError>>;
@@ -211,8 +211,7 @@ fn ChangeTable(list: ChangeList, user: String, role: String, page: Page) -> impl
         return view! { <p id="changes-none">"No change request matches these filters."</p> }.into_any();
     }
     let summary = summary(l.total, "change request", &l.q, l.page, l.pages);
-    let previous = (l.page > 1).then(|| list.href(l.page - 1));
-    let next = (l.page < l.pages).then(|| list.href(l.page + 1));
+    let (previous, next) = neighbours(l.page, l.pages, |n| list.href(n));
     let rows = list.list.rows;
     view! {
         <p id="changes-summary" role="status">{summary}</p>

@@ -11,7 +11,7 @@ use crate::api::{list_channels, ChannelList, ChannelView, SessionInfo};
 use crate::components::charts::grouped;
 use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
-use crate::components::list::{query_of, summary, Paging, SearchForm};
+use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 
 /// The channels resource, refetched after each change.
 type ChannelsResource = Resource<Result<ChannelList, ServerFnError>>;
@@ -75,8 +75,7 @@ fn ChannelTable(
         }
     });
     let summary = summary(list.total, "channel", &list.q, list.page, list.pages);
-    let previous = (list.page > 1).then(|| list.href("/channels", "code", list.page - 1));
-    let next = (list.page < list.pages).then(|| list.href("/channels", "code", list.page + 1));
+    let (previous, next) = neighbours(list.page, list.pages, |n| list.href("/channels", "code", n));
     view! {
         {restricted}
         <p id="channels-summary" role="status">{summary}</p>

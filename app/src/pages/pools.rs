@@ -14,7 +14,7 @@ use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolList, Session
 use crate::components::charts::grouped;
 use crate::components::form::ReasonField;
 use crate::components::layout::CurrentSession;
-use crate::components::list::{query_of, summary, Paging, SearchForm};
+use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 use crate::pages::pool_history::PoolHistory;
 use crate::pages::pool_limits::{submit_change, CapsForm, Change, EditTarget, LimitsTable, PeakWindowsForm};
 
@@ -49,8 +49,7 @@ fn PoolTable(list: PoolList) -> impl IntoView {
         return view! { <p id="pools-none">{format!("No pool's name contains \"{}\".", list.q)}</p> }.into_any();
     }
     let summary = summary(list.total, "pool", &list.q, list.page, list.pages);
-    let previous = (list.page > 1).then(|| list.href("/pools", "name", list.page - 1));
-    let next = (list.page < list.pages).then(|| list.href("/pools", "name", list.page + 1));
+    let (previous, next) = neighbours(list.page, list.pages, |n| list.href("/pools", "name", n));
     view! {
         <p id="pools-summary" role="status">{summary}</p>
         <section class="card table-wrap">

@@ -8,7 +8,7 @@ use leptos_router::hooks::use_query_map;
 use crate::api::tenants::TENANT_SORTS;
 use crate::api::{list_tenant_page, TenantList};
 use crate::components::charts::grouped;
-use crate::components::list::{query_of, summary, Paging, SearchForm};
+use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 
 /// The tenants list: search, sort and pages, all in the URL.
 #[component]
@@ -47,8 +47,7 @@ fn TenantTable(page: TenantList) -> impl IntoView {
         return view! { <p id="tenants-none">{text}</p> }.into_any();
     }
     let summary = summary(page.total, "tenant", &page.q, page.page, page.pages);
-    let previous = (page.page > 1).then(|| page.href("/tenants", "name", page.page - 1));
-    let next = (page.page < page.pages).then(|| page.href("/tenants", "name", page.page + 1));
+    let (previous, next) = neighbours(page.page, page.pages, |n| page.href("/tenants", "name", n));
     let rows = page
         .rows
         .into_iter()

@@ -12,7 +12,7 @@ use crate::api::rest::Refusal;
 use crate::api::{list_access, AccessView, TokenView, UserView};
 use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
-use crate::components::list::{query_of, summary, Paging, SearchForm};
+use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 use crate::components::time::When;
 
 /// The users and tokens, read again after each change.
@@ -132,8 +132,7 @@ fn UserTable(users: crate::api::lists::ListPage<UserView>, page: Page) -> impl I
             .into_any();
     }
     let summary = summary(users.total, "user", &users.q, users.page, users.pages);
-    let previous = (users.page > 1).then(|| users.href("/users", "name", users.page - 1));
-    let next = (users.page < users.pages).then(|| users.href("/users", "name", users.page + 1));
+    let (previous, next) = neighbours(users.page, users.pages, |n| users.href("/users", "name", n));
     view! {
         <p id="users-summary" role="status">{summary}</p>
         <div class="table-wrap">

@@ -42,7 +42,7 @@ pub(super) fn page_of<T>(rows: Vec<T>, page: u32, size: u32, q: String, sort: St
 }
 
 /// Whether `haystack` holds `needle` (already lower case), in any case.
-fn holds(haystack: &str, needle: &str) -> bool {
+pub(super) fn holds(haystack: &str, needle: &str) -> bool {
     needle.is_empty() || haystack.to_lowercase().contains(needle)
 }
 

@@ -185,9 +185,7 @@ impl app::api::Backend for AppState {
         let needle = q.to_lowercase();
         let mut rows: Vec<ChannelView> = channels
             .into_iter()
-            .filter(|c| {
-                needle.is_empty() || c.code.to_lowercase().contains(&needle) || c.name.to_lowercase().contains(&needle)
-            })
+            .filter(|c| lists::holds(&c.code, &needle) || lists::holds(&c.name, &needle))
             .map(|c| ChannelView {
                 pin: pins.remove(&c.code),
                 pools: by_channel.remove(&c.code).unwrap_or_default(),
