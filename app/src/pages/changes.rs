@@ -12,8 +12,9 @@ use leptos_router::hooks::use_query_map;
 use crate::api::changes::{
     list_break_glass, list_change_page, BreakGlass, ChangeList, ChangeQuery, ChangeRequest, CHANGE_SORTS, CHANGE_STATES,
 };
+use crate::api::lists::MAX_SEARCH;
 use crate::components::layout::CurrentSession;
-use crate::components::list::{neighbours, summary, Paging, SearchForm};
+use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 use crate::components::time::When;
 
 type ChangesResource = Resource<Result<ChangeList, ServerFnError>>;
@@ -28,16 +29,12 @@ struct Page {
     said: RwSignal<Option<String>>,
 }
 
-/// The changes list's query a page's URL holds (an empty value as none).
+/// The changes list's query a page's URL holds (an empty value as none): a list's query
+/// and the state and author filters.
 fn change_query(params: &leptos_router::params::ParamsMap) -> ChangeQuery {
     let part = |name: &str| params.get(name).filter(|v| !v.is_empty());
-    ChangeQuery {
-        q: part("q"),
-        state: part("state"),
-        author: part("author"),
-        sort: part("sort"),
-        page: params.get("page").and_then(|n| n.parse().ok()),
-    }
+    let list = query_of(params);
+    ChangeQuery { q: list.q, state: part("state"), author: part("author"), sort: list.sort, page: list.page }
 }
 
 /// The filters above the list: a GET of `/changes`, so that the URL holds them.
@@ -54,7 +51,7 @@ fn filters(query: &ChangeQuery) -> impl IntoView {
                 </select>
             </label>
             <label>"Author "
-                <input type="search" name="author" id="changes-filter-author" value=author maxlength="100"/>
+                <input type="search" name="author" id="changes-filter-author" value=author maxlength=MAX_SEARCH.to_string()/>
             </label>
         </SearchForm>
     }
