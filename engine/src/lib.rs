@@ -5,6 +5,7 @@
 //! Layout:
 //! - [`weights`]: validated member weights (integers, decimals, percentages made exact).
 //! - [`batch`]: the validated batch size.
+//! - [`caps`]: short-window caps (most draws per member per window of minutes).
 //! - [`apportion`]: per-batch ticket counts, carried between batches so every member stays
 //!   within one ticket of its ideal share over any number of batches.
 //! - [`order`]: orderings of a batch (`shuffle`, `smooth`) and the seam guard.
@@ -18,6 +19,8 @@
 //! - [`counter`]: what a per-day counter counted between two samples (restarts, midnights).
 //! - [`verify`]: compares five allocation strategies on the same weights.
 //! - [`ramp`]: the steps of a staged gray release and its guards' verdicts.
+//! - [`replay`]: what a configuration would have done with a pool's recorded traffic.
+//! - [`route`]: routing rules: conditions on a request's attributes choose its pool.
 //! - [`preview`]: what new weights will do to a pool (shares, per-batch counts, spread),
 //!   as the weights editor shows it before they are applied.
 //!
@@ -27,6 +30,7 @@
 
 pub mod apportion;
 pub mod batch;
+pub mod caps;
 pub mod counter;
 pub mod hashing;
 pub mod health;
@@ -36,6 +40,8 @@ pub mod peak;
 pub mod preview;
 pub mod quota;
 pub mod ramp;
+pub mod replay;
+pub mod route;
 pub mod selector;
 pub mod tier;
 pub mod verify;
