@@ -17,6 +17,10 @@
 -- ARGV[5] the channel refill requests are published on   ARGV[6] the pool's name
 -- ARGV[7] how many draws (1 when absent): the client coalesces concurrent draws of a pool
 --         into one call; each is drawn exactly as a single draw would be, in turn
+-- KEYS[15], KEYS[16] the window hits of the short cap windows starting at ARGV[8] and
+--         ARGV[9] (ms since the epoch, as text; "-" when the caller does not know them):
+--         a pool with window caps counts each draw in its window too
+-- KEYS[17] the pool's draw log (a stream), appended to when the pool's state says so
 -- Returns (for one draw) one of:
 --   {"ticket", member, version, from ("list"|"standby"), skipped_ejected, skipped_capped,
 --    length_after, refill_flagged 0|1, drawn_tier, serving_tier} (tiers: "" for channels)
@@ -25,6 +29,8 @@
 --   {"empty", version}          (no tickets and no standby batch; a refill is flagged)
 --   {"day", day0, day1}         (the caller passed keys for other days: retry with these)
 --   {"no_day", version}         (the rotation job has not written a current day)
+--   {"window", start, length}   (the pool has window caps and the caller passed keys for
+--                               other windows: retry with the window starting at `start`)
 --   {"unknown_pool"}
 -- For ARGV[7] = n > 1: {"batch", {reply, ...}, day, rebuilds} with a ticket reply per draw
 -- in order, ending early with the first reply that is not a ticket ("empty" or
@@ -32,19 +38,26 @@
 -- `channels` pool with nothing to skip, the compact {"many", ...} of draw_many below; the
 -- day, no_day and unknown_pool replies come alone, as for one draw.
 -- Guarantees: each ticket is handed out once; ejected members and members at their daily
--- cap are skipped (the skipped tickets are consumed); the day is the pool's local day by
--- Redis TIME; the standby batch is promoted whole, atomically; a refill is asked for
--- (flag set, pool name published on ARGV[5]) once per crossing of low-water.
+-- or window cap are skipped (the skipped tickets are consumed); the day is the pool's
+-- local day and the window the epoch-aligned window by Redis TIME; the standby batch is
+-- promoted whole, atomically; a refill is asked for (flag set, pool name published on
+-- ARGV[5]) once per crossing of low-water; every ticket handed out is in the draw log's
+-- entry of the call (when the log is on), in order.
 local st = pool_state(KEYS[2])
 if not st then return {'unknown_pool'} end
 local version = st.version
 local low_water = st.low_water
 
-local hits, day_end = pool_day(st, KEYS[6], KEYS[7], pool_now())
+local now = pool_now()
+local hits, day_end = pool_day(st, KEYS[6], KEYS[7], now)
 if not hits then
   if day_end[1] == 'no_day' then return {'no_day', version} end
   return day_end
 end
+local whits, window_end = pool_window(st, KEYS[15], KEYS[16], now, 8)
+if whits == false then return window_end end
+-- The members handed out by this call, for the draw log.
+local logged = {}
 
 -- Sets the refill flag; publishes the request when the flag was not set yet.
 local function ask_refill()
@@ -79,7 +92,7 @@ local function drawable(member)
     skipped_ejected = skipped_ejected + 1
     return false
   end
-  if st.capped and at_cap(KEYS[1], hits, member) then
+  if st.capped and at_cap(KEYS[1], hits, member, whits) then
     skipped_capped = skipped_capped + 1
     return false
   end
@@ -87,7 +100,8 @@ local function drawable(member)
 end
 
 local function hand_out(member, drawn_tier, served_tier)
-  count_hit(hits, member, day_end)
+  count_hit(hits, member, day_end, whits, window_end, st.wlen)
+  logged[#logged + 1] = member
   local length = redis.call('LLEN', KEYS[3])
   local flagged = 0
   if length < low_water then flagged = ask_refill() end
@@ -187,18 +201,26 @@ local function draw_many(n)
   local reply = {'many', version, length, flagged, from_list or #members, ended_empty, day,
     st.rebuilds}
   for _, member in ipairs(members) do reply[#reply + 1] = member end
+  logged = members
   return reply
 end
 
 local n = tonumber(ARGV[7] or '1') or 1
-if n <= 1 then return draw_one() end
-if not st.tiers and not st.ejected and not st.capped then return draw_many(n) end
-local replies = {}
-for _ = 1, n do
-  local r = draw_one()
-  replies[#replies + 1] = r
-  if r[1] ~= 'ticket' then break end
+local reply
+if n <= 1 then
+  reply = draw_one()
+elseif not st.tiers and not st.ejected and not st.capped then
+  reply = draw_many(n)
+else
+  local replies = {}
+  for _ = 1, n do
+    local r = draw_one()
+    replies[#replies + 1] = r
+    if r[1] ~= 'ticket' then break end
+  end
+  local day = ARGV[1]
+  if hits == KEYS[7] then day = ARGV[2] end
+  reply = {'batch', replies, day, st.rebuilds}
 end
-local day = ARGV[1]
-if hits == KEYS[7] then day = ARGV[2] end
-return {'batch', replies, day, st.rebuilds}
+log_draws(KEYS[17], st, now, logged)
+return reply

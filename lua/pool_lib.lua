@@ -4,15 +4,19 @@
 -- Reads what a draw needs from the state hash in one call: the published version, the
 -- low-water mark, whether any cap or ejection applies (publish_pool.lua, set_ejected.lua)
 -- and the pool-local days (the rotation job). nil when the pool was never published.
+-- `wlen`: the short cap window's length in ms when the pool has window caps (nil
+-- otherwise); `drawlog`: whether draws are appended to the pool's draw log.
 local function pool_state(state_key)
   local s = redis.call('HMGET', state_key, 'version', 'low_water', 'capped', 'ejected',
-    'day0', 'day0_end', 'day1', 'day1_end', 'kind', 'rebuilds')
+    'day0', 'day0_end', 'day1', 'day1_end', 'kind', 'rebuilds', 'wlen', 'drawlog')
   if not s[1] then return nil end
+  local wlen = tonumber(s[11] or '0')
+  if wlen <= 0 then wlen = nil end
   return {
-    version = tonumber(s[1]), low_water = tonumber(s[2]), capped = s[3] == '1',
+    version = tonumber(s[1]), low_water = tonumber(s[2]), capped = s[3] == '1' or wlen ~= nil,
     ejected = s[4] ~= false and s[4] ~= '0',
     day0 = s[5], day0_end = tonumber(s[6]), day1 = s[7], day1_end = tonumber(s[8]),
-    tiers = s[9] == 'tiers', rebuilds = s[10] or '0',
+    tiers = s[9] == 'tiers', rebuilds = s[10] or '0', wlen = wlen, drawlog = s[12] == '1',
   }
 end
 
@@ -61,15 +65,43 @@ local function pool_day(st, key0, key1, now)
   return nil, {'day', st.day0 or '', st.day1 or ''}
 end
 
--- Counts one draw of `member` in the day's hits; the day's hash expires 48 h after the day.
-local function count_hit(hits, member, day_end)
+-- The short cap window holding `now` (a pool with window caps), as the key the caller
+-- passed for it: key0 for the window starting at ARGV[w0_arg], key1 for ARGV[w0_arg + 1].
+-- Returns window_key, window_end — or nil when the pool has no window caps — or false and
+-- the reply to give, {"window", start, length}, when the caller passed keys for other
+-- windows (it retries with these). Windows are aligned to the epoch.
+local function pool_window(st, key0, key1, now, w0_arg)
+  if not st.wlen then return nil end
+  local start = now - (now % st.wlen)
+  local text = string.format('%.0f', start)
+  if text == ARGV[w0_arg] then return key0, start + st.wlen end
+  if text == ARGV[w0_arg + 1] then return key1, start + st.wlen end
+  return false, {'window', text, string.format('%.0f', st.wlen)}
+end
+
+-- Counts one draw of `member` in the day's hits (the day's hash expires 48 h after the
+-- day) and, with window caps, in the window's (expiring one window after it ends).
+local function count_hit(hits, member, day_end, whits, window_end, wlen)
   if redis.call('HINCRBY', hits, member, 1) == 1 then
     redis.call('PEXPIREAT', hits, string.format('%.0f', day_end + 48 * 3600 * 1000))
   end
+  if whits and redis.call('HINCRBY', whits, member, 1) == 1 then
+    redis.call('PEXPIREAT', whits, string.format('%.0f', window_end + wlen))
+  end
 end
 
--- Whether `member` reached its daily cap (meta field cap:<member>) in `hits`.
-local function at_cap(meta_key, hits, member)
-  local cap = redis.call('HGET', meta_key, 'cap:' .. member)
-  return cap ~= false and cap ~= nil and tonumber(redis.call('HGET', hits, member) or '0') >= tonumber(cap)
+-- Whether `member` reached its daily cap (meta field cap:<member>) in `hits`, or its
+-- window cap (meta field wcap:<member>) in `whits`.
+local function at_cap(meta_key, hits, member, whits)
+  local caps = redis.call('HMGET', meta_key, 'cap:' .. member, 'wcap:' .. member)
+  if caps[1] and tonumber(redis.call('HGET', hits, member) or '0') >= tonumber(caps[1]) then return true end
+  return whits and caps[2] and tonumber(redis.call('HGET', whits, member) or '0') >= tonumber(caps[2]) or false
+end
+
+-- Appends the draws of one call to the pool's draw log (a stream the control plane drains
+-- into Postgres): one entry, `t` the time of the draws (ms), `m` the members in order.
+local function log_draws(log_key, st, now, members)
+  if not st.drawlog or #members == 0 then return end
+  redis.call('XADD', log_key, 'MAXLEN', '~', '200000', '*', 't', string.format('%.0f', now),
+    'm', table.concat(members, ','))
 end

@@ -117,6 +117,18 @@ impl Keys {
         format!("{}:pool:{{{pool}}}:hits:{day}", self.prefix)
     }
 
+    /// A pool's draws per member in one short cap window (starting at `start` ms since the
+    /// epoch); expires one window after the window ends.
+    pub fn pool_window_hits(&self, pool: &str, start: &str) -> String {
+        format!("{}:pool:{{{pool}}}:whits:{start}", self.prefix)
+    }
+
+    /// A pool's draw log: a stream of the draw script's calls (`t` when, `m` the members
+    /// handed out, in order), drained into Postgres by the control plane.
+    pub fn pool_draw_log(&self, pool: &str) -> String {
+        format!("{}:pool:{{{pool}}}:drawlog", self.prefix)
+    }
+
     /// A pool's refill flag, set by a draw below low-water.
     pub fn pool_refill_flag(&self, pool: &str) -> String {
         format!("{}:pool:{{{pool}}}:refill", self.prefix)
@@ -125,6 +137,11 @@ impl Keys {
     /// The pub/sub channel on which draws ask for refills (the message is the pool name).
     pub fn pool_refill_channel(&self) -> String {
         format!("{}:pool-refill", self.prefix)
+    }
+
+    /// The meta hash holding a route's published snapshot (its rules and version).
+    pub fn route_meta(&self, route: &str) -> String {
+        format!("{}:route:{{{route}}}:meta", self.prefix)
     }
 
     /// The meta hash holding a tenant's published quota snapshot.
@@ -195,6 +212,7 @@ mod tests {
         let keys = Keys::new(KeyPrefix::parse("tessera").unwrap());
         assert_eq!(keys.pool_meta("cn-pay"), "tessera:pool:{cn-pay}:meta");
         assert_eq!(keys.quota_meta("acme"), "tessera:quota:{acme}:meta");
+        assert_eq!(keys.route_meta("checkout"), "tessera:route:{checkout}:meta");
         assert_eq!(keys.scan_pattern(), "tessera:*");
         assert_eq!(keys.quota_period("acme", "2026-11"), "tessera:quota:{acme}:period:2026-11");
         assert_eq!(keys.tenant_of_quota_key(&keys.quota_leases("acme")), Some("acme"));

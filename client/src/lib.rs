@@ -11,6 +11,8 @@
 //!   fallback; [`estimate`] counts a prompt's tokens for a reservation.
 //! - [`pool`]: draws from ticket pools with the local / static fallback chain, and the
 //!   control plane's pool operations (publish, rotate, refill, eject).
+//! - [`route`]: routes: rules on a request's attributes choose the pool it draws from,
+//!   compiled once per published version and decided in memory.
 //! - [`health`]: outcome reports per channel and minute, read by the health evaluation.
 //! - `coalesce`: the one coalescer: concurrent draws of a pool, or reserves and settles of
 //!   a tenant, share one script call.
@@ -29,6 +31,7 @@ pub mod nodes;
 pub mod pool;
 pub mod quota;
 pub mod reply;
+pub mod route;
 pub mod scripts;
 
 pub use clock::{Clock, Period};
@@ -39,6 +42,7 @@ pub use metrics::{OutcomeMetrics, PoolMetrics, QuotaMetrics};
 pub use nodes::{Node, RedisConnection};
 pub use pool::{PoolAdmin, Pools};
 pub use quota::Quotas;
+pub use route::{RouteAdmin, Routes};
 
 /// A seed for the client's random orderings and names, from the process's hash keys and
 /// the time (the `rand` thread RNG feature is not enabled in this crate).

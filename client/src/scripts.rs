@@ -73,6 +73,17 @@ pub fn quota() -> &'static QuotaScripts {
     })
 }
 
+/// The route scripts.
+pub struct RouteScripts {
+    pub publish: Script,
+}
+
+/// The route scripts, built on first use.
+pub fn route() -> &'static RouteScripts {
+    static SCRIPTS: OnceLock<RouteScripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| RouteScripts { publish: Script::new(include_str!("../../lua/publish_route.lua")) })
+}
+
 /// The channel health scripts.
 pub struct HealthScripts {
     pub record_outcome: Script,

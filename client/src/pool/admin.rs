@@ -142,8 +142,10 @@ impl PoolAdmin {
             .key(self.keys.pool_ejected(p))
             .arg(snapshot.version)
             .arg(snapshot.low_water)
-            .arg(if snapshot.caps.is_empty() { "0" } else { "1" })
+            .arg(if snapshot.caps.is_empty() && snapshot.window_caps.is_none() { "0" } else { "1" })
             .arg(snapshot.kind_name())
+            .arg(snapshot.window_ms())
+            .arg(if snapshot.draw_log { "1" } else { "0" })
             .arg(snapshot.ejected.len());
         for member in &snapshot.ejected {
             call.arg(member);

@@ -151,7 +151,11 @@ impl Pools {
             .lock()
             .expect("pool cache lock")
             .get(pool)
-            .and_then(|c| c.snapshot.as_ref().map(|s| s.kind == PoolKind::Channels && s.caps.is_empty()))
+            .and_then(|c| {
+                c.snapshot
+                    .as_ref()
+                    .map(|s| s.kind == PoolKind::Channels && s.caps.is_empty() && s.window_caps.is_none())
+            })
             .unwrap_or(false);
         if !leasable {
             return 0;
@@ -268,7 +272,11 @@ impl Pools {
             let same = rest.iter().take_while(|t| t.version == first.version).count();
             let (run, after) = rest.split_at(same);
             let mut call = scripts::pool().return_tickets.key(k.pool_state(p));
-            call.key(k.pool_tickets(p)).key(k.pool_hits(p, &counted.day)).arg(first.version).arg(&counted.rebuilds);
+            call.key(k.pool_tickets(p))
+                .key(k.pool_hits(p, &counted.day))
+                .key(k.pool_draw_log(p))
+                .arg(first.version)
+                .arg(&counted.rebuilds);
             for t in run {
                 call.arg(&t.member);
             }

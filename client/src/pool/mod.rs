@@ -146,6 +146,9 @@ struct Cached {
     snapshot: Option<PoolSnapshot>,
     ejected: HashSet<String>,
     days: Option<(String, String)>,
+    /// The short cap window's length (ms) the draw script last named, for a pool with
+    /// window caps: the window keys a call passes are computed from it.
+    window_ms: Option<i64>,
     local: Option<LocalPool>,
     ring: Option<(u64, Arc<HashRing>)>,
     level: Option<DrawSource>,
@@ -343,6 +346,27 @@ impl Pools {
             m.draws.with_label_values(&[draw.pool.as_str(), &draw.member, draw.source.name()]).inc();
         }
         draw
+    }
+
+    /// The starts (ms, as text) of the two short cap windows a call passes keys for: the
+    /// one this client's clock is in and the next, or the one before when the clock is in
+    /// the first 5 s of its window (Redis's clock may be a little behind). `-` for both
+    /// while the window's length is not known (the script then names it).
+    pub(super) fn window_args(&self, pool: &PoolName) -> (String, String) {
+        let len = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.window_ms);
+        let Some(len) = len.filter(|l| *l > 0) else { return ("-".to_owned(), "-".to_owned()) };
+        let now = self.inner.clock.guess().timestamp_millis();
+        let start = now - now.rem_euclid(len);
+        if now - start < 5_000 {
+            ((start - len).to_string(), start.to_string())
+        } else {
+            (start.to_string(), (start + len).to_string())
+        }
+    }
+
+    /// Remembers the window length a `{"window", start, length}` reply named.
+    pub(super) fn note_window(&self, pool: &PoolName, length: i64) {
+        self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().window_ms = Some(length);
     }
 
     /// Waits for this draw's turn in the pool's next shared call; `None` when that call

@@ -100,6 +100,13 @@ impl Pools {
                     }
                     return (Vec::new(), None);
                 }
+                Ok("window") => match f.str(2).ok().and_then(|l| l.parse().ok()) {
+                    Some(length) => {
+                        self.note_window(pool, length);
+                        continue;
+                    }
+                    None => return (Vec::new(), None),
+                },
                 _ => return (Vec::new(), None),
             }
         }
@@ -132,6 +139,7 @@ impl Pools {
         let p = pool.as_str();
         let days = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.days.clone());
         let (day0, day1) = days.unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+        let (w0, w1) = self.window_args(pool);
         let mut call = scripts::pool().draw.key(k.pool_meta(p));
         call.key(k.pool_state(p))
             .key(k.pool_tickets(p))
@@ -146,13 +154,18 @@ impl Pools {
             .key(k.pool_tier_standby(p, "G"))
             .key(k.pool_tier_standby(p, "N"))
             .key(k.pool_tier_standby(p, "U"))
+            .key(k.pool_window_hits(p, &w0))
+            .key(k.pool_window_hits(p, &w1))
+            .key(k.pool_draw_log(p))
             .arg(&day0)
             .arg(&day1)
             .arg(self.inner.clock.script_arg())
             .arg(MAX_SKIPS)
             .arg(k.pool_refill_channel())
             .arg(p)
-            .arg(n);
+            .arg(n)
+            .arg(&w0)
+            .arg(&w1);
         call
     }
 
@@ -219,6 +232,11 @@ impl Pools {
                         Some(days);
                     continue;
                 }
+                "window" => {
+                    let length = f.str(2)?.parse().map_err(|_| f.unexpected("window length"))?;
+                    self.note_window(pool, length);
+                    continue;
+                }
                 "empty" => {
                     if let Some(m) = &self.inner.metrics {
                         m.empty.with_label_values(&[p]).inc();
@@ -250,7 +268,7 @@ impl Pools {
                 other => return Err(f.unexpected(other).into()),
             }
         }
-        Err(PoolError::Protocol { script: "draw_ticket", detail: "the day changed during the call".into() })
+        Err(PoolError::Protocol { script: "draw_ticket", detail: "the day or window changed during the call".into() })
     }
 
     /// Re-reads the snapshot and the ejected members when the version is new to this client.

@@ -90,6 +90,7 @@ impl Pools {
         for _attempt in 0..3 {
             let days = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.days.clone());
             let (day0, day1) = days.unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+            let (w0, w1) = self.window_args(pool);
             let reply: Vec<Value> = scripts::pool()
                 .count_draw
                 .key(k.pool_meta(p))
@@ -97,10 +98,15 @@ impl Pools {
                 .key(k.pool_ejected(p))
                 .key(k.pool_hits(p, &day0))
                 .key(k.pool_hits(p, &day1))
+                .key(k.pool_window_hits(p, &w0))
+                .key(k.pool_window_hits(p, &w1))
+                .key(k.pool_draw_log(p))
                 .arg(&day0)
                 .arg(&day1)
                 .arg(self.inner.clock.script_arg())
                 .arg(member)
+                .arg(&w0)
+                .arg(&w1)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(PoolError::Redis)?;
@@ -117,6 +123,10 @@ impl Pools {
                     let days = (f.str(1)?.to_owned(), f.str(2)?.to_owned());
                     self.inner.cache.lock().expect("pool cache lock").entry(pool.clone()).or_default().days =
                         Some(days);
+                }
+                "window" => {
+                    let length = f.str(2)?.parse().map_err(|_| f.unexpected("window length"))?;
+                    self.note_window(pool, length);
                 }
                 "unknown_pool" => return Err(PoolError::UnknownPool(pool.clone())),
                 other => return Err(f.unexpected(other).into()),

@@ -91,6 +91,13 @@ pub struct PoolSnapshot {
     /// Most draws per member per local day.
     #[serde(default)]
     pub caps: BTreeMap<String, u64>,
+    /// Most draws per member per short window of minutes (epoch-aligned), besides `caps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_caps: Option<engine::caps::WindowCaps>,
+    /// Whether draws are appended to the pool's draw log (the record traffic replay and the
+    /// live longest-run metric read); on unless turned off.
+    #[serde(default = "on", skip_serializing_if = "is_on")]
+    pub draw_log: bool,
     /// Ejecting members that together hold more than this share of the weight (percent)
     /// rebuilds the pool instead of skipping their tickets.
     pub eject_rebuild_percent: u8,
@@ -163,6 +170,34 @@ impl PoolSnapshot {
                     "caps",
                     format!("cap of {member:?} must be in 1..={}", engine::quota::MAX_AMOUNT),
                 ));
+            }
+        }
+        if let Some(window) = &self.window_caps {
+            if !(1..=engine::caps::MAX_WINDOW_MINUTES).contains(&window.minutes) {
+                return Err(InvalidInput::new(
+                    "window_caps.minutes",
+                    format!("must be in 1..={}", engine::caps::MAX_WINDOW_MINUTES),
+                ));
+            }
+            if window.caps.is_empty() {
+                return Err(InvalidInput::new(
+                    "window_caps.caps",
+                    "must name at least one member (or leave window_caps out)",
+                ));
+            }
+            for (member, cap) in &window.caps {
+                if channels.index_of(member).is_none() {
+                    return Err(InvalidInput::new(
+                        "window_caps.caps",
+                        format!("{member:?} is not a member of the pool"),
+                    ));
+                }
+                if *cap == 0 || *cap > engine::quota::MAX_AMOUNT {
+                    return Err(InvalidInput::new(
+                        "window_caps.caps",
+                        format!("cap of {member:?} must be in 1..={}", engine::quota::MAX_AMOUNT),
+                    ));
+                }
             }
         }
         for member in &self.ejected {
@@ -263,8 +298,24 @@ impl PoolSnapshot {
         for (member, cap) in &self.caps {
             fields.push((format!("cap:{member}"), cap.to_string()));
         }
+        for (member, cap) in self.window_caps.iter().flat_map(|w| &w.caps) {
+            fields.push((format!("wcap:{member}"), cap.to_string()));
+        }
         fields
     }
+
+    /// The short cap window's length in ms (0: no window caps), as the draw script reads it.
+    pub(crate) fn window_ms(&self) -> i64 {
+        self.window_caps.as_ref().map_or(0, engine::caps::WindowCaps::length_ms)
+    }
+}
+
+fn on() -> bool {
+    true
+}
+
+fn is_on(b: &bool) -> bool {
+    *b
 }
 
 /// The members of `weights` that have a weight (the ones a batch can hold).

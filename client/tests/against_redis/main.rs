@@ -5,4 +5,5 @@ mod cluster;
 mod health;
 mod pool;
 mod quota;
+mod route;
 mod support;

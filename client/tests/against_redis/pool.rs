@@ -100,6 +100,8 @@ pub(crate) fn snapshot(spec: &str, batch_size: u32, low_water: u32, ordering: Or
         caps: BTreeMap::new(),
         eject_rebuild_percent: 50,
         ejected: Default::default(),
+        window_caps: None,
+        draw_log: true,
     }
 }
 
@@ -1341,4 +1343,84 @@ async fn returned_tickets_go_back_to_the_head_of_the_list_in_their_order() {
     // original, in order
     assert_eq!(served, before[..20]);
     assert_eq!(lrange(&h.keys().pool_tickets(p.as_str())), before[20..]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. Short-window caps and the draw log
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ten_minute_cap_stops_the_member_at_exactly_its_cap_in_concurrent_draws_and_frees_it_the_next_window() {
+    // Arrange: C would get 20 of every 100 tickets; it may take 6 in each ten minutes.
+    // Four instances draw at once, each coalescing its own concurrent draws.
+    let h = harness(Clock::manual(at("2030-03-15T04:03:00Z")));
+    let p = pool("cn-pay");
+    let s = PoolSnapshot {
+        window_caps: Some(engine::caps::WindowCaps { minutes: 10, caps: BTreeMap::from([("C".to_owned(), 6)]) }),
+        ..snapshot("A=5,B=3,C=2", 1000, 10, Ordering::Smooth)
+    };
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let instances: Vec<Pools> = (0..4).map(|_| h.client_at(&redis_url(), HashMap::new())).collect();
+
+    // Act: 400 draws in the window of 04:00, then 400 in the window of 04:10
+    let mut first = Vec::new();
+    for pools in &instances {
+        first.extend(draw_many_at_once(pools, &p, 100).await.into_iter().map(|d| d.member));
+    }
+    let window = |start: &str| h.keys().pool_window_hits(p.as_str(), &at(start).timestamp_millis().to_string());
+    let first_hits: HashMap<String, u64> =
+        redis::cmd("HGETALL").arg(window("2030-03-15T04:00:00Z")).query(&mut raw_connection()).unwrap();
+    let expires: i64 =
+        redis::cmd("PEXPIRETIME").arg(window("2030-03-15T04:00:00Z")).query(&mut raw_connection()).unwrap();
+    h.clock.set(at("2030-03-15T04:10:30Z"));
+    let tasks: Vec<_> = instances
+        .iter()
+        .map(|pools| {
+            let (pools, p) = (pools.clone(), p.clone());
+            tokio::spawn(async move { draw_many_at_once(&pools, &p, 100).await })
+        })
+        .collect();
+    let mut second = Vec::new();
+    for task in tasks {
+        second.extend(task.await.unwrap().into_iter().map(|d| d.member));
+    }
+
+    // Assert: exactly 6 C in each window, the others go on; the window's counters expire
+    // one window after it ends
+    let (t1, t2) = (tally(&first), tally(&second));
+    assert_eq!(t1["C"], 6, "{t1:?}");
+    assert_eq!(t1["A"] + t1["B"], 394, "{t1:?}");
+    assert_eq!(first_hits["C"], 6, "{first_hits:?}");
+    assert_eq!(expires, at("2030-03-15T04:20:00Z").timestamp_millis());
+    assert_eq!(t2["C"], 6, "the next window frees C: {t2:?}");
+    assert_eq!(t2["A"] + t2["B"], 394, "{t2:?}");
+}
+
+#[tokio::test]
+async fn the_draw_log_holds_every_ticket_handed_out_in_order_and_a_pool_without_it_logs_nothing() {
+    // Arrange
+    let h = harness(Clock::manual(noon()));
+    let (logged, quiet) = (pool("logged"), pool("quiet"));
+    publish(&h, &logged, &snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth)).await;
+    publish(&h, &quiet, &PoolSnapshot { draw_log: false, ..snapshot("A=5,B=3,C=2", 100, 10, Ordering::Smooth) }).await;
+
+    // Act
+    let drawn = draw_filled(&h, &logged, 150).await;
+    draw_filled(&h, &quiet, 20).await;
+
+    // Assert: the entries' members, in order, are the draws; each entry has the draw time
+    let entries: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
+        .arg(h.keys().pool_draw_log(logged.as_str()))
+        .arg("-")
+        .arg("+")
+        .query(&mut raw_connection())
+        .unwrap();
+    let members: Vec<String> =
+        entries.iter().flat_map(|(_, f)| f["m"].split(',').map(str::to_owned).collect::<Vec<_>>()).collect();
+    assert_eq!(members, drawn);
+    assert!(entries.iter().all(|(_, f)| f["t"] == noon().timestamp_millis().to_string()), "{entries:?}");
+    let quiet_len: u64 =
+        redis::cmd("XLEN").arg(h.keys().pool_draw_log(quiet.as_str())).query(&mut raw_connection()).unwrap();
+    assert_eq!(quiet_len, 0);
 }
