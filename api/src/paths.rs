@@ -58,6 +58,13 @@ pub const QUOTA_RESERVE: &str = "/api/v1/tenants/{tenant}/quota/reserve";
 pub const QUOTA_SETTLE: &str = "/api/v1/tenants/{tenant}/quota/settle";
 pub const QUOTA_RELEASE: &str = "/api/v1/tenants/{tenant}/quota/release";
 
+pub const ROUTES: &str = "/api/v1/routes";
+pub const ROUTE: &str = "/api/v1/routes/{route}";
+pub const ROUTE_DRAW: &str = "/api/v1/routes/{route}/draw";
+pub const ROUTE_EVALUATE: &str = "/api/v1/routes/{route}/evaluate";
+pub const ROUTE_VERSIONS: &str = "/api/v1/routes/{route}/versions";
+pub const ROUTE_RESTORE: &str = "/api/v1/routes/{route}/restore";
+
 pub const AUDIT: &str = "/api/v1/audit";
 pub const AUDIT_VERIFY: &str = "/api/v1/audit/verify";
 pub const AUDIT_CSV: &str = "/api/v1/audit.csv";

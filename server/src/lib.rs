@@ -4,7 +4,7 @@
 //!
 //! One folder per resource — [`pools`], [`channels`], [`plans`], [`tenants`] (with grants),
 //! [`quota`], [`health`], [`access`] (guard, sessions, tokens, passwords), [`audit`],
-//! [`probes`], [`samples`] — each with `routes.rs` (HTTP only: parse, authorize, call down) and
+//! [`probes`], [`samples`], [`routing`] (routes: rules choosing a request's pool) — each with `routes.rs` (HTTP only: parse, authorize, call down) and
 //! `store.rs` (its SQL, and the only SQL). Below the routes: [`http`] (what every route
 //! shares), [`security_headers`] (on every response), [`change`] (one audited transaction
 //! per change), [`publish`] (snapshots to Redis, keyed by a typed entity), [`error`],
@@ -37,6 +37,7 @@ pub mod probes;
 pub mod publish;
 pub mod quota;
 pub mod ramps;
+pub mod routing;
 pub mod samples;
 pub mod schema;
 pub mod security_headers;

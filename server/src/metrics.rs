@@ -35,6 +35,9 @@ pub struct Metrics {
     pub outcomes: client::OutcomeMetrics,
     /// Batches added by the refiller, by pool and mode (`append`|`standby`|`replace`).
     pub pool_refills: IntCounterVec,
+    /// Route decisions of this instance's data plane, by route, rule (`default` when none
+    /// matched) and pool.
+    pub route_decisions: IntCounterVec,
     /// Tickets added by the refiller, by pool.
     pub pool_tickets_added: IntCounterVec,
     /// Scheduler job runs by job and outcome (`ok`, `error`, `skipped` when not leader).
@@ -267,6 +270,12 @@ impl Metrics {
             &["pool"],
         )
         .expect("valid metric");
+        let route_decisions = IntCounterVec::new(
+            Opts::new("tessera_route_decisions_total", "Requests routed, by route, matching rule and pool"),
+            &["route", "rule", "pool"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(route_decisions.clone())).expect("metric registered once");
         registry.register(Box::new(pool_refills.clone())).expect("metric registered once");
         registry.register(Box::new(pool_tickets_added.clone())).expect("metric registered once");
         let watch = WatchMetrics::register(&registry).expect("watch metrics registered once");
@@ -279,6 +288,7 @@ impl Metrics {
             pool,
             outcomes,
             pool_refills,
+            route_decisions,
             pool_tickets_added,
             quota_open_reservations,
             quota_swept,

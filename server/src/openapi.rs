@@ -56,6 +56,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::quota::routes::get_quota,
         // Pool data plane.
         crate::pools::draw::draw_ticket,
+        crate::routing::routes::draw_route,
         crate::samples::routes::list_pool_samples,
         // Outcome reports (data plane of health).
         crate::channels::outcomes::record_outcomes,
@@ -76,6 +77,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::pools::routes::restore_member,
         crate::pools::routes::put_peak_windows,
         crate::pools::routes::put_caps,
+        crate::pools::routes::put_window_caps,
         crate::pools::routes::rebuild_pool,
         crate::pools::history::routes::pool_versions,
         crate::pools::history::routes::restore_pool,
@@ -116,6 +118,13 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::tenants::routes::restore_tenant,
         crate::usage::routes::usage,
         crate::usage::routes::usage_csv,
+        // Routes.
+        crate::routing::routes::list_routes,
+        crate::routing::routes::get_route,
+        crate::routing::routes::put_route,
+        crate::routing::routes::route_versions,
+        crate::routing::routes::restore_route,
+        crate::routing::routes::evaluate_route,
         // Ramps.
         crate::ramps::routes::start_ramp,
         crate::ramps::routes::pool_ramps,
@@ -158,6 +167,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
     tags(
         (name = "quota", description = "Two-phase token quota: reserve an estimate, settle the real use or release; idempotent by request id"),
         (name = "pool", description = "Weighted ticket pools: draw the channel for a request; samples for charts"),
+        (name = "route", description = "Routes: rules on a request's attributes choose the pool it draws from"),
         (name = "health", description = "Outcome reports per channel, which decay, eject and recover channels; health state, pins and policies"),
         (name = "admin", description = "Pools, channels, plans, tenants and their changes; every write is audited (bearer token or login session)"),
         (name = "ramps", description = "Staged gray releases of a pool's weights, guarded by the channels' outcomes: plans, timelines, controls"),

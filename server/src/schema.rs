@@ -309,3 +309,147 @@ pub enum ConflictOrDuplicateBody {
     Conflict(ConflictBody),
     Duplicate(ErrorBody),
 }
+
+/// A decimal amount in a route's condition or a request's `amount`: a JSON number, or a
+/// string such as `"999.99"`, at most 20 digits before the point and 18 after (compared
+/// exactly).
+pub struct AmountValue;
+
+const AMOUNT_PATTERN: &str = r"^-?[0-9]{1,20}(\.[0-9]{1,18})?$";
+
+impl PartialSchema for AmountValue {
+    fn schema() -> RefOr<Schema> {
+        use utoipa::openapi::schema::OneOfBuilder;
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .exclusive_minimum(Some(-1e20))
+                    .exclusive_maximum(Some(1e20)),
+            )
+            .item(ObjectBuilder::new().schema_type(Type::String).pattern(Some(AMOUNT_PATTERN)))
+            .description(Some("A decimal amount: a number, or a string such as \"999.99\" (at most 20 digits before the point, 18 after)"))
+            .into()
+    }
+}
+
+impl ToSchema for AmountValue {}
+
+/// Characters of a route's text values: no control characters.
+const TEXT_CHAR: &str = r"[^\x00-\x1f\x7f-\x9f]";
+
+fn text_value() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(256))
+        .pattern(Some(format!("^{TEXT_CHAR}+$")))
+}
+
+/// An attribute's value in a request or a condition: a string (1..=256 characters, no
+/// control characters) or a number (compared as its decimal text).
+pub struct AttributeValue;
+
+impl PartialSchema for AttributeValue {
+    fn schema() -> RefOr<Schema> {
+        use utoipa::openapi::schema::OneOfBuilder;
+        OneOfBuilder::new()
+            .item(text_value())
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .exclusive_minimum(Some(-1e20))
+                    .exclusive_maximum(Some(1e20)),
+            )
+            .description(Some("A string (1..=256 characters, no control characters) or a number"))
+            .into()
+    }
+}
+
+impl ToSchema for AttributeValue {}
+
+/// What a rule asks of one attribute: a range of amounts (`gte` or `gt`, `lte` or `lt`, at
+/// least one; the range must hold an amount), or exactly one of `equals`, `in`, `prefix`.
+/// `amount` takes only a range; `currency` values are three letters and `country` values
+/// two (either case). Rules across fields are refused with a 422 naming the field.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouteCondition {
+    /// At least this amount.
+    #[schema(value_type = Option<AmountValue>)]
+    pub gte: Option<AmountValue>,
+    /// More than this amount.
+    #[schema(value_type = Option<AmountValue>)]
+    pub gt: Option<AmountValue>,
+    /// At most this amount.
+    #[schema(value_type = Option<AmountValue>)]
+    pub lte: Option<AmountValue>,
+    /// Less than this amount.
+    #[schema(value_type = Option<AmountValue>)]
+    pub lt: Option<AmountValue>,
+    /// Exactly this value.
+    #[schema(value_type = Option<AttributeValue>)]
+    pub equals: Option<AttributeValue>,
+    /// One of these values (1..=1000).
+    #[schema(value_type = Option<Vec<AttributeValue>>, min_items = 1, max_items = 1000)]
+    #[serde(rename = "in")]
+    pub in_: Option<Vec<AttributeValue>>,
+    /// Starts with this text (1..=256 characters, no control characters).
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$")]
+    pub prefix: Option<String>,
+}
+
+/// One rule of a route: when every condition holds (`when`, by attribute name: a
+/// lower-case letter then up to 63 of `[a-z0-9_]`; at most 32), the request draws from
+/// `pool`. A rule without conditions matches every request, so no rule may follow it.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouteRule {
+    /// The rule's name (unique in the route; default `rule-<position>`), as draws name it.
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    pub name: Option<String>,
+    /// The conditions, by attribute.
+    #[schema(value_type = BTreeMap<String, RouteCondition>)]
+    pub when: BTreeMap<String, RouteCondition>,
+    /// The pool (it must exist).
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub pool: String,
+}
+
+/// A request's attributes, by name (a lower-case letter then up to 63 of `[a-z0-9_]`; at
+/// most 32): `amount` a decimal amount, `currency` three letters, `country` two letters,
+/// any other a string or a number.
+pub struct RouteAttributes;
+
+impl PartialSchema for RouteAttributes {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("amount", AmountValue::schema())
+            .property("currency", ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[A-Za-z]{3}$")))
+            .property("country", ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[A-Za-z]{2}$")))
+            .additional_properties(Some(AttributeValue::schema()))
+            .max_properties(Some(32))
+            .description(Some(
+                "The request's attributes by name (a lower-case letter then up to 63 of [a-z0-9_]): amount, currency \
+                 (three letters), country (two letters), method, merchant, any other: a string or a number",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for RouteAttributes {}
+
+/// A pool's short-window caps: most draws per member in each window of `minutes`
+/// (1..=1440; windows aligned to the epoch), besides the daily caps; members must be the
+/// pool's (422 otherwise).
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WindowCapsEntry {
+    /// The window's length in minutes.
+    #[schema(minimum = 1, maximum = 1440)]
+    pub minutes: u32,
+    /// Most draws per member in one window, 1..=2^53−1, by member (at least one).
+    #[schema(value_type = BTreeMap<String, Cap>)]
+    pub caps: BTreeMap<String, u64>,
+}

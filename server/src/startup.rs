@@ -123,6 +123,8 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     );
     pools.set_ticket_leases(settings.ticket_leases);
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
+    let routes = client::Routes::new(redis.clone(), keys.clone());
+    let route_admin = client::RouteAdmin::new(redis.clone(), keys.clone());
     let outcomes =
         client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));
     let state = AppState {
@@ -133,6 +135,8 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         quotas,
         pools,
         pool_admin,
+        routes,
+        route_admin,
         outcomes,
         admin: settings.admin.clone(),
         auth: settings.auth.clone(),
@@ -238,6 +242,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::usage::routes::configure(cfg);
     crate::health::routes::configure(cfg);
     crate::ramps::routes::configure(cfg);
+    crate::routing::routes::configure(cfg);
     crate::access::routes::configure(cfg);
     cfg.service(crate::audit::routes::verify)
         .service(crate::audit::routes::export)

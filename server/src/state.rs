@@ -23,6 +23,10 @@ pub struct AppState {
     pub pools: Pools,
     /// The control plane's pool operations (publish, rotate, refill, eject), for jobs.
     pub pool_admin: PoolAdmin,
+    /// The route data plane: each route compiled once per published version.
+    pub routes: client::Routes,
+    /// The control plane's route operations (publish).
+    pub route_admin: client::RouteAdmin,
     /// Outcome reports per channel and minute (written by apps, read by the health job).
     pub outcomes: client::Outcomes,
     /// The configured admin token, if any.

@@ -266,6 +266,7 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         "/api/v1/auth/login" | "/api/v1/auth/logout" | "/api/v1/openapi.json" => return None,
         "/api/v1/auth/me" => Any,
         "/api/v1/pools/{pool}/draw"
+        | "/api/v1/routes/{route}/draw"
         | "/api/v1/tenants/{tenant}/quota/reserve"
         | "/api/v1/tenants/{tenant}/quota/settle"
         | "/api/v1/tenants/{tenant}/quota/release"
@@ -282,6 +283,8 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         | "/api/v1/pools/{pool}/rebuild" => Operate,
         // Reviewers are checked against the request's policy by the handler.
         "/api/v1/changes/{id}/approve" | "/api/v1/changes/{id}/reject" => Read,
+        // Decides without drawing or writing: a read, as the rule tester uses it.
+        "/api/v1/routes/{route}/evaluate" => Read,
         "/api/v1/policies/{scope}" => ManageAccess,
         "/api/v1/ramps/{id}/pause" | "/api/v1/ramps/{id}/step_back" | "/api/v1/ramps/{id}/abort" => Halt,
         "/api/v1/pools/{pool}/ramps"
@@ -298,6 +301,7 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         | "/api/v1/pools/{pool}/members"
         | "/api/v1/pools/{pool}/peak_windows"
         | "/api/v1/pools/{pool}/caps"
+        | "/api/v1/pools/{pool}/window_caps"
         | "/api/v1/pools/{pool}/health_policy"
         | "/api/v1/pools/{pool}/restore"
         | "/api/v1/channels"
@@ -308,7 +312,9 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         | "/api/v1/tenants/{tenant}"
         | "/api/v1/tenants/{tenant}/restore"
         | "/api/v1/tenants/{tenant}/grants"
-        | "/api/v1/tenants/{tenant}/grants/{id}/revoke" => Edit,
+        | "/api/v1/tenants/{tenant}/grants/{id}/revoke"
+        | "/api/v1/routes/{route}"
+        | "/api/v1/routes/{route}/restore" => Edit,
         // Anything else: admins only, until it is given a requirement here.
         _ => ManageAccess,
     })

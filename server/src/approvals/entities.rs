@@ -1,4 +1,4 @@
-//! Change requests of channels, plans and tenants: the operation is checked by running it
+//! Change requests of channels, plans, tenants and routes: the operation is checked by running it
 //! in a savepoint of the submitting transaction and rolling it back (so it is refused
 //! exactly as the direct write would refuse it, and the diff is what the write does), and
 //! applied by running it for real, in the request's own transaction.
@@ -22,22 +22,24 @@ pub enum Target {
     Channel(ChannelCode),
     Plan(PlanName),
     Tenant(TenantId),
+    Route(client::route::RouteName),
 }
 
 impl Target {
-    /// Parses `pool:<name>`, `channel:<code>`, `plan:<name>` or `tenant:<name>` (400 naming
-    /// `entity` otherwise).
+    /// Parses `pool:<name>`, `channel:<code>`, `plan:<name>`, `tenant:<name>` or
+    /// `route:<name>` (400 naming `entity` otherwise).
     pub fn parse(key: &str) -> Result<Self, ApiError> {
         let bad = |rule: String| ApiError::bad_request("entity", rule);
-        let (kind, name) = key
-            .split_once(':')
-            .ok_or_else(|| bad(format!("{key:?} is not pool:<name>, channel:<code>, plan:<name> or tenant:<name>")))?;
+        let (kind, name) = key.split_once(':').ok_or_else(|| {
+            bad(format!("{key:?} is not pool:<name>, channel:<code>, plan:<name>, tenant:<name> or route:<name>"))
+        })?;
         Ok(match kind {
             "pool" => Target::Pool(PoolName::parse(name).map_err(|e| bad(e.rule))?),
             "channel" => Target::Channel(ChannelCode::parse(name).map_err(|e| bad(e.rule))?),
             "plan" => Target::Plan(PlanName::parse(name).map_err(|e| bad(e.rule))?),
             "tenant" => Target::Tenant(TenantId::parse(name).map_err(|e| bad(e.rule))?),
-            _ => return Err(bad(format!("{kind:?} is not pool, channel, plan or tenant"))),
+            "route" => Target::Route(client::route::RouteName::parse(name).map_err(|e| bad(e.rule))?),
+            _ => return Err(bad(format!("{kind:?} is not pool, channel, plan, tenant or route"))),
         })
     }
 
@@ -48,26 +50,29 @@ impl Target {
             Target::Channel(c) => format!("channel:{c}"),
             Target::Plan(p) => format!("plan:{p}"),
             Target::Tenant(t) => crate::change::Entity::tenant_key(t),
+            Target::Route(r) => crate::change::Entity::route_key(r),
         }
     }
 
-    /// `pool`, `channel`, `plan` or `tenant`.
+    /// `pool`, `channel`, `plan`, `tenant` or `route`.
     pub fn kind(&self) -> &'static str {
         match self {
             Target::Pool(_) => "pool",
             Target::Channel(_) => "channel",
             Target::Plan(_) => "plan",
             Target::Tenant(_) => "tenant",
+            Target::Route(_) => "route",
         }
     }
 
-    /// The policy scope of a channel, plan or tenant (a pool's is its own or `pools`).
+    /// The policy scope of a channel, plan, tenant or route (a pool's is its own or `pools`).
     pub fn scope(&self) -> &'static str {
         match self {
             Target::Pool(_) => "pools",
             Target::Channel(_) => "channels",
             Target::Plan(_) => "plans",
             Target::Tenant(_) => "tenants",
+            Target::Route(_) => crate::routing::POLICY_SCOPE,
         }
     }
 }
@@ -89,6 +94,10 @@ pub(crate) async fn current(tx: &mut PgConnection, target: &Target) -> Result<(i
                 body["plan"] = json!(crate::tenants::store::tenant_plan(tx, t.as_str()).await?);
                 (version, body)
             }
+            None => (0, Value::Null),
+        },
+        Target::Route(r) => match crate::routing::store::compile_route(tx, r.as_str()).await? {
+            Some((version, body, _)) => (version, body),
             None => (0, Value::Null),
         },
         Target::Pool(_) => (0, Value::Null),
@@ -122,7 +131,10 @@ pub(crate) async fn execute(
         }
         Value::Object(out)
     };
-    if let Operation::PlanRestoreVersion { version } | Operation::TenantRestoreVersion { version } = operation {
+    if let Operation::PlanRestoreVersion { version }
+    | Operation::TenantRestoreVersion { version }
+    | Operation::RouteRestoreVersion { version } = operation
+    {
         if *version < 1 {
             return Err(ApiError::bad_request("version", "must be a version (1 or more)"));
         }
@@ -153,6 +165,13 @@ pub(crate) async fn execute(
         }
         (Target::Tenant(t), Operation::TenantRestoreVersion { version }) => {
             crate::tenants::store::restore_tenant_tx(tx, ctx, t, *version, base).await.map(|_| ())
+        }
+        (Target::Route(r), Operation::RoutePut { .. }) => {
+            let route = crate::routing::store::parse_route_body(&body(&["rules", "default_pool"]))?;
+            crate::routing::store::put_route_tx(tx, ctx, r, &route, base, "route.put").await.map(|_| ())
+        }
+        (Target::Route(r), Operation::RouteRestoreVersion { version }) => {
+            crate::routing::restore_route_tx(tx, ctx, r, *version, base).await.map(|_| ())
         }
         _ => return Err(mismatch()),
     };
@@ -204,7 +223,9 @@ pub(crate) async fn apply(
     }
     let operation = Operation::from_stored(request.id, &request.operation)?;
     let reason = match &operation {
-        Operation::PlanRestoreVersion { version } | Operation::TenantRestoreVersion { version } => {
+        Operation::PlanRestoreVersion { version }
+        | Operation::TenantRestoreVersion { version }
+        | Operation::RouteRestoreVersion { version } => {
             format!("change request {}: restores version {version}: {}", request.id, request.reason)
         }
         _ => format!("change request {}: {}", request.id, request.reason),

@@ -64,6 +64,12 @@ pub enum Operation {
         #[schema(value_type = BTreeMap<String, crate::schema::Cap>)]
         caps: BTreeMap<String, u64>,
     },
+    /// `PUT /api/v1/pools/{pool}/window_caps`: new short-window caps (`null`: none).
+    #[serde(rename = "pool.window_caps")]
+    WindowCaps {
+        #[schema(value_type = Option<crate::schema::WindowCapsEntry>)]
+        window_caps: Option<engine::caps::WindowCaps>,
+    },
     /// `POST /api/v1/pools/{pool}/restore`: a new version equal to an earlier one.
     #[serde(rename = "pool.restore_version")]
     RestoreVersion {
@@ -175,6 +181,22 @@ pub enum Operation {
         #[serde(deserialize_with = "crate::inputs::integer")]
         version: i64,
     },
+    /// `PUT /api/v1/routes/{route}` (entity `route:<name>`): a route's rules and default
+    /// pool, created (version 0) or replaced.
+    #[serde(rename = "route.put")]
+    RoutePut {
+        #[schema(value_type = Vec<crate::schema::RouteRule>, max_items = 200)]
+        rules: Value,
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$")]
+        default_pool: Value,
+    },
+    /// `POST /api/v1/routes/{route}/restore`: a route's rules of an earlier version.
+    #[serde(rename = "route.restore_version")]
+    RouteRestoreVersion {
+        #[schema(minimum = 1)]
+        #[serde(deserialize_with = "crate::inputs::integer")]
+        version: i64,
+    },
 }
 
 impl Operation {
@@ -185,6 +207,7 @@ impl Operation {
             Operation::MemberAdd { .. } => "pool.member_add",
             Operation::PeakWindows { .. } => "pool.peak_windows",
             Operation::Caps { .. } => "pool.caps",
+            Operation::WindowCaps { .. } => "pool.window_caps",
             Operation::RestoreVersion { .. } => "pool.restore_version",
             Operation::Ramp { .. } => "pool.ramp",
             Operation::ChannelCreate { .. } => "channel.create",
@@ -194,10 +217,12 @@ impl Operation {
             Operation::PlanRestoreVersion { .. } => "plan.restore_version",
             Operation::TenantPut { .. } => "tenant.put",
             Operation::TenantRestoreVersion { .. } => "tenant.restore_version",
+            Operation::RoutePut { .. } => "route.put",
+            Operation::RouteRestoreVersion { .. } => "route.restore_version",
         }
     }
 
-    /// The kind of entity it changes: `pool`, `channel`, `plan` or `tenant`.
+    /// The kind of entity it changes: `pool`, `channel`, `plan`, `tenant` or `route`.
     pub fn entity_kind(&self) -> &'static str {
         self.action().split('.').next().unwrap_or("pool")
     }
@@ -252,6 +277,7 @@ pub(crate) async fn resolve(
         }
         Operation::PeakWindows { peak_windows } => (PoolEdit::PeakWindows(peak_windows.clone()), None),
         Operation::Caps { caps } => (PoolEdit::Caps(caps.clone()), None),
+        Operation::WindowCaps { window_caps } => (PoolEdit::WindowCaps(window_caps.clone()), None),
         Operation::Ramp { plan } => {
             // Checked as the ramp would start now; reviewers see the baseline and the target.
             let snapshot = crate::pools::parse_pool_body(current_body)?;

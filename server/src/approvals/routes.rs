@@ -80,12 +80,12 @@ pub struct ApprovalPolicyBody {
 }
 
 fn scope(raw: &str) -> Result<String, ApiError> {
-    let ok = matches!(raw, "pools" | "channels" | "plans" | "tenants")
+    let ok = matches!(raw, "pools" | "channels" | "plans" | "tenants" | "routes")
         || matches!(crate::change::Entity::parse(raw), Ok(crate::change::Entity::Pool(_)));
     if !ok {
         return Err(ApiError::bad_request(
             "scope",
-            "must be \"pools\", \"pool:<name>\" (1..=64 of [A-Za-z0-9_-]), \"channels\", \"plans\" or \"tenants\"",
+            "must be \"pools\", \"pool:<name>\" (1..=64 of [A-Za-z0-9_-]), \"channels\", \"plans\", \"tenants\" or \"routes\"",
         ));
     }
     Ok(raw.to_owned())
@@ -98,7 +98,7 @@ fn scope(raw: &str) -> Result<String, ApiError> {
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("scope" = String, Path, description = "`pools` (every pool), `pool:<name>` (one pool; it wins over `pools`), `channels`, `plans` or `tenants`", pattern = "^(pools|channels|plans|tenants|pool:[A-Za-z0-9_-]{1,64})$")),
+    params(("scope" = String, Path, description = "`pools` (every pool), `pool:<name>` (one pool; it wins over `pools`), `channels`, `plans`, `tenants` or `routes`", pattern = "^(pools|channels|plans|tenants|routes|pool:[A-Za-z0-9_-]{1,64})$")),
     responses(
         (status = 200, description = "Written and audited", body = Policy),
         (status = 400, description = "A malformed scope or body (naming the field), or a missing reason", body = ErrorBody),
@@ -133,7 +133,7 @@ pub async fn put_policy(
     for (field, value) in
         [("moved_percent_over", body.moved_percent_over), ("member_share_over", body.member_share_over)]
     {
-        if value.is_some() && matches!(scope.as_str(), "channels" | "plans" | "tenants") {
+        if value.is_some() && matches!(scope.as_str(), "channels" | "plans" | "tenants" | "routes") {
             // A rule across the path and the body: the body alone is well-formed (422).
             return Err(ApiError::Unprocessable {
                 field: field.to_owned(),
@@ -174,7 +174,7 @@ pub struct PolicyRemoval {
 #[utoipa::path(
     tag = "admin",
     security(("admin_token" = []), ("session_cookie" = [])),
-    params(("scope" = String, Path, description = "`pools` (every pool), `pool:<name>` (one pool; it wins over `pools`), `channels`, `plans` or `tenants`", pattern = "^(pools|channels|plans|tenants|pool:[A-Za-z0-9_-]{1,64})$")),
+    params(("scope" = String, Path, description = "`pools` (every pool), `pool:<name>` (one pool; it wins over `pools`), `channels`, `plans`, `tenants` or `routes`", pattern = "^(pools|channels|plans|tenants|routes|pool:[A-Za-z0-9_-]{1,64})$")),
     responses(
         (status = 204, description = "Removed and audited"),
         (status = 400, description = "A malformed scope or body (naming the field), or a missing reason", body = ErrorBody),
@@ -465,6 +465,10 @@ pub async fn apply_change(
     let who = actor(&req, &state, &None, false)?;
     let (request, written) = store::apply_request(&state, &who.ctx(), id, None).await?;
     let published = publish_now(&state).await;
+    // This instance decides with the new rules at once (others within a second).
+    if let Ok(super::entities::Target::Route(route)) = super::entities::Target::parse(&request.entity) {
+        state.routes.recheck(&route);
+    }
     if let Some((pool, written, mode)) = written {
         if published {
             rebuild_if_needed(&state, &pool, &written.published, mode).await;

@@ -15,6 +15,7 @@ use crate::audit::store::{list_audit, verify_audit, AuditFilter};
 use crate::state::AppState;
 
 mod lists;
+mod routes;
 mod samples;
 mod tenants;
 
@@ -344,6 +345,14 @@ impl app::api::Backend for AppState {
             crate::ramps::store::list_ramps(&self.db, Some(pool.as_str()), false, 1).await.map_err(unavailable)?;
         let Some(row) = newest.first() else { return Ok(None) };
         crate::ramps::view::detail(self, row.id).await.map_err(|e| BackendError::Unavailable(e.to_string()))
+    }
+
+    async fn routes(&self) -> Result<Vec<api::routes::RouteSummary>, BackendError> {
+        crate::routing::store::list_routes(&self.db).await.map_err(unavailable)
+    }
+
+    async fn route(&self, name: String) -> Result<Option<app::api::routes::RouteView>, BackendError> {
+        routes::route(self, name).await
     }
 
     async fn live_ramps(&self) -> Result<Vec<api::ramps::RampSummary>, BackendError> {

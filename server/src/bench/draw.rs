@@ -132,6 +132,8 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         caps: Default::default(),
         eject_rebuild_percent: 50,
         ejected: Default::default(),
+        window_caps: None,
+        draw_log: false,
     };
     state.pool_admin.publish(&pool, &snapshot).await?;
     state.pool_admin.refill(&pool).await?;

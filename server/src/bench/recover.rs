@@ -222,6 +222,8 @@ async fn published_entities(state: &AppState) -> anyhow::Result<Targets> {
         match Entity::parse(&entity)? {
             Entity::Pool(pool) => targets.pools.push(pool),
             Entity::Tenant(tenant) => targets.tenants.push(tenant),
+            // A route is served from each instance's memory: nothing to wait for.
+            Entity::Route(_) => {}
         }
     }
     Ok(targets)
@@ -456,6 +458,7 @@ async fn compare_versions(state: &AppState) -> anyhow::Result<(u32, Vec<String>)
         let meta = match Entity::parse(&entity) {
             Ok(Entity::Pool(pool)) => state.keys.pool_meta(pool.as_str()),
             Ok(Entity::Tenant(tenant)) => state.keys.quota_meta(tenant.as_str()),
+            Ok(Entity::Route(route)) => state.keys.route_meta(route.as_str()),
             Err(_) => continue,
         };
         compared += 1;

@@ -32,16 +32,19 @@ pub enum ChangeError {
 }
 
 /// What a published snapshot is of, as the `snapshot` and `outbox` tables key it
-/// (`pool:<name>`, `tenant:<name>`): the one place those prefixes are written.
+/// (`pool:<name>`, `tenant:<name>`, `route:<name>`): the one place those prefixes are
+/// written.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Entity {
     Pool(client::pool::PoolName),
     Tenant(client::quota::TenantId),
+    Route(client::route::RouteName),
 }
 
 impl Entity {
     pub const POOL: &'static str = "pool:";
     pub const TENANT: &'static str = "tenant:";
+    pub const ROUTE: &'static str = "route:";
 
     /// Parses a stored key, naming the rule a bad one breaks.
     pub fn parse(key: &str) -> Result<Self, ChangeError> {
@@ -50,8 +53,10 @@ impl Entity {
             Ok(Self::Pool(client::pool::PoolName::parse(name).map_err(|e| invalid("pool", e.rule))?))
         } else if let Some(name) = key.strip_prefix(Self::TENANT) {
             Ok(Self::Tenant(client::quota::TenantId::parse(name).map_err(|e| invalid("tenant", e.rule))?))
+        } else if let Some(name) = key.strip_prefix(Self::ROUTE) {
+            Ok(Self::Route(client::route::RouteName::parse(name).map_err(|e| invalid("route", e.rule))?))
         } else {
-            Err(invalid("entity", format!("{key:?} is not a pool:<name> or tenant:<name>")))
+            Err(invalid("entity", format!("{key:?} is not a pool:<name>, tenant:<name> or route:<name>")))
         }
     }
 
@@ -64,6 +69,11 @@ impl Entity {
     pub fn tenant_key(name: impl std::fmt::Display) -> String {
         format!("{}{name}", Self::TENANT)
     }
+
+    /// The key of a route by its name as stored.
+    pub fn route_key(name: impl std::fmt::Display) -> String {
+        format!("{}{name}", Self::ROUTE)
+    }
 }
 
 impl std::fmt::Display for Entity {
@@ -71,6 +81,7 @@ impl std::fmt::Display for Entity {
         match self {
             Self::Pool(name) => write!(f, "{}{name}", Self::POOL),
             Self::Tenant(name) => write!(f, "{}{name}", Self::TENANT),
+            Self::Route(name) => write!(f, "{}{name}", Self::ROUTE),
         }
     }
 }
@@ -95,6 +106,7 @@ pub fn validate_body(entity: &str, body: &serde_json::Value) -> Result<(), Chang
                 serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
             quota.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
         }
+        Entity::Route(_) => crate::routing::snapshot_of(1, &versioned).map(|_| ()),
     }
 }
 

@@ -331,6 +331,8 @@ mod tests {
             caps: Default::default(),
             eject_rebuild_percent: 50,
             ejected: Default::default(),
+            window_caps: None,
+            draw_log: true,
         }
     }
 

@@ -23,6 +23,8 @@ pub enum PoolEdit {
     PeakWindows(Vec<engine::peak::PeakWindow>),
     /// New per-member daily caps.
     Caps(BTreeMap<String, u64>),
+    /// New short-window caps (`None`: none).
+    WindowCaps(Option<engine::caps::WindowCaps>),
     /// The whole configuration replaced (a restore of an earlier version).
     Replace(Box<PoolSnapshot>),
 }
@@ -74,6 +76,7 @@ impl PoolEdit {
             PoolEdit::MemberAdd(add) => add_member(s, add)?,
             PoolEdit::PeakWindows(windows) => s.peak_windows = windows,
             PoolEdit::Caps(caps) => s.caps = caps,
+            PoolEdit::WindowCaps(window) => s.window_caps = window,
             PoolEdit::Replace(snapshot) => *s = *snapshot,
         }
         Ok(())
@@ -86,6 +89,12 @@ pub(crate) fn set_weights(s: &mut PoolSnapshot, weights: Weights) {
     if matches!(s.kind, PoolKind::Channels) {
         s.caps.retain(|m, _| weights.index_of(m).is_some());
         s.ejected.retain(|m| weights.index_of(m).is_some());
+        if let Some(window) = &mut s.window_caps {
+            window.caps.retain(|m, _| weights.index_of(m).is_some());
+        }
+        if s.window_caps.as_ref().is_some_and(|w| w.caps.is_empty()) {
+            s.window_caps = None;
+        }
     }
     s.weights = weights;
 }

@@ -66,6 +66,8 @@ pub(crate) fn pool_field_error(body: &Value, whole: serde_json::Error) -> Change
         .or_else(|| check::<BTreeMap<String, u64>>(body, "caps"))
         .or_else(|| check::<u8>(body, "eject_rebuild_percent"))
         .or_else(|| check::<BTreeSet<String>>(body, "ejected"))
+        .or_else(|| check::<Option<engine::caps::WindowCaps>>(body, "window_caps"))
+        .or_else(|| check::<bool>(body, "draw_log"))
         .unwrap_or_else(|| {
             let message = whole.to_string();
             // "missing field `batch_size`" names its field between backquotes.

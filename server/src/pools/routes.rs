@@ -30,6 +30,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(restore_member)
         .service(put_peak_windows)
         .service(put_caps)
+        .service(put_window_caps)
         .service(rebuild_pool);
 }
 
@@ -439,6 +440,63 @@ pub async fn put_caps(
             PoolEdit::Caps(caps).apply(s)
         })
         .await?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+/// New short-window caps for a pool.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WindowCapsBody {
+    /// `{"minutes": 10, "caps": {"U_1": 500}}`: most draws per member in each window of
+    /// `minutes` (1..=1440, aligned to the epoch: :00, :10, … for 10), besides the daily
+    /// caps; `null` removes them.
+    #[schema(value_type = Option<crate::schema::WindowCapsEntry>)]
+    window_caps: Option<engine::caps::WindowCaps>,
+    /// Why (1..=500 characters, no control characters), for the audit trail: required.
+    #[schema(value_type = crate::schema::RequiredReason, required = true)]
+    reason: Option<String>,
+    /// The pool's configuration version this change was made against.
+    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "crate::inputs::integer")]
+    expected_version: i64,
+}
+
+/// `PUT /api/v1/pools/{pool}/window_caps` with `{"window_caps", "reason",
+/// "expected_version"}`: replaces the pool's short-window caps (the draw script enforces
+/// them with counters that expire with their window).
+#[utoipa::path(
+    tag = "admin",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("pool" = PoolName, Path, description = "The pool: 1..=64 of `[A-Za-z0-9_-]`")),
+    responses(
+        (status = 200, description = "Changed and published: `version` is the configuration version", body = PoolWriteReply),
+        (status = 400, description = "A malformed pool name or body, or a missing reason", body = ErrorBody),
+        (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "The pool is at another configuration version than `expected_version` (a `ConflictBody`); or an approval policy applies to the pool (an `ErrorBody` naming `policy`)", body = crate::schema::ConflictOrDuplicateBody),
+        (status = 422, description = "Minutes outside 1..=1440, no cap, a cap outside 1..=2^53−1, or for a channel that is not a member", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/pools/{pool}/window_caps")]
+pub async fn put_window_caps(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<WindowCapsBody>,
+) -> Result<HttpResponse, ApiError> {
+    let pool = PoolName::parse(&path)?;
+    let who = actor(&req, &state, &body.reason, true)?;
+    let body = body.into_inner();
+    let window = body.window_caps;
+    let reply = change_pool(
+        &state,
+        &pool,
+        "pool.window_caps",
+        &who,
+        Some(body.expected_version),
+        ReweightMode::Drain,
+        move |s| PoolEdit::WindowCaps(window).apply(s),
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(reply))
 }
 

@@ -79,7 +79,8 @@ pub async fn get_pool(db: &PgPool, pool: &PoolName) -> Result<Option<(i64, Value
 /// when there is no such pool.
 pub(crate) async fn compile_pool(tx: &mut PgConnection, pool: &str) -> Result<Option<(i64, Value)>, sqlx::Error> {
     let Some(row) = sqlx::query(
-        "select kind, batch_size, low_water, ordering, timezone, eject_rebuild_percent, config_version
+        "select kind, batch_size, low_water, ordering, timezone, eject_rebuild_percent, config_version,
+                window_minutes, draw_log
          from pool where name = $1",
     )
     .bind(pool)
@@ -91,13 +92,14 @@ pub(crate) async fn compile_pool(tx: &mut PgConnection, pool: &str) -> Result<Op
     let kind: String = row.try_get("kind")?;
     let version: i64 = row.try_get("config_version")?;
     let members = sqlx::query(
-        "select m.channel, m.tier, m.weight, m.daily_cap, m.ejected
+        "select m.channel, m.tier, m.weight, m.daily_cap, m.window_cap, m.ejected
          from pool_member m where m.pool = $1 order by m.position",
     )
     .bind(pool)
     .fetch_all(&mut *tx)
     .await?;
     let mut caps = serde_json::Map::new();
+    let mut window_caps = serde_json::Map::new();
     let mut ejected = std::collections::BTreeSet::new();
     let mut channel_weights = Vec::new();
     let mut tiers: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -110,6 +112,9 @@ pub(crate) async fn compile_pool(tx: &mut PgConnection, pool: &str) -> Result<Op
         }
         if let Some(cap) = m.try_get::<Option<i64>, _>("daily_cap")? {
             caps.insert(channel.clone(), json!(cap));
+        }
+        if let Some(cap) = m.try_get::<Option<i64>, _>("window_cap")? {
+            window_caps.insert(channel.clone(), json!(cap));
         }
         // The pool's own ejections; disabled channels and health are applied on publishing.
         if m.try_get::<bool, _>("ejected")? {
@@ -162,6 +167,12 @@ pub(crate) async fn compile_pool(tx: &mut PgConnection, pool: &str) -> Result<Op
     }
     if !ejected.is_empty() {
         body["ejected"] = json!(ejected);
+    }
+    if let Some(minutes) = row.try_get::<Option<i32>, _>("window_minutes")?.filter(|_| !window_caps.is_empty()) {
+        body["window_caps"] = json!({"minutes": minutes, "caps": window_caps});
+    }
+    if !row.try_get::<bool, _>("draw_log")? {
+        body["draw_log"] = json!(false);
     }
     Ok(Some((version, body)))
 }
@@ -246,12 +257,13 @@ pub(crate) async fn store_pool(
         }
     }
     sqlx::query(
-        "insert into pool (name, kind, batch_size, low_water, ordering, timezone, eject_rebuild_percent, version, config_version, updated_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, 1, now())
+        "insert into pool (name, kind, batch_size, low_water, ordering, timezone, eject_rebuild_percent, version,
+             config_version, updated_at, window_minutes, draw_log)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, 1, now(), $9, $10)
          on conflict (name) do update set kind = excluded.kind, batch_size = excluded.batch_size,
              low_water = excluded.low_water, ordering = excluded.ordering, timezone = excluded.timezone,
              eject_rebuild_percent = excluded.eject_rebuild_percent, config_version = pool.config_version + 1,
-             updated_at = now()",
+             updated_at = now(), window_minutes = excluded.window_minutes, draw_log = excluded.draw_log",
     )
     .bind(pool)
     .bind(if tiers_kind { "tiers" } else { "channels" })
@@ -261,6 +273,8 @@ pub(crate) async fn store_pool(
     .bind(&snapshot.timezone)
     .bind(i16::from(snapshot.eject_rebuild_percent))
     .bind(version)
+    .bind(snapshot.window_caps.as_ref().map(|w| w.minutes as i32))
+    .bind(snapshot.draw_log)
     .execute(&mut *tx)
     .await?;
     for table in ["pool_member", "pool_tier", "peak_window"] {
@@ -279,8 +293,8 @@ pub(crate) async fn store_pool(
     }
     for (position, (channel, tier, weight)) in members.iter().enumerate() {
         sqlx::query(
-            "insert into pool_member (pool, channel, tier, position, weight, daily_cap, ejected)
-             values ($1, $2, $3, $4, $5, $6, $7)",
+            "insert into pool_member (pool, channel, tier, position, weight, daily_cap, ejected, window_cap)
+             values ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(pool)
         .bind(channel)
@@ -289,6 +303,7 @@ pub(crate) async fn store_pool(
         .bind(*weight as i64)
         .bind(snapshot.caps.get(channel).map(|c| *c as i64))
         .bind(snapshot.ejected.contains(channel))
+        .bind(snapshot.window_caps.as_ref().and_then(|w| w.caps.get(channel)).map(|c| *c as i64))
         .execute(&mut *tx)
         .await?;
     }

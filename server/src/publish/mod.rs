@@ -55,6 +55,10 @@ async fn publish_snapshot(
                 }
             }
         }
+        Entity::Route(route) => {
+            let snapshot = crate::routing::snapshot_of(version, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
+            state.route_admin.publish(route, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
+        }
         Entity::Tenant(tenant) => {
             let snapshot: client::quota::TenantQuota =
                 serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
@@ -130,6 +134,7 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<Published> {
         let meta = match Entity::parse(entity) {
             Ok(Entity::Pool(name)) => Some(state.keys.pool_meta(name.as_str())),
             Ok(Entity::Tenant(name)) => Some(state.keys.quota_meta(name.as_str())),
+            Ok(Entity::Route(name)) => Some(state.keys.route_meta(name.as_str())),
             Err(_) => None,
         };
         if let Some(meta) = meta {
@@ -200,6 +205,10 @@ pub async fn remember_published(state: &AppState) -> anyhow::Result<(usize, usiz
                     tenants += 1;
                 }
                 Err(e) => tracing::warn!(entity, error = %e, "a stored tenant snapshot does not parse; not remembered"),
+            },
+            Entity::Route(route) => match crate::routing::snapshot_of(version, &body) {
+                Ok(snapshot) => state.routes.remember(&route, snapshot),
+                Err(e) => tracing::warn!(entity, error = %e, "a stored route snapshot does not parse; not remembered"),
             },
         }
     }

@@ -23,5 +23,6 @@ mod ramps_access;
 mod ramps_http;
 mod recover;
 mod redis_restart;
+mod routes_http;
 mod sampler;
 mod usage_ledger;

@@ -26,6 +26,8 @@ fn small_pool(version: u64) -> PoolSnapshot {
         caps: Default::default(),
         eject_rebuild_percent: 50,
         ejected: Default::default(),
+        window_caps: None,
+        draw_log: true,
     }
 }
 
