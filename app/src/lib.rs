@@ -93,6 +93,8 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("pools") view=pages::pools::Pools ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("pools"), ParamSegment("name")) view=pages::pools::PoolPage ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("pools"), ParamSegment("name"), StaticSegment("ramp")) view=pages::ramp::RampPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("routes") view=pages::routes::RouteList ssr=SsrMode::Async/>
+                    <Route path=(StaticSegment("routes"), ParamSegment("name")) view=pages::routes::RoutePage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("channels") view=pages::channels::Channels ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("channels"), ParamSegment("code")) view=pages::channel::ChannelPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("tenants") view=pages::tenant_list::Tenants ssr=SsrMode::Async/>

@@ -11,6 +11,7 @@ pub mod lists;
 pub mod pools;
 pub mod ramps;
 pub mod rest;
+pub mod routes;
 pub mod session;
 pub mod status;
 pub mod tenants;
@@ -160,6 +161,13 @@ mod backend {
 
         /// The live ramps (running, paused, aborting), newest first.
         async fn live_ramps(&self) -> Result<Vec<api::ramps::RampSummary>, super::BackendError>;
+
+        /// Every route, by name.
+        async fn routes(&self) -> Result<Vec<api::routes::RouteSummary>, super::BackendError>;
+
+        /// One route with every pool's name and the policy that applies; `None` for no
+        /// such route.
+        async fn route(&self, name: String) -> Result<Option<super::routes::RouteView>, super::BackendError>;
     }
 
     /// The form in which the server provides its [`Backend`] as Leptos context.
@@ -198,6 +206,8 @@ mod tests {
             <super::access::ListAccess as ServerFn>::PATH,
             <super::ramps::PoolRamp as ServerFn>::PATH,
             <super::ramps::LiveRamps as ServerFn>::PATH,
+            <super::routes::ListRoutes as ServerFn>::PATH,
+            <super::routes::GetRoute as ServerFn>::PATH,
         ] {
             assert!(path.starts_with(&format!("{}/", super::SERVER_FN_PREFIX)), "{path}");
         }

@@ -70,6 +70,7 @@ fn Nav(admin: bool) -> impl IntoView {
         <nav aria-label="Main">
             <A href="/" exact=true>"Dashboard"</A>
             <A href="/pools">"Pools"</A>
+            <A href="/routes">"Routes"</A>
             <A href="/channels">"Channels"</A>
             <A href="/tenants">"Tenants"</A>
             <A href="/changes">"Changes"</A>

@@ -11,6 +11,7 @@ pub mod pool_history;
 pub mod pool_limits;
 pub mod pools;
 pub mod ramp;
+pub mod routes;
 pub mod tenant_list;
 pub mod tenant_usage;
 pub mod tenants;
