@@ -159,8 +159,11 @@ fn request_attributes_are_checked_by_name_and_kind() {
     assert_eq!(attrs(json!({"merchant": 42, "note": "x"})).len(), 2);
 }
 
+/// A rule of the reference: an amount range in cents `[lo, hi)` and a currency, each optional.
+type PlainRule = (Option<(i64, i64)>, Option<String>);
+
 /// A reference evaluator written the plain way: the first rule whose every condition holds.
-fn reference(rules: &[(Option<(i64, i64)>, Option<String>)], amount: i64, currency: &str) -> Option<usize> {
+fn reference(rules: &[PlainRule], amount: i64, currency: &str) -> Option<usize> {
     rules.iter().position(|(range, cur)| {
         range.is_none_or(|(lo, hi)| lo <= amount && amount < hi) && cur.as_ref().is_none_or(|c| c == currency)
     })
@@ -174,7 +177,7 @@ proptest! {
         currency in prop::sample::select(vec!["USD", "EUR", "SGD"]),
     ) {
         // Ranges are [lo, lo + width + 1) in cents; each rule has at least one condition.
-        let rules: Vec<(Option<(i64, i64)>, Option<String>)> = specs
+        let rules: Vec<PlainRule> = specs
             .into_iter()
             .map(|(r, c)| (r.map(|(lo, w)| (lo, lo + w + 1)).or(if c.is_none() { Some((0, 1)) } else { None }), c.map(str::to_owned)))
             .collect();
