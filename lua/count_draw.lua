@@ -19,7 +19,7 @@ local whits, window_end = pool_window(st, KEYS[6], KEYS[7], now, 5)
 if whits == false then return window_end end
 local member = ARGV[4]
 if st.ejected and redis.call('SISMEMBER', KEYS[3], member) == 1 then return {'ejected'} end
-if st.capped and at_cap(KEYS[1], hits, member, whits) then return {'capped'} end
+if st.capped and at_cap(KEYS[1], hits, member, whits, window_end, st.wlen) then return {'capped'} end
 count_hit(hits, member, day_end, whits, window_end, st.wlen)
 log_draws(KEYS[8], st, now, {member})
 return {'counted', tonumber(version)}

@@ -92,7 +92,7 @@ local function drawable(member)
     skipped_ejected = skipped_ejected + 1
     return false
   end
-  if st.capped and at_cap(KEYS[1], hits, member, whits) then
+  if st.capped and at_cap(KEYS[1], hits, member, whits, window_end, st.wlen) then
     skipped_capped = skipped_capped + 1
     return false
   end

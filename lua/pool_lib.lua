@@ -79,23 +79,40 @@ local function pool_window(st, key0, key1, now, w0_arg)
   return false, {'window', text, string.format('%.0f', st.wlen)}
 end
 
+-- Makes a window's hash expire one window after the window ends. A window's hash is named
+-- by its start only, so after the pool's window grows, the longer window goes on counting
+-- in the hash a shorter one began (its draws are in the longer window too): the expiry is
+-- pushed out to the longer window's end (`GT`), never brought in.
+local function keep_window(whits, window_end, wlen)
+  local expires = string.format('%.0f', window_end + wlen)
+  if redis.call('PEXPIREAT', whits, expires, 'GT') == 0 and redis.call('PTTL', whits) == -1 then
+    redis.call('PEXPIREAT', whits, expires)
+  end
+end
+
 -- Counts one draw of `member` in the day's hits (the day's hash expires 48 h after the
--- day) and, with window caps, in the window's (expiring one window after it ends).
+-- day) and, with window caps, in the window's.
 local function count_hit(hits, member, day_end, whits, window_end, wlen)
   if redis.call('HINCRBY', hits, member, 1) == 1 then
     redis.call('PEXPIREAT', hits, string.format('%.0f', day_end + 48 * 3600 * 1000))
   end
-  if whits and redis.call('HINCRBY', whits, member, 1) == 1 then
-    redis.call('PEXPIREAT', whits, string.format('%.0f', window_end + wlen))
+  if whits then
+    redis.call('HINCRBY', whits, member, 1)
+    keep_window(whits, window_end, wlen)
   end
 end
 
 -- Whether `member` reached its daily cap (meta field cap:<member>) in `hits`, or its
--- window cap (meta field wcap:<member>) in `whits`.
-local function at_cap(meta_key, hits, member, whits)
+-- window cap (meta field wcap:<member>) in `whits` (whose expiry is then kept too: a
+-- window grown longer may count nothing new while its members are at their caps).
+local function at_cap(meta_key, hits, member, whits, window_end, wlen)
   local caps = redis.call('HMGET', meta_key, 'cap:' .. member, 'wcap:' .. member)
   if caps[1] and tonumber(redis.call('HGET', hits, member) or '0') >= tonumber(caps[1]) then return true end
-  return whits and caps[2] and tonumber(redis.call('HGET', whits, member) or '0') >= tonumber(caps[2]) or false
+  if whits and caps[2] and tonumber(redis.call('HGET', whits, member) or '0') >= tonumber(caps[2]) then
+    keep_window(whits, window_end, wlen)
+    return true
+  end
+  return false
 end
 
 -- Appends the draws of one call to the pool's draw log (a stream the control plane drains

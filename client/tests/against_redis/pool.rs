@@ -1424,3 +1424,33 @@ async fn the_draw_log_holds_every_ticket_handed_out_in_order_and_a_pool_without_
         redis::cmd("XLEN").arg(h.keys().pool_draw_log(quiet.as_str())).query(&mut raw_connection()).unwrap();
     assert_eq!(quiet_len, 0);
 }
+
+#[tokio::test]
+async fn a_window_grown_longer_keeps_counting_its_draws_until_the_longer_window_ends() {
+    // Arrange: A may take 3 in ten minutes; it takes them at 04:01
+    let h = harness(Clock::manual(at("2030-03-15T04:01:00Z")));
+    let p = pool("grown");
+    let capped = |version: u64, minutes: u32| PoolSnapshot {
+        version,
+        window_caps: Some(engine::caps::WindowCaps { minutes, caps: BTreeMap::from([("A".to_owned(), 3)]) }),
+        ..snapshot("A=1", 100, 10, Ordering::Smooth)
+    };
+    publish(&h, &p, &capped(1, 10)).await;
+    keep_filled(&h.admin, &p).await;
+    for _ in 0..3 {
+        assert_eq!(h.pools.draw(&p).await.unwrap().member, "A");
+    }
+
+    // Act: the window becomes an hour at 04:05 (the hash of 04:00 goes on counting); A
+    // is still at its cap, and the hash's expiry moves out to one hour after 05:00 (it
+    // was 04:20: the hour's counts would have expired in its middle)
+    publish(&h, &p, &capped(2, 60)).await;
+    h.clock.set(at("2030-03-15T04:05:00Z"));
+    let at_cap = h.pools.draw(&p).await;
+    let key = h.keys().pool_window_hits(p.as_str(), &at("2030-03-15T04:00:00Z").timestamp_millis().to_string());
+    let expires: i64 = redis::cmd("PEXPIRETIME").arg(&key).query(&mut raw_connection()).unwrap();
+
+    // Assert
+    assert!(at_cap.is_err() || at_cap.as_ref().unwrap().source != DrawSource::Redis, "{at_cap:?}");
+    assert_eq!(expires, at("2030-03-15T06:00:00Z").timestamp_millis(), "pushed out to one hour after 05:00");
+}
