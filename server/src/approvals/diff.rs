@@ -100,7 +100,8 @@ pub fn risks(policy: &api::changes::Policy, before: &PoolSnapshot, after: &PoolS
         for member in now.members() {
             let carried = share(now, member) * 100.0;
             let touched = pairs.iter().any(|(r, _, _)| entry(before, *r, member) != entry(after, *r, member))
-                || before.caps.get(member) != after.caps.get(member);
+                || before.caps.get(member) != after.caps.get(member)
+                || window_cap(before, member) != window_cap(after, member);
             if carried > limit && touched {
                 met.push(format!("changes {member}, which carries {carried:.2} % of the traffic, more than {limit} %"));
             }
@@ -147,6 +148,13 @@ fn preview(s: &PoolSnapshot) -> Value {
         Ok(batch) => json!(engine::preview::preview(&s.weights, batch, s.ordering)),
         Err(_) => Value::Null,
     }
+}
+
+/// A member's short-window cap and the window's length, if it has one: a change of either
+/// touches the member.
+fn window_cap(snapshot: &PoolSnapshot, member: &str) -> Option<(u32, u64)> {
+    let window = snapshot.window_caps.as_ref()?;
+    window.caps.get(member).map(|cap| (window.minutes, *cap))
 }
 
 #[cfg(test)]
@@ -198,6 +206,14 @@ mod tests {
         let met = risks(&policy(None, Some(40.0)), &before, &capped);
         assert_eq!(met.len(), 1, "a cap on the heavy member: {met:?}");
         assert!(risks(&policy(None, Some(40.0)), &before, &pool("A=45,B=30,C=25", &[("C", 1)])).is_empty());
+        let windowed = |minutes: u32, member: &str| PoolSnapshot {
+            window_caps: Some(engine::caps::WindowCaps { minutes, caps: [(member.to_owned(), 1)].into() }),
+            ..before.clone()
+        };
+        let met = risks(&policy(None, Some(40.0)), &before, &windowed(1, "A"));
+        assert_eq!(met.len(), 1, "a window cap on the heavy member: {met:?}");
+        assert_eq!(risks(&policy(None, Some(40.0)), &windowed(10, "A"), &windowed(60, "A")).len(), 1, "its window");
+        assert!(risks(&policy(None, Some(40.0)), &before, &windowed(1, "C")).is_empty());
         let mut peaked = before.clone();
         peaked.peak_windows = serde_json::from_value(json!([{"start": "19:00", "end": "23:00", "multiplier": 2,
             "weights": [{"member": "A", "weight": 5}, {"member": "B", "weight": 70}, {"member": "C", "weight": 25}]}]))
