@@ -19,6 +19,7 @@ pub struct WindowCaps {
     #[serde(deserialize_with = "crate::weights::whole_number")]
     pub minutes: u32,
     /// Most draws per member in one window, by member.
+    #[serde(deserialize_with = "crate::weights::whole_number_values")]
     pub caps: BTreeMap<String, u64>,
 }
 
@@ -47,5 +48,9 @@ mod tests {
         assert_eq!(w.window_start(-1), -600_000);
         assert!(serde_json::from_value::<WindowCaps>(serde_json::json!({"minutes": 10.0, "caps": {"A": 5}})).is_ok());
         assert!(serde_json::from_value::<WindowCaps>(serde_json::json!({"minutes": 10, "caps": {}, "x": 1})).is_err());
+        let whole: WindowCaps =
+            serde_json::from_value(serde_json::json!({"minutes": 10, "caps": {"A": 11725.0}})).unwrap();
+        assert_eq!(whole.caps["A"], 11725, "a cap written as 11725.0 is the integer JSON Schema says it is");
+        assert!(serde_json::from_value::<WindowCaps>(serde_json::json!({"minutes": 10, "caps": {"A": 1.5}})).is_err());
     }
 }

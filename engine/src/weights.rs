@@ -63,6 +63,17 @@ pub struct WeightEntry {
     pub weight: u64,
 }
 
+/// [`whole_number`] for the values of a map (`{"A": 100, "B": 5.0}`).
+pub fn whole_number_values<'de, D>(d: D) -> Result<std::collections::BTreeMap<String, u64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(serde::Deserialize)]
+    struct Whole(#[serde(deserialize_with = "whole_number")] u64);
+    let map = <std::collections::BTreeMap<String, Whole> as serde::Deserialize>::deserialize(d)?;
+    Ok(map.into_iter().map(|(k, Whole(v))| (k, v)).collect())
+}
+
 /// `#[serde(deserialize_with = "engine::weights::whole_number")]`: an integer that JSON may
 /// write as `5` or `5.0` (JSON Schema counts both as the integer 5; serde's own integer
 /// types refuse the second). A fraction, or a value outside `T`, is refused.

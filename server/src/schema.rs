@@ -409,11 +409,33 @@ pub struct RouteRule {
     #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     pub name: Option<String>,
     /// The conditions, by attribute.
-    #[schema(value_type = BTreeMap<String, RouteCondition>)]
+    #[schema(value_type = RouteConditions)]
     pub when: BTreeMap<String, RouteCondition>,
     /// The pool (it must exist).
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub pool: String,
+}
+
+/// A rule's conditions, by attribute name (a lower-case letter then up to 63 of
+/// `[a-z0-9_]`; at most 32).
+pub struct RouteConditions;
+
+impl PartialSchema for RouteConditions {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(RouteCondition::schema()))
+            .property_names(Some(attribute_name()))
+            .max_properties(Some(32))
+            .description(Some("The conditions, by attribute name (a lower-case letter then up to 63 of [a-z0-9_])"))
+            .into()
+    }
+}
+
+impl ToSchema for RouteConditions {}
+
+fn attribute_name() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[a-z][a-z0-9_]{0,63}$"))
 }
 
 /// A request's attributes, by name (a lower-case letter then up to 63 of `[a-z0-9_]`; at
@@ -429,6 +451,7 @@ impl PartialSchema for RouteAttributes {
             .property("currency", ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[A-Za-z]{3}$")))
             .property("country", ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[A-Za-z]{2}$")))
             .additional_properties(Some(AttributeValue::schema()))
+            .property_names(Some(attribute_name()))
             .max_properties(Some(32))
             .description(Some(
                 "The request's attributes by name (a lower-case letter then up to 63 of [a-z0-9_]): amount, currency \
