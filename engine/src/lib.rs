@@ -42,6 +42,7 @@ pub mod quota;
 pub mod ramp;
 pub mod replay;
 pub mod route;
+pub mod runs;
 pub mod selector;
 pub mod tier;
 pub mod verify;
