@@ -44,6 +44,64 @@ pub enum Command {
     /// the differences, and (unless --dry-run) correct those beyond what is in flight; each
     /// tenant with a difference gets an audit row. The daily job does the same.
     Compensate(CompensateArgs),
+    /// Replay the draws a pool served in a period (from the draw log) through a candidate
+    /// configuration, and report per member the share, the cap hits and the success rate
+    /// the recorded outcomes give it, with the window deviation and longest run, beside
+    /// what actually happened.
+    Replay(ReplayArgs),
+}
+
+/// Arguments of `tessera replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The pool.
+    #[arg(long)]
+    pub pool: String,
+    /// The period's start (RFC 3339, e.g. 2026-12-01T10:00:00Z).
+    #[arg(long)]
+    pub from: String,
+    /// The period's end (RFC 3339), after `from`.
+    #[arg(long)]
+    pub to: String,
+    /// A candidate configuration: a JSON file with the pool's body as
+    /// `PUT /api/v1/pools/{pool}` takes it. Default: the pool's configuration now.
+    #[arg(long)]
+    pub candidate: Option<PathBuf>,
+    /// Seeds the replay's shuffles.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Tickets in a window of the window deviation.
+    #[arg(long, default_value_t = 100)]
+    pub window: usize,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ReplayArgs {
+    /// The request these arguments make, each refused naming its flag.
+    pub fn request(&self) -> anyhow::Result<crate::draws::replay::ReplayRequest> {
+        let pool = client::pool::PoolName::parse(&self.pool).map_err(|e| anyhow::anyhow!("--pool: {e}"))?;
+        let time = |flag: &str, raw: &str| {
+            chrono::DateTime::parse_from_rfc3339(raw)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|e| anyhow::anyhow!("{flag}: {raw:?} is not an RFC 3339 time ({e})"))
+        };
+        let (from, to) = (time("--from", &self.from)?, time("--to", &self.to)?);
+        anyhow::ensure!(from < to, "--to: must be after --from");
+        anyhow::ensure!(self.window > 0, "--window: must be at least 1");
+        let candidate = match &self.candidate {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--candidate: reading {}: {e}", path.display()))?;
+                let body: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("--candidate: {} is not JSON: {e}", path.display()))?;
+                Some(crate::pools::parse_pool_body(&body).map_err(|e| anyhow::anyhow!("--candidate: {e}"))?)
+            }
+        };
+        Ok(crate::draws::replay::ReplayRequest { pool, from, to, candidate, seed: self.seed, window: self.window })
+    }
 }
 
 /// Arguments of `tessera compensate`.
@@ -223,6 +281,27 @@ impl VerifyArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replay_arguments_are_refused_naming_the_flag() {
+        let replay = |pool: &str, from: &str, to: &str, candidate: Option<&str>| ReplayArgs {
+            pool: pool.to_owned(),
+            from: from.to_owned(),
+            to: to.to_owned(),
+            candidate: candidate.map(PathBuf::from),
+            seed: 1,
+            window: 100,
+            json: false,
+        };
+        let (t1, t2) = ("2026-12-01T10:00:00Z", "2026-12-01T11:00:00+01:00");
+        let err = |a: ReplayArgs| a.request().unwrap_err().to_string();
+        assert!(err(replay("no spaces", t1, t2, None)).starts_with("--pool"));
+        assert!(err(replay("p", "yesterday", t2, None)).starts_with("--from"));
+        assert!(err(replay("p", t1, t2, None)).starts_with("--to"), "11:00+01:00 is 10:00Z");
+        assert!(err(replay("p", t1, "2026-12-01T12:00:00Z", Some("/nonexistent/x.json"))).starts_with("--candidate"));
+        let ok = replay("p", t1, "2026-12-01T12:00:00Z", None).request().unwrap();
+        assert_eq!((ok.to - ok.from).num_hours(), 2);
+    }
 
     fn args(weights: &str, draws: u64, window: u64, json: bool) -> VerifyArgs {
         VerifyArgs { weights: weights.to_owned(), draws, window, seed: 7, json }

@@ -63,6 +63,9 @@ pub struct Settings {
     pub admin: Option<AdminAccess>,
     /// How long pool samples are kept (`TESSERA_SAMPLE_RETENTION_DAYS`, default 7 days).
     pub sample_retention: SampleRetention,
+    /// How long the draw log and the recorded outcomes are kept in Postgres
+    /// (`TESSERA_DRAW_LOG_RETENTION_DAYS`, default 7 days): how far back a replay reaches.
+    pub draw_log_retention: SampleRetention,
     /// Logins, sessions and the development switch that opens the API.
     pub auth: AuthSettings,
     /// The file that keeps quota operations admitted while Redis is unreachable until they
@@ -133,7 +136,8 @@ impl RampSettings {
     }
 }
 
-/// How long the sampler's rows are kept before the daily prune deletes them: 1..=365 days.
+/// How long the sampler's rows (or the draw log's) are kept before the daily prune deletes
+/// them: 1..=365 days.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleRetention(u32);
 
@@ -204,6 +208,8 @@ struct FileSettings {
     admin: FileAdmin,
     #[serde(default)]
     samples: FileSamples,
+    #[serde(default)]
+    draws: FileSamples,
     #[serde(default)]
     auth: FileAuth,
     #[serde(default)]
@@ -386,14 +392,18 @@ impl Settings {
                 Some(AdminAccess { token: SecretString::from(token), actor })
             }
         };
+        let retention = |variable: &str, field: &str, from_file: Option<u32>| match (
+            env(variable).filter(|v| !v.is_empty()),
+            from_file,
+        ) {
+            (Some(raw), _) => SampleRetention::parse(&format!("{field} ({variable})"), &raw),
+            (None, Some(days)) => SampleRetention::parse(field, &days.to_string()),
+            (None, None) => Ok(SampleRetention::DEFAULT),
+        };
         let sample_retention =
-            match (env("TESSERA_SAMPLE_RETENTION_DAYS").filter(|v| !v.is_empty()), file.samples.retention_days) {
-                (Some(raw), _) => {
-                    SampleRetention::parse("samples.retention_days (TESSERA_SAMPLE_RETENTION_DAYS)", &raw)?
-                }
-                (None, Some(days)) => SampleRetention::parse("samples.retention_days", &days.to_string())?,
-                (None, None) => SampleRetention::DEFAULT,
-            };
+            retention("TESSERA_SAMPLE_RETENTION_DAYS", "samples.retention_days", file.samples.retention_days)?;
+        let draw_log_retention =
+            retention("TESSERA_DRAW_LOG_RETENTION_DAYS", "draws.retention_days", file.draws.retention_days)?;
         let flag = |name: &str, field: &str, from_file: Option<bool>| -> anyhow::Result<bool> {
             match env(name).filter(|v| !v.is_empty()) {
                 Some(raw) => match raw.as_str() {
@@ -439,6 +449,7 @@ impl Settings {
             log_filter,
             admin,
             sample_retention,
+            draw_log_retention,
             quota_journal: PathBuf::from(pick("TESSERA_QUOTA_JOURNAL", file.quota.journal, defaults::QUOTA_JOURNAL)),
             ticket_leases: ticket_leases(&env, &file.leases)?,
             static_weights: match env("TESSERA_STATIC_WEIGHTS").filter(|v| !v.trim().is_empty()) {
@@ -676,6 +687,11 @@ mod tests {
         let env = |name: &str| (name == "TESSERA_SAMPLE_RETENTION_DAYS").then(|| "0".to_owned());
         let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
         assert!(err.contains("TESSERA_SAMPLE_RETENTION_DAYS") && err.contains("1..=365"), "{err}");
+        let s = Settings::from_toml_and_env("[draws]\nretention_days = 30\n", no_env).unwrap();
+        assert_eq!((s.draw_log_retention.days(), s.sample_retention.days()), (30, 7));
+        let env = |name: &str| (name == "TESSERA_DRAW_LOG_RETENTION_DAYS").then(|| "366".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("draws.retention_days (TESSERA_DRAW_LOG_RETENTION_DAYS)"), "{err}");
     }
 
     #[test]

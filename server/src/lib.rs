@@ -24,6 +24,7 @@ pub mod change;
 pub mod channels;
 pub mod cli;
 pub mod configuration;
+pub mod draws;
 pub mod error;
 pub mod health;
 pub mod http;

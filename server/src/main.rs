@@ -121,6 +121,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Replay(args) => {
+            let request = args.request()?;
+            let db = server::store::connect(&settings).await?;
+            let report = server::draws::replay::replay(&db, &request).await?;
+            print_report(args.json, &report, server::draws::replay::render)?;
+        }
         Command::Migrate => {
             let created = server::store::create_database_if_missing(&settings).await?;
             let db = server::store::connect(&settings).await?;

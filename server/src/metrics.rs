@@ -95,6 +95,13 @@ pub struct WatchMetrics {
     /// Age of the oldest usage record the last drain read from the streams (0 when the
     /// streams held none): how far the usage ledger is behind Redis.
     pub usage_drain_lag: Gauge,
+    /// The longest run of one member among a pool's draws of the last minute (a run whose
+    /// last draw is in the minute), as the draw-log drain saw them; 0 when nothing was
+    /// drawn (or the pool keeps no draw log).
+    pub pool_longest_run: IntGaugeVec,
+    /// When this instance last drained a pool's draw log (unix seconds): as with
+    /// `pool_sampled_at`, a former leader of the drain keeps its last values.
+    pub pool_drained_at: IntGaugeVec,
 }
 
 impl WatchMetrics {
@@ -154,6 +161,16 @@ impl WatchMetrics {
                 "tessera_usage_drain_lag_seconds",
                 "Age of the oldest usage record the last drain read (0 when none)",
             )?,
+            pool_longest_run: int_gauge_vec(
+                "tessera_pool_longest_run",
+                "The longest run of one member among the pool's draws of the last minute",
+                &["pool"],
+            )?,
+            pool_drained_at: int_gauge_vec(
+                "tessera_pool_drained_at_seconds",
+                "When this instance last drained the pool's draw log (unix seconds)",
+                &["pool"],
+            )?,
         };
         for collector in [
             Box::new(watch.pool_share_deviation.clone()) as Box<dyn Collector>,
@@ -168,6 +185,8 @@ impl WatchMetrics {
             Box::new(watch.outbox_oldest_age.clone()),
             Box::new(watch.job_leader.clone()),
             Box::new(watch.usage_drain_lag.clone()),
+            Box::new(watch.pool_longest_run.clone()),
+            Box::new(watch.pool_drained_at.clone()),
         ] {
             registry.register(collector)?;
         }

@@ -142,6 +142,8 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         auth: settings.auth.clone(),
         tokens: Default::default(),
         sample_retention: settings.sample_retention,
+        draw_log_retention: settings.draw_log_retention,
+        recent_runs: Default::default(),
         ramps: settings.ramps.clone(),
         known: Default::default(),
         ui_cache: Default::default(),

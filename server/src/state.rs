@@ -37,6 +37,11 @@ pub struct AppState {
     pub tokens: crate::access::TokenCache,
     /// How long pool samples are kept (the daily prune deletes older ones).
     pub sample_retention: crate::configuration::SampleRetention,
+    /// How long the draw log and the recorded outcomes are kept.
+    pub draw_log_retention: crate::configuration::SampleRetention,
+    /// The longest recent runs of each pool's draws, as the draw-log drain saw them (the
+    /// `tessera_pool_longest_run` gauge).
+    pub recent_runs: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, engine::runs::RecentRuns>>>,
     /// The pools and tenants the jobs last read from Postgres.
     pub known: std::sync::Arc<crate::jobs::known::Known>,
     /// Where ramps announce what they do.

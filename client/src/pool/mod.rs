@@ -25,6 +25,7 @@
 //! rotate, refill, eject, and [`readout`] what a pool holds for the sampler.
 
 pub mod admin;
+pub mod draw_log;
 mod fallback;
 mod lease;
 mod peak;

@@ -118,4 +118,38 @@ impl PoolAdmin {
         }
         call.invoke_async(&mut self.conn().await?).await.map_err(PoolError::Redis)
     }
+
+    /// Whether Redis holds the pool's counters of the short cap window starting at
+    /// `start_ms` (a Redis that lost the pool holds none).
+    pub async fn window_hits_exist(&self, pool: &PoolName, start_ms: i64) -> Result<bool, PoolError> {
+        redis::cmd("EXISTS")
+            .arg(self.keys.pool_window_hits(pool.as_str(), &start_ms.to_string()))
+            .query_async(&mut self.conn().await?)
+            .await
+            .map_err(PoolError::Redis)
+    }
+
+    /// Gives a pool's counters of one short cap window back (after Redis lost them): each
+    /// member's draws in the window starting at `start_ms` (of `minutes`) become at least
+    /// `hits`; a counter never goes down. The hash expires one window after the window
+    /// ends, as the draw script makes it. Returns how many were raised.
+    pub async fn restore_window_hits(
+        &self,
+        pool: &PoolName,
+        start_ms: i64,
+        minutes: u32,
+        hits: &[(String, u64)],
+    ) -> Result<u64, PoolError> {
+        if hits.is_empty() {
+            return Ok(0);
+        }
+        let length = i64::from(minutes) * 60_000;
+        let key = self.keys.pool_window_hits(pool.as_str(), &start_ms.to_string());
+        let mut call = crate::scripts::pool().restore_hits.key(key);
+        call.arg(start_ms + 2 * length);
+        for (member, n) in hits {
+            call.arg(member).arg(n);
+        }
+        call.invoke_async(&mut self.conn().await?).await.map_err(PoolError::Redis)
+    }
 }

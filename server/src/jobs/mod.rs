@@ -4,6 +4,7 @@
 //! closure calls and tests call directly; the file of a job is named by its id.
 
 pub mod change_apply;
+pub mod draw_log;
 pub mod health;
 pub mod known;
 pub mod leader;
@@ -75,6 +76,10 @@ impl Scheduler {
         .await?;
         add(&inner, &state, led, "pool_sampler", pool_sampler::CRON, |state| async move {
             pool_sampler::run_once(&state).await.map(|_| ())
+        })
+        .await?;
+        add(&inner, &state, led, "draw_log", draw_log::CRON, |state| async move {
+            draw_log::run_once(&state).await.map(|_| ())
         })
         .await?;
         add(&inner, &state, led, "sample_prune", sample_prune::CRON, |state| async move {

@@ -44,6 +44,23 @@ async fn publish_snapshot(
         Entity::Pool(pool) => {
             let snapshot: client::pool::PoolSnapshot =
                 serde_json::from_value(body).with_context(|| format!("snapshot of {entity} v{version}"))?;
+            // A Redis that lost the pool lost its short cap window's counters too: given back
+            // from the draw log (short of one drain at most) before the pool can be drawn
+            // again, so no draw races the restore. (A window cap set mid-window counts the
+            // window's logged draws too.)
+            if let Some(window) = &snapshot.window_caps {
+                let length = i64::from(window.minutes) * 60_000;
+                let now = state.pool_admin.now().await?.timestamp_millis();
+                let start = now.div_euclid(length) * length;
+                if !state.pool_admin.window_hits_exist(pool, start).await? {
+                    let from = chrono::DateTime::from_timestamp_millis(start).context("the window's start")?;
+                    let hits = crate::draws::store::counts_since(&state.db, pool, from).await?;
+                    let raised = state.pool_admin.restore_window_hits(pool, start, window.minutes, &hits).await?;
+                    if raised > 0 {
+                        tracing::warn!(pool = %pool, start, raised, "window counters given back from the draw log");
+                    }
+                }
+            }
             state.pool_admin.publish(pool, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
             // A Redis that lost the pool lost its day counters too (which enforce the daily
             // caps): the last sample gives them back, short of one sample interval at most.

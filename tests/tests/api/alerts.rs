@@ -60,8 +60,8 @@ fn unexported(used: &BTreeSet<String>, exported: &BTreeMap<String, String>) -> V
 
 /// The `/metrics` text once the app has produced a series of every family the rules read
 /// (prometheus omits a labelled family with no series yet): requests and readiness checks,
-/// draws, two pool samples a minute apart, a health evaluation, and the scheduler's first
-/// runs (job leadership and run outcomes).
+/// draws, two pool samples a minute apart, a health evaluation, a drain of the draw log,
+/// and the scheduler's first runs (job leadership and run outcomes).
 async fn metrics_with_every_series(app: &TestApp) -> String {
     assert_eq!(app.get("/readyz").await.status(), 200);
     server::seed::demo_seed(&app.state.db).await.unwrap();
@@ -77,6 +77,8 @@ async fn metrics_with_every_series(app: &TestApp) -> String {
     let sampled = pool_sampler::run_at(&app.state, now).await.unwrap();
     assert_eq!(sampled.failed, 0, "{sampled:?}");
     server::jobs::health::run_once(&app.state, now).await.unwrap();
+    let drained = server::jobs::draw_log::run_at(&app.state, now).await.unwrap();
+    assert_eq!((drained.draws, drained.failed), (20, 0), "{drained:?}");
 
     let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
