@@ -63,8 +63,7 @@ pub struct Settings {
     pub admin: Option<AdminAccess>,
     /// How long pool samples are kept (`TESSERA_SAMPLE_RETENTION_DAYS`, default 7 days).
     pub sample_retention: SampleRetention,
-    /// How long the draw log and the recorded outcomes are kept in Postgres
-    /// (`TESSERA_DRAW_LOG_RETENTION_DAYS`, default 7 days): how far back a replay reaches.
+    /// How long the draw log and outcome minutes are kept (`TESSERA_DRAW_LOG_RETENTION_DAYS`, 7 days).
     pub draw_log_retention: SampleRetention,
     /// Logins, sessions and the development switch that opens the API.
     pub auth: AuthSettings,
@@ -136,8 +135,7 @@ impl RampSettings {
     }
 }
 
-/// How long the sampler's rows (or the draw log's) are kept before the daily prune deletes
-/// them: 1..=365 days.
+/// How long the sampler's (or the draw log's) rows are kept before the daily prune: 1..=365 days.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleRetention(u32);
 
@@ -392,13 +390,9 @@ impl Settings {
                 Some(AdminAccess { token: SecretString::from(token), actor })
             }
         };
-        let retention = |variable: &str, field: &str, from_file: Option<u32>| match (
-            env(variable).filter(|v| !v.is_empty()),
-            from_file,
-        ) {
-            (Some(raw), _) => SampleRetention::parse(&format!("{field} ({variable})"), &raw),
-            (None, Some(days)) => SampleRetention::parse(field, &days.to_string()),
-            (None, None) => Ok(SampleRetention::DEFAULT),
+        let retention = |variable: &str, field: &str, days: Option<u32>| match env(variable).filter(|v| !v.is_empty()) {
+            Some(raw) => SampleRetention::parse(&format!("{field} ({variable})"), &raw),
+            None => days.map_or(Ok(SampleRetention::DEFAULT), |d| SampleRetention::parse(field, &d.to_string())),
         };
         let sample_retention =
             retention("TESSERA_SAMPLE_RETENTION_DAYS", "samples.retention_days", file.samples.retention_days)?;

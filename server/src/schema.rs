@@ -424,7 +424,7 @@ impl PartialSchema for RouteConditions {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
             .schema_type(Type::Object)
-            .additional_properties(Some(RouteCondition::schema()))
+            .additional_properties(Some(utoipa::openapi::Ref::from_schema_name(RouteCondition::name())))
             .property_names(Some(attribute_name()))
             .max_properties(Some(32))
             .description(Some("The conditions, by attribute name (a lower-case letter then up to 63 of [a-z0-9_])"))
@@ -432,7 +432,12 @@ impl PartialSchema for RouteConditions {
     }
 }
 
-impl ToSchema for RouteConditions {}
+impl ToSchema for RouteConditions {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((RouteCondition::name().into(), RouteCondition::schema()));
+        <RouteCondition as ToSchema>::schemas(schemas);
+    }
+}
 
 fn attribute_name() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[a-z][a-z0-9_]{0,63}$"))
