@@ -28,6 +28,7 @@
 //! seeds itself.
 #![forbid(unsafe_code)]
 
+pub mod adaptive;
 pub mod apportion;
 pub mod batch;
 pub mod caps;
