@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::Window;
+use crate::health::{PolicyError, Window};
 use crate::tier::Tier;
 
 /// What a pool's tier policy does with the moves it finds.
@@ -73,25 +73,11 @@ impl Default for TierPolicy {
     }
 }
 
-/// A tier policy value out of range: the field and the rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {rule}")]
-pub struct TierPolicyError {
-    pub field: &'static str,
-    pub rule: &'static str,
-}
-
 impl TierPolicy {
     /// Checks every field's range, and that the boundaries with their margins do not
     /// overlap.
-    pub fn validate(&self) -> Result<(), TierPolicyError> {
-        let check = |ok: bool, field: &'static str, rule: &'static str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(TierPolicyError { field, rule })
-            }
-        };
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let check = PolicyError::unless;
         check((1..=60).contains(&self.window_minutes), "window_minutes", "must be in 1..=60")?;
         check((1..=crate::health::MAX_VOLUME).contains(&self.min_volume), "min_volume", "must be in 1..=2^53-1")?;
         check((0.0..=1.0).contains(&self.good_at_least), "good_at_least", "must be in 0..=1")?;

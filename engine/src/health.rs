@@ -70,16 +70,21 @@ pub struct PolicyError {
     pub rule: &'static str,
 }
 
+impl PolicyError {
+    /// `Ok` when `ok`, else the error naming `field` and `rule`.
+    pub(crate) fn unless(ok: bool, field: &'static str, rule: &'static str) -> Result<(), PolicyError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(PolicyError { field, rule })
+        }
+    }
+}
+
 impl Policy {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        let check = |ok: bool, field: &'static str, rule: &'static str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(PolicyError { field, rule })
-            }
-        };
+        let check = PolicyError::unless;
         check((1..=60).contains(&self.window_minutes), "window_minutes", "must be in 1..=60")?;
         check((1..=MAX_VOLUME).contains(&self.min_volume), "min_volume", "must be in 1..=2^53-1")?;
         check((0.0..=1.0).contains(&self.min_success_rate), "min_success_rate", "must be in 0..=1")?;

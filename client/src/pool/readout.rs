@@ -106,13 +106,19 @@ impl PoolAdmin {
         day: NaiveDate,
         hits: &[(String, u64)],
     ) -> Result<u64, PoolError> {
+        // The day's hash lives 48 h past the day's end; three days from now covers it.
+        let expires = chrono::Utc::now().timestamp_millis() + 72 * 3600 * 1000;
+        self.restore_hits(self.keys.pool_hits(pool.as_str(), &day.to_string()), expires, hits).await
+    }
+
+    /// Raises the counters of the hits hash `key` to at least `hits` (`restore_hits.lua`),
+    /// making it expire at `expires_ms` when it had no expiry; returns how many were raised.
+    async fn restore_hits(&self, key: String, expires_ms: i64, hits: &[(String, u64)]) -> Result<u64, PoolError> {
         if hits.is_empty() {
             return Ok(0);
         }
-        // The day's hash lives 48 h past the day's end; three days from now covers it.
-        let expires = chrono::Utc::now().timestamp_millis() + 72 * 3600 * 1000;
-        let mut call = crate::scripts::pool().restore_hits.key(self.keys.pool_hits(pool.as_str(), &day.to_string()));
-        call.arg(expires);
+        let mut call = crate::scripts::pool().restore_hits.key(key);
+        call.arg(expires_ms);
         for (member, n) in hits {
             call.arg(member).arg(n);
         }
@@ -140,16 +146,8 @@ impl PoolAdmin {
         minutes: u32,
         hits: &[(String, u64)],
     ) -> Result<u64, PoolError> {
-        if hits.is_empty() {
-            return Ok(0);
-        }
         let length = i64::from(minutes) * 60_000;
         let key = self.keys.pool_window_hits(pool.as_str(), &start_ms.to_string());
-        let mut call = crate::scripts::pool().restore_hits.key(key);
-        call.arg(start_ms + 2 * length);
-        for (member, n) in hits {
-            call.arg(member).arg(n);
-        }
-        call.invoke_async(&mut self.conn().await?).await.map_err(PoolError::Redis)
+        self.restore_hits(key, start_ms + 2 * length, hits).await
     }
 }

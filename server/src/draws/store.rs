@@ -70,6 +70,15 @@ pub async fn write(
     Ok(true)
 }
 
+/// A `draw_log` row's members and its draws decoded (indices into them).
+fn draws_of(row: &sqlx::postgres::PgRow) -> anyhow::Result<(Vec<String>, Vec<u32>)> {
+    let members: Vec<String> = row.try_get("members")?;
+    let width = u8::try_from(row.try_get::<i16, _>("width")?)?;
+    let seq: Vec<u8> = row.try_get("seq")?;
+    let sequence = super::decode(members.len(), width, &seq)?;
+    Ok((members, sequence))
+}
+
 /// The pool's draws with minutes in `from..to`, minute by minute, in the order served.
 pub async fn load(
     db: &PgPool,
@@ -89,11 +98,8 @@ pub async fn load(
     let mut out: Vec<MinuteRow> = Vec::new();
     for row in rows {
         let minute: DateTime<Utc> = row.try_get("minute")?;
-        let members: Vec<String> = row.try_get("members")?;
-        let width = u8::try_from(row.try_get::<i16, _>("width")?)?;
-        let seq: Vec<u8> = row.try_get("seq")?;
         let returned = u32::try_from(row.try_get::<i32, _>("returned")?)?;
-        let sequence = super::decode(members.len(), width, &seq)?;
+        let (members, sequence) = draws_of(&row)?;
         // Several drains of one minute: one row, its members re-indexed.
         match out.last_mut().filter(|last| last.minute == minute) {
             Some(last) => {
@@ -131,11 +137,9 @@ pub async fn counts_since(db: &PgPool, pool: &PoolName, from: DateTime<Utc>) -> 
         .await?;
     let mut counts: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     for row in rows {
-        let members: Vec<String> = row.try_get("members")?;
-        let width = u8::try_from(row.try_get::<i16, _>("width")?)?;
-        let seq: Vec<u8> = row.try_get("seq")?;
+        let (members, sequence) = draws_of(&row)?;
         let mut per_member = vec![0u64; members.len()];
-        for i in super::decode(members.len(), width, &seq)? {
+        for i in sequence {
             per_member[i as usize] += 1;
         }
         for (member, n) in members.into_iter().zip(per_member).filter(|(_, n)| *n > 0) {
