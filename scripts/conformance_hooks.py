@@ -132,6 +132,19 @@ def _grant_ok(body):
     return start is None or end is None or end > start
 
 
+def _tier_policy_ok(body):
+    """PUT /api/v1/pools/{pool}/tier_policy: `normal_at_least` below `good_at_least` by at
+    least twice `margin` (each left out takes its default: 0.8, 0.95, 0.02)."""
+    policy = body.get("policy") if isinstance(body, dict) else None
+    if not isinstance(policy, dict):
+        return True
+    values = [policy.get(k, d) for k, d in (("normal_at_least", 0.8), ("good_at_least", 0.95), ("margin", 0.02))]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return True
+    normal, good, margin = values
+    return normal + 2 * margin <= good
+
+
 def _case_ok(case):
     path = case.operation.path
     if path in ("/api/v1/audit", "/api/v1/audit.csv"):
@@ -150,6 +163,8 @@ def _case_ok(case):
             "entity" in case.body and case.body["entity"] is not None
         ):
             return False
+    if path == "/api/v1/pools/{pool}/tier_policy":
+        return _tier_policy_ok(case.body)
     if path.startswith("/api/v1/pools/") or path in ("/api/v1/changes", "/api/v1/changes/{id}"):
         return _all_weights_ok(case.body) and (not isinstance(case.body, dict) or _windows_ok(case.body))
     if path == "/api/v1/tenants/{tenant}/grants":

@@ -19,6 +19,7 @@ pub mod ramps;
 pub mod routes;
 pub mod status;
 pub mod tenants;
+pub mod tiers;
 pub mod writes;
 
 pub use names::{ChannelCode, DisplayName, Invalid, PlanName, UserName};

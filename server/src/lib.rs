@@ -49,6 +49,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tenants;
+pub mod tiers;
 pub mod usage;
 
 #[cfg(test)]

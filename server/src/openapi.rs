@@ -143,6 +143,11 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::health::routes::pin,
         crate::health::routes::unpin,
         crate::health::routes::put_policy,
+        // Adaptive tiers: a tiers pool's tier policy and the moves it finds (tiers/routes.rs).
+        crate::tiers::routes::get_tier_policy,
+        crate::tiers::routes::put_tier_policy,
+        crate::tiers::routes::accept_tier_move,
+        crate::tiers::routes::dismiss_tier_move,
         // Sign-in, users and API tokens (routes/auth.rs).
         crate::access::routes::login,
         crate::access::routes::logout,

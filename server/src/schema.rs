@@ -101,6 +101,41 @@ pub struct HealthPolicy {
     pub ewma_alpha: Option<f64>,
 }
 
+/// A tiers pool's tier policy: overrides of the defaults; a field left out takes its
+/// default. `normal_at_least` must be below `good_at_least` by at least twice `margin`.
+/// Describes `engine::adaptive::TierPolicy`.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TierPolicy {
+    /// `off` (default), `suggest` (moves are offered on the pool's page for a person to
+    /// accept) or `automatic` (moves are applied as found, each an audited change with
+    /// source `health`). Not `off`: a tiers pool only.
+    #[schema(value_type = String, required = false, pattern = "^(off|suggest|automatic)$")]
+    pub mode: Option<String>,
+    /// Minutes of outcomes judged at once (epoch-aligned windows), 1..=60; default 5.
+    #[schema(value_type = u32, required = false, minimum = 1, maximum = 60)]
+    pub window_minutes: Option<u32>,
+    /// Fewer outcomes than this in a window: no decision; 1..=2^53−1; default 50.
+    #[schema(value_type = u64, required = false, minimum = 1, maximum = 9007199254740991_u64)]
+    pub min_volume: Option<u64>,
+    /// A rate at or above this points at G, 0..=1; default 0.95.
+    #[schema(value_type = f64, required = false, minimum = 0, maximum = 1)]
+    pub good_at_least: Option<f64>,
+    /// A rate at or above this (and below `good_at_least`) points at N, below it at U,
+    /// 0..=1; default 0.8.
+    #[schema(value_type = f64, required = false, minimum = 0, maximum = 1)]
+    pub normal_at_least: Option<f64>,
+    /// How far past a boundary a rate must be to leave the tier it is in, 0..=0.5; default 0.02.
+    #[schema(value_type = f64, required = false, minimum = 0, maximum = 0.5)]
+    pub margin: Option<f64>,
+    /// Consecutive windows pointing one way before a channel moves, 1..=100; default 3.
+    #[schema(value_type = u32, required = false, minimum = 1, maximum = 100)]
+    pub windows: Option<u32>,
+    /// At most one move per channel per this many ms, 0..=604800000; default 1800000.
+    #[schema(value_type = i64, required = false, minimum = 0, maximum = 604800000)]
+    pub cooldown_ms: Option<i64>,
+}
+
 /// A member's daily cap: most draws per local day, 1..=2^53−1.
 pub struct Cap;
 

@@ -150,6 +150,10 @@ mod backend {
             query: super::changes::ChangeQuery,
         ) -> Result<super::changes::ChangeList, super::BackendError>;
 
+        /// A pool's tier policy, each channel's streak and the newest moves; `None` for no
+        /// such pool.
+        async fn pool_tiers(&self, pool: String) -> Result<Option<api::tiers::AdaptiveTiers>, super::BackendError>;
+
         /// A pool's recorded configuration versions, newest first; `None` for no such pool.
         async fn pool_history(&self, pool: String) -> Result<Option<api::pools::PoolHistory>, super::BackendError>;
 
@@ -198,6 +202,7 @@ mod tests {
             <super::audit::VerifyAuditChain as ServerFn>::PATH,
             <super::pools::ListPools as ServerFn>::PATH,
             <super::pools::GetPool as ServerFn>::PATH,
+            <super::pools::PoolTiers as ServerFn>::PATH,
             <super::channels::ListChannels as ServerFn>::PATH,
             <super::channels::ChannelHistory as ServerFn>::PATH,
             <super::tenants::ListTenantPage as ServerFn>::PATH,

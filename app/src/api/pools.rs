@@ -107,3 +107,11 @@ pub async fn pool_versions(name: String) -> Result<Option<api::pools::PoolHistor
     super::session::ssr::require_session().await?;
     super::backend()?.pool_history(name).await.map_err(ServerFnError::new)
 }
+
+/// A tiers pool's tier policy, each channel's streak and the newest moves (`None` when
+/// there is no such pool), for any signed-in user.
+#[server(prefix = "/sfn", endpoint = "pool_tiers", input = GetUrl)]
+pub async fn pool_tiers(name: String) -> Result<Option<api::tiers::AdaptiveTiers>, ServerFnError> {
+    super::session::ssr::require_session().await?;
+    super::backend()?.pool_tiers(name).await.map_err(ServerFnError::new)
+}

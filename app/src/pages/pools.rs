@@ -17,6 +17,7 @@ use crate::components::layout::CurrentSession;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 use crate::pages::pool_history::PoolHistory;
 use crate::pages::pool_limits::{submit_change, CapsForm, Change, EditTarget, LimitsTable, PeakWindowsForm};
+use crate::pages::pool_tiers::PoolTiers;
 
 /// The pools list: search, sort and pages, all in the URL.
 #[component]
@@ -110,6 +111,7 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
     let may_edit = session.as_ref().is_some_and(|s| s.may_edit);
     let role = session.as_ref().map(|s| s.role.clone()).unwrap_or_default();
     let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
+    let tiers_csrf = csrf.clone();
     let target = EditTarget { pool: pool.name.clone(), version: pool.version, csrf };
     let history_target = target.clone();
     let channels: Vec<String> = pool.members.iter().map(|m| m.channel.clone()).collect();
@@ -154,6 +156,12 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
             <h2 id="limits-heading">"Peak windows and daily caps"</h2>
             {limits_editors}
         </section>
+        {(pool.kind == "tiers").then(|| view! {
+            <section class="card" aria-labelledby="tiers-heading">
+                <h2 id="tiers-heading">"Adaptive tiers"</h2>
+                <PoolTiers pool=pool.name.clone() csrf=tiers_csrf may_edit/>
+            </section>
+        })}
         <section class="card" aria-labelledby="history-heading">
             <h2 id="history-heading">"Version history"</h2>
             <PoolHistory target=history_target may_edit/>

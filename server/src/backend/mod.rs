@@ -334,6 +334,14 @@ impl app::api::Backend for AppState {
         lists::changes(self, query).await
     }
 
+    async fn pool_tiers(&self, pool: String) -> Result<Option<api::tiers::AdaptiveTiers>, BackendError> {
+        let Ok(pool) = client::pool::PoolName::parse(&pool) else { return Ok(None) };
+        crate::tiers::read(&self.db, &pool).await.map_err(|e| match e {
+            crate::change::ChangeError::Db(e) => unavailable(e),
+            other => BackendError::Unavailable(other.to_string()),
+        })
+    }
+
     async fn pool_history(&self, pool: String) -> Result<Option<api::pools::PoolHistory>, BackendError> {
         let Ok(pool) = client::pool::PoolName::parse(&pool) else { return Ok(None) };
         crate::pools::history::store::pool_history(&self.db, &pool).await.map_err(unavailable)

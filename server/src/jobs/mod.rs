@@ -18,6 +18,7 @@ pub mod quota_sweep;
 pub mod ramp_guard;
 pub mod reconcile;
 pub mod sample_prune;
+pub mod tier_rating;
 pub mod usage_confirm;
 pub mod usage_drain;
 
@@ -104,6 +105,14 @@ impl Scheduler {
             health::run_once(&state, chrono::Utc::now()).await.map(|r| {
                 for change in &r.changes {
                     tracing::info!(change = change.as_str(), "channel health");
+                }
+            })
+        })
+        .await?;
+        add(&inner, &state, led, "tier_rating", tier_rating::CRON, |state| async move {
+            tier_rating::run_once(&state, chrono::Utc::now()).await.map(|r| {
+                for change in r.applied.iter().chain(&r.offered).chain(&r.refused) {
+                    tracing::info!(change = change.as_str(), "tier rating");
                 }
             })
         })

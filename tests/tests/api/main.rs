@@ -26,4 +26,5 @@ mod recover;
 mod redis_restart;
 mod routes_http;
 mod sampler;
+mod tiers_http;
 mod usage_ledger;

@@ -11,4 +11,5 @@ mod ui_grants;
 mod ui_pool_edit;
 mod ui_ramps;
 mod ui_tenants;
+mod ui_tiers;
 mod ui_users;
