@@ -48,11 +48,20 @@ pub(crate) fn at(ms: Option<i64>) -> Option<DateTime<Utc>> {
 
 /// A pool's policy: its stored overrides on the defaults.
 pub fn policy_of(raw: &Value) -> Result<Policy, ChangeError> {
-    let policy: Policy = serde_json::from_value(raw.clone())
-        .map_err(|e| ChangeError::Malformed { field: "health_policy".into(), rule: e.to_string() })?;
-    policy
-        .validate()
-        .map_err(|e| ChangeError::Invalid { field: format!("health_policy.{}", e.field), rule: e.rule.into() })?;
+    parse_policy(raw, "health_policy", Policy::validate)
+}
+
+/// A policy stored as overrides on its defaults, read and checked: 400 naming `field`
+/// when it does not parse, 422 naming `field.<name>` for a value out of range.
+pub(crate) fn parse_policy<T: serde::de::DeserializeOwned>(
+    raw: &Value,
+    field: &str,
+    validate: impl FnOnce(&T) -> Result<(), machine::PolicyError>,
+) -> Result<T, ChangeError> {
+    let policy: T = serde_json::from_value(raw.clone())
+        .map_err(|e| ChangeError::Malformed { field: field.into(), rule: e.to_string() })?;
+    validate(&policy)
+        .map_err(|e| ChangeError::Invalid { field: format!("{field}.{}", e.field), rule: e.rule.into() })?;
     Ok(policy)
 }
 

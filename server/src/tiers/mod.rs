@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use api::tiers::{AdaptiveTiers, TierMove as MoveView};
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use client::pool::{PoolKind, PoolName, PoolSnapshot};
 use engine::adaptive::{judge, TierMode, TierMove, TierPolicy};
 use engine::health::Window;
@@ -37,18 +37,9 @@ pub const CATCH_UP_WINDOWS: i64 = 12;
 /// How far back outcome buckets are read, in minutes: health keeps at least this much.
 const READABLE_MINUTES: i64 = 60;
 
-pub(crate) fn at(ms: Option<i64>) -> Option<DateTime<Utc>> {
-    ms.and_then(|m| Utc.timestamp_millis_opt(m).single())
-}
-
 /// A pool's tier policy: its stored overrides on the defaults.
 pub fn policy_of(raw: &Value) -> Result<TierPolicy, ChangeError> {
-    let policy: TierPolicy = serde_json::from_value(raw.clone())
-        .map_err(|e| ChangeError::Malformed { field: "tier_policy".into(), rule: e.to_string() })?;
-    policy
-        .validate()
-        .map_err(|e| ChangeError::Invalid { field: format!("tier_policy.{}", e.field), rule: e.rule.into() })?;
-    Ok(policy)
+    crate::health::parse_policy(raw, "tier_policy", TierPolicy::validate)
 }
 
 /// What one run did.
@@ -406,12 +397,20 @@ pub async fn set_policy(
     Ok((policy, audit_id))
 }
 
-fn not_open(m: &MoveView) -> ChangeError {
-    ChangeError::Blocked { field: "state".into(), rule: format!("move {} is {}, not open", m.id, m.state) }
-}
-
-fn unknown_move(pool: &PoolName, id: i64) -> ChangeError {
-    ChangeError::NotFound(format!("pool {:?} has no tier move {id}", pool.as_str()))
+/// Takes the configuration lock and answers `pool`'s move `id`, locked for a decision:
+/// 404 when the pool has no such move, 409 naming `state` when it is not open.
+async fn open_move(tx: &mut PgConnection, pool: &PoolName, id: i64) -> Result<MoveView, ChangeError> {
+    crate::change::store::lock(&mut *tx, &crate::change::Entity::pool_key(pool)).await?;
+    let m = store::move_for_update(&mut *tx, pool.as_str(), id)
+        .await?
+        .ok_or_else(|| ChangeError::NotFound(format!("pool {:?} has no tier move {id}", pool.as_str())))?;
+    if m.state != "open" {
+        return Err(ChangeError::Blocked {
+            field: "state".into(),
+            rule: format!("move {} is {}, not open", m.id, m.state),
+        });
+    }
+    Ok(m)
 }
 
 /// A person accepts an open move: the change it calls for, made by them (refused under
@@ -424,11 +423,7 @@ pub async fn accept(
     id: i64,
 ) -> Result<(MoveView, Vec<Written>), ChangeError> {
     let mut tx = db.begin().await?;
-    crate::change::store::lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
-    let m = store::move_for_update(&mut tx, pool.as_str(), id).await?.ok_or_else(|| unknown_move(pool, id))?;
-    if m.state != "open" {
-        return Err(not_open(&m));
-    }
+    let m = open_move(&mut tx, pool, id).await?;
     let parse =
         |t: &str| t.parse::<Tier>().map_err(|e| ChangeError::Invalid { field: "move".into(), rule: e.to_string() });
     let tiers = (parse(&m.from)?, parse(&m.to)?);
@@ -466,12 +461,8 @@ pub async fn accept(
 /// `pool.tier_move_dismiss`; the cool-down the move started stays).
 pub async fn dismiss(db: &PgPool, ctx: &Ctx<'_>, pool: &PoolName, id: i64) -> Result<MoveView, ChangeError> {
     let mut tx = db.begin().await?;
+    let m = open_move(&mut tx, pool, id).await?;
     let entity = crate::change::Entity::pool_key(pool);
-    crate::change::store::lock(&mut tx, &entity).await?;
-    let m = store::move_for_update(&mut tx, pool.as_str(), id).await?.ok_or_else(|| unknown_move(pool, id))?;
-    if m.state != "open" {
-        return Err(not_open(&m));
-    }
     store::decide(&mut tx, id, "dismissed", ctx.actor, ctx.reason, None).await?;
     let decided = store::move_for_update(&mut tx, pool.as_str(), id).await?.expect("the move exists");
     let json = |m: &MoveView| serde_json::to_value(m).unwrap_or(Value::Null);

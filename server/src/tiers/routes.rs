@@ -89,11 +89,16 @@ pub struct DecisionBody {
     reason: Option<String>,
 }
 
-fn move_id(raw: &str) -> Result<i64, ApiError> {
-    raw.parse::<i64>()
-        .ok()
-        .filter(|id| *id >= 1)
-        .ok_or_else(|| ApiError::BadRequest { field: "id".into(), rule: "must be a whole number of at least 1".into() })
+/// The pool and the move's id a decision's path names (400 naming `id` for an id that is
+/// not a whole number of at least 1).
+fn move_path(path: web::Path<(String, String)>) -> Result<(PoolName, i64), ApiError> {
+    let (pool, id) = path.into_inner();
+    let pool = PoolName::parse(&pool)?;
+    let id = id.parse::<i64>().ok().filter(|id| *id >= 1).ok_or_else(|| ApiError::BadRequest {
+        field: "id".into(),
+        rule: "must be a whole number of at least 1".into(),
+    })?;
+    Ok((pool, id))
 }
 
 /// `POST /api/v1/pools/{pool}/tier_moves/{id}/accept` with `{"reason"}`: makes the move an
@@ -122,9 +127,7 @@ pub async fn accept_tier_move(
     path: web::Path<(String, String)>,
     body: web::Json<DecisionBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let (pool, id) = path.into_inner();
-    let pool = PoolName::parse(&pool)?;
-    let id = move_id(&id)?;
+    let (pool, id) = move_path(path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let (decided, written) = crate::tiers::accept(&state.db, &who.ctx(), &pool, id).await?;
     let published = publish_now(&state).await;
@@ -156,9 +159,7 @@ pub async fn dismiss_tier_move(
     path: web::Path<(String, String)>,
     body: web::Json<DecisionBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let (pool, id) = path.into_inner();
-    let pool = PoolName::parse(&pool)?;
-    let id = move_id(&id)?;
+    let (pool, id) = move_path(path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let decided = crate::tiers::dismiss(&state.db, &who.ctx(), &pool, id).await?;
     Ok(HttpResponse::Ok().json(TierMoveDecided { tier_move: decided, write: None }))

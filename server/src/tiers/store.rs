@@ -113,7 +113,7 @@ pub async fn save_streak(
     .bind(channel)
     .bind(streak.direction.map(direction_name))
     .bind(&streak.rates)
-    .bind(super::at(streak.last_move_ms))
+    .bind(crate::health::at(streak.last_move_ms))
     .bind(window_minutes as i32)
     .bind(judged_window)
     .bind(tier.as_str())
@@ -291,10 +291,10 @@ pub fn ratings(rated: &[Rated], window_minutes: u32) -> Vec<ChannelRating> {
             tier: r.tier.as_str().to_owned(),
             direction: r.streak.direction.map(|d| direction_name(d).to_owned()),
             rates: r.streak.rates.clone(),
-            last_move_at: super::at(r.streak.last_move_ms).map(rfc3339),
+            last_move_at: crate::health::at(r.streak.last_move_ms).map(rfc3339),
             judged_through: r
                 .judged_with(window_minutes)
-                .and_then(|w| super::at(Some((w + 1) * i64::from(window_minutes) * 60_000)))
+                .and_then(|w| crate::health::at(Some((w + 1) * i64::from(window_minutes) * 60_000)))
                 .map(rfc3339),
         })
         .collect()
