@@ -33,7 +33,12 @@ pub enum PeakError {
     Overlap { first: String, second: String },
     #[error("timezone `{value}` is unknown: expected an IANA name such as Europe/London")]
     UnknownTimezone { value: String },
+    #[error("{count} peak windows: a pool has at most {MAX_PEAK_WINDOWS}")]
+    TooMany { count: usize },
 }
+
+/// The most peak windows a pool has (one every half hour of the day).
+pub const MAX_PEAK_WINDOWS: usize = 48;
 
 /// Parses `HH:MM` or `HH:MM:SS` (24-hour).
 pub fn parse_local_time(value: &str) -> Result<NaiveTime, PeakError> {
@@ -189,9 +194,12 @@ impl PeakSchedule {
         Ok(Self { timezone, windows })
     }
 
-    /// Checks that no two windows overlap, naming the first two that do (without a
-    /// timezone: the editor checks as the user types).
+    /// Checks that there are at most [`MAX_PEAK_WINDOWS`] and that no two overlap, naming
+    /// the first two that do (without a timezone: the editor checks as the user types).
     pub fn check_windows(windows: &[PeakWindow]) -> Result<(), PeakError> {
+        if windows.len() > MAX_PEAK_WINDOWS {
+            return Err(PeakError::TooMany { count: windows.len() });
+        }
         for (i, a) in windows.iter().enumerate() {
             for b in &windows[i + 1..] {
                 let overlap =
@@ -258,6 +266,22 @@ mod tests {
     fn schedule(tz: &str, windows: &[(&str, &str, u32)]) -> PeakSchedule {
         let windows = windows.iter().map(|&(s, e, m)| PeakWindow::new(t(s), t(e), m, None).unwrap()).collect();
         PeakSchedule::new(PeakSchedule::parse_timezone(tz).unwrap(), windows).unwrap()
+    }
+
+    #[test]
+    fn more_than_the_most_windows_are_refused_with_their_count() {
+        let every = |n: u32| -> Vec<PeakWindow> {
+            (0..n)
+                .map(|i| {
+                    let start = NaiveTime::from_num_seconds_from_midnight_opt(i * 60, 0).unwrap();
+                    PeakWindow::new(start, start + chrono::TimeDelta::seconds(30), 2, None).unwrap()
+                })
+                .collect()
+        };
+        assert!(PeakSchedule::check_windows(&every(MAX_PEAK_WINDOWS as u32)).is_ok());
+        let err = PeakSchedule::check_windows(&every(MAX_PEAK_WINDOWS as u32 + 1)).unwrap_err();
+        assert_eq!(err, PeakError::TooMany { count: MAX_PEAK_WINDOWS + 1 });
+        assert!(err.to_string().contains("at most 48"), "{err}");
     }
 
     #[test]

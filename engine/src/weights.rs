@@ -5,6 +5,8 @@
 //! denominator and then dividing by the largest factor they share with it, so
 //! `0.45, 0.30, 0.25` becomes `9, 6, 5` and plain integers are kept exactly as given.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -234,11 +236,13 @@ impl Weights {
             return Err(WeightError::NoMembers);
         }
         let mut total: u64 = 0;
+        // Linear in the members: a body of many thousands is checked as fast as it is read.
+        let mut seen: HashSet<&str> = HashSet::with_capacity(members.len());
         for (position, (name, &w)) in members.iter().zip(&weights).enumerate() {
             if name.trim().is_empty() {
                 return Err(WeightError::EmptyName { position: position + 1 });
             }
-            if members[..position].contains(name) {
+            if !seen.insert(name) {
                 return Err(WeightError::DuplicateMember { member: name.clone() });
             }
             total = total

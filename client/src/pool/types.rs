@@ -161,8 +161,11 @@ impl PoolSnapshot {
         }
         self.schedule()?;
         let channels = self.channels();
+        // Looked up once per cap, window cap, ejection and override: a set, not a scan.
+        let known: std::collections::HashSet<&str> = channels.members().iter().map(String::as_str).collect();
+        let own: std::collections::HashSet<&str> = self.weights.members().iter().map(String::as_str).collect();
         for (member, cap) in &self.caps {
-            if channels.index_of(member).is_none() {
+            if !known.contains(member.as_str()) {
                 return Err(InvalidInput::new("caps", format!("{member:?} is not a member of the pool")));
             }
             if *cap == 0 || *cap > engine::quota::MAX_AMOUNT {
@@ -186,7 +189,7 @@ impl PoolSnapshot {
                 ));
             }
             for (member, cap) in &window.caps {
-                if channels.index_of(member).is_none() {
+                if !known.contains(member.as_str()) {
                     return Err(InvalidInput::new(
                         "window_caps.caps",
                         format!("{member:?} is not a member of the pool"),
@@ -201,7 +204,7 @@ impl PoolSnapshot {
             }
         }
         for member in &self.ejected {
-            if channels.index_of(member).is_none() {
+            if !known.contains(member.as_str()) {
                 return Err(InvalidInput::new("ejected", format!("{member:?} is not a member of the pool")));
             }
         }
@@ -214,7 +217,7 @@ impl PoolSnapshot {
             }
             // Overrides name the pool's own members (a tiers pool's tiers), nothing else.
             if let Some(weights) = window.weights() {
-                if let Some(stranger) = weights.members().iter().find(|m| self.weights.index_of(m).is_none()) {
+                if let Some(stranger) = weights.members().iter().find(|m| !own.contains(m.as_str())) {
                     return Err(InvalidInput::new(
                         format!("peak_windows[{i}].weights"),
                         format!("{stranger:?} is not a member of the pool's weights"),
