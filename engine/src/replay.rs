@@ -7,9 +7,11 @@
 //! as the draw script), a `tiers` pool's tier tickets mapped to channels by the tier
 //! fallback. The simulated sequence is measured like any other ([`crate::metrics`]).
 //!
-//! Pure and seeded: the same configuration, demand and seed replay the same.
+//! Pure and seeded: the same configuration, demand and seed replay the same. Its cost is
+//! counted in steps (a ticket taken, a ticket built, a member apportioned): a caller that
+//! must stay responsive bounds it ([`replay_within`]).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use rand::Rng;
@@ -70,41 +72,93 @@ pub struct Replayed {
     pub batches: u64,
 }
 
-/// One list of tickets (a pool's, or one tier's), refilled as the refiller would.
+/// A replay stopped at its bound of steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the replay takes more than {limit} steps (tickets taken and built, members apportioned)")]
+pub struct TooMuchWork {
+    pub limit: u64,
+}
+
+/// Steps spent so far, and the most a replay may spend.
+struct Budget {
+    spent: u64,
+    limit: u64,
+}
+
+impl Budget {
+    /// Spends `steps` before the work they stand for is done: refused past the limit.
+    fn charge(&mut self, steps: u64) -> Result<(), TooMuchWork> {
+        self.spent = self.spent.saturating_add(steps);
+        if self.spent > self.limit {
+            return Err(TooMuchWork { limit: self.limit });
+        }
+        Ok(())
+    }
+}
+
+/// One list of tickets (a pool's, or one tier's), refilled as the refiller would. A ticket
+/// is kept as a key that outlives a reweight (an index into the replay's channels, or a
+/// tier's index): a peak window's weights may name other members in another order than the
+/// batch a queued ticket came from.
 struct Lane {
-    weights: Weights,
     apportioner: Apportioner,
+    /// The key of each member of the apportioner's weights, in their order.
+    keys: Vec<usize>,
     tickets: VecDeque<usize>,
+    /// The keys of the last tickets built (up to 64): the run a new batch continues.
     tail: Vec<usize>,
     batches: u64,
 }
 
 impl Lane {
-    fn new(weights: Weights) -> Self {
+    fn new(weights: &Weights, key: impl Fn(&str) -> usize) -> Self {
         Self {
+            keys: weights.members().iter().map(|m| key(m)).collect(),
             apportioner: Apportioner::new(weights.clone()),
-            weights,
             tickets: VecDeque::new(),
             tail: Vec::new(),
             batches: 0,
         }
     }
 
-    /// Adds one batch built now with `weights` (ejected members at zero), `batch` tickets.
-    fn refill(&mut self, weights: &Weights, batch: BatchSize, ordering: Ordering, rng: &mut impl Rng) -> bool {
+    /// Takes the next ticket's key (one step).
+    fn take(&mut self, budget: &mut Budget) -> Result<Option<usize>, TooMuchWork> {
+        budget.charge(1)?;
+        Ok(self.tickets.pop_front())
+    }
+
+    /// Adds one batch built now with `weights` (ejected members at zero), `batch` tickets;
+    /// whether it added any. Charged before it is built: apportioning and ordering visit
+    /// every member for every ticket.
+    fn refill(
+        &mut self,
+        weights: &Weights,
+        key: impl Fn(&str) -> usize,
+        batch: BatchSize,
+        ordering: Ordering,
+        rng: &mut impl Rng,
+        budget: &mut Budget,
+    ) -> Result<bool, TooMuchWork> {
+        let members = weights.len() as u64;
+        budget.charge(u64::from(batch.get()).saturating_mul(members + 1).saturating_add(members))?;
         if self.apportioner.weights() != weights {
             self.apportioner.reweight(weights.clone());
-            self.weights = weights.clone();
+            self.keys = weights.members().iter().map(|m| key(m)).collect();
         }
         let counts = self.apportioner.next_counts(batch);
-        let order = build_batch(ordering, &counts, TailRun::of(&self.tail), rng);
+        // The run the list ends with, in this batch's indices (none when its member is not
+        // in these weights).
+        let tail = TailRun::of(&self.tail).and_then(|t| {
+            self.keys.iter().position(|&k| k == t.member).map(|member| TailRun { member, length: t.length })
+        });
+        let order = build_batch(ordering, &counts, tail, rng);
         if order.is_empty() {
-            return false;
+            return Ok(false);
         }
-        self.tail = order[order.len().saturating_sub(64)..].to_vec();
-        self.tickets.extend(order);
+        self.tickets.extend(order.into_iter().map(|i| self.keys[i]));
+        self.tail = self.tickets.iter().skip(self.tickets.len().saturating_sub(64)).copied().collect();
         self.batches += 1;
-        true
+        Ok(true)
     }
 }
 
@@ -114,6 +168,14 @@ fn without(weights: &Weights, ejected: &BTreeSet<String>) -> Option<Weights> {
         return Some(weights.clone());
     }
     Weights::from_integers(weights.iter().map(|(m, w)| (m.to_owned(), if ejected.contains(m) { 0 } else { w }))).ok()
+}
+
+/// A tiers pool's main list holds tiers, kept as their index here.
+const TIERS: [Tier; 3] = [Tier::G, Tier::N, Tier::U];
+
+fn tier_key(name: &str) -> usize {
+    let tier: Tier = name.parse().unwrap_or(Tier::G);
+    TIERS.iter().position(|&t| t == tier).unwrap_or(0)
 }
 
 /// Counters that reset: per local day, and per short window.
@@ -126,6 +188,23 @@ struct Counted {
 
 /// Replays `demand` (minutes in order) through `config`, seeded by `rng`.
 pub fn replay(config: &ReplayConfig, demand: &[Demand], rng: &mut impl Rng) -> Replayed {
+    match replay_within(config, demand, rng, u64::MAX) {
+        Ok(replayed) => replayed,
+        Err(TooMuchWork { .. }) => unreachable!("no replay takes u64::MAX steps"),
+    }
+}
+
+/// [`replay`], refused before it takes more than `limit` steps: a candidate with many
+/// members and large batches, or caps that make every draw skip, cost far more than its
+/// draws. A step: a ticket taken, a member visited for a ticket built, a member's weight
+/// looked at when a minute starts.
+pub fn replay_within(
+    config: &ReplayConfig,
+    demand: &[Demand],
+    rng: &mut impl Rng,
+    limit: u64,
+) -> Result<Replayed, TooMuchWork> {
+    let mut budget = Budget { spent: 0, limit };
     let tiers_pool = !config.tiers.is_empty();
     // The channels, and for a tiers pool which tier each belongs to.
     let members: Vec<String> = if tiers_pool {
@@ -133,7 +212,9 @@ pub fn replay(config: &ReplayConfig, demand: &[Demand], rng: &mut impl Rng) -> R
     } else {
         config.weights.members().to_vec()
     };
-    let index: BTreeMap<&str, usize> = members.iter().enumerate().map(|(i, m)| (m.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = members.iter().enumerate().map(|(i, m)| (m.as_str(), i)).collect();
+    // Overrides name the pool's own members; anything else would be a channel never drawn.
+    let channel_key = |m: &str| index.get(m).copied().unwrap_or(usize::MAX);
     let expected_shares = expected_shares(config, &members);
     let daily: Vec<Option<u64>> = members.iter().map(|m| config.daily_caps.get(m).copied()).collect();
     let windowed: Vec<Option<u64>> =
@@ -141,12 +222,17 @@ pub fn replay(config: &ReplayConfig, demand: &[Demand], rng: &mut impl Rng) -> R
     let window_ms = config.window_caps.as_ref().map(|w| i64::from(w.minutes.max(1)) * 60_000);
     let mut counted =
         Counted { day: None, day_hits: vec![0; members.len()], window: None, window_hits: vec![0; members.len()] };
-    let mut main = Lane::new(config.weights.clone());
-    let mut tier_lanes: BTreeMap<Tier, (Lane, Vec<usize>)> = config
+    let mut main =
+        if tiers_pool { Lane::new(&config.weights, tier_key) } else { Lane::new(&config.weights, channel_key) };
+    // Each tier's channels without the ejected ones (the ejected set does not change), and
+    // its list; which tiers still have a channel.
+    budget.charge(members.len() as u64)?;
+    let mut tier_lanes: BTreeMap<Tier, (Weights, Lane)> = config
         .tiers
         .iter()
-        .map(|(t, w)| (*t, (Lane::new(w.clone()), w.members().iter().map(|m| index[m.as_str()]).collect())))
+        .filter_map(|(t, w)| without(w, &config.ejected).map(|live| (*t, (live, Lane::new(w, channel_key)))))
         .collect();
+    let available = TIERS.map(|t| tier_lanes.contains_key(&t));
     let mut out = Replayed {
         members: members.clone(),
         expected_shares,
@@ -155,7 +241,7 @@ pub fn replay(config: &ReplayConfig, demand: &[Demand], rng: &mut impl Rng) -> R
         refused: 0,
         batches: 0,
     };
-    let low_water = config.low_water as usize;
+    let low_water = (config.low_water as usize).max(1);
     for d in demand {
         let day = d.minute.with_timezone(&config.schedule.timezone()).date_naive();
         if counted.day != Some(day) {
@@ -170,6 +256,7 @@ pub fn replay(config: &ReplayConfig, demand: &[Demand], rng: &mut impl Rng) -> R
             }
         }
         let base = config.schedule.weights_at(d.minute, &config.weights);
+        budget.charge(base.len() as u64)?;
         let batch =
             config.batch_size.scaled(config.schedule.multiplier_at(d.minute), MAX_BATCH).unwrap_or(config.batch_size);
         let main_weights = if tiers_pool { Some(base.clone()) } else { without(base, &config.ejected) };
@@ -180,22 +267,35 @@ pub fn replay(config: &ReplayConfig, demand: &[Demand], rng: &mut impl Rng) -> R
             let mut served = None;
             let mut skips = 0;
             while skips < MAX_SKIPS {
-                if main.tickets.len() < low_water.max(1) {
-                    let refilled = main_weights.as_ref().is_some_and(|w| main.refill(w, batch, config.ordering, rng));
+                if main.tickets.len() < low_water {
+                    let refilled = match &main_weights {
+                        Some(w) if tiers_pool => main.refill(w, tier_key, batch, config.ordering, rng, &mut budget)?,
+                        Some(w) => main.refill(w, channel_key, batch, config.ordering, rng, &mut budget)?,
+                        None => false,
+                    };
                     if !refilled && main.tickets.is_empty() {
                         break;
                     }
                 }
-                let Some(ticket) = main.tickets.pop_front() else { break };
+                let Some(ticket) = main.take(&mut budget)? else { break };
                 let member = if tiers_pool {
-                    let drawn: Tier = main.weights.name(ticket).parse().unwrap_or(Tier::G);
-                    match from_tier(&mut tier_lanes, drawn, config, batch, low_water, rng) {
+                    let Some(tier) = fallback(TIERS[ticket], available) else { break };
+                    let Some((live, lane)) = tier_lanes.get_mut(&tier) else { break };
+                    if lane.tickets.len() < low_water {
+                        lane.refill(live, channel_key, batch, config.ordering, rng, &mut budget)?;
+                    }
+                    match lane.take(&mut budget)? {
                         Some(m) => m,
                         None => break,
                     }
                 } else {
-                    index[main.weights.name(ticket)]
+                    ticket
                 };
+                if member >= members.len() {
+                    // Not one of the pool's channels (see channel_key): never served.
+                    skips += 1;
+                    continue;
+                }
                 if capped(member, &counted) {
                     out.cap_hits[member] += 1;
                     skips += 1;
@@ -215,28 +315,7 @@ pub fn replay(config: &ReplayConfig, demand: &[Demand], rng: &mut impl Rng) -> R
         }
     }
     out.batches = main.batches;
-    out
-}
-
-/// The next channel of the tier that serves a ticket of `drawn` (the tier fallback over
-/// the tiers that still have a channel), refilling that tier's list when it runs low.
-fn from_tier(
-    lanes: &mut BTreeMap<Tier, (Lane, Vec<usize>)>,
-    drawn: Tier,
-    config: &ReplayConfig,
-    batch: BatchSize,
-    low_water: usize,
-    rng: &mut impl Rng,
-) -> Option<usize> {
-    let live = |t: Tier| config.tiers.get(&t).and_then(|w| without(w, &config.ejected)).is_some();
-    let available = [live(Tier::G), live(Tier::N), live(Tier::U)];
-    let tier = fallback(drawn, available)?;
-    let (lane, indices) = lanes.get_mut(&tier)?;
-    if lane.tickets.len() < low_water.max(1) {
-        let weights = without(&config.tiers[&tier], &config.ejected)?;
-        lane.refill(&weights, batch, config.ordering, rng);
-    }
-    lane.tickets.pop_front().map(|t| indices[t])
+    Ok(out)
 }
 
 /// Each channel's share by the weights alone: its weight's share, or in a tiers pool its
@@ -350,5 +429,53 @@ mod tests {
         all_capped.daily_caps.insert("A".into(), 3);
         let r = replay(&all_capped, &minutes("2026-12-01T00:00:00Z", 1, 10), &mut ChaCha8Rng::seed_from_u64(5));
         assert_eq!((r.sequence.len(), r.refused), (3, 7));
+    }
+
+    #[test]
+    fn a_peak_window_naming_fewer_members_in_another_order_serves_the_queued_tickets_as_the_members_they_were() {
+        // 10:30–11:00 weights C=1,A=1: B is not in them, and C comes first.
+        let mut c = config("A=5,B=3,C=2");
+        let at = |t: &str| crate::peak::parse_local_time(t).unwrap();
+        let window =
+            crate::peak::PeakWindow::new(at("10:30"), at("11:00"), 1, Some(Weights::parse_spec("C=1,A=1").unwrap()))
+                .unwrap();
+        c.schedule = PeakSchedule::new(PeakSchedule::parse_timezone("UTC").unwrap(), vec![window]).unwrap();
+        let r = replay(&c, &minutes("2026-12-01T10:00:00Z", 60, 37), &mut ChaCha8Rng::seed_from_u64(7));
+        assert_eq!(r.sequence.len(), 60 * 37);
+        let (before, peak) = r.sequence.split_at(30 * 37);
+        let count = |s: &[u32], m: u32| s.iter().filter(|&&x| x == m).count() as f64;
+        // Before the window: 5:3:2 within a ticket a batch.
+        for (m, share) in [(0, 0.5), (1, 0.3), (2, 0.2)] {
+            assert!((count(before, m) - share * before.len() as f64).abs() <= 12.0, "{m}: {before:?}");
+        }
+        // In it: the tickets queued before it are served as the members they were (B among
+        // them, at most one list's worth), then A and C alike.
+        let b_in_peak = count(peak, 1);
+        assert!(b_in_peak <= 0.3 * 110.0 + 1.0, "{b_in_peak}");
+        let last = &peak[peak.len() - 20 * 37..];
+        assert_eq!(count(last, 1), 0.0, "B has no weight in the window: {last:?}");
+        assert!((count(last, 0) - count(last, 2)).abs() <= 2.0, "{last:?}");
+    }
+
+    #[test]
+    fn a_replay_over_its_bound_of_steps_is_refused_and_one_within_it_is_the_unbounded_replay() {
+        let c = config("A=5,B=3,C=2");
+        let d = minutes("2026-12-01T10:00:00Z", 10, 100);
+        let free = replay(&c, &d, &mut ChaCha8Rng::seed_from_u64(6));
+        let bounded = replay_within(&c, &d, &mut ChaCha8Rng::seed_from_u64(6), 10_000).unwrap();
+        assert_eq!(bounded, free, "1,000 draws of batches of 100 among 3: about 5,000 steps");
+        // Every ticket of a capped member is skipped: each draw takes many more steps.
+        let mut capped = config("A=99,B=1");
+        capped.daily_caps.insert("A".into(), 1);
+        let refused = replay_within(&capped, &d, &mut ChaCha8Rng::seed_from_u64(6), 10_000).unwrap_err();
+        assert_eq!(refused, TooMuchWork { limit: 10_000 });
+        // 5,000 members in batches of 100,000: the first batch alone is 5e8 steps, refused
+        // before it is apportioned.
+        let mut many = config("A=1");
+        many.weights = Weights::from_integers((0..5_000).map(|i| (format!("M{i}"), 1))).unwrap();
+        many.batch_size = BatchSize::new(100_000, MAX_BATCH).unwrap();
+        let one_draw = minutes("2026-12-01T10:00:00Z", 1, 1);
+        let refused = replay_within(&many, &one_draw, &mut ChaCha8Rng::seed_from_u64(6), 50_000_000).unwrap_err();
+        assert_eq!(refused, TooMuchWork { limit: 50_000_000 });
     }
 }
