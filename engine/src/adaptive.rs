@@ -75,7 +75,7 @@ impl Default for TierPolicy {
 
 impl TierPolicy {
     /// Checks every field's range, and that the boundaries with their margins do not
-    /// overlap.
+    /// overlap (what a stored policy must hold; a new one also [`Self::validate_new`]).
     pub fn validate(&self) -> Result<(), PolicyError> {
         let check = PolicyError::unless;
         check((1..=60).contains(&self.window_minutes), "window_minutes", "must be in 1..=60")?;
@@ -91,6 +91,35 @@ impl TierPolicy {
         check((1..=100).contains(&self.windows), "windows", "must be in 1..=100")?;
         check((0..=7 * 86_400_000).contains(&self.cooldown_ms), "cooldown_ms", "must be in 0..=604800000")?;
         Ok(())
+    }
+
+    /// A window's success rate and the tier it points at, when it decides (enough outcomes)
+    /// and does not point a channel in `current` towards `toward` (it points at `current`, or
+    /// the other way): the window that withdraws a move to `toward` offered before it.
+    pub fn not_toward(&self, current: Tier, toward: Tier, window: Window) -> Option<(f64, Tier)> {
+        let rate = window.success_rate().filter(|_| window.volume() >= self.min_volume)?;
+        let pointed = self.points_at(current, rate);
+        let way = |t: Tier| rank(t).cmp(&rank(current));
+        (way(pointed) == std::cmp::Ordering::Equal || way(pointed) != way(toward)).then_some((rate, pointed))
+    }
+
+    /// [`Self::validate`], and that every tier can be reached: a policy being set (one
+    /// stored before this rule keeps being judged as it is).
+    pub fn validate_new(&self) -> Result<(), PolicyError> {
+        self.validate()?;
+        // Climbing into G takes good_at_least + margin (as `points_at` adds them): above 1
+        // no rate reaches it.
+        PolicyError::unless(
+            self.good_at_least + self.margin <= 1.0,
+            "good_at_least",
+            "must be at most 1 − margin (a channel in N could never climb into G)",
+        )?;
+        // Falling into U takes a rate below normal_at_least − margin: at 0 or below none is.
+        PolicyError::unless(
+            self.normal_at_least - self.margin > 0.0,
+            "normal_at_least",
+            "must be above margin (a channel in N could never fall into U)",
+        )
     }
 
     /// The tier a window's `rate` points a channel in `current` at (the margins favour
@@ -283,12 +312,30 @@ mod tests {
     }
 
     #[test]
+    fn a_deciding_window_at_the_channel_s_tier_or_pointing_the_other_way_is_not_toward_a_move() {
+        let p = policy();
+        assert_eq!(p.not_toward(Tier::G, Tier::N, window(0.94)), Some((0.94, Tier::G)), "inside G's margin");
+        assert_eq!(p.not_toward(Tier::G, Tier::N, window(0.9)), None, "points at N: toward the move");
+        assert_eq!(p.not_toward(Tier::G, Tier::N, window(0.5)), None, "points at U: the move's way");
+        assert_eq!(p.not_toward(Tier::N, Tier::G, window(0.96)), Some((0.96, Tier::N)), "below G plus the margin");
+        assert_eq!(p.not_toward(Tier::N, Tier::U, window(0.99)), Some((0.99, Tier::G)), "the other way");
+        assert_eq!(p.not_toward(Tier::G, Tier::N, Window { ok: 10, fail: 0 }), None, "too few outcomes");
+    }
+
+    #[test]
     fn policies_are_refused_naming_the_field() {
         assert!(TierPolicy::default().validate().is_ok());
         let bad = |p: TierPolicy| p.validate().unwrap_err().field;
         assert_eq!(bad(TierPolicy { windows: 0, ..TierPolicy::default() }), "windows");
         assert_eq!(bad(TierPolicy { normal_at_least: 0.94, ..TierPolicy::default() }), "normal_at_least");
         assert_eq!(bad(TierPolicy { margin: 0.6, ..TierPolicy::default() }), "margin");
+        let unreachable = TierPolicy { good_at_least: 0.99, ..TierPolicy::default() };
+        assert!(unreachable.validate().is_ok(), "stored before the rule: still judged");
+        assert_eq!(unreachable.validate_new().unwrap_err().field, "good_at_least", "0.99 + 0.02 > 1");
+        assert!(TierPolicy { good_at_least: 0.98, ..TierPolicy::default() }.validate_new().is_ok(), "0.98 + 0.02 = 1");
+        let floorless = TierPolicy { normal_at_least: 0.01, margin: 0.02, ..TierPolicy::default() };
+        assert!(floorless.validate().is_ok(), "stored before the rule: still judged");
+        assert_eq!(floorless.validate_new().unwrap_err().field, "normal_at_least", "0.01 − 0.02 ≤ 0: never U");
         let parsed: TierPolicy =
             serde_json::from_value(serde_json::json!({"mode": "suggest", "windows": 4.0})).unwrap();
         assert_eq!((parsed.mode, parsed.windows), (TierMode::Suggest, 4));

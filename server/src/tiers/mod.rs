@@ -55,6 +55,9 @@ pub struct Report {
     pub offered: Vec<String>,
     /// Automatic moves the pools could not take, with the rule.
     pub refused: Vec<String>,
+    /// Open moves withdrawn: a window since pointed the channel back at its tier, or the
+    /// other way.
+    pub withdrawn: Vec<String>,
 }
 
 fn percent(rate: f64) -> String {
@@ -252,6 +255,7 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Re
         report.applied.extend(done.applied);
         report.offered.extend(done.offered);
         report.refused.extend(done.refused);
+        report.withdrawn.extend(done.withdrawn);
     }
     if publish {
         crate::publish::publish_now(state).await;
@@ -274,6 +278,8 @@ async fn judge_pool(
     if store::policy_of_pool(&mut *tx, pool.as_str()).await?.is_none_or(|(_, now_raw)| &now_raw != raw) {
         return Ok(report);
     }
+    // The tier each open move is for: a window that no longer points that way withdraws it.
+    let mut open = store::open_moves(&mut tx, pool.as_str()).await?;
     // Read again under the lock: another run may have judged some windows meanwhile.
     for rated in store::rated(&mut *tx, pool.as_str()).await? {
         let Some(windows) = measured.get(&rated.channel) else { continue };
@@ -286,6 +292,21 @@ async fn judge_pool(
             last = Some(*index);
             let (next, found) = judge(policy, tier, &streak, *window, now_ms);
             streak = next;
+            if let Some(toward) = open.get(&rated.channel).copied() {
+                if let Some((rate, pointed)) = policy.not_toward(tier, toward, *window) {
+                    // What the open move was offered for no longer holds.
+                    let way = if pointed == tier { "back at its tier" } else { "the other way, at tier" };
+                    let why = format!(
+                        "withdrawn: a window of {} min at {} pointed it {way} {pointed}",
+                        policy.window_minutes,
+                        percent(rate)
+                    );
+                    if store::supersede(&mut tx, pool.as_str(), Some(&rated.channel), &why, now).await? > 0 {
+                        report.withdrawn.push(format!("{pool}/{}: {why}", rated.channel));
+                    }
+                    open.remove(&rated.channel);
+                }
+            }
             let Some(found) = found else { continue };
             let reason = describe(&found, policy);
             let label = format!("{pool}/{}: {reason}", rated.channel);
@@ -311,6 +332,7 @@ async fn judge_pool(
                         new.state = "applied";
                         new.audit_id = written.first().map(|w| w.audit_id);
                         store::insert_move(&mut tx, &new).await?;
+                        open.remove(&rated.channel);
                         report.applied.push(label);
                         continue;
                     }
@@ -321,12 +343,14 @@ async fn judge_pool(
                         tracing::warn!(pool = pool.as_str(), channel = rated.channel, %refused, "tier move not applied");
                         new.note = Some(&note);
                         store::insert_move(&mut tx, &new).await?;
+                        open.insert(rated.channel.clone(), found.to);
                         report.refused.push(format!("{label}: {note}"));
                         continue;
                     }
                 }
             }
             store::insert_move(&mut tx, &new).await?;
+            open.insert(rated.channel.clone(), found.to);
             report.offered.push(label);
         }
         if let Some(last) = last {
@@ -361,7 +385,7 @@ pub async fn set_policy(
     pool: &PoolName,
     raw: &Value,
 ) -> Result<(TierPolicy, i64), ChangeError> {
-    let policy = policy_of(raw)?;
+    let policy = crate::health::parse_policy(raw, "tier_policy", TierPolicy::validate_new)?;
     let entity = crate::change::Entity::pool_key(pool);
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, &entity).await?;

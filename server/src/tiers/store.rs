@@ -1,6 +1,8 @@
 //! The adaptive-tier tables: pools' tier policies (`pool.tier_policy`), the channels'
 //! streaks (`tier_streak`) and the moves found (`tier_move`).
 
+use std::collections::HashMap;
+
 use api::tiers::{ChannelRating, TierMove};
 use chrono::{DateTime, Utc};
 use engine::adaptive::{Direction, Streak};
@@ -141,18 +143,20 @@ pub async fn moved(
     .bind(now)
     .execute(&mut *tx)
     .await?;
-    supersede(tx, pool, Some(channel), &format!("the channel moved to tier {tier}"), now).await
+    supersede(tx, pool, Some(channel), &format!("the channel moved to tier {tier}"), now).await?;
+    Ok(())
 }
 
-/// Supersedes the open moves of `pool` (of `channel` only, when given), saying why.
+/// Supersedes the open moves of `pool` (of `channel` only, when given), saying why;
+/// answers how many.
 pub async fn supersede(
     tx: &mut PgConnection,
     pool: &str,
     channel: Option<&str>,
     why: &str,
     now: DateTime<Utc>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
         "update tier_move set state = 'superseded', note = $3, decided_at = $4
          where pool = $1 and ($2::text is null or channel = $2) and state = 'open'",
     )
@@ -161,8 +165,9 @@ pub async fn supersede(
     .bind(why)
     .bind(now)
     .execute(&mut *tx)
-    .await?;
-    Ok(())
+    .await?
+    .rows_affected();
+    Ok(done)
 }
 
 /// Starts every streak of `pool` again (a new policy judges from the next window not
@@ -339,4 +344,40 @@ pub async fn set_channel_tier(tx: &mut PgConnection, channel: &str, tier: Tier) 
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// The tier each open move of `pool` is for, by channel (at most one each).
+pub async fn open_moves(tx: &mut PgConnection, pool: &str) -> Result<HashMap<String, Tier>, sqlx::Error> {
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("select channel, to_tier from tier_move where pool = $1 and state = 'open'")
+            .bind(pool)
+            .fetch_all(&mut *tx)
+            .await?;
+    Ok(rows.into_iter().filter_map(|(channel, to)| Some((channel, to.parse().ok()?))).collect())
+}
+
+/// Rows deleted at a time by [`prune`].
+const PRUNE_BATCH: i64 = 5_000;
+
+/// Deletes the moves decided (applied, accepted, dismissed or superseded) more than `days`
+/// days ago, in batches; open moves stay. Returns how many. An applied or accepted move's
+/// change stays in the audit trail.
+pub async fn prune(db: &PgPool, days: i32) -> Result<u64, sqlx::Error> {
+    let mut deleted = 0;
+    loop {
+        let done = sqlx::query(
+            "delete from tier_move where id in (
+                 select id from tier_move
+                 where state <> 'open' and decided_at < now() - make_interval(days => $1) limit $2)",
+        )
+        .bind(days)
+        .bind(PRUNE_BATCH)
+        .execute(db)
+        .await?
+        .rows_affected();
+        deleted += done;
+        if done < PRUNE_BATCH as u64 {
+            return Ok(deleted);
+        }
+    }
 }

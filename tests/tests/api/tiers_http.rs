@@ -279,6 +279,8 @@ async fn a_tier_policy_is_checked_and_only_a_tiers_pool_takes_one_that_is_on() {
     let b = bench().await;
     let (status, reply) = set_policy(&b, "t", json!({"mode": "automatic", "margin": 0.1})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("tier_policy.normal_at_least")), "{reply}");
+    let (status, reply) = set_policy(&b, "t", json!({"good_at_least": 0.99})).await;
+    assert_eq!((status, reply["field"].as_str()), (422, Some("tier_policy.good_at_least")), "0.99 + 0.02: {reply}");
     let (status, reply) = set_policy(&b, "t", json!({"windows": 0})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("tier_policy.windows")), "{reply}");
     let (status, reply) = set_policy(&b, "t", json!({"mode": "sometimes"})).await;
@@ -336,4 +338,65 @@ async fn a_tier_policy_is_checked_and_only_a_tiers_pool_takes_one_that_is_on() {
     let (status, reply) = set_policy(&b, "t", json!({"mode": "automatic"})).await;
     assert_eq!((status, reply["field"].as_str()), (409, Some("policy")), "{reply}");
     assert_eq!(set_policy(&b, "t", json!({"mode": "off"})).await.0, 200);
+}
+
+#[tokio::test]
+async fn a_suggestion_is_withdrawn_once_a_window_no_longer_points_its_way_and_decided_moves_are_pruned() {
+    // Arrange: suggest mode; G1, G2 and N1 at 60 % for three windows: G1 and G2 are offered
+    // G → N, N1 N → U
+    let b = bench().await;
+    assert_eq!(set_policy(&b, "t", POLICY("suggest")).await.0, 200);
+    for index in 0..3 {
+        window(&b, index, &[("G1", 0.6), ("G2", 0.6), ("N1", 0.6)]).await;
+        judge(&b, index).await;
+    }
+    let offered = |said: &Value, channel: &str| {
+        said["moves"].as_array().unwrap().iter().find(|m| m["channel"] == channel).cloned().unwrap()
+    };
+    let said = adaptive(&b).await;
+    for channel in ["G1", "G2", "N1"] {
+        assert_eq!(offered(&said, channel)["state"], "open", "{said}");
+    }
+
+    // Act: a window with too few outcomes decides nothing; then G1 at 97 % (back at its
+    // tier), N1 at 99 % (the other way), G2 still at 60 %
+    b.clock.set(minute(3 * 5 + 1));
+    let g1 = client::health::ChannelCode::parse("G1").unwrap();
+    let few = client::health::OutcomeCounts { ok: 10, fail: 0, latency_ms_sum: 0, latency_count: 0 };
+    b.outcomes.record_counts(&g1, &few).await.unwrap();
+    let quiet = judge(&b, 3).await;
+    window(&b, 4, &[("G1", 0.97), ("G2", 0.6), ("N1", 0.99)]).await;
+    let back = judge(&b, 4).await;
+
+    // Assert: the offers stay through the quiet window; then G1's and N1's are withdrawn
+    // and cannot be accepted, G2's stays
+    assert!(quiet.withdrawn.is_empty(), "{quiet:?}");
+    assert_eq!(back.withdrawn.len(), 2, "{back:?}");
+    let said = adaptive(&b).await;
+    let note = |channel: &str| {
+        let m = offered(&said, channel);
+        (m["state"].as_str().map(str::to_owned), m["note"].as_str().map(str::to_owned))
+    };
+    let superseded = |text: &str| (Some("superseded".to_owned()), Some(text.to_owned()));
+    assert_eq!(note("G1"), superseded("withdrawn: a window of 5 min at 97.0% pointed it back at its tier G"));
+    assert_eq!(note("N1"), superseded("withdrawn: a window of 5 min at 99.0% pointed it the other way, at tier G"));
+    assert_eq!(note("G2").0.as_deref(), Some("open"));
+    let accept = format!("/api/v1/pools/t/tier_moves/{}/accept", offered(&said, "G1")["id"]);
+    let (status, reply) = b.app.send(Method::POST, &accept, Some(TOKEN), json!({"reason": "too late"})).await;
+    assert_eq!((status, reply["field"].as_str()), (409, Some("state")), "{reply}");
+    assert_eq!(names(&tiers_of(&b).await["G"]), ["G1", "G2"]);
+
+    // Moves decided longer ago than the retention are pruned; open ones stay
+    sqlx::query("update tier_move set decided_at = now() - interval '30 days', created_at = created_at - interval '30 days' where pool = 't'")
+        .execute(&b.app.state.db)
+        .await
+        .unwrap();
+    server::jobs::sample_prune::run_once(&b.app.state).await.unwrap();
+    let left: Vec<(String, String)> = adaptive(&b).await["moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["channel"].as_str().unwrap().to_owned(), m["state"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(left, [("G2".to_owned(), "open".to_owned())]);
 }
