@@ -85,7 +85,7 @@ def _seconds(raw):
 def _windows_ok(body):
     """A pool's peak windows: `end` not equal to `start`."""
     lists = []
-    for holder in (body, body.get("snapshot"), body.get("operation")):
+    for holder in (body, body.get("snapshot"), body.get("operation"), body.get("candidate")):
         if isinstance(holder, dict) and isinstance(holder.get("peak_windows"), list):
             lists.append(holder["peak_windows"])
     for windows in lists:
@@ -99,8 +99,8 @@ def _windows_ok(body):
 
 def _all_weights_ok(body):
     """Every weights list of a body: `weights`, each peak window's, a snapshot's and its
-    tiers', a change request's operation's, a ramp plan's target and steps' (direct or in a
-    change request)."""
+    tiers', a change request's operation's, a replay's candidate's, a ramp plan's target
+    and steps' (direct or in a change request)."""
     if not isinstance(body, dict):
         return True
     lists = []
@@ -111,7 +111,7 @@ def _all_weights_ok(body):
             steps = plan.get("steps")
             if isinstance(steps, list):
                 lists.extend(step.get("weights") for step in steps if isinstance(step, dict))
-    for holder in (body, body.get("snapshot"), body.get("operation")):
+    for holder in (body, body.get("snapshot"), body.get("operation"), body.get("candidate")):
         if not isinstance(holder, dict):
             continue
         lists.append(holder.get("weights"))
@@ -134,7 +134,8 @@ def _grant_ok(body):
 
 def _tier_policy_ok(body):
     """PUT /api/v1/pools/{pool}/tier_policy: `normal_at_least` below `good_at_least` by at
-    least twice `margin` (each left out takes its default: 0.8, 0.95, 0.02)."""
+    least twice `margin`, `good_at_least + margin` at most 1 and `normal_at_least` above
+    `margin` (each left out takes its default: 0.8, 0.95, 0.02)."""
     policy = body.get("policy") if isinstance(body, dict) else None
     if not isinstance(policy, dict):
         return True
@@ -142,7 +143,18 @@ def _tier_policy_ok(body):
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return True
     normal, good, margin = values
-    return normal + 2 * margin <= good
+    return normal + 2 * margin <= good and good + margin <= 1 and normal - margin > 0
+
+
+def _replay_ok(body):
+    """POST /api/v1/pools/{pool}/replay: `to` after `from`; `weights` or `candidate`, not
+    both."""
+    if not isinstance(body, dict):
+        return True
+    start, end = _time(body.get("from")), _time(body.get("to"))
+    if start is not None and end is not None and end <= start:
+        return False
+    return body.get("weights") is None or body.get("candidate") is None
 
 
 def _case_ok(case):
@@ -165,6 +177,8 @@ def _case_ok(case):
             return False
     if path == "/api/v1/pools/{pool}/tier_policy":
         return _tier_policy_ok(case.body)
+    if path == "/api/v1/pools/{pool}/replay" and not _replay_ok(case.body):
+        return False
     if path.startswith("/api/v1/pools/") or path in ("/api/v1/changes", "/api/v1/changes/{id}"):
         return _all_weights_ok(case.body) and (not isinstance(case.body, dict) or _windows_ok(case.body))
     if path == "/api/v1/tenants/{tenant}/grants":

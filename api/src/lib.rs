@@ -16,6 +16,7 @@ pub mod paths;
 pub mod plans;
 pub mod pools;
 pub mod ramps;
+pub mod replay;
 pub mod routes;
 pub mod status;
 pub mod tenants;

@@ -33,6 +33,7 @@ pub const POOL_REBUILD: &str = "/api/v1/pools/{pool}/rebuild";
 pub const POOL_SAMPLES: &str = "/api/v1/pools/{pool}/samples";
 pub const POOL_HEALTH: &str = "/api/v1/pools/{pool}/health";
 pub const POOL_HEALTH_POLICY: &str = "/api/v1/pools/{pool}/health_policy";
+pub const POOL_REPLAY: &str = "/api/v1/pools/{pool}/replay";
 
 pub const CHANNELS: &str = "/api/v1/channels";
 pub const CHANNEL: &str = "/api/v1/channels/{code}";

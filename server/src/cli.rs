@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::draws::replay::ReplayRequest;
+
 /// Tessera: weighted traffic allocation and tenant token quotas, on Postgres and Redis.
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about)]
@@ -64,9 +66,13 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub to: String,
     /// A candidate configuration: a JSON file with the pool's body as
-    /// `PUT /api/v1/pools/{pool}` takes it. Default: the pool's configuration now.
-    #[arg(long)]
+    /// `PUT /api/v1/pools/{pool}` takes it. Default: the pool as published now.
+    #[arg(long, conflicts_with = "weights")]
     pub candidate: Option<PathBuf>,
+    /// The pool as published now with these weights instead, e.g. `A=45,B=30,C=25` (a tiers
+    /// pool's tiers: `G=70,N=25,U=5`).
+    #[arg(long)]
+    pub weights: Option<String>,
     /// Seeds the replay's shuffles.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -80,7 +86,8 @@ pub struct ReplayArgs {
 
 impl ReplayArgs {
     /// The request these arguments make, each refused naming its flag.
-    pub fn request(&self) -> anyhow::Result<crate::draws::replay::ReplayRequest> {
+    pub fn request(&self) -> anyhow::Result<ReplayRequest> {
+        use crate::draws::replay::Candidate;
         let pool = client::pool::PoolName::parse(&self.pool).map_err(|e| anyhow::anyhow!("--pool: {e}"))?;
         let time = |flag: &str, raw: &str| {
             chrono::DateTime::parse_from_rfc3339(raw)
@@ -89,18 +96,27 @@ impl ReplayArgs {
         };
         let (from, to) = (time("--from", &self.from)?, time("--to", &self.to)?);
         anyhow::ensure!(from < to, "--to: must be after --from");
-        anyhow::ensure!(self.window > 0, "--window: must be at least 1");
-        let candidate = match &self.candidate {
-            None => None,
-            Some(path) => {
+        anyhow::ensure!(
+            (1..=api::replay::MAX_WINDOW).contains(&self.window),
+            "--window: must be 1..={}",
+            api::replay::MAX_WINDOW
+        );
+        let candidate = match (&self.candidate, &self.weights) {
+            (None, None) => Candidate::Published,
+            (_, Some(spec)) => {
+                Candidate::Weights(engine::Weights::parse_spec(spec).map_err(|e| anyhow::anyhow!("--weights: {e}"))?)
+            }
+            (Some(path), None) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| anyhow::anyhow!("--candidate: reading {}: {e}", path.display()))?;
                 let body: serde_json::Value = serde_json::from_str(&text)
                     .map_err(|e| anyhow::anyhow!("--candidate: {} is not JSON: {e}", path.display()))?;
-                Some(crate::pools::parse_pool_body(&body).map_err(|e| anyhow::anyhow!("--candidate: {e}"))?)
+                Candidate::Body(Box::new(
+                    crate::pools::parse_pool_body(&body).map_err(|e| anyhow::anyhow!("--candidate: {e}"))?,
+                ))
             }
         };
-        Ok(crate::draws::replay::ReplayRequest { pool, from, to, candidate, seed: self.seed, window: self.window })
+        Ok(ReplayRequest { pool, from, to, candidate, seed: self.seed, window: self.window, bounds: None })
     }
 }
 
@@ -289,6 +305,7 @@ mod tests {
             from: from.to_owned(),
             to: to.to_owned(),
             candidate: candidate.map(PathBuf::from),
+            weights: None,
             seed: 1,
             window: 100,
             json: false,
@@ -299,8 +316,16 @@ mod tests {
         assert!(err(replay("p", "yesterday", t2, None)).starts_with("--from"));
         assert!(err(replay("p", t1, t2, None)).starts_with("--to"), "11:00+01:00 is 10:00Z");
         assert!(err(replay("p", t1, "2026-12-01T12:00:00Z", Some("/nonexistent/x.json"))).starts_with("--candidate"));
+        let weighted =
+            |spec: &str| ReplayArgs { weights: Some(spec.to_owned()), ..replay("p", t1, "2026-12-01T12:00:00Z", None) };
+        assert!(err(weighted("A=5,A=3")).starts_with("--weights"));
+        assert!(err(ReplayArgs { window: 0, ..replay("p", t1, "2026-12-01T12:00:00Z", None) }).starts_with("--window"));
         let ok = replay("p", t1, "2026-12-01T12:00:00Z", None).request().unwrap();
         assert_eq!((ok.to - ok.from).num_hours(), 2);
+        assert!(matches!(ok.candidate, crate::draws::replay::Candidate::Published));
+        assert_eq!(ok.bounds, None, "the command line reads and computes without bounds");
+        let ok = weighted("A=5,B=3").request().unwrap();
+        assert!(matches!(ok.candidate, crate::draws::replay::Candidate::Weights(ref w) if w.total() == 8));
     }
 
     fn args(weights: &str, draws: u64, window: u64, json: bool) -> VerifyArgs {

@@ -58,6 +58,8 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::pools::draw::draw_ticket,
         crate::routing::routes::draw_route,
         crate::samples::routes::list_pool_samples,
+        // Traffic replay: recorded draws through a candidate configuration (draws/routes.rs).
+        crate::draws::routes::replay_pool,
         // Outcome reports (data plane of health).
         crate::channels::outcomes::record_outcomes,
         // Audit trail.

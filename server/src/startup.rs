@@ -244,6 +244,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::usage::routes::configure(cfg);
     crate::health::routes::configure(cfg);
     crate::tiers::routes::configure(cfg);
+    crate::draws::routes::configure(cfg);
     crate::ramps::routes::configure(cfg);
     crate::routing::routes::configure(cfg);
     crate::access::routes::configure(cfg);

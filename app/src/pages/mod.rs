@@ -9,6 +9,7 @@ pub mod login;
 pub mod not_found;
 pub mod pool_history;
 pub mod pool_limits;
+pub mod pool_replay;
 pub mod pool_tiers;
 pub mod pools;
 pub mod ramp;

@@ -17,6 +17,7 @@ use crate::components::layout::CurrentSession;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 use crate::pages::pool_history::PoolHistory;
 use crate::pages::pool_limits::{submit_change, CapsForm, Change, EditTarget, LimitsTable, PeakWindowsForm};
+use crate::pages::pool_replay::PoolReplay;
 use crate::pages::pool_tiers::PoolTiers;
 
 /// The pools list: search, sort and pages, all in the URL.
@@ -112,12 +113,15 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
     let role = session.as_ref().map(|s| s.role.clone()).unwrap_or_default();
     let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
     let tiers_csrf = csrf.clone();
+    let replay_csrf = csrf.clone();
+    // The weights the editor holds now, for a replay through them before they are saved.
+    let typed = RwSignal::new(None::<Weights>);
     let target = EditTarget { pool: pool.name.clone(), version: pool.version, csrf };
     let history_target = target.clone();
     let channels: Vec<String> = pool.members.iter().map(|m| m.channel.clone()).collect();
     let (weights_editor, limits_editors) = if may_edit {
         (
-            view! { <WeightsForm target=target.clone() weights=pool.weights.clone() batch_size=pool.batch_size ordering=pool.ordering.clone()/> }.into_any(),
+            view! { <WeightsForm target=target.clone() weights=pool.weights.clone() batch_size=pool.batch_size ordering=pool.ordering.clone() typed_weights=typed/> }.into_any(),
             view! {
                 <PeakWindowsForm target=target.clone() timezone=pool.timezone.clone() windows=pool.peak_windows.clone()/>
                 <CapsForm target channels caps=pool.caps.clone()/>
@@ -162,6 +166,10 @@ fn PoolView(pool: PoolDetail, session: Option<SessionInfo>) -> impl IntoView {
                 <PoolTiers pool=pool.name.clone() csrf=tiers_csrf may_edit/>
             </section>
         })}
+        <section class="card" aria-labelledby="replay-heading">
+            <h2 id="replay-heading">"Traffic replay"</h2>
+            <PoolReplay pool=pool.name.clone() csrf=replay_csrf typed=may_edit.then_some(typed)/>
+        </section>
         <section class="card" aria-labelledby="history-heading">
             <h2 id="history-heading">"Version history"</h2>
             <PoolHistory target=history_target may_edit/>
@@ -223,7 +231,13 @@ fn Members(members: Vec<MemberView>) -> impl IntoView {
 /// reason is required; drain or immediate. Posted to the REST API with the session's CSRF
 /// token; a stale edit (409) is shown with the change that came in between.
 #[component]
-fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, ordering: String) -> impl IntoView {
+fn WeightsForm(
+    target: EditTarget,
+    weights: Vec<WeightEntry>,
+    batch_size: u32,
+    ordering: String,
+    typed_weights: RwSignal<Option<Weights>>,
+) -> impl IntoView {
     let batch = BatchSize::new(u64::from(batch_size), BatchSize::ABSOLUTE_MAX).unwrap_or(BatchSize::DEFAULT);
     let ordering = if ordering == "shuffle" { Ordering::Shuffle } else { Ordering::Smooth };
     let current = Weights::from_integers(weights.iter().map(|w| (w.member.clone(), w.weight)))
@@ -238,6 +252,7 @@ fn WeightsForm(target: EditTarget, weights: Vec<WeightEntry>, batch_size: u32, o
         Weights::parse(&refs)
     });
     let proposed = Memo::new(move |_| parsed.with(|p| p.as_ref().ok().map(|w| preview(w, batch, ordering))));
+    Effect::new(move |_| typed_weights.set(parsed.with(|p| p.as_ref().ok().cloned())));
     let reason = RwSignal::new(String::new());
     let mode = RwSignal::new("drain".to_owned());
     let message = RwSignal::new(None::<String>);

@@ -285,6 +285,8 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         "/api/v1/changes/{id}/approve" | "/api/v1/changes/{id}/reject" => Read,
         // Decides without drawing or writing: a read, as the rule tester uses it.
         "/api/v1/routes/{route}/evaluate" => Read,
+        // Replays recorded draws through a candidate, writing nothing (bounded in draws).
+        "/api/v1/pools/{pool}/replay" => Read,
         "/api/v1/policies/{scope}" => ManageAccess,
         "/api/v1/ramps/{id}/pause" | "/api/v1/ramps/{id}/step_back" | "/api/v1/ramps/{id}/abort" => Halt,
         "/api/v1/pools/{pool}/ramps"

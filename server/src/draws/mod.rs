@@ -14,6 +14,7 @@
 //! row's `returned`.
 
 pub mod replay;
+pub mod routes;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};

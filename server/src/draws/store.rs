@@ -79,6 +79,20 @@ fn draws_of(row: &sqlx::postgres::PgRow) -> anyhow::Result<(Vec<String>, Vec<u32
     Ok((members, sequence))
 }
 
+/// How many draws the pool's rows with minutes in `from..to` hold (what a replay of the
+/// period would read), without reading them.
+pub async fn count(db: &PgPool, pool: &PoolName, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<u64, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "select coalesce(sum(draws), 0)::bigint from draw_log where pool = $1 and minute >= $2 and minute < $3",
+    )
+    .bind(pool.as_str())
+    .bind(from)
+    .bind(to)
+    .fetch_one(db)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// The pool's draws with minutes in `from..to`, minute by minute, in the order served.
 pub async fn load(
     db: &PgPool,

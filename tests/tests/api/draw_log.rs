@@ -6,6 +6,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use client::health::{ChannelCode, OutcomeCounts};
 use client::pool::PoolName;
 use integration::{spawn_app, TestApp};
+use server::draws::replay::Candidate;
 use server::draws::store;
 use server::jobs::{draw_log, sample_prune};
 
@@ -203,9 +204,10 @@ async fn a_replay_of_the_recorded_draws_through_the_unchanged_configuration_repr
         pool: pool("cn-pay"),
         from: start - TimeDelta::minutes(1),
         to: now + TimeDelta::minutes(1),
-        candidate: None,
+        candidate: Candidate::Published,
         seed: 1,
         window: 100,
+        bounds: None,
     };
     let report = server::draws::replay::replay(&app.state.db, &request).await.unwrap();
 
@@ -242,7 +244,7 @@ async fn a_replay_of_the_recorded_draws_through_the_unchanged_configuration_repr
     capped.caps.insert("ALIPAY_A".to_owned(), 100);
     let report = server::draws::replay::replay(
         &app.state.db,
-        &server::draws::replay::ReplayRequest { candidate: Some(capped), ..request },
+        &server::draws::replay::ReplayRequest { candidate: Candidate::Body(Box::new(capped)), ..request },
     )
     .await
     .unwrap();
@@ -250,4 +252,108 @@ async fn a_replay_of_the_recorded_draws_through_the_unchanged_configuration_repr
     assert_eq!(alipay.replayed_draws, 100, "{report:?}");
     assert!(alipay.cap_hits > 0);
     assert_eq!(report.config_version, None);
+}
+
+#[tokio::test]
+async fn a_replay_over_http_reports_the_recorded_period_through_the_published_pool_or_typed_weights_and_refuses_bad_input(
+) {
+    // Arrange: 600 draws of cn-pay, drained
+    let app = seeded_app().await;
+    let start = app.state.pool_admin.now().await.unwrap();
+    let recorded = draw_n(&app, "cn-pay", 600).await;
+    let now = app.state.pool_admin.now().await.unwrap();
+    draw_log::run_at(&app.state, now).await.unwrap();
+    let at = |t: DateTime<Utc>| t.to_rfc3339();
+    let (from, to) = (at(start - TimeDelta::minutes(1)), at(now + TimeDelta::minutes(1)));
+    let replay = |body: serde_json::Value| app.post_json("/api/v1/pools/cn-pay/replay", body);
+
+    // Act: through the pool as published, then through typed weights
+    let (status, published) = replay(serde_json::json!({"from": from, "to": to})).await;
+    let (weighted_status, weighted) = replay(serde_json::json!({
+        "from": from, "to": to, "window": 50, "seed": 7,
+        "weights": [{"member": "ALIPAY_A", "weight": 1}, {"member": "WECHAT_B", "weight": 1}, {"member": "UNION_C", "weight": 0}]
+    }))
+    .await;
+
+    // Assert: the recorded counts, and the replay through the weights given
+    assert_eq!(status, 200, "{published}");
+    assert_eq!((published["through"].as_str(), published["config_version"].as_u64()), (Some("published"), Some(1)));
+    assert_eq!(published["recorded"]["draws"], 600);
+    assert_eq!(published["replayed"]["draws"], 600);
+    for m in published["members"].as_array().unwrap() {
+        let name = m["member"].as_str().unwrap();
+        assert_eq!(m["recorded_draws"].as_u64().unwrap(), recorded.iter().filter(|r| *r == name).count() as u64);
+    }
+    assert_eq!(weighted_status, 200, "{weighted}");
+    assert_eq!((weighted["through"].as_str(), weighted["window"].as_u64()), (Some("weights"), Some(50)));
+    let member =
+        |name: &str| weighted["members"].as_array().unwrap().iter().find(|m| m["member"] == name).cloned().unwrap();
+    assert_eq!(member("ALIPAY_A")["replayed_draws"], 300, "{weighted}");
+    assert_eq!(member("WECHAT_B")["replayed_draws"], 300, "{weighted}");
+    assert_eq!(member("UNION_C")["replayed_draws"], 0, "{weighted}");
+    assert_eq!(member("UNION_C")["expected_share"], 0.0);
+    assert!(member("UNION_C")["recorded_draws"].as_u64().unwrap() > 0, "what happened is still reported");
+
+    // Bad input, each refused naming its field, and nothing written
+    let newest_audit = || async { app.get_json("/api/v1/audit?limit=1").await.1["rows"][0]["id"].clone() };
+    let audit_before = newest_audit().await;
+    assert!(audit_before.is_i64(), "the seed wrote audit rows");
+    let (_, detail) = app.get_json("/api/v1/pools/cn-pay").await;
+    let mut zero_batch = detail["snapshot"].clone();
+    zero_batch["batch_size"] = 0.into();
+    let mut crowded = detail["snapshot"].clone();
+    crowded["peak_windows"] = (0..49)
+        .map(|i| serde_json::json!({"start": format!("{:02}:{:02}", i / 60, i % 60), "end": format!("{:02}:{:02}:30", i / 60, i % 60), "multiplier": 2}))
+        .collect();
+    let refusals = [
+        (serde_json::json!({"from": "yesterday", "to": to}), 400, "from"),
+        (serde_json::json!({"from": to, "to": from}), 422, "to"),
+        (serde_json::json!({"from": from, "to": to, "window": 0}), 422, "window"),
+        (serde_json::json!({"from": from, "to": to, "seed": 9007199254740992_u64}), 400, "seed"),
+        (
+            serde_json::json!({"from": from, "to": to, "weights": [{"member": "A", "weight": 1}], "candidate": detail["snapshot"]}),
+            422,
+            "candidate",
+        ),
+        (serde_json::json!({"from": from, "to": to, "candidate": zero_batch}), 422, "candidate.batch_size"),
+        (serde_json::json!({"from": from, "to": to, "candidate": crowded}), 422, "candidate.peak_windows"),
+        (
+            serde_json::json!({"from": at(start - TimeDelta::days(2)), "to": at(start - TimeDelta::days(1))}),
+            422,
+            "from",
+        ),
+    ];
+    for (body, want, field) in refusals {
+        let (status, reply) = replay(body.clone()).await;
+        assert_eq!((status, reply["field"].as_str()), (want, Some(field)), "{body} → {reply}");
+    }
+    let tiers_body = serde_json::json!({"from": from, "to": to, "weights": [{"member": "X", "weight": 1}]});
+    let (status, reply) = app.post_json("/api/v1/pools/sea-pay/replay", tiers_body).await;
+    assert_eq!((status, reply["field"].as_str()), (422, Some("weights")), "a tiers pool's weights are tiers: {reply}");
+    let (status, reply) = app.post_json("/api/v1/pools/nope/replay", serde_json::json!({"from": from, "to": to})).await;
+    assert_eq!(status, 404, "{reply}");
+    assert_eq!(newest_audit().await, audit_before, "a replay writes nothing");
+    let (_, after) = app.get_json("/api/v1/pools/cn-pay").await;
+    assert_eq!((&after["version"], &after["published_version"]), (&detail["version"], &detail["published_version"]));
+
+    // A period holding more draws than the bound is refused before it is read
+    let request = server::draws::replay::ReplayRequest {
+        pool: pool("cn-pay"),
+        from: start - TimeDelta::minutes(1),
+        to: now + TimeDelta::minutes(1),
+        candidate: Candidate::Published,
+        seed: 1,
+        window: 100,
+        bounds: Some(server::draws::replay::Bounds { draws: 599, steps: u64::MAX }),
+    };
+    let refused = server::draws::replay::replay(&app.state.db, &request).await.unwrap_err().to_string();
+    assert!(refused.starts_with("to: the period holds 600 recorded draws, more than the 599"), "{refused}");
+    // So is one that would take more of the engine's steps than its bound
+    let bounds = Some(server::draws::replay::Bounds { draws: u64::MAX, steps: 1_000 });
+    let refused =
+        server::draws::replay::replay(&app.state.db, &server::draws::replay::ReplayRequest { bounds, ..request })
+            .await
+            .unwrap_err()
+            .to_string();
+    assert!(refused.starts_with("to: the replay takes more than 1000 steps"), "{refused}");
 }

@@ -10,6 +10,7 @@ mod ui_dashboard;
 mod ui_grants;
 mod ui_pool_edit;
 mod ui_ramps;
+mod ui_replay;
 mod ui_tenants;
 mod ui_tiers;
 mod ui_users;
