@@ -107,6 +107,22 @@ pub async fn try_advisory_lock(conn: &mut PgConnection, key: i64) -> Result<bool
     sqlx::query_scalar("select pg_try_advisory_lock($1)").bind(key).fetch_one(conn).await
 }
 
+/// Rows a prune deletes at a time: no delete holds a long lock.
+pub const PRUNE_BATCH: i64 = 5_000;
+
+/// Runs `delete_sql` (a delete of at most `$2` rows older than `$1` days) until a batch
+/// deletes fewer than a whole one; answers how many rows in all.
+pub async fn delete_in_batches(db: &PgPool, delete_sql: &'static str, days: i32) -> Result<u64, sqlx::Error> {
+    let mut deleted = 0;
+    loop {
+        let done = sqlx::query(delete_sql).bind(days).bind(PRUNE_BATCH).execute(db).await?.rows_affected();
+        deleted += done;
+        if done < PRUNE_BATCH as u64 {
+            return Ok(deleted);
+        }
+    }
+}
+
 /// How many rows a table holds (benchmarks size their data by it).
 pub async fn count_rows(db: &PgPool, table: &'static str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(db).await

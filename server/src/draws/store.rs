@@ -7,9 +7,6 @@ use sqlx::{PgPool, Row};
 
 use super::MinuteRow;
 
-/// Rows deleted at a time by [`prune`].
-const PRUNE_BATCH: i64 = 5_000;
-
 /// The id of the last entry of the pool's stream written here (none: nothing yet).
 pub async fn cursor(db: &PgPool, pool: &PoolName) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar("select last_id from draw_log_cursor where pool = $1")
@@ -215,20 +212,19 @@ pub async fn outcomes(
 /// Deletes draw-log rows written, and outcome minutes, more than `days` days ago, in
 /// batches; returns how many.
 pub async fn prune(db: &PgPool, days: i32) -> Result<u64, sqlx::Error> {
-    let mut deleted = 0;
-    for sql in [
+    let rows = crate::store::delete_in_batches(
+        db,
         "delete from draw_log where id in (
              select id from draw_log where created_at < now() - make_interval(days => $1) limit $2)",
+        days,
+    )
+    .await?;
+    let minutes = crate::store::delete_in_batches(
+        db,
         "delete from outcome_minute where (channel, minute) in (
              select channel, minute from outcome_minute where minute < now() - make_interval(days => $1) limit $2)",
-    ] {
-        loop {
-            let done = sqlx::query(sql).bind(days).bind(PRUNE_BATCH).execute(db).await?.rows_affected();
-            deleted += done;
-            if done < PRUNE_BATCH as u64 {
-                break;
-            }
-        }
-    }
-    Ok(deleted)
+        days,
+    )
+    .await?;
+    Ok(rows + minutes)
 }

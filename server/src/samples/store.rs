@@ -11,9 +11,6 @@ use sqlx::PgPool;
 use crate::configuration::SampleRetention;
 use crate::jobs::pool_sampler::{ListLength, MemberSample, PoolSample, MAX_WINDOW, WINDOW, WINDOW_SLACK};
 
-/// Rows deleted per statement.
-const BATCH: i64 = 5000;
-
 /// The pools with at least one snapshot in Postgres (entities `pool:<name>`).
 #[tracing::instrument(skip_all, err)]
 pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolName>, sqlx::Error> {
@@ -284,22 +281,13 @@ pub(crate) fn to_sample(r: SampleRow, members: &mut HashMap<i64, BTreeMap<String
 #[tracing::instrument(skip_all, fields(retention_days = retention.days()), err)]
 pub async fn prune_samples(db: &PgPool, retention: SampleRetention) -> Result<u64, sqlx::Error> {
     let days = i32::try_from(retention.days()).unwrap_or(i32::MAX);
-    let mut deleted = 0;
-    loop {
-        let done = sqlx::query(
-            "delete from pool_sample where id in (
-                 select id from pool_sample where taken_at < now() - make_interval(days => $1) limit $2)",
-        )
-        .bind(days)
-        .bind(BATCH)
-        .execute(db)
-        .await?
-        .rows_affected();
-        deleted += done;
-        if done < BATCH as u64 {
-            return Ok(deleted);
-        }
-    }
+    crate::store::delete_in_batches(
+        db,
+        "delete from pool_sample where id in (
+             select id from pool_sample where taken_at < now() - make_interval(days => $1) limit $2)",
+        days,
+    )
+    .await
 }
 
 /// The members' day counters in a pool's last sample of the last two days: its pool-local

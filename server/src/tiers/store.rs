@@ -356,28 +356,16 @@ pub async fn open_moves(tx: &mut PgConnection, pool: &str) -> Result<HashMap<Str
     Ok(rows.into_iter().filter_map(|(channel, to)| Some((channel, to.parse().ok()?))).collect())
 }
 
-/// Rows deleted at a time by [`prune`].
-const PRUNE_BATCH: i64 = 5_000;
-
 /// Deletes the moves decided (applied, accepted, dismissed or superseded) more than `days`
 /// days ago, in batches; open moves stay. Returns how many. An applied or accepted move's
 /// change stays in the audit trail.
 pub async fn prune(db: &PgPool, days: i32) -> Result<u64, sqlx::Error> {
-    let mut deleted = 0;
-    loop {
-        let done = sqlx::query(
-            "delete from tier_move where id in (
-                 select id from tier_move
-                 where state <> 'open' and decided_at < now() - make_interval(days => $1) limit $2)",
-        )
-        .bind(days)
-        .bind(PRUNE_BATCH)
-        .execute(db)
-        .await?
-        .rows_affected();
-        deleted += done;
-        if done < PRUNE_BATCH as u64 {
-            return Ok(deleted);
-        }
-    }
+    crate::store::delete_in_batches(
+        db,
+        "delete from tier_move where id in (
+             select id from tier_move
+             where state <> 'open' and decided_at < now() - make_interval(days => $1) limit $2)",
+        days,
+    )
+    .await
 }
