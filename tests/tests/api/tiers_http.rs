@@ -400,3 +400,30 @@ async fn a_suggestion_is_withdrawn_once_a_window_no_longer_points_its_way_and_de
         .collect();
     assert_eq!(left, [("G2".to_owned(), "open".to_owned())]);
 }
+
+#[tokio::test]
+async fn a_job_that_was_away_offers_and_withdraws_a_move_in_one_run_judging_the_windows_in_order() {
+    // Arrange: suggest mode; G1 judged once at 60 %, then away while G1 has three more
+    // windows at 60 % and one back at 97 %
+    let b = bench().await;
+    assert_eq!(set_policy(&b, "t", POLICY("suggest")).await.0, 200);
+    window(&b, 0, &[("G1", 0.6)]).await;
+    judge(&b, 0).await;
+    for index in 1..4 {
+        window(&b, index, &[("G1", 0.6)]).await;
+    }
+    window(&b, 4, &[("G1", 0.97)]).await;
+
+    // Act: one run catches up windows 1 to 4
+    let run = judge(&b, 4).await;
+
+    // Assert: the third window at 60 % offered G → N, the window at 97 % withdrew it
+    assert_eq!(run.offered.len(), 1, "{run:?}");
+    assert!(run.offered[0].starts_with("t/G1: "), "{run:?}");
+    assert_eq!(run.withdrawn, ["t/G1: withdrawn: a window of 5 min at 97.0% pointed it back at its tier G"], "{run:?}");
+    let said = adaptive(&b).await;
+    let moves = said["moves"].as_array().unwrap();
+    assert_eq!(moves.len(), 1, "{said}");
+    assert_eq!((moves[0]["state"].as_str(), moves[0]["to"].as_str()), (Some("superseded"), Some("N")), "{said}");
+    assert_eq!(names(&tiers_of(&b).await["G"]), ["G1", "G2"], "suggest mode changes nothing");
+}
