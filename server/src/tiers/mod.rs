@@ -287,12 +287,20 @@ async fn judge_pool(
         let mut tier = rated.tier;
         let mut streak = rated.streak.clone();
         let mut last = None;
+        if let Some((from, _)) = open.get(&rated.channel).copied().filter(|(from, _)| *from != tier) {
+            // Another change (a person's edit of the pool or the channel) moved it meanwhile.
+            let why = format!("withdrawn: the channel is in tier {tier} now, not {from} (moved by another change)");
+            if store::supersede(&mut tx, pool.as_str(), Some(&rated.channel), &why, now).await? > 0 {
+                report.withdrawn.push(format!("{pool}/{}: {why}", rated.channel));
+            }
+            open.remove(&rated.channel);
+        }
         for (index, window) in windows.iter().filter(|(i, _)| judged.is_none_or(|j| *i > j)) {
             report.judged += 1;
             last = Some(*index);
             let (next, found) = judge(policy, tier, &streak, *window, now_ms);
             streak = next;
-            if let Some(toward) = open.get(&rated.channel).copied() {
+            if let Some((_, toward)) = open.get(&rated.channel).copied() {
                 if let Some((rate, pointed)) = policy.not_toward(tier, toward, *window) {
                     // What the open move was offered for no longer holds.
                     let way = if pointed == tier { "back at its tier" } else { "the other way, at tier" };
@@ -343,14 +351,14 @@ async fn judge_pool(
                         tracing::warn!(pool = pool.as_str(), channel = rated.channel, %refused, "tier move not applied");
                         new.note = Some(&note);
                         store::insert_move(&mut tx, &new).await?;
-                        open.insert(rated.channel.clone(), found.to);
+                        open.insert(rated.channel.clone(), (found.from, found.to));
                         report.refused.push(format!("{label}: {note}"));
                         continue;
                     }
                 }
             }
             store::insert_move(&mut tx, &new).await?;
-            open.insert(rated.channel.clone(), found.to);
+            open.insert(rated.channel.clone(), (found.from, found.to));
             report.offered.push(label);
         }
         if let Some(last) = last {

@@ -346,14 +346,17 @@ pub async fn set_channel_tier(tx: &mut PgConnection, channel: &str, tier: Tier) 
     Ok(())
 }
 
-/// The tier each open move of `pool` is for, by channel (at most one each).
-pub async fn open_moves(tx: &mut PgConnection, pool: &str) -> Result<HashMap<String, Tier>, sqlx::Error> {
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("select channel, to_tier from tier_move where pool = $1 and state = 'open'")
+/// The tiers each open move of `pool` is from and to, by channel (at most one each).
+pub async fn open_moves(tx: &mut PgConnection, pool: &str) -> Result<HashMap<String, (Tier, Tier)>, sqlx::Error> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("select channel, from_tier, to_tier from tier_move where pool = $1 and state = 'open'")
             .bind(pool)
             .fetch_all(&mut *tx)
             .await?;
-    Ok(rows.into_iter().filter_map(|(channel, to)| Some((channel, to.parse().ok()?))).collect())
+    Ok(rows
+        .into_iter()
+        .filter_map(|(channel, from, to)| Some((channel, (from.parse().ok()?, to.parse().ok()?))))
+        .collect())
 }
 
 /// Deletes the moves decided (applied, accepted, dismissed or superseded) more than `days`

@@ -427,3 +427,48 @@ async fn a_job_that_was_away_offers_and_withdraws_a_move_in_one_run_judging_the_
     assert_eq!((moves[0]["state"].as_str(), moves[0]["to"].as_str()), (Some("superseded"), Some("N")), "{said}");
     assert_eq!(names(&tiers_of(&b).await["G"]), ["G1", "G2"], "suggest mode changes nothing");
 }
+
+/// A person's edit of pool `t`: tiers G and N replaced.
+async fn put_tiers(b: &Bench, g: Value, n: Value, reason: &str) {
+    let (_, pool) = b.app.send(Method::GET, "/api/v1/pools/t", Some(TOKEN), Value::Null).await;
+    let mut snapshot = pool["snapshot"].clone();
+    snapshot["tiers"]["G"] = g;
+    snapshot["tiers"]["N"] = n;
+    let body = json!({"snapshot": snapshot, "expected_version": pool["version"], "reason": reason});
+    let (status, reply) = b.app.send(Method::PUT, "/api/v1/pools/t", Some(TOKEN), body).await;
+    assert_eq!(status, 200, "{reply}");
+}
+
+#[tokio::test]
+async fn an_open_move_is_withdrawn_once_a_person_moved_the_channel_another_way() {
+    // Arrange: X1, a channel of no registered tier, put in tier G by hand; suggest mode; X1
+    // at 60 % for three windows: G → N offered
+    let b = bench().await;
+    let (status, reply) = b
+        .app
+        .send(Method::POST, "/api/v1/channels", Some(TOKEN), json!({"code": "X1", "name": "X1", "base_weight": 1}))
+        .await;
+    assert_eq!(status, 201, "{reply}");
+    let one = |m: &str| json!({"member": m, "weight": 1});
+    put_tiers(&b, json!([one("G1"), one("G2"), one("X1")]), json!([one("N1")]), "X1 in G").await;
+    assert_eq!(set_policy(&b, "t", POLICY("suggest")).await.0, 200);
+    for index in 0..3 {
+        window(&b, index, &[("X1", 0.6)]).await;
+        judge(&b, index).await;
+    }
+    assert_eq!(adaptive(&b).await["moves"][0]["state"], "open");
+
+    // Act: a person moves X1 into N themselves (the pool's own edit), then a window passes
+    put_tiers(&b, json!([one("G1"), one("G2")]), json!([one("N1"), one("X1")]), "X1 to N by hand").await;
+    window(&b, 3, &[("X1", 0.6)]).await;
+    let run = judge(&b, 3).await;
+
+    // Assert: the offer is withdrawn saying why, not as a window pointing back
+    let why = "withdrawn: the channel is in tier N now, not G (moved by another change)";
+    assert_eq!(run.withdrawn, [format!("t/X1: {why}")], "{run:?}");
+    let said = adaptive(&b).await;
+    assert_eq!(
+        (said["moves"][0]["state"].as_str(), said["moves"][0]["note"].as_str()),
+        (Some("superseded"), Some(why))
+    );
+}
