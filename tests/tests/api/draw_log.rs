@@ -39,10 +39,9 @@ async fn logged(app: &TestApp, name: &str, around: DateTime<Utc>) -> Vec<String>
     rows.iter().flat_map(|r| r.draws().map(str::to_owned).collect::<Vec<_>>()).collect()
 }
 
-fn stream_length(app: &TestApp, name: &str) -> u64 {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-    redis::cmd("XLEN").arg(app.state.keys.pool_draw_log(name)).query(&mut conn).unwrap()
+async fn stream_length(app: &TestApp, name: &str) -> u64 {
+    let mut conn = app.state.redis.connection().await.unwrap();
+    redis::cmd("XLEN").arg(app.state.keys.pool_draw_log(name)).query_async(&mut conn).await.unwrap()
 }
 
 fn longest_run(drawn: &[String]) -> i64 {
@@ -59,7 +58,7 @@ async fn every_draw_reaches_postgres_once_in_order_and_the_gauge_holds_the_last_
     // Arrange: 120 draws of cn-pay
     let app = seeded_app().await;
     let mut drawn = draw_n(&app, "cn-pay", 120).await;
-    assert_eq!(stream_length(&app, "cn-pay"), 120, "one entry per draw script call");
+    assert_eq!(stream_length(&app, "cn-pay").await, 120, "one entry per draw script call");
 
     // Act: drain, draw 30 more, two drains at once (as while the job runs unled), another
     let now = app.state.pool_admin.now().await.unwrap();
@@ -74,7 +73,7 @@ async fn every_draw_reaches_postgres_once_in_order_and_the_gauge_holds_the_last_
     assert_eq!((second.draws + twin.draws, second.failed + twin.failed), (30, 0), "{second:?} {twin:?}");
     assert_eq!((third.entries, third.draws, third.rows), (0, 0, 0), "nothing drained twice: {third:?}");
     assert_eq!(logged(&app, "cn-pay", now).await, drawn);
-    assert_eq!(stream_length(&app, "cn-pay"), 0);
+    assert_eq!(stream_length(&app, "cn-pay").await, 0);
     let gauge = |name: &str| app.state.metrics.watch.pool_longest_run.with_label_values(&[name]).get();
     assert_eq!(gauge("cn-pay"), longest_run(&drawn));
     assert_eq!(gauge("sea-pay"), 0, "nothing drawn");
