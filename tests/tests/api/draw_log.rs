@@ -300,10 +300,11 @@ async fn a_replay_over_http_reports_the_recorded_period_through_the_published_po
     let (_, detail) = app.get_json("/api/v1/pools/cn-pay").await;
     let mut zero_batch = detail["snapshot"].clone();
     zero_batch["batch_size"] = 0.into();
-    let mut crowded = detail["snapshot"].clone();
-    crowded["peak_windows"] = (0..49)
-        .map(|i| serde_json::json!({"start": format!("{:02}:{:02}", i / 60, i % 60), "end": format!("{:02}:{:02}:30", i / 60, i % 60), "multiplier": 2}))
-        .collect();
+    let mut overlapping = detail["snapshot"].clone();
+    overlapping["peak_windows"] = serde_json::json!([
+        {"start": "10:00", "end": "12:00", "multiplier": 2},
+        {"start": "11:00", "end": "13:00", "multiplier": 2}
+    ]);
     let refusals = [
         (serde_json::json!({"from": "yesterday", "to": to}), 400, "from"),
         (serde_json::json!({"from": to, "to": from}), 422, "to"),
@@ -315,7 +316,7 @@ async fn a_replay_over_http_reports_the_recorded_period_through_the_published_po
             "candidate",
         ),
         (serde_json::json!({"from": from, "to": to, "candidate": zero_batch}), 422, "candidate.batch_size"),
-        (serde_json::json!({"from": from, "to": to, "candidate": crowded}), 422, "candidate.peak_windows"),
+        (serde_json::json!({"from": from, "to": to, "candidate": overlapping}), 422, "candidate.peak_windows"),
         (
             serde_json::json!({"from": at(start - TimeDelta::days(2)), "to": at(start - TimeDelta::days(1))}),
             422,
