@@ -2,7 +2,8 @@
 //! served. The demand (how many draws each minute asked for) runs through a simulation of
 //! the pool as Redis keeps it: batches apportioned with carried remainders and ordered as
 //! configured, built when the list falls below low-water (peak windows scale and reweight
-//! them by the minute they are built in), tickets of ejected members never issued, tickets
+//! them by the minute they are built in; the lists are replaced when the window in force
+//! changes), tickets of ejected members never issued, tickets
 //! of members at their daily or short-window cap skipped (at most [`MAX_SKIPS`] a draw,
 //! as the draw script), a `tiers` pool's tier tickets mapped to channels by the tier
 //! fallback. The simulated sequence is measured like any other ([`crate::metrics`]).
@@ -148,9 +149,11 @@ impl Lane {
         let counts = self.apportioner.next_counts(batch);
         // The run the list ends with, in this batch's indices (none when its member is not
         // in these weights).
-        let tail = TailRun::of(&self.tail).and_then(|t| {
-            self.keys.iter().position(|&k| k == t.member).map(|member| TailRun { member, length: t.length })
-        });
+        // The list's last tickets in these weights' indices; none when one of them is not in
+        // them (as the refiller does).
+        let position: HashMap<usize, usize> = self.keys.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+        let tail: Option<Vec<usize>> = self.tail.iter().map(|k| position.get(k).copied()).collect();
+        let tail = tail.as_deref().and_then(TailRun::of);
         let order = build_batch(ordering, &counts, tail, rng);
         if order.is_empty() {
             return Ok(false);
@@ -215,6 +218,7 @@ pub fn replay_within(
     let index: HashMap<&str, usize> = members.iter().enumerate().map(|(i, m)| (m.as_str(), i)).collect();
     // Overrides name the pool's own members; anything else would be a channel never drawn.
     let channel_key = |m: &str| index.get(m).copied().unwrap_or(usize::MAX);
+    budget.charge(members.len() as u64)?;
     let expected_shares = expected_shares(config, &members);
     let daily: Vec<Option<u64>> = members.iter().map(|m| config.daily_caps.get(m).copied()).collect();
     let windowed: Vec<Option<u64>> =
@@ -242,19 +246,33 @@ pub fn replay_within(
         batches: 0,
     };
     let low_water = (config.low_water as usize).max(1);
+    let mut previous: Option<Option<*const crate::peak::PeakWindow>> = None;
     for d in demand {
         let day = d.minute.with_timezone(&config.schedule.timezone()).date_naive();
         if counted.day != Some(day) {
             counted.day = Some(day);
+            budget.charge(members.len() as u64)?;
             counted.day_hits.iter_mut().for_each(|h| *h = 0);
         }
         if let Some(len) = window_ms {
             let w = d.minute.timestamp_millis().div_euclid(len);
             if counted.window != Some(w) {
                 counted.window = Some(w);
+                budget.charge(members.len() as u64)?;
                 counted.window_hits.iter_mut().for_each(|h| *h = 0);
             }
         }
+        // The window in force: when it changed since the last minute, the lists are
+        // replaced by fresh batches, without a seam (as the refiller rebuilds a pool).
+        budget.charge(config.schedule.windows().len() as u64)?;
+        let in_force = config.schedule.active_at(d.minute).map(std::ptr::from_ref);
+        if previous.is_some_and(|p| p != in_force) {
+            for lane in std::iter::once(&mut main).chain(tier_lanes.values_mut().map(|(_, lane)| lane)) {
+                lane.tickets.clear();
+                lane.tail.clear();
+            }
+        }
+        previous = Some(in_force);
         let base = config.schedule.weights_at(d.minute, &config.weights);
         budget.charge(base.len() as u64)?;
         let batch =
@@ -324,21 +342,19 @@ fn expected_shares(config: &ReplayConfig, members: &[String]) -> Vec<f64> {
     if config.tiers.is_empty() {
         return config.weights.shares();
     }
+    // `members` is the tiers' channels in the tiers' order.
     let tier_total = config.weights.total().max(1) as f64;
-    members
+    let shares: Vec<f64> = config
+        .tiers
         .iter()
-        .map(|m| {
-            config
-                .tiers
-                .iter()
-                .find_map(|(t, w)| {
-                    let i = w.index_of(m)?;
-                    let tier_weight = config.weights.index_of(t.as_str()).map_or(0, |j| config.weights.weight(j));
-                    Some(tier_weight as f64 / tier_total * w.weight(i) as f64 / w.total().max(1) as f64)
-                })
-                .unwrap_or(0.0)
+        .flat_map(|(t, w)| {
+            let tier_weight = config.weights.index_of(t.as_str()).map_or(0, |j| config.weights.weight(j));
+            let within = w.total().max(1) as f64;
+            w.weights().iter().map(move |&c| tier_weight as f64 / tier_total * c as f64 / within)
         })
-        .collect()
+        .collect();
+    debug_assert_eq!(shares.len(), members.len());
+    shares
 }
 
 #[cfg(test)]
@@ -432,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn a_peak_window_naming_fewer_members_in_another_order_serves_the_queued_tickets_as_the_members_they_were() {
+    fn a_peak_window_naming_fewer_members_in_another_order_replaces_the_lists_when_it_opens_and_closes() {
         // 10:30–11:00 weights C=1,A=1: B is not in them, and C comes first.
         let mut c = config("A=5,B=3,C=2");
         let at = |t: &str| crate::peak::parse_local_time(t).unwrap();
@@ -448,13 +464,14 @@ mod tests {
         for (m, share) in [(0, 0.5), (1, 0.3), (2, 0.2)] {
             assert!((count(before, m) - share * before.len() as f64).abs() <= 12.0, "{m}: {before:?}");
         }
-        // In it: the tickets queued before it are served as the members they were (B among
-        // them, at most one list's worth), then A and C alike.
-        let b_in_peak = count(peak, 1);
-        assert!(b_in_peak <= 0.3 * 110.0 + 1.0, "{b_in_peak}");
-        let last = &peak[peak.len() - 20 * 37..];
-        assert_eq!(count(last, 1), 0.0, "B has no weight in the window: {last:?}");
-        assert!((count(last, 0) - count(last, 2)).abs() <= 2.0, "{last:?}");
+        // In it: the lists are replaced when it opens (as the refiller rebuilds them), so
+        // from its first draw A and C alike, and B never.
+        assert_eq!(count(peak, 1), 0.0, "B has no weight in the window: {peak:?}");
+        assert!((count(peak, 0) - count(peak, 2)).abs() <= 2.0, "{peak:?}");
+        // Closed again at 11:00: the next hour is 5:3:2 from its first draw.
+        let after = replay(&c, &minutes("2026-12-01T10:59:00Z", 2, 37), &mut ChaCha8Rng::seed_from_u64(7));
+        assert_eq!(count(&after.sequence[..37], 1), 0.0, "10:59 is in the window");
+        assert!(count(&after.sequence[37..], 1) >= 10.0, "11:00 is not: {:?}", after.sequence);
     }
 
     #[test]

@@ -242,7 +242,7 @@ impl PoolSnapshot {
         let mut flat = Vec::new();
         for (tier, channels) in &self.tiers {
             let tier_weight = self.weights.index_of(tier.as_str()).map_or(0, |i| self.weights.weight(i));
-            let others: u64 = totals.iter().filter(|(t, _)| *t != tier).map(|(_, n)| *n).product();
+            let others: u64 = totals.iter().filter(|(t, _)| *t != tier).fold(1, |p, (_, n)| p.saturating_mul(*n));
             for (name, w) in channels.iter() {
                 flat.push((name.to_owned(), tier_weight.saturating_mul(w).saturating_mul(others)));
             }

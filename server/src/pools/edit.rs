@@ -87,10 +87,11 @@ impl PoolEdit {
 /// that leave go with them), or a tiers pool's tiers.
 pub(crate) fn set_weights(s: &mut PoolSnapshot, weights: Weights) {
     if matches!(s.kind, PoolKind::Channels) {
-        s.caps.retain(|m, _| weights.index_of(m).is_some());
-        s.ejected.retain(|m| weights.index_of(m).is_some());
+        let stays: std::collections::HashSet<&str> = weights.members().iter().map(String::as_str).collect();
+        s.caps.retain(|m, _| stays.contains(m.as_str()));
+        s.ejected.retain(|m| stays.contains(m.as_str()));
         if let Some(window) = &mut s.window_caps {
-            window.caps.retain(|m, _| weights.index_of(m).is_some());
+            window.caps.retain(|m, _| stays.contains(m.as_str()));
         }
         if s.window_caps.as_ref().is_some_and(|w| w.caps.is_empty()) {
             s.window_caps = None;
