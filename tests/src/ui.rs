@@ -69,6 +69,9 @@ pub async fn sign_in(c: &Client, app: &TestApp, name: &str, password: &str) {
         .for_element(Locator::Id("system-status"))
         .await
         .expect("signed in, the dashboard shows");
+    // Settled before the test navigates on: leaving a page while its bundle is still being
+    // instantiated has hung Chromium's renderer (chromium 156, now and then).
+    hydrated(c).await;
     assert_eq!(text(c, "session-user").await, name);
 }
 
@@ -76,6 +79,8 @@ pub async fn sign_out(c: &Client) {
     hydrated(c).await;
     c.find(Locator::Id("sign-out")).await.unwrap().click().await.unwrap();
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("login-form")).await.expect("back at sign-in");
+    // The sign-in page loaded anew: settled before the test navigates on (see sign_in).
+    hydrated(c).await;
 }
 
 /// Signs in over HTTP, as a script forging requests would: the session cookie

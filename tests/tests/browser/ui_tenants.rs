@@ -46,6 +46,7 @@ async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {
     c.find(Locator::Id("login-password")).await.unwrap().send_keys(&password).await.unwrap();
     c.find(Locator::Id("login-submit")).await.unwrap().click().await.unwrap();
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("system-status")).await.expect("signed in");
+    hydrated(c).await;
 
     c.goto(&format!("{}/tenants", app.address)).await.unwrap();
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("tenants")).await.expect("the tenants");
