@@ -12,14 +12,18 @@ RUN bash -c 'source scripts/lib.sh && ensure_wasm_opt && ensure_wasm_bindgen && 
 
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
- && useradd --system --home /app tessera
+ && useradd --system --home /app tessera \
+ && mkdir -p /app/data && chown tessera:tessera /app/data
 WORKDIR /app
 COPY --from=build /src/target/release/tessera /usr/local/bin/tessera
 COPY --from=build /src/target/site /app/site
 COPY tessera.example.toml /app/tessera.toml
 ENV TESSERA_SITE_ROOT=/app/site \
     TESSERA_BIND=0.0.0.0:3000 \
-    TESSERA_LOG_FORMAT=json
+    TESSERA_LOG_FORMAT=json \
+    TESSERA_QUOTA_JOURNAL=/app/data/quota-journal.log
+# The quota journal (admissions while Redis is away) must outlive the container.
+VOLUME /app/data
 USER tessera
 EXPOSE 3000
 CMD ["tessera", "serve"]

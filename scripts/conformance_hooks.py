@@ -157,8 +157,25 @@ def _replay_ok(body):
     return body.get("weights") is None or body.get("candidate") is None
 
 
+def _bindings_ok(body, scope=None):
+    """A token's bindings: `*` stands alone in its list, and only a dataplane token is
+    bound (an admin- or metrics-scope token takes no lists but `["*"]`)."""
+    if not isinstance(body, dict):
+        return True
+    lists = [body.get(k) for k in ("tenants", "pools", "routes", "channels") if k in body]
+    if any(isinstance(l, list) and "*" in l and len(l) > 1 for l in lists):
+        return False
+    if scope is not None and scope != "dataplane":
+        return all(l is None or l == ["*"] for l in lists)
+    return True
+
+
 def _case_ok(case):
     path = case.operation.path
+    if path == "/api/v1/tokens" and case.method.upper() == "POST":
+        return _bindings_ok(case.body, case.body.get("scope") if isinstance(case.body, dict) else None)
+    if path == "/api/v1/tokens/{id}/bindings":
+        return _bindings_ok(case.body)
     if path in ("/api/v1/audit", "/api/v1/audit.csv"):
         return _audit_range_ok(case.query)
     if path in ("/api/v1/tenants/{tenant}/usage", "/api/v1/tenants/{tenant}/usage.csv"):

@@ -81,6 +81,40 @@ pub struct UserCreated {
     pub password: Option<String>,
 }
 
+/// `POST /api/v1/auth/password`: the caller's password changed, their other sessions ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PasswordChanged {
+    /// The user.
+    pub name: String,
+    /// How many of their other sessions were ended.
+    pub sessions_ended: u64,
+}
+
+/// `POST /api/v1/users/{name}/password`: a password set by an admin, every session of the
+/// user ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct PasswordReset {
+    /// The user.
+    pub name: String,
+    /// The generated password, shown this once; absent when the request gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// How many of their sessions were ended.
+    pub sessions_ended: u64,
+}
+
+/// `POST /api/v1/auth/logout_everywhere`: every session of the caller ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct SignedOutEverywhere {
+    /// The user.
+    pub name: String,
+    /// How many sessions were ended, this one included.
+    pub sessions_ended: u64,
+}
+
 /// `PUT /api/v1/users/{name}/role`: the user's new role.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
@@ -131,6 +165,61 @@ pub struct ApiToken {
     pub last_used_at: Option<String>,
     /// When it was revoked (RFC 3339); null while live.
     pub revoked_at: Option<String>,
+    /// Tenants a data-plane token may reserve, settle and release for (`["*"]`: any).
+    pub tenants: Vec<String>,
+    /// Pools it may draw from (`["*"]`: any).
+    pub pools: Vec<String>,
+    /// Routes it may draw through (`["*"]`: any).
+    pub routes: Vec<String>,
+    /// Channels it may report outcomes for (`["*"]`: any).
+    pub channels: Vec<String>,
+}
+
+/// What a data-plane token serves, four lists of names, each `["*"]` for any (also what is
+/// created later). A list left out of a creation is `["*"]`; an empty list serves nothing
+/// of its kind. At most 1000 names a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TokenBindings {
+    /// Tenants the token may reserve, settle and release for: names (1..=64 of
+    /// `[A-Za-z0-9_-]`), or `["*"]`.
+    #[serde(default = "any")]
+    #[cfg_attr(feature = "utoipa", schema(max_items = 1000))]
+    pub tenants: Vec<String>,
+    /// Pools the token may draw from: names, or `["*"]`.
+    #[serde(default = "any")]
+    #[cfg_attr(feature = "utoipa", schema(max_items = 1000))]
+    pub pools: Vec<String>,
+    /// Routes the token may draw through: names, or `["*"]`.
+    #[serde(default = "any")]
+    #[cfg_attr(feature = "utoipa", schema(max_items = 1000))]
+    pub routes: Vec<String>,
+    /// Channels the token may report outcomes for: codes (1..=64 of `[A-Za-z0-9_.-]`), or
+    /// `["*"]`.
+    #[serde(default = "any")]
+    #[cfg_attr(feature = "utoipa", schema(max_items = 1000))]
+    pub channels: Vec<String>,
+}
+
+fn any() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+impl Default for TokenBindings {
+    fn default() -> Self {
+        Self { tenants: any(), pools: any(), routes: any(), channels: any() }
+    }
+}
+
+/// `PUT /api/v1/tokens/{id}/bindings`: what the token serves now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct TokenBound {
+    /// The token's id.
+    pub id: i64,
+    /// What it serves now.
+    pub bindings: TokenBindings,
 }
 
 /// `GET /api/v1/tokens`: every API token, by id.

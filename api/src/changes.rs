@@ -159,6 +159,12 @@ pub struct BreakGlass {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct BreakGlassList {
-    /// The flags, newest first (at most 500).
+    /// One page of the flags, newest first (100 a page).
     pub flags: Vec<BreakGlass>,
+    /// The page (from 1).
+    pub page: u32,
+    /// How many flags the filter matches, on every page.
+    pub total: i64,
+    /// How many flags wait for acknowledgement, whatever the filter.
+    pub unacknowledged: i64,
 }

@@ -24,16 +24,26 @@ pub mod tiers;
 pub mod writes;
 
 pub use names::{ChannelCode, DisplayName, Invalid, PlanName, UserName};
-pub use status::{Alive, DependencyStatus, Readiness, SystemStatus};
+pub use status::{Alive, DependencyStatus, Readiness, Ready, SystemStatus};
 pub use writes::{WriteReply, Written};
 
 /// The largest weight, amount or count the API takes: 2^53 − 1, which JSON numbers and
 /// Lua hold exactly.
 pub const MAX_INTEGER: u64 = engine::quota::MAX_AMOUNT;
 
-/// The session cookie's name (set by `POST /api/v1/auth/login`, read by the guard and by
-/// the UI's server functions).
+/// The session cookie's name over plain HTTP on a loopback address (set by
+/// `POST /api/v1/auth/login`, read by the guard and by the UI's server functions).
 pub const SESSION_COOKIE: &str = "tessera_session";
+
+/// The session cookie's name when it is Secure (over TLS, or anywhere but loopback): the
+/// `__Host-` prefix makes the browser refuse it unless Secure, for this host only, path `/`.
+pub const SECURE_SESSION_COOKIE: &str = "__Host-tessera_session";
+
+/// The session id a request carries: the Secure cookie's, else the plain one's. `cookie`
+/// reads a cookie's value by name.
+pub fn session_cookie(cookie: impl Fn(&str) -> Option<String>) -> Option<String> {
+    cookie(SECURE_SESSION_COOKIE).or_else(|| cookie(SESSION_COOKIE))
+}
 
 /// The header unsafe requests made with the session cookie repeat its CSRF token in.
 pub const CSRF_HEADER: &str = "x-csrf-token";

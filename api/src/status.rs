@@ -68,7 +68,15 @@ impl From<&DependencyStatus> for Dependency {
     }
 }
 
-/// `GET /readyz`: ready, or unavailable naming what is down.
+/// `GET /readyz` (public): ready or not, and nothing more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Ready {
+    /// `ready` or `unavailable`.
+    pub status: String,
+}
+
+/// `GET /readyz/details` (operators): ready, or unavailable naming what is down.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Readiness {

@@ -52,6 +52,11 @@ pub struct Settings {
     pub bind: SocketAddr,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
+    /// Behind a reverse proxy: the header it writes the client's address in (for example
+    /// `X-Forwarded-For`; the last address in it is taken), for the throttles at the door
+    /// (`http.trusted_proxy_header`, `TESSERA_TRUSTED_PROXY_HEADER`). Unset: forwarded
+    /// headers are never read and the peer's address is the client's.
+    pub trusted_proxy_header: Option<String>,
     /// Where cargo-leptos put the site (`pkg/` with the wasm, js and css).
     pub site_root: PathBuf,
     /// Text or JSON log lines (`TESSERA_LOG_FORMAT`).
@@ -163,10 +168,14 @@ impl SampleRetention {
 #[derive(Debug, Clone)]
 pub struct AuthSettings {
     /// Every `/api/v1` request is served as an admin without credentials: for development
-    /// only, never on by default (`auth.open`, `TESSERA_OPEN=1`, `tessera serve --open`).
+    /// only, set by `tessera serve --open` alone (`auth.open` and `TESSERA_OPEN` are refused),
+    /// on a loopback address, answering only requests sent to a loopback host.
     pub open: bool,
     /// How long a login session lasts (`auth.session_hours`, 1..=720, default 12).
     pub session_ttl: std::time::Duration,
+    /// How long a session lasts unused (`auth.idle_minutes`, `TESSERA_SESSION_IDLE_MINUTES`,
+    /// 5..=1440, default 120): a session left open on a shared screen ends by itself.
+    pub idle_ttl: std::time::Duration,
     /// Mark the session cookie Secure on every response (`auth.cookie_secure`,
     /// `TESSERA_COOKIE_SECURE`), for a TLS proxy that does not send X-Forwarded-Proto.
     /// Otherwise it is Secure when the request came over TLS.
@@ -175,7 +184,12 @@ pub struct AuthSettings {
 
 impl Default for AuthSettings {
     fn default() -> Self {
-        Self { open: false, session_ttl: std::time::Duration::from_secs(12 * 3600), cookie_secure: false }
+        Self {
+            open: false,
+            session_ttl: std::time::Duration::from_secs(12 * 3600),
+            idle_ttl: std::time::Duration::from_secs(2 * 3600),
+            cookie_secure: false,
+        }
     }
 }
 
@@ -246,6 +260,7 @@ struct FileRamps {
 struct FileAuth {
     open: Option<bool>,
     session_hours: Option<u32>,
+    idle_minutes: Option<u32>,
     cookie_secure: Option<bool>,
 }
 
@@ -282,6 +297,7 @@ struct FileHttp {
     bind: Option<String>,
     workers: Option<usize>,
     site_root: Option<String>,
+    trusted_proxy_header: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -366,6 +382,18 @@ impl Settings {
         if workers == Some(0) {
             anyhow::bail!("http.workers: must be >= 1");
         }
+        let trusted_proxy_header =
+            match env("TESSERA_TRUSTED_PROXY_HEADER").filter(|v| !v.is_empty()).or(file.http.trusted_proxy_header) {
+                None => None,
+                Some(name) => {
+                    anyhow::ensure!(
+                        actix_web::http::header::HeaderName::from_bytes(name.as_bytes()).is_ok(),
+                        "http.trusted_proxy_header (TESSERA_TRUSTED_PROXY_HEADER): must be a header name such as \
+                         X-Forwarded-For, got {name:?}"
+                    );
+                    Some(name.to_ascii_lowercase())
+                }
+            };
         let site_root = PathBuf::from(pick(
             "TESSERA_SITE_ROOT",
             file.http.site_root.or_else(|| env("LEPTOS_SITE_ROOT")),
@@ -408,13 +436,28 @@ impl Settings {
                 None => Ok(from_file.unwrap_or(false)),
             }
         };
-        let open = flag("TESSERA_OPEN", "auth.open", file.auth.open)?;
+        // The development mode is a flag of one command line, never a setting that a file or an
+        // environment left behind could switch on in production.
+        anyhow::ensure!(
+            env("TESSERA_OPEN").is_none() && file.auth.open.is_none(),
+            "auth.open (TESSERA_OPEN) is refused: open mode serves the API without credentials, so it is only \
+             the flag of one command line (`tessera serve --open`, on a loopback address); remove the setting"
+        );
+        let open = false;
         let session_hours = file.auth.session_hours.unwrap_or(12);
         anyhow::ensure!((1..=720).contains(&session_hours), "auth.session_hours: must be in 1..=720");
         let cookie_secure = flag("TESSERA_COOKIE_SECURE", "auth.cookie_secure", file.auth.cookie_secure)?;
+        let idle_minutes = match env("TESSERA_SESSION_IDLE_MINUTES").filter(|v| !v.is_empty()) {
+            Some(raw) => raw.parse::<u32>().ok().filter(|m| (5..=1440).contains(m)).ok_or_else(|| {
+                anyhow::anyhow!("auth.idle_minutes (TESSERA_SESSION_IDLE_MINUTES): must be in 5..=1440, got {raw:?}")
+            })?,
+            None => file.auth.idle_minutes.unwrap_or(120),
+        };
+        anyhow::ensure!((5..=1440).contains(&idle_minutes), "auth.idle_minutes: must be in 5..=1440");
         let auth = AuthSettings {
             open,
             session_ttl: std::time::Duration::from_secs(u64::from(session_hours) * 3600),
+            idle_ttl: std::time::Duration::from_secs(u64::from(idle_minutes) * 60),
             cookie_secure,
         };
         let ramps = match env("TESSERA_RAMP_WEBHOOK_EVENTS").filter(|v| !v.is_empty()) {
@@ -438,6 +481,7 @@ impl Settings {
             redis_prefix,
             bind,
             workers,
+            trusted_proxy_header,
             site_root,
             log_format,
             log_filter,
@@ -610,6 +654,15 @@ mod tests {
         assert_eq!(s.bind.to_string(), "127.0.0.1:3000");
         assert_eq!(s.redis_prefix.as_str(), "tessera");
         assert_eq!(s.database_name().unwrap(), "tessera");
+    }
+
+    #[test]
+    fn open_mode_is_refused_from_the_file_and_the_environment() {
+        let err = Settings::from_toml_and_env("[auth]\nopen = false\n", no_env).unwrap_err().to_string();
+        assert!(err.contains("auth.open (TESSERA_OPEN) is refused") && err.contains("--open"), "{err}");
+        let env = |name: &str| (name == "TESSERA_OPEN").then(|| "1".to_owned());
+        assert!(Settings::from_toml_and_env("", env).is_err());
+        assert!(!Settings::from_toml_and_env("", no_env).unwrap().auth.open);
     }
 
     #[test]

@@ -41,6 +41,10 @@ pub enum ApiError {
     /// A dependency cannot be reached (503).
     #[error("{0}")]
     Unavailable(String),
+    /// Too many requests of this kind just now (429, with `Retry-After` in seconds): a
+    /// flood of sign-ins, unknown tokens or prompts to estimate, answered before any work.
+    #[error("{message}")]
+    Throttled { message: String, retry_after_secs: u64 },
     /// Anything else (500).
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
@@ -125,7 +129,7 @@ impl ResponseError for ApiError {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::QuotaRefused { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::QuotaRefused { .. } | Self::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Conflict { .. } | Self::Duplicate { .. } | Self::Blocked { .. } => StatusCode::CONFLICT,
@@ -158,6 +162,9 @@ impl ResponseError for ApiError {
                 expected_version: *expected,
                 current_version: *current,
             }),
+            Self::Throttled { message, retry_after_secs } => response
+                .insert_header((actix_web::http::header::RETRY_AFTER, retry_after_secs.to_string()))
+                .json(ErrorBody::message(message.clone())),
             Self::Unexpected(e) => {
                 tracing::error!(error = format!("{e:#}"), "unexpected error");
                 response.json(ErrorBody::message("internal error; see the server log"))

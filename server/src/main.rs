@@ -42,7 +42,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             settings.auth.open |= args.open;
             anyhow::ensure!(
                 !settings.auth.open || settings.bind.ip().is_loopback(),
-                "auth.open (TESSERA_OPEN, --open): open mode serves the API to anyone without credentials, so it is \
+                "--open: open mode serves the API to anyone without credentials, so it is \
                  refused on {}; bind a loopback address (http.bind, TESSERA_BIND) to use it",
                 settings.bind
             );

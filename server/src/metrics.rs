@@ -334,6 +334,22 @@ impl Default for Metrics {
     }
 }
 
+/// A request method as a label, from a fixed set: a caller may send any token as a method,
+/// and each new label value would be a new series kept for the life of the process.
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
 /// Counts and times every request by its matched route pattern (not the raw path, which
 /// would give one series per pool name or id).
 pub async fn record(
@@ -342,7 +358,7 @@ pub async fn record(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
     let recorder: Option<Metrics> = req.app_data::<web::Data<crate::state::AppState>>().map(|s| s.metrics.clone());
-    let method = req.method().to_string();
+    let method = method_label(req.method());
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let response = next.call(req).await;
     let status = match &response {
@@ -350,8 +366,8 @@ pub async fn record(
         Err(e) => e.as_response_error().status_code().as_u16().to_string(),
     };
     if let Some(recorder) = recorder {
-        recorder.http_requests.with_label_values(&[&method, &route, &status]).inc();
-        recorder.http_duration.with_label_values(&[&method, &route]).observe(started.elapsed().as_secs_f64());
+        recorder.http_requests.with_label_values(&[method, &route, &status]).inc();
+        recorder.http_duration.with_label_values(&[method, &route]).observe(started.elapsed().as_secs_f64());
     }
     response
 }

@@ -47,6 +47,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         // Probes and this document.
         crate::probes::routes::healthz,
         crate::probes::routes::readyz,
+        crate::probes::routes::readyz_details,
         crate::probes::routes::metrics,
         get_openapi,
         // Quota data plane.
@@ -150,7 +151,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::tiers::routes::put_tier_policy,
         crate::tiers::routes::accept_tier_move,
         crate::tiers::routes::dismiss_tier_move,
-        // Sign-in, users and API tokens (routes/auth.rs).
+        // Sign-in, users, API tokens and accounts (access/routes.rs, access/account.rs).
         crate::access::routes::login,
         crate::access::routes::logout,
         crate::access::routes::me,
@@ -162,12 +163,16 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::access::routes::list_tokens,
         crate::access::routes::add_token,
         crate::access::routes::revoke_token,
+        crate::access::routes::bind_token,
+        crate::access::account::change_password,
+        crate::access::account::logout_everywhere,
+        crate::access::account::reset_password,
         // ==== end of ADMIN ====
     ),
     // Schemas that only path parameters name (utoipa collects those of bodies on its own), and
     // those the admin handlers share.
     components(schemas(
-        TenantId, PoolName, ErrorBody, QuotaRefusedBody, ConflictBody, ConflictOrDuplicateBody, WeightEntry,
+        TenantId, PoolName, ErrorBody, QuotaRefusedBody, ConflictBody, ConflictOrDuplicateBody, crate::schema::RefusedOrThrottledBody, WeightEntry,
         PeakWindowEntry, Tier, ReweightMode, Pin, GrantKind, Role, TokenScope, TenantSettings,
     )),
     modifiers(&AdminToken, &SessionCookie, &GuardAnswers, &BodyAnswers, &ServerErrors, &ClosedOperations),
@@ -257,6 +262,12 @@ impl Modify for GuardAnswers {
                     ("401", "No credentials, an unknown or revoked token, or an expired session".to_owned()),
                     ("403", forbidden),
                     ("503", "Postgres is unreachable".to_owned()),
+                    (
+                        "429",
+                        "Too many unknown or revoked API tokens from this address just now (`Retry-After` says when to \
+                         try again)"
+                            .to_owned(),
+                    ),
                 ];
                 let responses = &mut operation.responses.responses;
                 for (status, description) in answers {

@@ -8,7 +8,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::error::{ConflictBody, ErrorBody};
+use crate::error::{ConflictBody, ErrorBody, QuotaRefusedBody};
 
 /// One member of a pool's weights as the admin API takes and gives them:
 /// `[{"member": "A", "weight": 45}, …]`, members unique and non-empty, at least one weight
@@ -237,14 +237,15 @@ pub enum Role {
     Admin,
 }
 
-/// An API token's scope: `dataplane` (draws, quota operations, outcome reports) or `admin`
-/// (reads, operations and edits of the admin API; not users and tokens). Describes
-/// `auth::Scope`.
+/// An API token's scope: `dataplane` (draws, quota operations, outcome reports, within its
+/// bindings), `admin` (reads, operations and edits of the admin API; not users and tokens)
+/// or `metrics` (`/metrics` and `/readyz/details` only). Describes `auth::Scope`.
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "lowercase")]
 pub enum TokenScope {
     Dataplane,
     Admin,
+    Metrics,
 }
 
 /// What clients do for a tenant while Redis is unreachable. Describes
@@ -343,6 +344,70 @@ impl ToSchema for RequiredReason {}
 pub enum ConflictOrDuplicateBody {
     Conflict(ConflictBody),
     Duplicate(ErrorBody),
+}
+
+/// Names a data-plane token is bound to (tenants, pools or routes): `["*"]` alone for
+/// any, or distinct names of 1..=64 of `[A-Za-z0-9_-]`; at most 1000.
+pub struct BoundNames;
+
+/// Channel codes a data-plane token may report outcomes for: `["*"]` alone, or distinct
+/// codes of 1..=64 of `[A-Za-z0-9_.-]`; at most 1000.
+pub struct BoundCodes;
+
+fn bound_list(pattern: &str, what: &str) -> RefOr<Schema> {
+    use utoipa::openapi::schema::ArrayBuilder;
+    ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String).pattern(Some(pattern)))
+        .unique_items(true)
+        .max_items(Some(1000))
+        .description(Some(format!(
+            "{what}: [\"*\"] alone for any (also those created later), or distinct names; empty: none"
+        )))
+        .into()
+}
+
+impl PartialSchema for BoundNames {
+    fn schema() -> RefOr<Schema> {
+        bound_list(r"^(\*|[A-Za-z0-9_-]{1,64})$", "Names")
+    }
+}
+
+impl ToSchema for BoundNames {}
+
+impl PartialSchema for BoundCodes {
+    fn schema() -> RefOr<Schema> {
+        bound_list(r"^(\*|[A-Za-z0-9_.-]{1,64})$", "Channel codes")
+    }
+}
+
+impl ToSchema for BoundCodes {}
+
+/// What a data-plane token serves (`PUT /api/v1/tokens/{id}/bindings`); a list left out
+/// is `["*"]`. Describes `api::access::TokenBindings`.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBindingsBody {
+    /// Tenants the token may reserve, settle and release for.
+    #[schema(value_type = Option<BoundNames>)]
+    pub tenants: Option<Vec<String>>,
+    /// Pools it may draw from.
+    #[schema(value_type = Option<BoundNames>)]
+    pub pools: Option<Vec<String>>,
+    /// Routes it may draw through.
+    #[schema(value_type = Option<BoundNames>)]
+    pub routes: Option<Vec<String>>,
+    /// Channels it may report outcomes for.
+    #[schema(value_type = Option<BoundCodes>)]
+    pub channels: Option<Vec<String>>,
+}
+
+/// A reserve's 429: a quota dimension ran out (`QuotaRefusedBody`), or the server is
+/// estimating as many prompts as it may at once (`ErrorBody`, with `Retry-After`).
+#[derive(utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum RefusedOrThrottledBody {
+    Refused(QuotaRefusedBody),
+    Throttled(ErrorBody),
 }
 
 /// A decimal amount in a route's condition or a request's `amount`: a JSON number, or a

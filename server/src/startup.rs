@@ -127,8 +127,12 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let route_admin = client::RouteAdmin::new(redis.clone(), keys.clone());
     let outcomes =
         client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));
+    let auth_db = crate::store::connect_auth(settings)?;
     let state = AppState {
         db,
+        auth_db,
+        door: Default::default(),
+        trusted_proxy_header: settings.trusted_proxy_header.clone(),
         redis,
         keys,
         metrics,
@@ -226,6 +230,7 @@ fn http_server(
 pub fn api_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(crate::probes::routes::healthz)
         .service(crate::probes::routes::readyz)
+        .service(crate::probes::routes::readyz_details)
         .service(crate::probes::routes::metrics)
         .service(crate::openapi::get_openapi)
         .service(crate::quota::routes::reserve_quota)
@@ -248,6 +253,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::ramps::routes::configure(cfg);
     crate::routing::routes::configure(cfg);
     crate::access::routes::configure(cfg);
+    crate::access::account::configure(cfg);
     cfg.service(crate::audit::routes::verify)
         .service(crate::audit::routes::export)
         .service(crate::audit::routes::list)

@@ -10,6 +10,14 @@ use crate::metrics::Metrics;
 pub struct AppState {
     /// The Postgres pool (the configuration's truth).
     pub db: PgPool,
+    /// A few connections of their own for sign-ins, sessions and API tokens, so a flood at
+    /// the door cannot take the jobs' and the UI's.
+    pub auth_db: PgPool,
+    /// Sign-in and unknown-token throttles, per client address and per user name.
+    pub door: crate::access::throttle::Door,
+    /// The header a trusted reverse proxy puts the client's address in (none: the peer's
+    /// address is the client's).
+    pub trusted_proxy_header: Option<String>,
     /// The Redis connection (the hot path), opened on first use, so the server starts
     /// (and reports Redis down on `/readyz`) while Redis is unreachable.
     pub redis: RedisHandle,

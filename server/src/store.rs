@@ -52,6 +52,21 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<PgPool> {
         })
 }
 
+/// The small pool that sign-ins, sessions and API tokens are checked through, apart from
+/// the jobs' and the UI's: a flood at the door waits for these few connections and takes
+/// none of the others. Connected on first use.
+pub fn connect_auth(settings: &Settings) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions = settings
+        .database_url
+        .expose_secret()
+        .parse()
+        .context("database.url (DATABASE_URL): not a valid Postgres URL")?;
+    Ok(PgPoolOptions::new()
+        .max_connections(3)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_lazy_with(with_session_settings(options)))
+}
+
 /// `options` plus each of [`SESSION_SETTINGS`] that its own startup options do not set.
 fn with_session_settings(options: PgConnectOptions) -> PgConnectOptions {
     let given = options.get_options().unwrap_or_default().to_owned();

@@ -35,6 +35,8 @@ pub struct TokenView {
     pub created_at: String,
     pub last_used_at: Option<String>,
     pub revoked_at: Option<String>,
+    /// What a data-plane token serves (`["*"]`: any, as tokens made before bindings do).
+    pub bindings: api::access::TokenBindings,
 }
 
 /// Rows per page of the users list.

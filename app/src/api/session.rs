@@ -42,12 +42,12 @@ pub async fn whoami() -> Result<Option<SessionInfo>, ServerFnError> {
 pub(crate) mod ssr {
     use leptos::prelude::ServerFnError;
 
-    use super::{SessionInfo, SESSION_COOKIE};
+    use super::SessionInfo;
 
     /// The session of the request being served (over HTTP or during SSR).
     pub async fn current_session() -> Result<Option<SessionInfo>, ServerFnError> {
         let req: actix_web::HttpRequest = leptos_actix::extract().await?;
-        let cookie = req.cookie(SESSION_COOKIE).map(|c| c.value().to_owned());
+        let cookie = api::session_cookie(|name| req.cookie(name).map(|c| c.value().to_owned()));
         crate::api::backend()?.whoami(cookie).await.map_err(ServerFnError::new)
     }
 

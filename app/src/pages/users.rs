@@ -9,11 +9,14 @@ use leptos_router::hooks::use_query_map;
 
 use crate::api::access::USER_SORTS;
 use crate::api::rest::Refusal;
-use crate::api::{list_access, AccessView, TokenView, UserView};
+use crate::api::{list_access, AccessView, UserView};
 use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
 use crate::components::time::When;
+
+mod tokens;
+use tokens::{NewTokenForm, TokenTable};
 
 /// The users and tokens, read again after each change.
 type AccessResource = Resource<Result<AccessView, ServerFnError>>;
@@ -248,72 +251,6 @@ fn UserDialog(user: UserView, page: Page) -> impl IntoView {
     .into_any()
 }
 
-#[component]
-fn TokenTable(tokens: Vec<TokenView>, page: Page) -> impl IntoView {
-    if tokens.is_empty() {
-        return view! { <p id="tokens-none">"No API tokens yet."</p> }.into_any();
-    }
-    view! {
-        <table class="grid" id="tokens">
-            <thead>
-                <tr>
-                    <th scope="col">"Id"</th>
-                    <th scope="col">"Name"</th>
-                    <th scope="col">"Starts with"</th>
-                    <th scope="col">"Scope"</th>
-                    <th scope="col">"Owner (created by)"</th>
-                    <th scope="col">"Created"</th>
-                    <th scope="col">"Last used"</th>
-                    <th scope="col">"State"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {tokens.into_iter().map(|t| {
-                    let state = match &t.revoked_at {
-                        Some(at) => view! { <span class="badge bad">"revoked"</span> " " <When at=at.clone()/> }.into_any(),
-                        None => view! { <span class="badge ok">"live"</span> " " <RevokeToken token=t.id name=t.name.clone() page/> }.into_any(),
-                    };
-                    view! {
-                        <tr data-token=t.id.to_string()>
-                            <td>{t.id}</td>
-                            <td>{t.name}</td>
-                            <td><code>{t.prefix} "…"</code></td>
-                            <td>{t.scope}</td>
-                            <td>{t.created_by}</td>
-                            <td><When at=t.created_at/></td>
-                            <td>{match t.last_used_at { Some(at) => view! { <When at/> }.into_any(), None => "never".into_any() }}</td>
-                            <td id=format!("token-state-{}", t.id)>{state}</td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
-        </table>
-    }
-    .into_any()
-}
-
-/// Revokes one token: it stops working at once.
-#[component]
-fn RevokeToken(token: i64, name: String, page: Page) -> impl IntoView {
-    let id = token;
-    let error = RwSignal::new(None::<Refusal>);
-    let busy = RwSignal::new(false);
-    let hydrated = RwSignal::new(false);
-    Effect::new(move |_| hydrated.set(true));
-    let revoke = move |_| {
-        busy.set(true);
-        error.set(None);
-        let said = format!("Token {id} revoked: it is refused from now on.");
-        run(page, "POST", format!("/api/v1/tokens/{id}/revoke"), serde_json::Value::Null, said, error, busy, |_| None);
-    };
-    view! {
-        <button type="button" class="danger" id=format!("revoke-token-{id}") aria-label=format!("Revoke token {id} ({name})")
-            disabled=move || !hydrated.get() || busy.get() on:click=revoke>"Revoke"</button>
-        <span class="field-error" id=format!("revoke-token-message-{id}") role="alert">{move || error.get().map(|r| r.text)}</span>
-    }
-    .into_any()
-}
-
 /// A new user: name, role and, optionally, a password (one is generated and shown once
 /// otherwise).
 #[component]
@@ -377,66 +314,6 @@ fn NewUserForm(page: Page) -> impl IntoView {
     .into_any()
 }
 
-/// A new API token: a name and a scope; its secret is shown once.
-#[component]
-fn NewTokenForm(page: Page) -> impl IntoView {
-    let name = RwSignal::new(String::new());
-    let scope = RwSignal::new("dataplane".to_owned());
-    let error = RwSignal::new(None::<Refusal>);
-    let busy = RwSignal::new(false);
-    let hydrated = RwSignal::new(false);
-    Effect::new(move |_| hydrated.set(true));
-    let submit = move |ev: leptos::ev::SubmitEvent| {
-        ev.prevent_default();
-        let (n, s) = (name.get_untracked().trim().to_owned(), scope.get_untracked());
-        if let Err(refusal) = check_token_name(&n) {
-            error.set(Some(refusal));
-            return;
-        }
-        busy.set(true);
-        error.set(None);
-        let said = format!("Token {n:?} created with scope {s}.");
-        run(
-            page,
-            "POST",
-            "/api/v1/tokens".to_owned(),
-            serde_json::json!({ "name": n, "scope": s }),
-            said,
-            error,
-            busy,
-            move |reply| {
-                reply["token"].as_str().map(|secret| Revealed {
-                    what: format!("the secret of token {} ({n})", reply["id"]),
-                    secret: secret.to_owned(),
-                })
-            },
-        );
-    };
-    let field_error = move |field: &'static str| Signal::derive(move || error.get().and_then(|r| r.about(field)));
-    let other_error =
-        move || error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "scope"))).map(|r| r.text);
-    view! {
-        <form id="new-token-form" class="inline-form" on:submit=submit>
-            <fieldset disabled=move || !hydrated.get() || busy.get()>
-                <legend>"Add an API token"</legend>
-                <Field id="new-token-name" label="Name (what uses it)" error=field_error("name")>
-                    <input id="new-token-name" type="text" maxlength="64" autocomplete="off" aria-describedby="new-token-name-error"
-                        prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                </Field>
-                <Field id="new-token-scope" label="Scope" error=field_error("scope")>
-                    <select id="new-token-scope" aria-describedby="new-token-scope-error" prop:value=move || scope.get() on:change=move |ev| scope.set(event_target_value(&ev))>
-                        <option value="dataplane" selected=true>"dataplane: draws, quota, outcomes"</option>
-                        <option value="admin">"admin: the admin API, not users and tokens"</option>
-                    </select>
-                </Field>
-                <button type="submit" id="new-token-submit">"Create token"</button>
-            </fieldset>
-            <p class="field-error" id="new-token-message" role="alert">{other_error}</p>
-        </form>
-    }
-    .into_any()
-}
-
 /// The server's rules for a user name, checked before sending.
 fn check_user_name(name: &str) -> Result<(), Refusal> {
     api::UserName::parse(name)
@@ -452,14 +329,6 @@ fn check_password(password: &str) -> Result<(), Refusal> {
             "password",
             format!("must be 12 to 256 characters (or empty, to generate one); got {n}"),
         ));
-    }
-    Ok(())
-}
-
-/// The server's rules for a token name.
-fn check_token_name(name: &str) -> Result<(), Refusal> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.@ -".contains(c)) {
-        return Err(Refusal::field("name", "must be 1 to 64 of ASCII letters, digits, space, '_', '.', '@', '-'"));
     }
     Ok(())
 }
@@ -501,7 +370,7 @@ fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{check_password, check_token_name, check_user_name};
+    use super::{check_password, check_user_name};
 
     #[test]
     fn names_and_passwords_are_checked_as_the_server_checks_them() {
@@ -511,8 +380,5 @@ mod tests {
         assert!(check_password("").is_ok(), "empty: generated");
         assert_eq!(check_password("short").unwrap_err().field.as_deref(), Some("password"));
         assert!(check_password("twelve chars").is_ok());
-        assert!(check_token_name("ci bot").is_ok());
-        assert!(check_token_name("").is_err());
-        assert!(check_token_name("x/y").is_err());
     }
 }

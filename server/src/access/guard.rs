@@ -10,9 +10,7 @@ use secrecy::ExposeSecret;
 
 use super::sessions::session;
 use super::tokens::verify_token;
-use super::{
-    is_server_fn, requirement, server_fn_requirement, Permission, Principal, Via, CSRF_HEADER, SESSION_COOKIE,
-};
+use super::{is_server_fn, requirement, server_fn_requirement, Permission, Principal, Via, CSRF_HEADER};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -46,8 +44,39 @@ fn same_origin(req: &ServiceRequest) -> bool {
     }
 }
 
+/// Whether the request's Host names this machine's loopback (with any port).
+fn loopback_host(req: &ServiceRequest) -> bool {
+    is_loopback_host(req.headers())
+}
+
+/// Whether `headers`' Host names this machine's loopback (`localhost`, 127.0.0.0/8, `[::1]`,
+/// with any port).
+pub(crate) fn is_loopback_host(headers: &actix_web::http::header::HeaderMap) -> bool {
+    let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("");
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Principal>, ApiError> {
     if state.auth.open {
+        // Served without credentials, so only to this machine: a request whose Host is not a
+        // loopback name (a rebound DNS name, a forwarded port) is refused, and a write a
+        // browser sends from another site still fails the origin check.
+        if !loopback_host(req) {
+            return Err(ApiError::Forbidden(
+                "open mode answers only requests sent to a loopback host (localhost, 127.0.0.1, [::1])".into(),
+            ));
+        }
+        let from_a_browser = req.headers().contains_key("origin") || req.headers().contains_key("referer");
+        if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) && from_a_browser && !same_origin(req)
+        {
+            return Err(ApiError::Forbidden(
+                "cross-origin request refused: open mode takes writes from this site only".into(),
+            ));
+        }
         return Ok(Some(Principal { name: "open-mode".into(), via: Via::Open }));
     }
     let bearer = req
@@ -63,13 +92,25 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
                 return Ok(Some(Principal { name: admin.actor.clone(), via: Via::Configured }));
             }
         }
+        let unknown = || ApiError::Unauthorized("the bearer token is unknown or revoked".into());
+        let address =
+            super::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
+        let hash = super::passwords::sha256(given);
+        // Found unknown a moment ago: answered from memory, no database query.
+        if state.door.known_unknown(&hash) {
+            state.door.unknown_token(address, hash)?;
+            return Err(unknown());
+        }
         return match verify_token(state, given).await? {
             Some(p) => Ok(Some(p)),
-            None => Err(ApiError::Unauthorized("the bearer token is unknown or revoked".into())),
+            None => {
+                state.door.unknown_token(address, hash)?;
+                Err(unknown())
+            }
         };
     }
-    if let Some(id) = cookie_value(req, SESSION_COOKIE) {
-        let found = session(&state.db, &id).await?;
+    if let Some(id) = api::session_cookie(|name| cookie_value(req, name)) {
+        let found = session(&state.auth_db, &id, state.auth.idle_ttl).await?;
         let Some(p) = found else {
             return Err(ApiError::Unauthorized("the session has expired or ended: sign in again".into()));
         };

@@ -9,11 +9,14 @@
 //! session cookie; unsafe requests made with the cookie must also come from the same
 //! origin and carry the session's CSRF token (`X-CSRF-Token`).
 
+pub mod account;
+pub mod bindings;
 pub mod guard;
 pub mod passwords;
 pub mod routes;
 pub mod sessions;
 pub mod store;
+pub mod throttle;
 pub mod tokens;
 
 pub use guard::guard;
@@ -81,10 +84,10 @@ impl Role {
         use Permission::*;
         match self {
             Self::Admin => p != DataPlane,
-            Self::Viewer => matches!(p, Read),
-            Self::Operator => matches!(p, Read | Operate | Halt),
-            Self::Pm => matches!(p, Read | Edit | Halt),
-            Self::Auditor => matches!(p, Read | AuditExport),
+            Self::Viewer => matches!(p, Read | Observe),
+            Self::Operator => matches!(p, Read | Observe | Operate | Halt),
+            Self::Pm => matches!(p, Read | Observe | Edit | Halt),
+            Self::Auditor => matches!(p, Read | Observe | AuditExport),
         }
     }
 }
@@ -112,6 +115,9 @@ pub enum Permission {
     ManageAccess,
     /// Draws, quota operations, outcome reports.
     DataPlane,
+    /// The operational endpoints: `/metrics` and `/readyz/details` (every role, admin- and
+    /// metrics-scope tokens, the configured admin token; not data-plane tokens).
+    Observe,
     /// Any authenticated caller (who am I).
     Any,
 }
@@ -126,6 +132,7 @@ impl fmt::Display for Permission {
             Self::Halt => "halt a ramp",
             Self::ManageAccess => "manage users and tokens",
             Self::DataPlane => "data plane",
+            Self::Observe => "read metrics and readiness details",
             Self::Any => "sign in",
         })
     }
@@ -142,7 +149,7 @@ impl Permission {
             n if n == Role::ALL.len() => who.push("a session (any role)".to_owned()),
             _ => who.push(format!("role {}", roles.join(" or "))),
         }
-        for scope in [Scope::Admin, Scope::Dataplane] {
+        for scope in [Scope::Admin, Scope::Dataplane, Scope::Metrics] {
             if scope.allows(self) {
                 who.push(format!("a {}-scope API token", scope.as_str()));
             }
@@ -167,6 +174,8 @@ pub enum Scope {
     Dataplane,
     /// Automation of the admin API: reads, operations and edits (not users and tokens).
     Admin,
+    /// A scraper: `/metrics` and `/readyz/details` only.
+    Metrics,
 }
 
 impl Scope {
@@ -174,12 +183,19 @@ impl Scope {
         match self {
             Self::Dataplane => "dataplane",
             Self::Admin => "admin",
+            Self::Metrics => "metrics",
         }
+    }
+
+    /// The scope stored as `raw`; `None` for a name no version wrote.
+    pub fn parse(raw: &str) -> Option<Self> {
+        [Self::Dataplane, Self::Admin, Self::Metrics].into_iter().find(|s| s.as_str() == raw)
     }
 
     fn allows(self, p: Permission) -> bool {
         match self {
             Self::Dataplane => p == Permission::DataPlane,
+            Self::Metrics => p == Permission::Observe,
             Self::Admin => !matches!(p, Permission::ManageAccess | Permission::DataPlane),
         }
     }
@@ -198,8 +214,8 @@ pub struct Principal {
 pub enum Via {
     /// A login session (the UI): writes are audited with source `ui`.
     Session { role: Role, csrf: String },
-    /// An API token.
-    Token { scope: Scope },
+    /// An API token, with what it serves (data-plane tokens; admin-scope tokens serve any).
+    Token { scope: Scope, bindings: std::sync::Arc<bindings::Bindings> },
     /// The configured admin token.
     Configured,
     /// Development mode: no credentials asked.
@@ -214,7 +230,7 @@ impl Principal {
         }
         match &self.via {
             Via::Session { role, .. } => role.allows(p),
-            Via::Token { scope } => scope.allows(p),
+            Via::Token { scope, .. } => scope.allows(p),
             Via::Configured => !matches!(p, Permission::DataPlane),
             Via::Open => true,
         }
@@ -224,9 +240,18 @@ impl Principal {
     pub fn describe(&self) -> String {
         match &self.via {
             Via::Session { role, .. } => format!("role {role}"),
-            Via::Token { scope } => format!("a {} token", scope.as_str()),
+            Via::Token { scope, .. } => format!("a {} token", scope.as_str()),
             Via::Configured => "the configured admin token".into(),
             Via::Open => "open mode".into(),
+        }
+    }
+
+    /// 403 naming the resource unless the caller serves `name` of `kind`: a data-plane
+    /// token only what it is bound to; anyone else the guard let through, anything.
+    pub fn serves(&self, kind: bindings::Resource, name: &str) -> Result<(), ApiError> {
+        match &self.via {
+            Via::Token { bindings, .. } => bindings.check(kind, name),
+            _ => Ok(()),
         }
     }
 
@@ -256,6 +281,10 @@ pub fn principal(req: &HttpRequest) -> Result<Principal, ApiError> {
 /// under `/api/v1` or needs nothing (health checks, metrics, the UI, login).
 pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
     use Permission::*;
+    // What the server says about itself is for its operators and their scrapers, not the world.
+    if pattern == "/metrics" || pattern == "/readyz/details" {
+        return Some(Observe);
+    }
     if !pattern.starts_with("/api/v1/") {
         return None;
     }
@@ -264,7 +293,8 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
         // Logout only ends the session its cookie names (and SameSite=Strict keeps other
         // sites from sending that cookie), so it needs nothing, and works after expiry.
         "/api/v1/auth/login" | "/api/v1/auth/logout" | "/api/v1/openapi.json" => return None,
-        "/api/v1/auth/me" => Any,
+        // Each checks itself that the caller is a person signed in.
+        "/api/v1/auth/me" | "/api/v1/auth/password" | "/api/v1/auth/logout_everywhere" => Any,
         "/api/v1/pools/{pool}/draw"
         | "/api/v1/routes/{route}/draw"
         | "/api/v1/tenants/{tenant}/quota/reserve"

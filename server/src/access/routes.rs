@@ -3,8 +3,8 @@
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use api::access::{
-    ApiToken, Me, SignedIn, SignedOut, TokenCreated, TokenList, TokenRevoked, User, UserCreated, UserDisabled,
-    UserList, UserRole, UserUnlocked,
+    ApiToken, Me, SignedIn, SignedOut, TokenBindings, TokenBound, TokenCreated, TokenList, TokenRevoked, User,
+    UserCreated, UserDisabled, UserList, UserRole, UserUnlocked,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -25,7 +25,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(unlock_user)
         .service(list_tokens)
         .service(add_token)
-        .service(revoke_token);
+        .service(revoke_token)
+        .service(bind_token);
 }
 
 /// How long every failed sign-in waits before it is answered.
@@ -56,6 +57,7 @@ pub struct LoginBody {
         (status = 200, description = "Signed in (repeat `csrf_token` in X-CSRF-Token on unsafe requests), and the session cookie `tessera_session` (HttpOnly, SameSite=Strict, Secure over TLS)", body = SignedIn),
         (status = 400, description = "A malformed body, naming the field", body = ErrorBody),
         (status = 401, description = "A wrong name or password, or a locked account (5 failures in a row lock it for 15 minutes); answered more slowly after each failure, at most 2 s", body = ErrorBody),
+        (status = 429, description = "Too many sign-in attempts from this address or for this name just now (`Retry-After` says when to try again); nothing was checked", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/auth/login")]
@@ -64,12 +66,21 @@ pub async fn login(
     state: web::Data<AppState>,
     body: web::Json<LoginBody>,
 ) -> Result<HttpResponse, ApiError> {
-    match auth::login(&state.db, &body.name, &body.password, state.auth.session_ttl).await {
+    let address = auth::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
+    // Before any work: a flood from one address or at one name is answered 429 here, and
+    // neither reaches the password hasher nor extends a lock.
+    state.door.sign_in(address, &body.name)?;
+    match auth::login(&state.auth_db, &body.name, &body.password, state.auth.session_ttl).await {
         Ok(opened) => {
-            // Secure when served over TLS (as the request says, or a proxy's
-            // X-Forwarded-Proto), or always when configured (a TLS proxy that does not say so).
-            let secure = state.auth.cookie_secure || req.connection_info().scheme() == "https";
-            let cookie = Cookie::build(auth::SESSION_COOKIE, opened.session_id.clone())
+            // Secure unless the request came over plain HTTP to a loopback name (development on
+            // this machine): over TLS (as the request or a proxy's X-Forwarded-Proto says), when
+            // configured, and whenever the Host is any other name, so a session id never
+            // travels in clear over a network. A Secure cookie carries the `__Host-` prefix.
+            let secure = state.auth.cookie_secure
+                || req.connection_info().scheme() == "https"
+                || !auth::guard::is_loopback_host(req.headers());
+            let name = if secure { api::SECURE_SESSION_COOKIE } else { auth::SESSION_COOKIE };
+            let cookie = Cookie::build(name, opened.session_id.clone())
                 .path("/")
                 .http_only(true)
                 .same_site(SameSite::Strict)
@@ -111,13 +122,19 @@ pub async fn login(
 )]
 #[post("/api/v1/auth/logout")]
 pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    if let Some(cookie) = req.cookie(auth::SESSION_COOKIE) {
-        auth::logout(&state.db, cookie.value()).await?;
+    if let Some(id) = api::session_cookie(|name| req.cookie(name).map(|c| c.value().to_owned())) {
+        auth::logout(&state.db, &id).await?;
     }
-    let mut gone =
-        Cookie::build(auth::SESSION_COOKIE, "").path("/").http_only(true).same_site(SameSite::Strict).finish();
-    gone.make_removal();
-    Ok(HttpResponse::Ok().cookie(gone).json(SignedOut { signed_out: true }))
+    let mut reply = HttpResponse::Ok();
+    for (name, secure) in [(auth::SESSION_COOKIE, false), (api::SECURE_SESSION_COOKIE, true)] {
+        if !secure || req.cookie(name).is_some() {
+            let mut gone =
+                Cookie::build(name, "").path("/").http_only(true).secure(secure).same_site(SameSite::Strict).finish();
+            gone.make_removal();
+            reply.cookie(gone);
+        }
+    }
+    Ok(reply.json(SignedOut { signed_out: true }))
 }
 
 /// `GET /api/v1/auth/me` → who the caller is and how: `{"name","via","role"?,"scope"?}`.
@@ -133,7 +150,7 @@ pub async fn me(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     let (via, role, scope) = match &p.via {
         Via::Session { role, .. } => ("session", Some(role.as_str()), None),
-        Via::Token { scope } => ("token", None, Some(scope.as_str())),
+        Via::Token { scope, .. } => ("token", None, Some(scope.as_str())),
         Via::Configured => ("configured_token", Some("admin"), None),
         Via::Open => ("open", Some("admin"), None),
     };
@@ -356,16 +373,47 @@ pub struct NewTokenBody {
     /// `dataplane` or `admin`.
     #[schema(value_type = crate::schema::TokenScope)]
     scope: Scope,
+    /// Tenants a data-plane token may reserve, settle and release for: names, or `["*"]`
+    /// (the default) for any.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schema::BoundNames>)]
+    tenants: Option<Vec<String>>,
+    /// Pools it may draw from: names, or `["*"]` (the default).
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schema::BoundNames>)]
+    pools: Option<Vec<String>>,
+    /// Routes it may draw through: names, or `["*"]` (the default).
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schema::BoundNames>)]
+    routes: Option<Vec<String>>,
+    /// Channels it may report outcomes for: codes, or `["*"]` (the default).
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schema::BoundCodes>)]
+    channels: Option<Vec<String>>,
 }
 
-/// `POST /api/v1/tokens` (admin) with `{"name","scope"}` → `201 {"id","name","scope",
-/// "token"}`: the token is shown this once; only its hash is kept.
+impl NewTokenBody {
+    fn bindings(&self) -> TokenBindings {
+        let any = TokenBindings::default();
+        TokenBindings {
+            tenants: self.tenants.clone().unwrap_or(any.tenants),
+            pools: self.pools.clone().unwrap_or(any.pools),
+            routes: self.routes.clone().unwrap_or(any.routes),
+            channels: self.channels.clone().unwrap_or(any.channels),
+        }
+    }
+}
+
+/// `POST /api/v1/tokens` (admin) with `{"name","scope","tenants"?,"pools"?,"routes"?,
+/// "channels"?}` → `201 {"id","name","scope","token"}`: the token is shown this once; only
+/// its hash is kept. A data-plane token serves only what its lists name (each `["*"]`, any,
+/// when left out).
 #[utoipa::path(
     tag = "auth",
     security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 201, description = "Created (audited); the token (`tsr_…`) is shown this once, only its hash is kept", body = TokenCreated),
-        (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of ASCII letters, digits, space, `_.@-`; an unknown scope", body = ErrorBody),
+        (status = 400, description = "A malformed body, naming the field: a name not 1..=64 of ASCII letters, digits, space, `_.@-`; an unknown scope; a binding that is not a name of its kind (`tenants[i]`, …), named twice, or `*` beside names; bindings on an admin-scope token (`scope`)", body = ErrorBody),
     ),
 )]
 #[post("/api/v1/tokens")]
@@ -376,14 +424,16 @@ pub async fn add_token(
 ) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     let mut tx = state.db.begin().await?;
-    let created = auth::create_token(&mut tx, &body.name, body.scope, &p.name).await?;
+    let bound = body.bindings();
+    let created = auth::create_token(&mut tx, &body.name, body.scope, &bound, &p.name).await?;
+    let bound = auth::bindings::Bindings::parse(&bound)?.body();
     audit_access(
         &mut tx,
         &req,
         &p,
         &format!("token:{}", created.id),
         "token.create",
-        json!({"name": created.name, "scope": created.scope}),
+        json!({"name": created.name, "scope": created.scope, "bindings": bound}),
     )
     .await?;
     tx.commit().await?;
@@ -424,4 +474,64 @@ pub async fn revoke_token(
     // This instance forgets it at once; others within auth::TOKEN_CACHE_TTL.
     state.tokens.remove(&hash);
     Ok(HttpResponse::Ok().json(TokenRevoked { id, revoked: true }))
+}
+
+/// `PUT /api/v1/tokens/{id}/bindings` (admin) with `{"tenants","pools","routes","channels"}`
+/// (each names, or `["*"]` for any; a list left out is `["*"]`): what a live data-plane
+/// token serves from now on (this instance at once, the others within the token cache's
+/// 10 s). Audited with the lists before and after.
+#[utoipa::path(
+    tag = "auth",
+    security(("admin_token" = []), ("session_cookie" = [])),
+    params(("id" = i64, Path, description = "The token's id")),
+    request_body(content = crate::schema::TokenBindingsBody),
+    responses(
+        (status = 200, description = "Bound (audited)", body = TokenBound),
+        (status = 400, description = "An id that is not an integer, or a binding that is not a name of its kind (`tenants[i]`, …), named twice, or `*` beside names", body = ErrorBody),
+        (status = 404, description = "No live token with this id (unknown, or revoked)", body = ErrorBody),
+        (status = 422, description = "An admin-scope token (`scope`): it reaches no data plane", body = ErrorBody),
+    ),
+)]
+#[put("/api/v1/tokens/{id}/bindings")]
+pub async fn bind_token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<TokenBindings>,
+) -> Result<HttpResponse, ApiError> {
+    let p = auth::principal(&req)?;
+    let id: i64 = path.parse().map_err(|_| ApiError::bad_request("id", "must be an integer"))?;
+    let bound = auth::bindings::Bindings::parse(&body)?.body();
+    let mut tx = state.db.begin().await?;
+    match store::live_token_scope(&mut tx, id).await?.as_deref() {
+        None => return Err(ApiError::NotFound(format!("no live token {id}"))),
+        Some("dataplane") => {}
+        Some(scope) => {
+            return Err(ApiError::Unprocessable {
+                field: "scope".into(),
+                rule: format!("token {id} has {scope} scope: it reaches no data plane, so it has nothing to bind"),
+            })
+        }
+    }
+    let Some((hash, before)) = store::set_bindings(&mut tx, id, &bound).await? else {
+        return Err(ApiError::NotFound(format!("no live token {id}")));
+    };
+    let entity = format!("token:{id}");
+    crate::audit::store::insert_audit(
+        &mut tx,
+        &crate::audit::store::NewAudit {
+            actor: &p.name,
+            source: p.source(),
+            action: "token.bindings",
+            entity: &entity,
+            before: Some(&json!({"bindings": before})),
+            after: Some(&json!({"bindings": bound})),
+            reason: None,
+            request_id: crate::http::request_id(&req).as_deref(),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    state.tokens.remove(&hash);
+    Ok(HttpResponse::Ok().json(TokenBound { id, bindings: bound }))
 }

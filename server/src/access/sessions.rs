@@ -29,36 +29,43 @@ pub struct Opened {
 }
 
 /// A hash to check against when there is none (unknown name, no password), so every
-/// failure costs the same.
+/// failure costs the same. Its phrase is random per process: nothing typed can match it,
+/// and a match would not count anyway ([`login`] never accepts a user without a hash).
 static DUMMY_HASH: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| hash_password("not a password of anyone").expect("hashing works"));
+    std::sync::LazyLock::new(|| hash_password(&random_secret(32)).expect("hashing works"));
 
-/// Checks a password and opens a session. The attempt is counted before the password is
-/// checked (atomically, so parallel guesses cannot exceed the limit); at
-/// [`MAX_FAILED_LOGINS`] failures in a row the account is locked for [`LOCK_TIME`] and the
-/// count starts over; a success resets it. While locked the password is not checked.
+/// Checks a password and opens a session. The attempt is counted and decided before the
+/// password is checked, in one statement ([`store::count_attempt`]): the attempt that
+/// makes [`MAX_FAILED_LOGINS`] in a row locks the account for [`LOCK_TIME`], so at most
+/// that many passwords are checked per lock period whatever the parallelism; a success
+/// ends the lock and resets the count. While locked the password is not checked. A user
+/// without a password hash (the configured admin token's actor, a user recorded by a
+/// seed) never signs in: their attempt is checked against the dummy hash for equal
+/// timing and refused whatever the result.
 pub async fn login(db: &PgPool, name: &str, password: &str, ttl: Duration) -> Result<Opened, LoginError> {
     let well_formed = check_user_name(name).is_ok() && !password.contains('\0');
-    let attempt = if well_formed { store::count_attempt(db, name).await.map_err(LoginError::Db)? } else { None };
+    let attempt = if well_formed {
+        store::count_attempt(db, name, MAX_FAILED_LOGINS, LOCK_TIME).await.map_err(LoginError::Db)?
+    } else {
+        None
+    };
     let Some(row) = attempt else {
         // Unknown, malformed or locked: spend the time a real check takes, answer alike.
         let owned = password.to_owned();
         off_the_workers(move || verify_password(&owned, &DUMMY_HASH)).await;
         let locked: Option<DateTime<Utc>> =
             if well_formed { store::locked_until(db, name).await.map_err(LoginError::Db)? } else { None };
-        return Err(match locked {
+        return Err(match locked.filter(|until| *until > Utc::now()) {
             Some(until) => LoginError::Locked { until },
             None => LoginError::Invalid,
         });
     };
-    let store::Attempt { role, password_hash: hash, failed_logins: failures, disabled_at: disabled } = row;
+    let store::Attempt { role, password_hash: hash, disabled_at: disabled } = row;
     let owned = password.to_owned();
+    let has_password = hash.is_some();
     let checked = hash.unwrap_or_else(|| DUMMY_HASH.clone());
-    let ok = off_the_workers(move || verify_password(&owned, &checked)).await && disabled.is_none();
-    if !ok {
-        if failures >= MAX_FAILED_LOGINS {
-            store::lock_user(db, name, LOCK_TIME).await.map_err(LoginError::Db)?;
-        }
+    let verified = off_the_workers(move || verify_password(&owned, &checked)).await;
+    if !(verified && has_password && disabled.is_none()) {
         return Err(LoginError::Invalid);
     }
     let role = Role::parse(&role).map_err(|_| LoginError::Invalid)?;
@@ -74,9 +81,10 @@ pub async fn logout(db: &PgPool, session_id: &str) -> Result<(), sqlx::Error> {
     store::delete_session(db, &sha256(session_id)).await
 }
 
-/// The principal of a live session (not expired, user not disabled); records its use.
-pub async fn session(db: &PgPool, session_id: &str) -> Result<Option<Principal>, sqlx::Error> {
-    let row = store::use_session(db, &sha256(session_id)).await?;
+/// The principal of a live session (not expired, used within `idle`, user not disabled);
+/// records its use.
+pub async fn session(db: &PgPool, session_id: &str, idle: Duration) -> Result<Option<Principal>, sqlx::Error> {
+    let row = store::use_session(db, &sha256(session_id), idle).await?;
     let Some((name, role, csrf)) = row else { return Ok(None) };
     let Ok(role) = Role::parse(&role) else { return Ok(None) };
     Ok(Some(Principal { name, via: Via::Session { role, csrf } }))

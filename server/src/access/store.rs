@@ -32,6 +32,11 @@ pub struct TokenListing {
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// What a data-plane token serves: names, or `*` alone.
+    pub tenants: Vec<String>,
+    pub pools: Vec<String>,
+    pub routes: Vec<String>,
+    pub channels: Vec<String>,
 }
 
 impl From<UserListing> for api::access::User {
@@ -58,6 +63,10 @@ impl From<TokenListing> for api::access::ApiToken {
             created_at: crate::http::rfc3339(t.created_at),
             last_used_at: t.last_used_at.map(crate::http::rfc3339),
             revoked_at: t.revoked_at.map(crate::http::rfc3339),
+            tenants: t.tenants,
+            pools: t.pools,
+            routes: t.routes,
+            channels: t.channels,
         }
     }
 }
@@ -77,7 +86,9 @@ pub async fn list_users(db: &PgPool) -> Result<Vec<UserListing>, sqlx::Error> {
 #[tracing::instrument(skip_all, err)]
 pub async fn list_tokens(db: &PgPool) -> Result<Vec<TokenListing>, sqlx::Error> {
     sqlx::query_as(
-        "select id, name, prefix, scope, created_by, created_at, last_used_at, revoked_at from api_token order by id",
+        "select id, name, prefix, scope, created_by, created_at, last_used_at, revoked_at,
+                tenants, pools, routes, channels
+         from api_token order by id",
     )
     .fetch_all(db)
     .await
@@ -107,31 +118,42 @@ pub async fn insert_user(tx: &mut PgConnection, name: &str, role: &str, hash: &s
     Ok(written.rows_affected() == 1)
 }
 
-/// A sign-in attempt as counted: the user's role, hash, failures so far (this one
-/// included) and whether they are disabled.
+/// A sign-in attempt as counted: the user's role, hash and whether they are disabled.
 pub struct Attempt {
     pub role: String,
     pub password_hash: Option<String>,
-    pub failed_logins: i32,
     pub disabled_at: Option<DateTime<Utc>>,
 }
 
-/// Counts a sign-in attempt (atomically, before the password is checked) unless the user
-/// is locked; `None` for an unknown or locked user.
-pub async fn count_attempt(db: &PgPool, name: &str) -> Result<Option<Attempt>, sqlx::Error> {
+/// Counts a sign-in attempt and decides in one statement whether its password may be
+/// checked: `None` for an unknown or locked user. The attempt that reaches `max` in a row
+/// locks the account for `lock` as it is counted (before its password is checked), so
+/// however many guesses arrive at once, at most `max` passwords are checked per lock
+/// period; a success ends the lock ([`open_session`]), and the count starts over when the
+/// lock is set.
+pub async fn count_attempt(
+    db: &PgPool,
+    name: &str,
+    max: i32,
+    lock: std::time::Duration,
+) -> Result<Option<Attempt>, sqlx::Error> {
     let row = sqlx::query(
-        "update app_user set failed_logins = failed_logins + 1
+        "update app_user set
+           failed_logins = case when failed_logins + 1 >= $2 then 0 else failed_logins + 1 end,
+           locked_until = case when failed_logins + 1 >= $2 then now() + $3 * interval '1 second'
+                               else locked_until end
          where name = $1 and (locked_until is null or locked_until <= now())
-         returning role, password_hash, failed_logins, disabled_at",
+         returning role, password_hash, disabled_at",
     )
     .bind(name)
+    .bind(max)
+    .bind(lock.as_secs() as f64)
     .fetch_optional(db)
     .await?;
     row.map(|row| {
         Ok(Attempt {
             role: row.try_get("role")?,
             password_hash: row.try_get("password_hash")?,
-            failed_logins: row.try_get("failed_logins")?,
             disabled_at: row.try_get("disabled_at")?,
         })
     })
@@ -145,18 +167,6 @@ pub async fn locked_until(db: &PgPool, name: &str) -> Result<Option<DateTime<Utc
         .fetch_optional(db)
         .await?
         .flatten())
-}
-
-/// Locks a user out for `time` and starts the count of failures over.
-pub async fn lock_user(db: &PgPool, name: &str, time: std::time::Duration) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "update app_user set failed_logins = 0, locked_until = now() + $2 * interval '1 second' where name = $1",
-    )
-    .bind(name)
-    .bind(time.as_secs() as f64)
-    .execute(db)
-    .await?;
-    Ok(())
 }
 
 /// Opens a session after a good password: resets the failures, stores the session by the
@@ -191,20 +201,68 @@ pub async fn delete_session(db: &PgPool, id_hash: &[u8]) -> Result<(), sqlx::Err
     Ok(())
 }
 
-/// A live session (not expired, user not disabled), recording its use: the user's name,
-/// role and the session's CSRF token.
-pub async fn use_session(db: &PgPool, id_hash: &[u8]) -> Result<Option<(String, String, String)>, sqlx::Error> {
+/// A live session (not expired, used within `idle`, user not disabled), recording its use:
+/// the user's name, role and the session's CSRF token.
+pub async fn use_session(
+    db: &PgPool,
+    id_hash: &[u8],
+    idle: std::time::Duration,
+) -> Result<Option<(String, String, String)>, sqlx::Error> {
     sqlx::query_as(
         "update user_session s set last_seen_at = now() from app_user u
-         where s.id_hash = $1 and s.expires_at > now() and u.name = s.user_name and u.disabled_at is null
+         where s.id_hash = $1 and s.expires_at > now() and s.last_seen_at > now() - $2 * interval '1 second'
+           and u.name = s.user_name and u.disabled_at is null
          returning u.name, u.role, s.csrf_token",
     )
     .bind(id_hash)
+    .bind(idle.as_secs() as f64)
     .fetch_optional(db)
     .await
 }
 
-/// Stores a new API token by its hash; its id.
+/// A user's password hash, if they exist and have one.
+pub async fn password_hash(db: &PgPool, name: &str) -> Result<Option<String>, sqlx::Error> {
+    Ok(sqlx::query_scalar("select password_hash from app_user where name = $1 and disabled_at is null")
+        .bind(name)
+        .fetch_optional(db)
+        .await?
+        .flatten())
+}
+
+/// Replaces a user's password hash, ends any lock-out and their sessions but `keep` (the
+/// one that changed it, by the hash of its id): how many sessions ended, `None` for an
+/// unknown user.
+pub async fn set_password(
+    tx: &mut PgConnection,
+    name: &str,
+    hash: &str,
+    keep: Option<&[u8]>,
+) -> Result<Option<u64>, sqlx::Error> {
+    let done = sqlx::query(
+        "update app_user set password_hash = $2, failed_logins = 0, locked_until = null, updated_at = now()
+         where name = $1",
+    )
+    .bind(name)
+    .bind(hash)
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(end_sessions(tx, name, keep).await?))
+}
+
+/// Ends every session of a user but `keep` (by the hash of its id); how many ended.
+pub async fn end_sessions(tx: &mut PgConnection, name: &str, keep: Option<&[u8]>) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query("delete from user_session where user_name = $1 and ($2::bytea is null or id_hash <> $2)")
+        .bind(name)
+        .bind(keep)
+        .execute(tx)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Stores a new API token by its hash with what it serves; its id.
 pub async fn insert_token(
     tx: &mut PgConnection,
     name: &str,
@@ -212,27 +270,82 @@ pub async fn insert_token(
     hash: &[u8],
     scope: &str,
     created_by: &str,
+    bound: &api::access::TokenBindings,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "insert into api_token (name, prefix, hash, scope, created_by) values ($1, $2, $3, $4, $5) returning id",
+        "insert into api_token (name, prefix, hash, scope, created_by, tenants, pools, routes, channels)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9) returning id",
     )
     .bind(name)
     .bind(prefix)
     .bind(hash)
     .bind(scope)
     .bind(created_by)
+    .bind(&bound.tenants)
+    .bind(&bound.pools)
+    .bind(&bound.routes)
+    .bind(&bound.channels)
     .fetch_one(tx)
     .await
 }
 
-/// A live API token by its hash, recording its use: id, name and scope.
-pub async fn use_token(db: &PgPool, hash: &[u8]) -> Result<Option<(i64, String, String)>, sqlx::Error> {
+/// A live API token as verified: id, name, scope and what it serves.
+#[derive(sqlx::FromRow)]
+pub struct LiveToken {
+    pub id: i64,
+    pub name: String,
+    pub scope: String,
+    pub tenants: Vec<String>,
+    pub pools: Vec<String>,
+    pub routes: Vec<String>,
+    pub channels: Vec<String>,
+}
+
+/// A live API token by its hash, recording its use.
+pub async fn use_token(db: &PgPool, hash: &[u8]) -> Result<Option<LiveToken>, sqlx::Error> {
     sqlx::query_as(
-        "update api_token set last_used_at = now() where hash = $1 and revoked_at is null returning id, name, scope",
+        "update api_token set last_used_at = now() where hash = $1 and revoked_at is null
+         returning id, name, scope, tenants, pools, routes, channels",
     )
     .bind(hash)
     .fetch_optional(db)
     .await
+}
+
+/// A live token's scope (locked for the transaction), `None` when there is no live token
+/// with that id.
+pub async fn live_token_scope(tx: &mut PgConnection, id: i64) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("select scope from api_token where id = $1 and revoked_at is null for update")
+        .bind(id)
+        .fetch_optional(tx)
+        .await
+}
+
+/// Replaces what a live token serves; its hash (for the caches) and the lists before, or
+/// `None` when there is no live token with that id.
+pub async fn set_bindings(
+    tx: &mut PgConnection,
+    id: i64,
+    bound: &api::access::TokenBindings,
+) -> Result<Option<(Vec<u8>, api::access::TokenBindings)>, sqlx::Error> {
+    let before: Option<(Vec<String>, Vec<String>, Vec<String>, Vec<String>)> = sqlx::query_as(
+        "select tenants, pools, routes, channels from api_token where id = $1 and revoked_at is null for update",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((tenants, pools, routes, channels)) = before else { return Ok(None) };
+    let hash: Vec<u8> = sqlx::query_scalar(
+        "update api_token set tenants = $2, pools = $3, routes = $4, channels = $5 where id = $1 returning hash",
+    )
+    .bind(id)
+    .bind(&bound.tenants)
+    .bind(&bound.pools)
+    .bind(&bound.routes)
+    .bind(&bound.channels)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(Some((hash, api::access::TokenBindings { tenants, pools, routes, channels })))
 }
 
 /// Sets a user's role; false for an unknown user.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::PgPool;
 
+use super::bindings::Bindings;
 use super::passwords::{random_secret, sha256};
 use super::{store, Principal, Scope, Via};
 use crate::error::ApiError;
@@ -20,11 +21,13 @@ pub struct NewToken {
     pub token: String,
 }
 
-/// Creates an API token; only its hash is kept.
+/// Creates an API token serving what `bound` names (checked here; an admin-scope token
+/// serves no data plane and is stored with `*`); only its hash is kept.
 pub async fn create_token(
     tx: &mut sqlx::PgConnection,
     name: &str,
     scope: Scope,
+    bound: &api::access::TokenBindings,
     created_by: &str,
 ) -> Result<NewToken, ApiError> {
     if name.trim().is_empty()
@@ -36,8 +39,16 @@ pub async fn create_token(
             "must be 1..=64 of ASCII letters, digits, space, '_', '.', '@', '-'",
         ));
     }
+    let bindings = Bindings::parse(bound)?;
+    if scope != Scope::Dataplane && bindings != Bindings::any() {
+        return Err(ApiError::bad_request(
+            "scope",
+            format!("a {}-scope token reaches no data plane: bind only dataplane tokens", scope.as_str()),
+        ));
+    }
     let token = format!("tsr_{}", random_secret(32));
-    let id = store::insert_token(tx, name, &token[..10], &sha256(&token), scope.as_str(), created_by).await?;
+    let id = store::insert_token(tx, name, &token[..10], &sha256(&token), scope.as_str(), created_by, &bindings.body())
+        .await?;
     Ok(NewToken { id, name: name.to_owned(), scope, token })
 }
 
@@ -90,7 +101,7 @@ pub(crate) async fn verify_token(state: &AppState, raw: &str) -> Result<Option<P
     if let Some((p, true)) = &cached {
         return Ok(Some(p.clone()));
     }
-    match token(&state.db, raw).await {
+    match token(&state.auth_db, raw).await {
         Ok(Some(p)) => {
             state.tokens.put(hash, p.clone());
             Ok(Some(p))
@@ -114,10 +125,9 @@ pub(crate) async fn verify_token(state: &AppState, raw: &str) -> Result<Option<P
 
 async fn token(db: &PgPool, raw: &str) -> Result<Option<Principal>, sqlx::Error> {
     let row = store::use_token(db, &sha256(raw)).await?;
-    let Some((id, name, scope)) = row else { return Ok(None) };
-    let scope = match scope.as_str() {
-        "admin" => Scope::Admin,
-        _ => Scope::Dataplane,
-    };
-    Ok(Some(Principal { name: format!("token:{id}:{name}"), via: Via::Token { scope } }))
+    let Some(t) = row else { return Ok(None) };
+    // A scope no version wrote serves nothing rather than anything.
+    let Some(scope) = Scope::parse(&t.scope) else { return Ok(None) };
+    let bindings = std::sync::Arc::new(Bindings::stored(&t.tenants, &t.pools, &t.routes, &t.channels));
+    Ok(Some(Principal { name: format!("token:{}:{}", t.id, t.name), via: Via::Token { scope, bindings } }))
 }

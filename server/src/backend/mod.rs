@@ -31,7 +31,7 @@ impl app::api::Backend for AppState {
         let principal = if self.auth.open {
             Some(Principal { name: "open-mode".into(), via: Via::Open })
         } else if let Some(id) = session_cookie {
-            crate::access::session(&self.db, &id).await.map_err(unavailable)?
+            crate::access::session(&self.db, &id, self.auth.idle_ttl).await.map_err(unavailable)?
         } else {
             None
         };
@@ -392,6 +392,12 @@ impl app::api::Backend for AppState {
                 created_at: minute(t.created_at),
                 last_used_at: t.last_used_at.map(minute),
                 revoked_at: t.revoked_at.map(minute),
+                bindings: api::access::TokenBindings {
+                    tenants: t.tenants,
+                    pools: t.pools,
+                    routes: t.routes,
+                    channels: t.channels,
+                },
             })
             .collect())
     }

@@ -219,7 +219,8 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     let url = format!("{address}/api/v1/pools/bench/draw");
     // A data-plane token, as an application would send (revoked when the phase is done).
     let mut conn = state.db.acquire().await?;
-    let token = crate::access::create_token(&mut conn, "bench draw", crate::access::Scope::Dataplane, "bench")
+    let bound = api::access::TokenBindings { pools: vec!["bench".into()], ..Default::default() };
+    let token = crate::access::create_token(&mut conn, "bench draw", crate::access::Scope::Dataplane, &bound, "bench")
         .await
         .map_err(|e| anyhow::anyhow!("creating the benchmark's API token: {e}"))?;
     drop(conn);

@@ -32,11 +32,13 @@ const FIELDS: [&str; 4] = ["ok", "fail", "latency_ms_sum", "latency_count"];
 )]
 #[post("/api/v1/channels/{code}/outcomes")]
 pub async fn record_outcomes(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let channel = ChannelCode::parse(&path)?;
+    crate::access::principal(&req)?.serves(crate::access::bindings::Resource::Channel, channel.as_str())?;
     let counts = parse_counts(&body)?;
     match crate::channels::store::exists(&state.db, channel.as_str()).await {
         Ok(true) => {}

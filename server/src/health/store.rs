@@ -416,6 +416,11 @@ pub async fn set_pin(
         .await?;
     for pool in pools {
         crate::change::store::lock(&mut tx, &crate::change::Entity::pool_key(&pool)).await?;
+        // A pin overrides health evaluation in a pool under an approval policy without a
+        // request: it stays immediate (an operator's emergency lever), flagged for an auditor.
+        let name =
+            PoolName::parse(&pool).map_err(|e| ChangeError::Invalid { field: "pool".into(), rule: e.to_string() })?;
+        crate::approvals::break_glass::store::flag(&mut tx, ctx, &name, action, audit_id).await?;
         if let Some(w) = crate::pools::store::republish_pool_if_changed(&mut tx, ctx, &pool, action).await? {
             written.push(w);
         }
@@ -443,6 +448,10 @@ pub async fn set_policy(
     let Some(before) = before else {
         return Err(ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())));
     };
+    // The health job ejects and decays members by this policy with no request of its own:
+    // under an approval policy only an accepted change request may change the pool, so a
+    // direct change of its health policy is refused (409 naming the policy), as a tier policy's.
+    crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
     let stored = serde_json::to_value(policy)
         .map_err(|e| ChangeError::Invalid { field: "health_policy".into(), rule: e.to_string() })?;
     sqlx::query("update pool set health_policy = $2 where name = $1")

@@ -37,11 +37,13 @@ pub struct DrawBody {
 )]
 #[post("/api/v1/pools/{pool}/draw")]
 pub async fn draw_ticket(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let pool = PoolName::parse(&path)?;
+    crate::access::principal(&req)?.serves(crate::access::bindings::Resource::Pool, pool.as_str())?;
     // No body (or JSON null): an ordinary draw. A body that is not a valid `DrawBody` is a 400, never
     // silently an ordinary draw.
     let body: DrawBody = if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {

@@ -14,9 +14,34 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(api::Alive { status: "alive".into() })
 }
 
-/// Ready when Postgres and Redis both answer; otherwise 503, naming what is down and why.
+/// Ready when Postgres and Redis both answer; otherwise 503. Public, so it says no more
+/// than that: which dependency is down, their versions and errors are in
+/// `/readyz/details`, for operators.
 #[utoipa::path(
     tag = "probes",
+    responses(
+        (status = 200, description = "Postgres and Redis both answer", body = api::Ready, example = json!({"status": "ready"})),
+        (status = 503, description = "A dependency is down (`/readyz/details` says which and why)", body = api::Ready, example = json!({"status": "unavailable"})),
+    ),
+)]
+#[get("/readyz")]
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let (postgres, redis) = crate::probes::check_dependencies(&state).await;
+    let body = api::Readiness::of(&postgres, &redis);
+    let ready = body.down.is_empty();
+    let summary = api::Ready { status: body.status };
+    if ready {
+        HttpResponse::Ok().json(summary)
+    } else {
+        HttpResponse::ServiceUnavailable().json(summary)
+    }
+}
+
+/// Ready when Postgres and Redis both answer; otherwise 503, naming what is down and why
+/// (operators: any role, an admin- or metrics-scope token).
+#[utoipa::path(
+    tag = "probes",
+    security(("admin_token" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "Postgres and Redis both answer", body = api::Readiness, example = json!({
             "status": "ready", "down": [],
@@ -30,8 +55,8 @@ pub async fn healthz() -> HttpResponse {
         })),
     ),
 )]
-#[get("/readyz")]
-pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+#[get("/readyz/details")]
+pub async fn readyz_details(state: web::Data<AppState>) -> HttpResponse {
     let (postgres, redis) = crate::probes::check_dependencies(&state).await;
     let body = api::Readiness::of(&postgres, &redis);
     if body.down.is_empty() {
@@ -41,9 +66,11 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-/// Every metric in the Prometheus text format.
+/// Every metric in the Prometheus text format (operators and scrapers: any role, an admin-
+/// or metrics-scope token).
 #[utoipa::path(
     tag = "probes",
+    security(("admin_token" = []), ("session_cookie" = [])),
     responses((status = 200, description = "Prometheus text exposition format 0.0.4", body = String, content_type = "text/plain; version=0.0.4")),
 )]
 #[get("/metrics")]

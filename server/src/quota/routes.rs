@@ -9,7 +9,7 @@ use client::quota::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ApiError, ErrorBody, QuotaRefusedBody};
+use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
 /// The largest `max_tokens` a request may declare (far above any model's output limit).
@@ -17,8 +17,32 @@ const MAX_OUTPUT_TOKENS: u64 = 10_000_000;
 /// The largest prompt accepted for an estimate, in bytes.
 const MAX_PROMPT_BYTES: usize = 4 * 1024 * 1024;
 
+/// At most this many prompts are counted at once: the tokenizer is CPU work (linear in the
+/// prompt, see [`client::estimate::MAX_RUN_BYTES`]), and a flood of large prompts must
+/// not take every core from the draws.
+static ESTIMATING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// How long a prompt waits for its turn before it is refused (429, Retry-After 1).
+const ESTIMATE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A turn at the tokenizer, or 429 when none came within [`ESTIMATE_WAIT`].
+async fn estimating() -> Result<tokio::sync::SemaphorePermit<'static>, ApiError> {
+    match tokio::time::timeout(ESTIMATE_WAIT, ESTIMATING.acquire()).await {
+        Ok(permit) => Ok(permit.expect("the estimate semaphore is never closed")),
+        Err(_) => Err(ApiError::Throttled {
+            message: "too many prompts are being estimated on this server: retry, or reserve tokens directly".into(),
+            retry_after_secs: 1,
+        }),
+    }
+}
+
 fn tenant(raw: &str) -> Result<TenantId, ApiError> {
     TenantId::parse(raw).map_err(ApiError::from)
+}
+
+/// 403 unless the caller may use `tenant`'s quota (a data-plane token bound to it).
+fn bound_to(req: &actix_web::HttpRequest, tenant: &TenantId) -> Result<(), ApiError> {
+    crate::access::principal(req)?.serves(crate::access::bindings::Resource::Tenant, tenant.as_str())
 }
 
 fn quota_error(e: QuotaError) -> ApiError {
@@ -134,17 +158,19 @@ pub struct ReserveReply {
         (status = 200, description = "Reserved (`replayed` when this request id had reserved before)", body = ReserveReply),
         (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
         (status = 404, description = "Unknown tenant", body = ErrorBody),
-        (status = 429, description = "Refused: a quota dimension ran out; nothing was reserved", body = QuotaRefusedBody),
+        (status = 429, description = "Refused: a quota dimension ran out, nothing reserved (a `QuotaRefusedBody`); or, for a prompt, the server is estimating as many prompts as it may at once (an `ErrorBody`, with `Retry-After`)", body = crate::schema::RefusedOrThrottledBody),
         (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
     )
 )]
 #[post("/api/v1/tenants/{tenant}/quota/reserve")]
 pub async fn reserve_quota(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Json<ReserveBody>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
+    bound_to(&req, &tenant)?;
     let body = body.into_inner();
     let (tokens, estimated) = match (body.tokens, body.prompt) {
         (Some(tokens), None) => {
@@ -164,6 +190,7 @@ pub async fn reserve_quota(
             }
             let model = body.model.ok_or_else(|| ApiError::bad_request("model", "is required with prompt"))?;
             let for_model = model.clone();
+            let _permit = estimating().await?;
             let e = web::block(move || estimate(&prompt, max_tokens, &for_model, DEFAULT_MARGIN))
                 .await
                 .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("estimate task: {e}")))??;
@@ -235,11 +262,13 @@ pub struct SettleBody {
 )]
 #[post("/api/v1/tenants/{tenant}/quota/settle")]
 pub async fn settle_quota(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Json<SettleBody>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
+    bound_to(&req, &tenant)?;
     let outcome =
         state.quotas.settle(&tenant, &body.request_id, body.actual_tokens, body.partial).await.map_err(quota_error)?;
     if outcome == SettleOutcome::Unknown {
@@ -273,11 +302,13 @@ pub struct ReleaseBody {
 )]
 #[post("/api/v1/tenants/{tenant}/quota/release")]
 pub async fn release_quota(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Json<ReleaseBody>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
+    bound_to(&req, &tenant)?;
     let outcome = state.quotas.release(&tenant, &body.request_id).await.map_err(quota_error)?;
     if outcome == ReleaseOutcome::Unknown {
         return Err(ApiError::NotFound(format!("no reservation with request_id {:?}", body.request_id.as_str())));

@@ -15,6 +15,13 @@ pub const MAX_ATTEMPTS: i32 = 20;
 /// How long one delivery may take.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A message's text as Slack-compatible receivers take it literally: `&`, `<` and `>`
+/// escaped, so a reason typed by a person cannot ping a channel (`<!channel>`) or dress up
+/// a link (`<https://…|text>`).
+pub fn escape_text(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
 /// The wait before attempt `attempts + 1`.
 pub fn backoff(attempts: i32) -> TimeDelta {
     TimeDelta::seconds((1i64 << attempts.clamp(1, 9)).min(300))
@@ -54,4 +61,12 @@ pub async fn deliver_due(state: &AppState, now: DateTime<Utc>) -> anyhow::Result
         }
     }
     Ok((delivered, failed))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn free_text_cannot_ping_or_link() {
+        assert_eq!(super::escape_text("a <!channel> & <https://x|y>"), "a &lt;!channel&gt; &amp; &lt;https://x|y&gt;");
+    }
 }

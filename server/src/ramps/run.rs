@@ -85,7 +85,7 @@ pub(crate) async fn event(
     };
     if let Some(announced) = announced.filter(|e| state.ramps.announces(e)) {
         let body = json!({
-            "text": format!("Tessera ramp {} on pool {}: {}", row.id, row.pool, sentence),
+            "text": super::notify::escape_text(&format!("Tessera ramp {} on pool {}: {}", row.id, row.pool, sentence)),
             "id": format!("ramp-event-{id}"),
             "event": announced,
             "kind": kind,

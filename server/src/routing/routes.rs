@@ -276,11 +276,14 @@ pub async fn evaluate_route(
 )]
 #[post("/api/v1/routes/{route}/draw")]
 pub async fn draw_route(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let name = route_name(&path)?;
+    // The route is what the token is bound to; the pool its rules choose comes with it.
+    crate::access::principal(&req)?.serves(crate::access::bindings::Resource::Route, name.as_str())?;
     let body: RouteDrawBody = optional_body(&body)?;
     if body.sticky_key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 256) {
         return Err(ApiError::bad_request("sticky_key", "must be 1..=256 bytes"));

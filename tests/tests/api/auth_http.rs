@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use integration::{json_reply, spawn_app_with, with_json, TestApp};
 use serde_json::{json, Value};
 
-struct Session {
-    cookie: String,
-    csrf: String,
+pub(crate) struct Session {
+    pub(crate) cookie: String,
+    pub(crate) csrf: String,
 }
 
-async fn app() -> (TestApp, HashMap<String, String>) {
+pub(crate) async fn app() -> (TestApp, HashMap<String, String>) {
     let app = spawn_app_with(|s| s.auth.open = false).await;
     let report = server::seed::demo_seed(&app.state.db).await.unwrap();
     server::publish::drain_outbox(&app.state).await.unwrap();
@@ -23,7 +23,7 @@ async fn app() -> (TestApp, HashMap<String, String>) {
     (app, passwords)
 }
 
-async fn login(app: &TestApp, name: &str, password: &str) -> (u16, Value, Option<String>) {
+pub(crate) async fn login(app: &TestApp, name: &str, password: &str) -> (u16, Value, Option<String>) {
     let response = app
         .request(reqwest::Method::POST, "/api/v1/auth/login")
         .json(&json!({"name": name, "password": password}))
@@ -35,7 +35,7 @@ async fn login(app: &TestApp, name: &str, password: &str) -> (u16, Value, Option
     (status, response.json().await.unwrap_or(Value::Null), cookie)
 }
 
-async fn session(app: &TestApp, passwords: &HashMap<String, String>, role: &str) -> Session {
+pub(crate) async fn session(app: &TestApp, passwords: &HashMap<String, String>, role: &str) -> Session {
     let name = format!("demo-{role}");
     let (status, body, cookie) = login(app, &name, &passwords[&name]).await;
     assert_eq!(status, 200, "{body}");
@@ -46,7 +46,7 @@ async fn session(app: &TestApp, passwords: &HashMap<String, String>, role: &str)
 }
 
 /// A request made by the UI: the session cookie, the CSRF token, our own origin.
-async fn ui(app: &TestApp, s: &Session, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn ui(app: &TestApp, s: &Session, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
     let request = app
         .request(method, path)
         .header("cookie", &s.cookie)

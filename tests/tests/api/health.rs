@@ -18,6 +18,10 @@ async fn readyz_is_ready_when_postgres_and_redis_answer() {
     let response = app.get("/readyz").await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
+    assert_eq!(body, serde_json::json!({"status": "ready"}), "the public probe says ready and nothing more");
+    let response = app.get("/readyz/details").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
     assert_eq!(body["status"], "ready");
     assert_eq!(body["down"], serde_json::json!([]));
     assert!(body["postgres"]["version"].as_str().unwrap().chars().next().unwrap().is_ascii_digit());
@@ -29,6 +33,9 @@ async fn readyz_names_redis_when_redis_is_down() {
     // Nothing listens on port 1: the server must still start and report Redis as down.
     let app = spawn_app_with(|s| integration::use_redis(s, "redis://127.0.0.1:1")).await;
     let response = app.get("/readyz").await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.json::<Value>().await.unwrap(), serde_json::json!({"status": "unavailable"}));
+    let response = app.get("/readyz/details").await;
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["status"], "unavailable");
@@ -55,7 +62,8 @@ async fn readyz_names_postgres_when_its_database_stops_answering() {
         .await
         .unwrap();
 
-    let response = app.get("/readyz").await;
+    assert_eq!(app.get("/readyz").await.status(), 503);
+    let response = app.get("/readyz/details").await;
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["down"], serde_json::json!(["postgres"]));

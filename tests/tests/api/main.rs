@@ -26,5 +26,6 @@ mod recover;
 mod redis_restart;
 mod routes_http;
 mod sampler;
+mod security;
 mod tiers_http;
 mod usage_ledger;

@@ -23,7 +23,11 @@ async fn login_status(app: &TestApp, name: &str, password: &str) -> u16 {
 }
 
 async fn draw_with(app: &TestApp, token: &str) -> u16 {
-    app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(token), serde_json::Value::Null).await.0
+    draw_from(app, "cn-pay", token).await
+}
+
+async fn draw_from(app: &TestApp, pool: &str, token: &str) -> u16 {
+    app.send(reqwest::Method::POST, &format!("/api/v1/pools/{pool}/draw"), Some(token), serde_json::Value::Null).await.0
 }
 
 #[tokio::test]
@@ -106,8 +110,10 @@ async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_
         .unwrap();
     assert_eq!(role, "pm");
 
-    // A data-plane token: its secret is shown once and it draws.
+    // A data-plane token bound to one pool: its secret is shown once and it draws there only.
     c.find(Locator::Id("new-token-name")).await.unwrap().send_keys("gateway").await.unwrap();
+    c.find(Locator::Id("new-token-pools")).await.unwrap().send_keys("cn-pay").await.unwrap();
+    c.find(Locator::Id("new-token-tenants")).await.unwrap().send_keys("*").await.unwrap();
     c.find(Locator::Id("new-token-submit")).await.unwrap().click().await.unwrap();
     let secret = c
         .wait()
@@ -135,8 +141,25 @@ async fn an_admin_adds_a_user_and_a_token_sees_each_secret_once_and_revokes_the_
         "{row}"
     );
     assert!(!row.contains(&secret), "the list never shows the secret: {row}");
-    assert_eq!(draw_with(&app, &secret).await, 200, "the token draws");
+    let bindings = text(c, &format!("token-bindings-{id}")).await;
+    assert!(bindings.contains("cn-pay") && bindings.contains("any") && bindings.contains("none"), "{bindings}");
+    assert_eq!(draw_with(&app, &secret).await, 200, "the token draws from its pool");
+    assert_eq!(draw_from(&app, "sea-pay", &secret).await, 403, "and from no other");
     screenshot(c, "users-admin-token").await;
+
+    // Its bindings edited on the page: the other pool, at once.
+    c.find(Locator::Id(&format!("bind-token-{id}"))).await.unwrap().click().await.unwrap();
+    let pools = c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("bind-token-pools")).await.unwrap();
+    pools.clear().await.unwrap();
+    pools.send_keys("sea-pay").await.unwrap();
+    c.find(Locator::Id("bind-token-submit")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(&format!("//dl[@id='token-bindings-{id}']/dd[@data-kind='pools' and .='sea-pay']")))
+        .await
+        .expect("the new binding is listed");
+    assert_eq!(draw_from(&app, "sea-pay", &secret).await, 200);
+    assert_eq!(draw_with(&app, &secret).await, 403);
 
     // Revoked from the page: refused at once.
     c.find(Locator::Id(&format!("revoke-token-{id}"))).await.unwrap().click().await.unwrap();

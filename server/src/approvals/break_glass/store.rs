@@ -96,16 +96,39 @@ async fn insert(
     Ok(())
 }
 
-/// The flags, newest first (at most 500), optionally only those (not) acknowledged.
+/// Flags a page holds.
+pub const PAGE_SIZE: i64 = 100;
+
+/// The first page of the flags, newest first, optionally only those (not) acknowledged.
 pub async fn list(db: &PgPool, acknowledged: Option<bool>) -> Result<Vec<BreakGlass>, sqlx::Error> {
+    Ok(page(db, acknowledged, 1).await?.0)
+}
+
+/// Page `page` (from 1) of the flags, newest first, optionally only those (not)
+/// acknowledged; with how many match the filter and how many wait for acknowledgement.
+pub async fn page(
+    db: &PgPool,
+    acknowledged: Option<bool>,
+    page: u32,
+) -> Result<(Vec<BreakGlass>, i64, i64), sqlx::Error> {
     let rows = sqlx::query(&format!(
         "select {COLUMNS} from break_glass where $1::boolean is null or (acknowledged_at is not null) = $1
-         order by id desc limit 500"
+         order by id desc limit $2 offset $3"
     ))
     .bind(acknowledged)
+    .bind(PAGE_SIZE)
+    .bind((i64::from(page) - 1) * PAGE_SIZE)
     .fetch_all(db)
     .await?;
-    rows.iter().map(flag_of).collect()
+    let (total, unacknowledged): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where $1::boolean is null or (acknowledged_at is not null) = $1),
+                count(*) filter (where acknowledged_at is null)
+         from break_glass",
+    )
+    .bind(acknowledged)
+    .fetch_one(db)
+    .await?;
+    Ok((rows.iter().map(flag_of).collect::<Result<_, _>>()?, total, unacknowledged))
 }
 
 /// Acknowledges a flag, audited (`break_glass.acknowledge`): never by who did the
