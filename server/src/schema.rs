@@ -388,17 +388,21 @@ impl ToSchema for BoundCodes {}
 #[serde(deny_unknown_fields)]
 pub struct TokenBindingsBody {
     /// Tenants the token may reserve, settle and release for.
-    #[schema(value_type = Option<BoundNames>)]
-    pub tenants: Option<Vec<String>>,
+    #[serde(default)]
+    #[schema(value_type = BoundNames)]
+    pub tenants: Vec<String>,
     /// Pools it may draw from.
-    #[schema(value_type = Option<BoundNames>)]
-    pub pools: Option<Vec<String>>,
+    #[serde(default)]
+    #[schema(value_type = BoundNames)]
+    pub pools: Vec<String>,
     /// Routes it may draw through.
-    #[schema(value_type = Option<BoundNames>)]
-    pub routes: Option<Vec<String>>,
+    #[serde(default)]
+    #[schema(value_type = BoundNames)]
+    pub routes: Vec<String>,
     /// Channels it may report outcomes for.
-    #[schema(value_type = Option<BoundCodes>)]
-    pub channels: Option<Vec<String>>,
+    #[serde(default)]
+    #[schema(value_type = BoundCodes)]
+    pub channels: Vec<String>,
 }
 
 /// A reserve's 429: a quota dimension ran out (`QuotaRefusedBody`), or the server is

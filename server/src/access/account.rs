@@ -180,7 +180,7 @@ pub async fn reset_password(
     let name = path.into_inner();
     super::check_user_name(&name)?;
     // No body: a generated password. A body that does not parse is a 400, never a reset.
-    let body: ResetPasswordBody = if body.iter().all(u8::is_ascii_whitespace) {
+    let body: ResetPasswordBody = if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {
         ResetPasswordBody::default()
     } else {
         serde_json::from_slice(&body).map_err(|e| ApiError::from_serde_message(&e.to_string()))?

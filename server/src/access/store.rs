@@ -321,6 +321,9 @@ pub async fn live_token_scope(tx: &mut PgConnection, id: i64) -> Result<Option<S
         .await
 }
 
+/// A token's tenants, pools, routes and channels, as stored.
+type BindingLists = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+
 /// Replaces what a live token serves; its hash (for the caches) and the lists before, or
 /// `None` when there is no live token with that id.
 pub async fn set_bindings(
@@ -328,7 +331,7 @@ pub async fn set_bindings(
     id: i64,
     bound: &api::access::TokenBindings,
 ) -> Result<Option<(Vec<u8>, api::access::TokenBindings)>, sqlx::Error> {
-    let before: Option<(Vec<String>, Vec<String>, Vec<String>, Vec<String>)> = sqlx::query_as(
+    let before: Option<BindingLists> = sqlx::query_as(
         "select tenants, pools, routes, channels from api_token where id = $1 and revoked_at is null for update",
     )
     .bind(id)

@@ -228,6 +228,7 @@ pub struct PolicyBody {
         (status = 200, description = "Stored and audited (nothing is published: the next evaluation uses it)", body = PolicyStored),
         (status = 400, description = "A malformed pool name or body, a missing reason, or a policy that does not parse (an unknown field or a wrong type; field `health_policy`)", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "An approval policy applies to the pool (naming `policy`): the health job would eject and decay by this policy with no request, so it changes only through the policy's review", body = ErrorBody),
         (status = 422, description = "A threshold out of range, naming it (`health_policy.<field>`)", body = ErrorBody),
     ),
 )]

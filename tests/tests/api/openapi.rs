@@ -366,7 +366,8 @@ async fn the_data_plane_documents_its_bodies_and_errors() {
         "#/components/schemas/ReserveRequest"
     );
     assert_eq!(body_ref(&reserve, "200"), "#/components/schemas/ReserveReply");
-    assert_eq!(body_ref(&reserve, "429"), "#/components/schemas/QuotaRefusedBody");
+    // A quota refusal, or the tokenizer's turn not coming (throttled).
+    assert_eq!(body_ref(&reserve, "429"), "#/components/schemas/RefusedOrThrottledBody");
     for status in ["400", "404", "500", "503"] {
         assert_eq!(body_ref(&reserve, status), "#/components/schemas/ErrorBody", "reserve {status}");
     }

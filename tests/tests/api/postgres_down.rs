@@ -68,8 +68,9 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
 
     proxy.cut().await;
 
-    // Readiness says which dependency is down.
-    let response = app.get("/readyz").await;
+    // Readiness says it is down; its details (for operators) say which dependency.
+    assert_eq!(app.get("/readyz").await.status(), 503);
+    let response = app.request(reqwest::Method::GET, "/readyz/details").bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["down"], json!(["postgres"]), "{body}");
