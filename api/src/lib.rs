@@ -39,10 +39,22 @@ pub const SESSION_COOKIE: &str = "tessera_session";
 /// `__Host-` prefix makes the browser refuse it unless Secure, for this host only, path `/`.
 pub const SECURE_SESSION_COOKIE: &str = "__Host-tessera_session";
 
-/// The session id a request carries: the Secure cookie's, else the plain one's. `cookie`
-/// reads a cookie's value by name.
-pub fn session_cookie(cookie: impl Fn(&str) -> Option<String>) -> Option<String> {
-    cookie(SECURE_SESSION_COOKIE).or_else(|| cookie(SESSION_COOKIE))
+/// The session id a request carries: the Secure cookie's, else (only for a request to a
+/// loopback host, where the plain cookie is ever set) the plain one's. `cookie` reads a
+/// cookie's value by name. Elsewhere a plain cookie is ignored: a sibling domain or a man
+/// in the middle could plant one to fix a session on a victim.
+pub fn session_cookie(loopback: bool, cookie: impl Fn(&str) -> Option<String>) -> Option<String> {
+    cookie(SECURE_SESSION_COOKIE).or_else(|| if loopback { cookie(SESSION_COOKIE) } else { None })
+}
+
+/// Whether a `Host` header's value names this machine's loopback (`localhost`, 127.0.0.0/8,
+/// `[::1]`, with any port).
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The header unsafe requests made with the session cookie repeat its CSRF token in.

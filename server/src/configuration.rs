@@ -61,6 +61,10 @@ pub struct Settings {
     /// (`http.trusted_proxy_header`, `TESSERA_TRUSTED_PROXY_HEADER`). Unset: forwarded
     /// headers are never read and the peer's address is the client's.
     pub trusted_proxy_header: Option<String>,
+    /// How many sign-ins, and as many unknown tokens or sessions, one client address may
+    /// send at once before the door answers 429 (then one a second): `http.door_burst`,
+    /// `TESSERA_DOOR_BURST`, 1..=1000000, default 30 (raise it for many people behind one NAT).
+    pub door_burst: u32,
     /// Where cargo-leptos put the site (`pkg/` with the wasm, js and css).
     pub site_root: PathBuf,
     /// Text or JSON log lines (`TESSERA_LOG_FORMAT`).
@@ -247,6 +251,7 @@ struct FileHttp {
     workers: Option<usize>,
     site_root: Option<String>,
     trusted_proxy_header: Option<String>,
+    door_burst: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -343,6 +348,13 @@ impl Settings {
                     Some(name.to_ascii_lowercase())
                 }
             };
+        let door_burst = match env("TESSERA_DOOR_BURST").filter(|v| !v.is_empty()) {
+            Some(raw) => raw.parse::<u32>().ok().filter(|n| (1..=1_000_000).contains(n)).ok_or_else(|| {
+                anyhow::anyhow!("http.door_burst (TESSERA_DOOR_BURST): must be in 1..=1000000, got {raw:?}")
+            })?,
+            None => file.http.door_burst.unwrap_or(crate::access::throttle::DEFAULT_ADDRESS_BURST),
+        };
+        anyhow::ensure!((1..=1_000_000).contains(&door_burst), "http.door_burst: must be in 1..=1000000");
         let site_root = PathBuf::from(pick(
             "TESSERA_SITE_ROOT",
             file.http.site_root.or_else(|| env("LEPTOS_SITE_ROOT")),
@@ -383,6 +395,7 @@ impl Settings {
             bind,
             workers,
             trusted_proxy_header,
+            door_burst,
             site_root,
             log_format,
             log_filter,

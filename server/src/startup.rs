@@ -131,7 +131,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let state = AppState {
         db,
         auth_db,
-        door: Default::default(),
+        door: crate::access::throttle::Door::new(settings.door_burst),
         trusted_proxy_header: settings.trusted_proxy_header.clone(),
         redis,
         keys,

@@ -47,7 +47,9 @@ pub(crate) mod ssr {
     /// The session of the request being served (over HTTP or during SSR).
     pub async fn current_session() -> Result<Option<SessionInfo>, ServerFnError> {
         let req: actix_web::HttpRequest = leptos_actix::extract().await?;
-        let cookie = api::session_cookie(|name| req.cookie(name).map(|c| c.value().to_owned()));
+        let host = req.headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or("");
+        let cookie =
+            api::session_cookie(api::is_loopback_host(host), |name| req.cookie(name).map(|c| c.value().to_owned()));
         crate::api::backend()?.whoami(cookie).await.map_err(ServerFnError::new)
     }
 

@@ -26,7 +26,8 @@ fn person(req: &HttpRequest) -> Result<(Principal, Option<Vec<u8>>), ApiError> {
             "this is for a person signed in (a session): tokens have no password or sessions".into(),
         ));
     }
-    let id = api::session_cookie(|name| req.cookie(name).map(|c| c.value().to_owned()));
+    let loopback = super::guard::is_loopback_host(req.headers());
+    let id = api::session_cookie(loopback, |name| req.cookie(name).map(|c| c.value().to_owned()));
     Ok((p, id.as_deref().map(sha256)))
 }
 
@@ -93,9 +94,15 @@ pub async fn change_password(
     let address =
         super::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
     state.door.sign_in(address, &p.name)?;
-    let stored = store::password_hash(&state.auth_db, &p.name).await?;
+    // Counted against the lock-out as a sign-in is: a stolen session guesses no faster.
+    let attempt = store::count_attempt(&state.auth_db, &p.name, super::MAX_FAILED_LOGINS, super::LOCK_TIME).await?;
+    let Some(attempt) = attempt else {
+        return Err(ApiError::Forbidden(
+            "current: the account is locked after repeated failures; try again in 15 minutes".into(),
+        ));
+    };
     let current = body.current.clone();
-    let right = match stored {
+    let right = match attempt.password_hash {
         Some(hash) => off_the_workers(move || verify_password(&current, &hash)).await,
         None => false,
     };

@@ -52,12 +52,7 @@ fn loopback_host(req: &ServiceRequest) -> bool {
 /// Whether `headers`' Host names this machine's loopback (`localhost`, 127.0.0.0/8, `[::1]`,
 /// with any port).
 pub(crate) fn is_loopback_host(headers: &actix_web::http::header::HeaderMap) -> bool {
-    let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("");
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    api::is_loopback_host(headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or(""))
 }
 
 async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Principal>, ApiError> {
@@ -101,6 +96,11 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
             state.door.unknown_token(address, hash)?;
             return Err(unknown());
         }
+        // An address out of unknown tokens asks the database nothing more until it refills
+        // (a token verified within the cache's time never asks it at all).
+        if !state.tokens.is_fresh(&hash) {
+            state.door.may_ask(address)?;
+        }
         return match verify_token(state, given).await? {
             Some(p) => Ok(Some(p)),
             None => {
@@ -109,10 +109,21 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
             }
         };
     }
-    if let Some(id) = api::session_cookie(|name| cookie_value(req, name)) {
+    if let Some(id) = api::session_cookie(loopback_host(req), |name| cookie_value(req, name)) {
+        // Made-up session ids cost a query each: counted against the address like unknown tokens.
+        let address =
+            super::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
+        let hash = super::passwords::sha256(&id);
+        let ended = || ApiError::Unauthorized("the session has expired or ended: sign in again".into());
+        if state.door.known_unknown(&hash) {
+            state.door.unknown_token(address, hash)?;
+            return Err(ended());
+        }
+        state.door.may_ask(address)?;
         let found = session(&state.auth_db, &id, state.auth.idle_ttl).await?;
         let Some(p) = found else {
-            return Err(ApiError::Unauthorized("the session has expired or ended: sign in again".into()));
+            state.door.unknown_token(address, hash)?;
+            return Err(ended());
         };
         if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
             // A cross-site form cannot read the CSRF token, and cannot claim our origin.
@@ -143,6 +154,11 @@ pub async fn guard(
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // Decide on the path the router routes by: percent-decoded (all but %, / and +), so
     // `/api/v%31/users` is judged as the `/api/v1/users` it reaches, never as a stranger.
+    // Open mode answers this machine only, whatever the path (pages render with admin data).
+    if req.app_data::<actix_web::web::Data<AppState>>().is_some_and(|s| s.auth.open) && !loopback_host(&req) {
+        let e = ApiError::Forbidden("open mode answers only requests sent to a loopback host".into());
+        return Ok(req.into_response(e.error_response()));
+    }
     let path = req.match_info().as_str().to_owned();
     let pattern = req.resource_map().match_pattern(&path);
     let needed = match pattern.as_deref() {

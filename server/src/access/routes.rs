@@ -122,7 +122,8 @@ pub async fn login(
 )]
 #[post("/api/v1/auth/logout")]
 pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    if let Some(id) = api::session_cookie(|name| req.cookie(name).map(|c| c.value().to_owned())) {
+    let loopback = auth::guard::is_loopback_host(req.headers());
+    if let Some(id) = api::session_cookie(loopback, |name| req.cookie(name).map(|c| c.value().to_owned())) {
         auth::logout(&state.db, &id).await?;
     }
     let mut reply = HttpResponse::Ok();

@@ -220,15 +220,6 @@ pub async fn use_session(
     .await
 }
 
-/// A user's password hash, if they exist and have one.
-pub async fn password_hash(db: &PgPool, name: &str) -> Result<Option<String>, sqlx::Error> {
-    Ok(sqlx::query_scalar("select password_hash from app_user where name = $1 and disabled_at is null")
-        .bind(name)
-        .fetch_optional(db)
-        .await?
-        .flatten())
-}
-
 /// Replaces a user's password hash, ends any lock-out and their sessions but `keep` (the
 /// one that changed it, by the hash of its id): how many sessions ended, `None` for an
 /// unknown user.

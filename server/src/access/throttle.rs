@@ -28,6 +28,15 @@ impl Limiter {
         Self { burst: f64::from(burst), every, buckets: Mutex::new(HashMap::new()) }
     }
 
+    /// In how many seconds `key`'s bucket holds one again, when it is empty now (nothing taken).
+    fn empty(&self, key: &str, now: Instant) -> Option<u64> {
+        let per_second = 1.0 / self.every.as_secs_f64();
+        let buckets = self.buckets.lock().expect("throttle");
+        let (level, at) = buckets.get(key)?;
+        let level = (level + now.duration_since(*at).as_secs_f64() * per_second).min(self.burst);
+        (level < 1.0).then(|| ((1.0 - level) / per_second).ceil().max(1.0) as u64)
+    }
+
     /// Takes one from `key`'s bucket, or says in how many seconds one will be there.
     fn take(&self, key: &str, now: Instant) -> Result<(), u64> {
         let per_second = 1.0 / self.every.as_secs_f64();
@@ -66,15 +75,27 @@ struct Inner {
     unknown_tokens: Mutex<HashMap<Vec<u8>, Instant>>,
 }
 
+/// How many sign-ins, or unknown tokens and sessions, one address may send at once by
+/// default (then one a second).
+pub const DEFAULT_ADDRESS_BURST: u32 = 30;
+
 impl Default for Door {
     fn default() -> Self {
+        Self::new(DEFAULT_ADDRESS_BURST)
+    }
+}
+
+impl Door {
+    /// The door with `address_burst` sign-ins and as many unknown credentials per address at
+    /// once (then one a second each); 20 sign-ins per name at once, then one every 15 s.
+    pub fn new(address_burst: u32) -> Self {
         Self(Arc::new(Inner {
             // A person mistyping, a page of sign-ins in a test: well within; a guesser: one a second.
-            sign_ins_by_address: Limiter::new(30, Duration::from_secs(1)),
+            sign_ins_by_address: Limiter::new(address_burst, Duration::from_secs(1)),
             // One name, from anywhere: 20 at once, then one every 15 s (the lock-out checks at
             // most 5 passwords per 15 minutes anyway; this keeps a flood off the hasher).
             sign_ins_by_name: Limiter::new(20, Duration::from_secs(15)),
-            unknown_tokens_by_address: Limiter::new(30, Duration::from_secs(1)),
+            unknown_tokens_by_address: Limiter::new(address_burst, Duration::from_secs(1)),
             unknown_tokens: Mutex::new(HashMap::new()),
         }))
     }
@@ -90,7 +111,7 @@ impl Door {
     /// name's), or 429.
     pub fn sign_in(&self, address: Option<IpAddr>, name: &str) -> Result<(), ApiError> {
         let now = Instant::now();
-        let address = address.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+        let address = address_key(address);
         self.0
             .sign_ins_by_address
             .take(&address, now)
@@ -99,6 +120,15 @@ impl Door {
         // long made-up name costs what a short one does.
         let key: String = name.chars().take(64).flat_map(char::to_lowercase).collect();
         self.0.sign_ins_by_name.take(&key, now).map_err(|s| throttled("sign-in attempts for this name", s))
+    }
+
+    /// 429 when `address` has used up its unknown tokens and sessions for now: checked before
+    /// a credential is looked up, so a flood of made-up ones costs no query once refused.
+    pub fn may_ask(&self, address: Option<IpAddr>) -> Result<(), ApiError> {
+        match self.0.unknown_tokens_by_address.empty(&address_key(address), Instant::now()) {
+            Some(s) => Err(throttled("unknown API tokens or sessions from this address", s)),
+            None => Ok(()),
+        }
     }
 
     /// Whether `hash` was found unknown within [`UNKNOWN_TOKEN_MEMORY`].
@@ -121,11 +151,24 @@ impl Door {
             }
             unknown.insert(hash, now);
         }
-        let address = address.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+        let address = address_key(address);
         self.0
             .unknown_tokens_by_address
             .take(&address, now)
             .map_err(|s| throttled("unknown API tokens from this address", s))
+    }
+}
+
+/// The key an address is throttled by: an IPv4 address, or an IPv6 address's /64 (one
+/// host usually holds a whole /64, and would otherwise get a bucket per address).
+fn address_key(address: Option<IpAddr>) -> String {
+    match address {
+        None => "unknown".to_owned(),
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        Some(IpAddr::V6(v6)) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
     }
 }
 

@@ -73,6 +73,11 @@ impl TokenCache {
         self.0.lock().expect("token cache").remove(hash);
     }
 
+    /// Whether a verification of `hash` is fresh here (no database query would be made).
+    pub fn is_fresh(&self, hash: &[u8]) -> bool {
+        self.get(hash).is_some_and(|(_, fresh)| fresh)
+    }
+
     /// The cached principal and whether it is fresh; entries older than
     /// [`TOKEN_TRUST_WHILE_DOWN`] are not returned at all.
     fn get(&self, hash: &[u8]) -> Option<(Principal, bool)> {

@@ -469,15 +469,27 @@ async fn a_flood_of_unknown_tokens_is_throttled_and_answered_from_memory() {
     assert!(statuses.contains(&429), "{statuses:?}");
     let used: i64 = sqlx::query_scalar("select count(*) from api_token").fetch_one(&app.state.db).await.unwrap();
     assert_eq!(used, 0, "nothing written");
-    // A good token from the same address is still served.
+    // While the address is out of budget, even a good token it never showed is not looked up
+    // (no query for anything new); once a token refills the bucket (one a second), it is served.
     let (status, token) = app
         .send(reqwest::Method::POST, "/api/v1/tokens", Some(TOKEN), json!({"name": "gw", "scope": "dataplane"}))
         .await;
     assert_eq!(status, 201);
-    let (status, _) = app
-        .send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(token["token"].as_str().unwrap()), Value::Null)
-        .await;
+    let good = token["token"].as_str().unwrap().to_owned();
+    let (status, _) = app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(&good), Value::Null).await;
+    assert_eq!(status, 429);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (status, _) = app.send(reqwest::Method::POST, "/api/v1/pools/cn-pay/draw", Some(&good), Value::Null).await;
     assert_eq!(status, 200);
+    // A made-up session cookie is counted the same way: refused before any lookup now.
+    let refused = app
+        .request(reqwest::Method::GET, "/api/v1/pools")
+        .header("cookie", "tessera_session=made-up")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(refused == 401 || refused == 429, "{refused}");
 }
 
 #[tokio::test]
@@ -576,4 +588,58 @@ async fn the_session_cookie_is_secure_with_the_host_prefix_unless_on_loopback() 
     let cookie = cookie.unwrap();
     assert_eq!(status, 200);
     assert!(cookie.starts_with("tessera_session=") && !cookie.contains("Secure"), "{cookie}");
+}
+
+#[tokio::test]
+async fn a_password_change_guesses_no_faster_than_a_sign_in() {
+    let (app, passwords) = guarded_app().await;
+    let s = session(&app, &passwords, "pm").await;
+    for i in 0..5 {
+        let body = json!({"current": format!("guess number {i}"), "new": "a-new-long-password"});
+        let (status, _) = ui(&app, &s, reqwest::Method::POST, "/api/v1/auth/password", body).await;
+        assert_eq!(status, 403);
+    }
+    let body = json!({"current": passwords["demo-pm"], "new": "a-new-long-password"});
+    let (status, body) = ui(&app, &s, reqwest::Method::POST, "/api/v1/auth/password", body).await;
+    assert_eq!(status, 403, "locked: even the right password changes nothing: {body}");
+    assert!(body["error"].as_str().unwrap().contains("locked"), "{body}");
+    assert_eq!(login(&app, "demo-pm", &passwords["demo-pm"]).await.0, 401, "the sign-in lock is the same lock");
+}
+
+#[tokio::test]
+async fn a_plain_session_cookie_counts_only_on_loopback_and_open_mode_answers_only_loopback() {
+    let (app, passwords) = guarded_app().await;
+    let (_, _, cookie) = login(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    let plain = cookie.unwrap().split(';').next().unwrap().to_owned();
+    let me = |host: &'static str| {
+        let (app, plain) = (&app, plain.clone());
+        async move {
+            app.request(reqwest::Method::GET, "/api/v1/auth/me")
+                .header("host", host)
+                .header("cookie", plain)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(me("127.0.0.1").await, 200);
+    assert_eq!(me("tessera.example.com").await, 401, "a planted plain cookie is ignored off loopback");
+
+    let open = integration::spawn_app().await;
+    let page = open
+        .request(reqwest::Method::GET, "/users")
+        .header("host", "rebind.attacker.example:8080")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 403, "a rebound name gets no page");
+    let api = open
+        .request(reqwest::Method::GET, "/api/v1/pools")
+        .header("host", "rebind.attacker.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 403);
+    assert_eq!(open.get("/api/v1/pools").await.status(), 200, "loopback is served");
 }
