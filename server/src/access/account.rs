@@ -31,31 +31,6 @@ fn person(req: &HttpRequest) -> Result<(Principal, Option<Vec<u8>>), ApiError> {
     Ok((p, id.as_deref().map(sha256)))
 }
 
-async fn audit(
-    tx: &mut sqlx::PgConnection,
-    req: &HttpRequest,
-    p: &Principal,
-    user: &str,
-    action: &str,
-    after: serde_json::Value,
-) -> Result<(), ApiError> {
-    crate::audit::store::insert_audit(
-        tx,
-        &crate::audit::store::NewAudit {
-            actor: &p.name,
-            source: p.source(),
-            action,
-            entity: &format!("user:{user}"),
-            before: None,
-            after: Some(&after),
-            reason: None,
-            request_id: crate::http::request_id(req).as_deref(),
-        },
-    )
-    .await?;
-    Ok(())
-}
-
 /// A change of one's own password.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -115,7 +90,16 @@ pub async fn change_password(
     let ended = store::set_password(&mut tx, &p.name, &hash, this_session.as_deref())
         .await?
         .ok_or_else(|| ApiError::Forbidden("current: the current password is wrong".into()))?;
-    audit(&mut tx, &req, &p, &p.name, "user.password", json!({"changed_by": "self"})).await?;
+    super::audit_access(
+        &mut tx,
+        &req,
+        &p,
+        &format!("user:{}", p.name),
+        "user.password",
+        None,
+        json!({"changed_by": "self"}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(PasswordChanged { name: p.name, sessions_ended: ended }))
 }
@@ -135,7 +119,16 @@ pub async fn logout_everywhere(req: HttpRequest, state: web::Data<AppState>) -> 
     let (p, _) = person(&req)?;
     let mut tx = state.db.begin().await?;
     let ended = store::end_sessions(&mut tx, &p.name, None).await?;
-    audit(&mut tx, &req, &p, &p.name, "user.logout_everywhere", json!({"sessions_ended": ended})).await?;
+    super::audit_access(
+        &mut tx,
+        &req,
+        &p,
+        &format!("user:{}", p.name),
+        "user.logout_everywhere",
+        None,
+        json!({"sessions_ended": ended}),
+    )
+    .await?;
     tx.commit().await?;
     let mut reply = HttpResponse::Ok();
     for name in [api::SESSION_COOKIE, api::SECURE_SESSION_COOKIE] {
@@ -204,7 +197,16 @@ pub async fn reset_password(
     let Some(ended) = store::set_password(&mut tx, &name, &hash, None).await? else {
         return Err(ApiError::NotFound(format!("unknown user {name:?}")));
     };
-    audit(&mut tx, &req, &p, &name, "user.password", json!({"changed_by": "admin"})).await?;
+    super::audit_access(
+        &mut tx,
+        &req,
+        &p,
+        &format!("user:{name}"),
+        "user.password",
+        None,
+        json!({"changed_by": "admin"}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(PasswordReset { name, password: generated.then_some(password), sessions_ended: ended }))
 }

@@ -270,6 +270,34 @@ impl Principal {
     }
 }
 
+/// Audits a change of users, tokens or an account in the change's own transaction, as made
+/// by `p` (source `ui` with a session, `api` otherwise).
+pub async fn audit_access(
+    tx: &mut sqlx::PgConnection,
+    req: &HttpRequest,
+    p: &Principal,
+    entity: &str,
+    action: &str,
+    before: Option<serde_json::Value>,
+    after: serde_json::Value,
+) -> Result<(), ApiError> {
+    crate::audit::store::insert_audit(
+        tx,
+        &crate::audit::store::NewAudit {
+            actor: &p.name,
+            source: p.source(),
+            action,
+            entity,
+            before: before.as_ref(),
+            after: Some(&after),
+            reason: None,
+            request_id: crate::http::request_id(req).as_deref(),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 /// The caller of a request the guard let through.
 pub fn principal(req: &HttpRequest) -> Result<Principal, ApiError> {
     req.extensions().get::<Principal>().cloned().ok_or_else(|| {

@@ -191,33 +191,6 @@ pub struct NewUserBody {
     password: Option<String>,
 }
 
-/// Audits a change of users or tokens in the change's own transaction.
-async fn audit_access(
-    tx: &mut sqlx::PgConnection,
-    req: &HttpRequest,
-    p: &auth::Principal,
-    entity: &str,
-    action: &str,
-    after: serde_json::Value,
-) -> Result<(), ApiError> {
-    let source = p.source();
-    crate::audit::store::insert_audit(
-        tx,
-        &crate::audit::store::NewAudit {
-            actor: &p.name,
-            source,
-            action,
-            entity,
-            before: None,
-            after: Some(&after),
-            reason: None,
-            request_id: crate::http::request_id(req).as_deref(),
-        },
-    )
-    .await?;
-    Ok(())
-}
-
 /// `POST /api/v1/users` (admin) with `{"name","role","password"?}` → `201` (with the
 /// generated password, once, when none was given); `409` when the name is taken.
 #[utoipa::path(
@@ -241,7 +214,8 @@ pub async fn add_user(
     let password = body.password.clone().unwrap_or_else(|| auth::random_secret(18));
     let mut tx = state.db.begin().await?;
     auth::create_user(&mut tx, &body.name, role, &password).await?;
-    audit_access(&mut tx, &req, &p, &format!("user:{}", body.name), "user.create", json!({"role": role})).await?;
+    auth::audit_access(&mut tx, &req, &p, &format!("user:{}", body.name), "user.create", None, json!({"role": role}))
+        .await?;
     tx.commit().await?;
     Ok(HttpResponse::Created().json(UserCreated {
         name: body.name.clone(),
@@ -284,7 +258,8 @@ pub async fn set_role(
     if !store::set_role(&mut tx, path.as_str(), role.as_str()).await? {
         return Err(ApiError::NotFound(format!("unknown user {:?}", path.as_str())));
     }
-    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.role", json!({"role": role})).await?;
+    auth::audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.role", None, json!({"role": role}))
+        .await?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(UserRole { name: path.into_inner(), role: role.as_str().to_owned() }))
 }
@@ -313,8 +288,16 @@ pub async fn disable_user(
     if !store::disable_user(&mut tx, path.as_str()).await? {
         return Err(ApiError::NotFound(format!("no enabled user {:?}", path.as_str())));
     }
-    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.disable", json!({"disabled": true}))
-        .await?;
+    auth::audit_access(
+        &mut tx,
+        &req,
+        &p,
+        &format!("user:{}", path.as_str()),
+        "user.disable",
+        None,
+        json!({"disabled": true}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(UserDisabled { name: path.into_inner(), disabled: true }))
 }
@@ -343,8 +326,16 @@ pub async fn unlock_user(
     if !store::unlock_user(&mut tx, path.as_str()).await? {
         return Err(ApiError::NotFound(format!("unknown user {:?}", path.as_str())));
     }
-    audit_access(&mut tx, &req, &p, &format!("user:{}", path.as_str()), "user.unlock", json!({"unlocked": true}))
-        .await?;
+    auth::audit_access(
+        &mut tx,
+        &req,
+        &p,
+        &format!("user:{}", path.as_str()),
+        "user.unlock",
+        None,
+        json!({"unlocked": true}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(UserUnlocked { name: path.into_inner(), unlocked: true }))
 }
@@ -425,16 +416,15 @@ pub async fn add_token(
 ) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
     let mut tx = state.db.begin().await?;
-    let bound = body.bindings();
-    let created = auth::create_token(&mut tx, &body.name, body.scope, &bound, &p.name).await?;
-    let bound = auth::bindings::Bindings::parse(&bound)?.body();
-    audit_access(
+    let created = auth::create_token(&mut tx, &body.name, body.scope, &body.bindings(), &p.name).await?;
+    auth::audit_access(
         &mut tx,
         &req,
         &p,
         &format!("token:{}", created.id),
         "token.create",
-        json!({"name": created.name, "scope": created.scope, "bindings": bound}),
+        None,
+        json!({"name": created.name, "scope": created.scope, "bindings": created.bindings}),
     )
     .await?;
     tx.commit().await?;
@@ -470,7 +460,8 @@ pub async fn revoke_token(
     let Some(hash) = hash else {
         return Err(ApiError::NotFound(format!("no live token {id}")));
     };
-    audit_access(&mut tx, &req, &p, &format!("token:{id}"), "token.revoke", json!({"revoked": true})).await?;
+    auth::audit_access(&mut tx, &req, &p, &format!("token:{id}"), "token.revoke", None, json!({"revoked": true}))
+        .await?;
     tx.commit().await?;
     // This instance forgets it at once; others within auth::TOKEN_CACHE_TTL.
     state.tokens.remove(&hash);
@@ -517,21 +508,8 @@ pub async fn bind_token(
     let Some((hash, before)) = store::set_bindings(&mut tx, id, &bound).await? else {
         return Err(ApiError::NotFound(format!("no live token {id}")));
     };
-    let entity = format!("token:{id}");
-    crate::audit::store::insert_audit(
-        &mut tx,
-        &crate::audit::store::NewAudit {
-            actor: &p.name,
-            source: p.source(),
-            action: "token.bindings",
-            entity: &entity,
-            before: Some(&json!({"bindings": before})),
-            after: Some(&json!({"bindings": bound})),
-            reason: None,
-            request_id: crate::http::request_id(&req).as_deref(),
-        },
-    )
-    .await?;
+    let (before, after) = (json!({"bindings": before}), json!({"bindings": bound}));
+    auth::audit_access(&mut tx, &req, &p, &format!("token:{id}"), "token.bindings", Some(before), after).await?;
     tx.commit().await?;
     state.tokens.remove(&hash);
     Ok(HttpResponse::Ok().json(TokenBound { id, bindings: bound }))

@@ -19,6 +19,8 @@ pub struct NewToken {
     pub name: String,
     pub scope: Scope,
     pub token: String,
+    /// What it serves, as stored.
+    pub bindings: api::access::TokenBindings,
 }
 
 /// Creates an API token serving what `bound` names (checked here; an admin-scope token
@@ -47,9 +49,10 @@ pub async fn create_token(
         ));
     }
     let token = format!("tsr_{}", random_secret(32));
-    let id = store::insert_token(tx, name, &token[..10], &sha256(&token), scope.as_str(), created_by, &bindings.body())
-        .await?;
-    Ok(NewToken { id, name: name.to_owned(), scope, token })
+    let bindings = bindings.body();
+    let id =
+        store::insert_token(tx, name, &token[..10], &sha256(&token), scope.as_str(), created_by, &bindings).await?;
+    Ok(NewToken { id, name: name.to_owned(), scope, token, bindings })
 }
 
 /// How long a verified API token is trusted without asking Postgres again (per instance).
