@@ -173,6 +173,40 @@ stop_test_cluster() {
   for p in ${TEST_CLUSTER_PORTS:-}; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
 }
 
+# The audit key and the server's own database role, as SECURITY.md asks of a deployment
+# (after `tessera migrate`, which creates the role tessera_server): exports
+# TESSERA_AUDIT_KEY (from .tessera/audit.key, made once, mode 600) unless it is set, and,
+# for a local Postgres, runs the server as the login role `tessera` in tessera_server
+# (DATABASE_URL), migrating as the owner (TESSERA_MIGRATE_DATABASE_URL).
+use_audit_key_and_server_role() {
+  if [ -z "${TESSERA_AUDIT_KEY:-}" ]; then
+    local key_file="$ROOT/.tessera/audit.key"
+    if [ ! -s "$key_file" ]; then
+      mkdir -p "$(dirname "$key_file")"
+      (umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$key_file")
+      say "made an audit key in $key_file (keep it apart from the database: it signs the audit trail)"
+    fi
+    TESSERA_AUDIT_KEY="$(cat "$key_file")"
+    export TESSERA_AUDIT_KEY
+  fi
+  [ -z "${TESSERA_MIGRATE_DATABASE_URL:-}" ] || return 0
+  local owner_url="$DATABASE_URL" host rest
+  host="$(url_host "$owner_url")"
+  if ! is_local "$host"; then
+    say "Postgres is not local: serving as DATABASE_URL's role (SECURITY.md: run the server as a member of tessera_server)"
+    return 0
+  fi
+  if psql "$owner_url" -v ON_ERROR_STOP=1 -qc "do \$\$ begin
+        if not exists (select from pg_roles where rolname = 'tessera') then create role tessera login; end if;
+      end \$\$; grant tessera_server to tessera;" >/dev/null; then
+    rest="${owner_url#*://}"
+    export TESSERA_MIGRATE_DATABASE_URL="$owner_url"
+    export DATABASE_URL="${owner_url%%://*}://tessera@${rest#*@}"
+  else
+    say "could not create the role tessera: serving as DATABASE_URL's role, which may rewrite the audit trail"
+  fi
+}
+
 bootstrap() {
   ensure_rust
   ensure_postgres

@@ -32,6 +32,9 @@ pub enum Command {
     /// Manage users.
     #[command(subcommand)]
     User(UserCommand),
+    /// The audit trail: `tessera audit verify` checks its hash chain and signatures.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Compare allocation strategies on the same weights: per-request random, weighted
     /// round robin, smooth weighted round robin, and ticket pools (shuffle, smooth).
     Verify(VerifyArgs),
@@ -145,6 +148,31 @@ pub enum UserCommand {
     /// Create a user. The password is read from stdin (one line) with --password-stdin,
     /// otherwise generated and printed once.
     Add(UserAddArgs),
+}
+
+/// What `tessera audit` does.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the audit chain (hashes, links, gaps and, with TESSERA_AUDIT_KEY, every row's
+    /// signature) from the newest signed checkpoint, or every row with --full; prints the
+    /// first bad row and exits with status 1 when the chain is broken.
+    Verify(AuditVerifyArgs),
+    /// Sign the history written before TESSERA_AUDIT_KEY was set (the unsigned rows before
+    /// the first signed one), once its hash chain is checked intact; prints the newest row
+    /// signed and its hash, to be kept outside the database. Never signs a row written after
+    /// a signed one.
+    Adopt,
+}
+
+/// Arguments of `tessera audit verify`.
+#[derive(Debug, clap::Args)]
+pub struct AuditVerifyArgs {
+    /// Check every row, not only those after the newest signed checkpoint.
+    #[arg(long)]
+    pub full: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `tessera user add`.

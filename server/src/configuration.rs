@@ -26,8 +26,10 @@ pub enum LogFormat {
 }
 
 mod access;
+mod audit;
 pub use access::{AdminAccess, AuthSettings};
 use access::{FileAdmin, FileAuth};
+pub use audit::AuditKey;
 
 impl LogFormat {
     fn parse(field: &str, raw: &str) -> anyhow::Result<Self> {
@@ -44,6 +46,14 @@ impl LogFormat {
 pub struct Settings {
     /// Postgres URL (`DATABASE_URL`); may hold a password, so kept secret.
     pub database_url: SecretString,
+    /// The schema owner's URL, which creates the database and migrates
+    /// (`database.migrate_url`, `TESSERA_MIGRATE_DATABASE_URL`); the server then serves as
+    /// `DATABASE_URL`'s role, a member of `tessera_server`, which may append to the audit
+    /// trail but not rewrite it. Unset: `DATABASE_URL`'s role migrates too (development).
+    pub migrate_database_url: Option<SecretString>,
+    /// The secret the audit chain is signed with (`TESSERA_AUDIT_KEY`); `None` writes
+    /// unsigned rows (development; the server warns).
+    pub audit_key: Option<AuditKey>,
     /// Redis URL (`REDIS_URL`); may hold a password, so kept secret.
     pub redis_url: SecretString,
     /// Redis Cluster seed nodes (`redis.cluster_nodes`, `TESSERA_REDIS_CLUSTER_NODES` as a
@@ -234,6 +244,7 @@ struct FileSamples {
 #[serde(deny_unknown_fields)]
 struct FileDatabase {
     url: Option<String>,
+    migrate_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -303,6 +314,8 @@ impl Settings {
         };
         let database_url = pick("DATABASE_URL", file.database.url, defaults::DATABASE_URL);
         check_url("database.url (DATABASE_URL)", &database_url, &["postgres", "postgresql"])?;
+        let migrate_database_url = audit::migrate_url(&env, file.database.migrate_url)?;
+        let audit_key = audit::key(&env)?;
         let redis_url = pick("REDIS_URL", file.redis.url, defaults::REDIS_URL);
         check_url("redis.url (REDIS_URL)", &redis_url, &["redis", "rediss", "redis+unix", "unix"])?;
         let redis_cluster_nodes = match env("TESSERA_REDIS_CLUSTER_NODES").filter(|v| !v.trim().is_empty()) {
@@ -389,6 +402,8 @@ impl Settings {
             ramps,
             auth,
             database_url: SecretString::from(database_url),
+            migrate_database_url,
+            audit_key,
             redis_url: SecretString::from(redis_url),
             redis_cluster_nodes: redis_cluster_nodes.into_iter().map(SecretString::from).collect(),
             redis_prefix,

@@ -1,7 +1,7 @@
 //! The `tessera` binary: parse the command line, set up telemetry, run the subcommand.
 
 use clap::Parser;
-use server::cli::{BenchCommand, Cli, Command, UserCommand};
+use server::cli::{AuditCommand, BenchCommand, Cli, Command, UserCommand};
 use server::configuration::Settings;
 use server::startup::{Application, Signals};
 
@@ -36,6 +36,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = Settings::load(cli.config.as_deref())?;
     server::telemetry::init(settings.log_format, &settings.log_filter);
     let mut settings = settings;
+    // Every audit row this process writes, whatever the command, is signed.
+    if let Some(key) = &settings.audit_key {
+        server::audit::key::install(key)?;
+    }
     match cli.command.unwrap_or(Command::Serve(Default::default())) {
         Command::Verify(_) => unreachable!("handled above"),
         Command::Serve(args) => {
@@ -127,10 +131,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = server::draws::replay::replay(&db, &request).await?;
             print_report(args.json, &report, server::draws::replay::render)?;
         }
+        Command::Audit(AuditCommand::Verify(args)) => {
+            let db = server::store::connect(&settings).await?;
+            let report = server::audit::store::verify_audit(&db, args.full).await?;
+            print_report(args.json, &report, server::audit::store::render_report)?;
+            anyhow::ensure!(report.intact, "the audit chain is broken at row {}", report.first_broken.unwrap_or(0));
+        }
+        Command::Audit(AuditCommand::Adopt) => {
+            let db = server::store::connect(&settings).await?;
+            let adoption = server::audit::store::adopt_unsigned_history(&db).await?;
+            match (adoption.through_id, &adoption.through_hash) {
+                (Some(id), Some(hash)) => {
+                    println!(
+                        "signed {} rows, through row {id} (hash {hash}): keep these outside the database",
+                        adoption.signed
+                    )
+                }
+                _ => println!("nothing to sign: every row before the first signed one is signed"),
+            }
+        }
         Command::Migrate => {
             let created = server::store::create_database_if_missing(&settings).await?;
             let db = server::store::connect(&settings).await?;
-            server::store::migrate(&db).await?;
+            server::store::migrate(&settings, &db).await?;
             let name = settings.database_name()?;
             if created {
                 println!("created database {name} and applied all migrations");
@@ -149,7 +172,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             server::store::create_database_if_missing(&settings).await?;
             let db = server::store::connect(&settings).await?;
-            server::store::migrate(&db).await?;
+            server::store::migrate(&settings, &db).await?;
             server::access::create_user_audited(&db, &args.name, role, &password, "tessera user add")
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -161,7 +184,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::DemoSeed => {
             server::store::create_database_if_missing(&settings).await?;
             let db = server::store::connect(&settings).await?;
-            server::store::migrate(&db).await?;
+            server::store::migrate(&settings, &db).await?;
             let report = server::seed::demo_seed(&db).await?;
             for entity in &report.created {
                 println!("seeded {entity}");

@@ -92,11 +92,39 @@ impl Application {
     }
 }
 
+/// Installs the audit key and signs the history written before the first start with it;
+/// warns when the trail can be rewritten unnoticed (no key, or a role that owns it).
+async fn prepare_audit(settings: &Settings, db: &sqlx::PgPool) -> anyhow::Result<()> {
+    match &settings.audit_key {
+        Some(key) => {
+            crate::audit::key::install(key)?;
+            if crate::audit::store::unadopted_history(db).await.context("reading the audit signatures")? {
+                tracing::warn!(
+                    "audit rows written before TESSERA_AUDIT_KEY was set are not signed: check them and sign them \
+                     once with `tessera audit adopt` (verify reports them as unsigned until then)"
+                );
+            }
+        }
+        None => tracing::warn!(
+            "TESSERA_AUDIT_KEY is not set: audit rows are not signed, so a rewrite with recomputed hashes by \
+             someone with database rights would pass verification (SECURITY.md)"
+        ),
+    }
+    if crate::store::may_rewrite_audit(db).await.context("checking the server's database role")? {
+        tracing::warn!(
+            "the server's database role may rewrite the audit trail: serve as a member of tessera_server and \
+             migrate through database.migrate_url (TESSERA_MIGRATE_DATABASE_URL; SECURITY.md)"
+        );
+    }
+    Ok(())
+}
+
 /// Connects to Postgres (required: migrations run now) and prepares Redis (connected on
 /// first use) and every shared service: the state the server, its jobs and the CLI share.
 pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let db = crate::store::connect(settings).await?;
-    crate::store::migrate(&db).await?;
+    crate::store::migrate(settings, &db).await?;
+    prepare_audit(settings, &db).await?;
     let timeouts = client::RedisTimeouts::default();
     let redis = client::RedisHandle::on(settings.redis_target(timeouts)?, timeouts);
     let adopted =

@@ -74,10 +74,16 @@ fn with_session_settings(options: PgConnectOptions) -> PgConnectOptions {
     options.options(missing)
 }
 
-/// Creates the configured database when it does not exist yet.
+/// The URL of the role that owns the schema: `database.migrate_url` when set, else
+/// `DATABASE_URL` (one role for everything, in development).
+fn owner_url(settings: &Settings) -> &str {
+    settings.migrate_database_url.as_ref().unwrap_or(&settings.database_url).expose_secret()
+}
+
+/// Creates the configured database when it does not exist yet (as the schema's owner).
 #[tracing::instrument(skip_all, err)]
 pub async fn create_database_if_missing(settings: &Settings) -> anyhow::Result<bool> {
-    let url = settings.database_url.expose_secret();
+    let url = owner_url(settings);
     let exists = Postgres::database_exists(url).await.with_context(|| {
         format!("checking whether database {} exists", settings.database_name().unwrap_or_default())
     })?;
@@ -91,11 +97,48 @@ pub async fn create_database_if_missing(settings: &Settings) -> anyhow::Result<b
     Ok(true)
 }
 
-/// Applies every pending migration.
+/// Applies every pending migration as the schema's owner: through `database.migrate_url`
+/// on a connection of its own when it is set (the server's pool `db` belongs to a role that
+/// may not migrate), else through `db`.
 #[tracing::instrument(skip_all, err)]
-pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR.run(db).await.context("running database migrations")?;
+pub async fn migrate(settings: &Settings, db: &PgPool) -> anyhow::Result<()> {
+    let Some(url) = &settings.migrate_database_url else {
+        MIGRATOR.run(db).await.context("running database migrations")?;
+        return Ok(());
+    };
+    let options: PgConnectOptions = url
+        .expose_secret()
+        .parse()
+        .context("database.migrate_url (TESSERA_MIGRATE_DATABASE_URL): not a valid Postgres URL")?;
+    let owner = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_with(with_session_settings(options))
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to Postgres as the schema's owner at {}",
+                crate::configuration::redact(url.expose_secret())
+            )
+        })?;
+    let ran = MIGRATOR.run(&owner).await.context("running database migrations (as database.migrate_url's role)");
+    owner.close().await;
+    ran?;
     Ok(())
+}
+
+/// Whether the server's own role may rewrite the audit trail (update, delete or truncate its
+/// rows or signatures, or disable their triggers):
+/// true when it owns the schema, as in development with one role for everything.
+pub async fn may_rewrite_audit(db: &PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "select (select bool_or(has_table_privilege(t, 'UPDATE') or has_table_privilege(t, 'DELETE')
+                               or has_table_privilege(t, 'TRUNCATE') or has_table_privilege(t, 'TRIGGER'))
+                   from unnest(array['audit', 'audit_mac', 'audit_checkpoint']) t)
+                or pg_has_role((select tableowner from pg_tables where tablename = 'audit' and schemaname = 'public'), 'USAGE')",
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// The server version Postgres reports (`SHOW server_version`).

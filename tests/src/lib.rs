@@ -96,6 +96,9 @@ pub fn base_settings() -> Settings {
     let mut settings =
         Settings::from_toml_and_env("", |name| std::env::var(name).ok()).expect("test settings from the environment");
     settings.auth.open = true;
+    if settings.audit_key.is_none() {
+        settings.audit_key = Some(server::configuration::AuditKey::parse(TEST_AUDIT_KEY).expect("a valid key"));
+    }
     if std::env::var_os("TESSERA_SITE_ROOT").is_none() {
         settings.site_root = workspace_root().join("target/site");
     }
@@ -140,8 +143,13 @@ pub async fn spawn_app_with(customise: impl FnOnce(&mut Settings)) -> TestApp {
         .execute(&mut admin)
         .await
         .expect("creating the test database");
+    // As in production: the schema's owner migrates, the server serves as a member of
+    // tessera_server, which may append to the audit trail but not rewrite it.
+    ensure_server_role(&mut admin).await;
     admin.close().await.ok();
-    settings.database_url = SecretString::from(with_database(settings.database_url.expose_secret(), &db_name));
+    let owner_url = with_database(settings.database_url.expose_secret(), &db_name);
+    settings.database_url = SecretString::from(with_user(&owner_url, TEST_SERVER_ROLE));
+    settings.migrate_database_url = Some(SecretString::from(owner_url));
     settings.redis_prefix = client::KeyPrefix::parse(&prefix).expect("valid test prefix");
     settings.bind = "127.0.0.1:0".parse().expect("loopback address");
     settings.workers = Some(1);
@@ -306,6 +314,42 @@ pub fn postgres_address(url: &str) -> String {
     format!("{}:{}", options.get_host(), options.get_port())
 }
 
+/// The login role test apps serve as: a member of `tessera_server` (the role migrations
+/// grant to), as `scripts/run` and SECURITY.md set one up.
+pub const TEST_SERVER_ROLE: &str = "tessera_test_server";
+
+/// The audit key of test apps (unless the environment gives one): every row they write is
+/// signed, as in production.
+pub const TEST_AUDIT_KEY: &str = "test-audit-key-0123456789abcdef0123456789abcdef";
+
+/// Creates `tessera_server` (as migration 0021 would) and [`TEST_SERVER_ROLE`] in it,
+/// once per Postgres cluster, under a lock: tests start side by side.
+async fn ensure_server_role(admin: &mut sqlx::PgConnection) {
+    sqlx::query("select pg_advisory_lock(hashtext('tessera.test.roles'))").execute(&mut *admin).await.expect("lock");
+    let created = sqlx::raw_sql(&format!(
+        "do $$ begin
+             if not exists (select from pg_roles where rolname = 'tessera_server') then
+                 create role tessera_server nologin;
+             end if;
+             if not exists (select from pg_roles where rolname = '{TEST_SERVER_ROLE}') then
+                 create role {TEST_SERVER_ROLE} login;
+             end if;
+         end $$;
+         grant tessera_server to {TEST_SERVER_ROLE};"
+    ))
+    .execute(&mut *admin)
+    .await;
+    sqlx::query("select pg_advisory_unlock(hashtext('tessera.test.roles'))").execute(&mut *admin).await.ok();
+    created.expect("creating the server's database roles");
+}
+
+/// `url` with its user replaced by `user` (no password: these machines trust loopback).
+pub fn with_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("database url has a scheme");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}@{host}")
+}
+
 /// `url` with its database name replaced by `db`.
 fn with_database(url: &str, db: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("database url has a scheme");
@@ -322,5 +366,11 @@ mod tests {
     fn a_postgres_address_defaults_to_the_standard_port() {
         assert_eq!(postgres_address("postgres://u@db.internal/t1"), "db.internal:5432");
         assert_eq!(postgres_address("postgres://u:p@127.0.0.1:5433/t1?sslmode=disable"), "127.0.0.1:5433");
+    }
+
+    #[test]
+    fn with_user_replaces_the_user_and_drops_the_password() {
+        assert_eq!(with_user("postgres://u:p@127.0.0.1:5433/t1?x=1", "s"), "postgres://s@127.0.0.1:5433/t1?x=1");
+        assert_eq!(with_user("postgres://127.0.0.1/t1", "s"), "postgres://s@127.0.0.1/t1");
     }
 }

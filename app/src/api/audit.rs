@@ -102,8 +102,10 @@ pub struct ChainStatus {
     pub intact: bool,
     pub rows: i64,
     pub first_broken: Option<i64>,
-    /// `content`, `link` or `gap`.
+    /// `content`, `link`, `gap`, `signature` or `unsigned`.
     pub problem: Option<String>,
+    /// Signatures under the audit key were checked too.
+    pub keyed: bool,
 }
 
 /// The fields that name an element of a list of objects (a pool's weights by member, grants

@@ -151,9 +151,14 @@ fn Filters(query: AuditQuery) -> impl IntoView {
 
 #[component]
 fn Chain(status: ChainStatus) -> impl IntoView {
+    let signatures = if status.keyed {
+        " Signatures checked with the audit key."
+    } else {
+        " Signatures not checked: the server has no audit key (TESSERA_AUDIT_KEY), so a rewrite with recomputed hashes would pass."
+    };
     let view = if status.intact {
         view! {
-            <p id="chain-status"><span class="badge ok">"chain intact"</span>" " {status.rows} " rows verified: none edited or removed."</p>
+            <p id="chain-status"><span class="badge ok">"chain intact"</span>" " {status.rows} " rows verified: none edited or removed." {signatures}</p>
         }
         .into_any()
     } else {

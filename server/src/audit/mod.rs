@@ -1,5 +1,6 @@
-//! The audit trail: append-only and hash-chained ([`store`]); listed, verified and exported
-//! over HTTP ([`routes`]).
+//! The audit trail: append-only and hash-chained, each row signed with a key kept outside
+//! the database ([`key`], [`store`]); listed, verified and exported over HTTP ([`routes`]).
 
+pub mod key;
 pub mod routes;
 pub mod store;

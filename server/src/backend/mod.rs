@@ -102,12 +102,13 @@ impl app::api::Backend for AppState {
     }
 
     async fn verify_audit(&self) -> Result<ChainStatus, BackendError> {
-        let report = verify_audit(&self.db).await.map_err(unavailable)?;
+        let report = verify_audit(&self.db, false).await.map_err(unavailable)?;
         Ok(ChainStatus {
             intact: report.intact,
             rows: report.rows,
             first_broken: report.first_broken,
             problem: report.problem,
+            keyed: report.keyed,
         })
     }
 

@@ -110,14 +110,18 @@ async fn a_stale_expected_version_is_a_conflict_and_a_failed_change_leaves_nothi
 async fn audit_rows_cannot_be_changed_and_a_tampered_row_is_reported_by_verify() {
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
+    // The server's own role may not, by its privileges.
     let refused = sqlx::query("update audit set reason = 'nothing happened' where id = 2").execute(&app.state.db).await;
+    assert!(refused.unwrap_err().to_string().contains("permission denied"));
+    // The owner may, but the trigger refuses it.
+    let url = secrecy::ExposeSecret::expose_secret(app.settings.migrate_database_url.as_ref().unwrap()).to_owned();
+    let mut owner = sqlx::PgConnection::connect(&url).await.unwrap();
+    let refused = sqlx::query("update audit set reason = 'nothing happened' where id = 2").execute(&mut owner).await;
     assert!(refused.unwrap_err().to_string().contains("append-only"));
-    let refused = sqlx::query("delete from audit where id = 3").execute(&app.state.db).await;
+    let refused = sqlx::query("delete from audit where id = 3").execute(&mut owner).await;
     assert!(refused.unwrap_err().to_string().contains("append-only"));
 
     // Someone with the owner's rights disables the guard and edits a row.
-    let url = secrecy::ExposeSecret::expose_secret(&app.settings.database_url).to_owned();
-    let mut owner = sqlx::PgConnection::connect(&url).await.unwrap();
     sqlx::query("alter table audit disable trigger audit_append_only").execute(&mut owner).await.unwrap();
     sqlx::query("update audit set reason = 'nothing happened' where id = 2").execute(&mut owner).await.unwrap();
     sqlx::query("alter table audit enable trigger audit_append_only").execute(&mut owner).await.unwrap();

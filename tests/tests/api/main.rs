@@ -27,5 +27,6 @@ mod redis_restart;
 mod routes_http;
 mod sampler;
 mod security;
+mod security_audit;
 mod tiers_http;
 mod usage_ledger;
