@@ -177,7 +177,8 @@ stop_test_cluster() {
 # (after `tessera migrate`, which creates the role tessera_server): exports
 # TESSERA_AUDIT_KEY (from .tessera/audit.key, made once, mode 600) unless it is set, and,
 # for a local Postgres, runs the server as the login role `tessera` in tessera_server
-# (DATABASE_URL), migrating as the owner (TESSERA_MIGRATE_DATABASE_URL).
+# (DATABASE_URL). The owner's URL stays out of the serving process (it migrated before):
+# one process with both the key and the owner's rights could rewrite rows and sign them.
 use_audit_key_and_server_role() {
   if [ -z "${TESSERA_AUDIT_KEY:-}" ]; then
     local key_file="$ROOT/.tessera/audit.key"
@@ -200,7 +201,6 @@ use_audit_key_and_server_role() {
         if not exists (select from pg_roles where rolname = 'tessera') then create role tessera login; end if;
       end \$\$; grant tessera_server to tessera;" >/dev/null; then
     rest="${owner_url#*://}"
-    export TESSERA_MIGRATE_DATABASE_URL="$owner_url"
     export DATABASE_URL="${owner_url%%://*}://tessera@${rest#*@}"
   else
     say "could not create the role tessera: serving as DATABASE_URL's role, which may rewrite the audit trail"

@@ -137,9 +137,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print_report(args.json, &report, server::audit::store::render_report)?;
             anyhow::ensure!(report.intact, "the audit chain is broken at row {}", report.first_broken.unwrap_or(0));
         }
-        Command::Audit(AuditCommand::Adopt) => {
+        Command::Audit(AuditCommand::Adopt(args)) => {
+            let anchor = args.anchor()?;
             let db = server::store::connect(&settings).await?;
-            let adoption = server::audit::store::adopt_unsigned_history(&db).await?;
+            let adoption = server::audit::store::adopt_unsigned_history(&db, anchor).await?;
             match (adoption.through_id, &adoption.through_hash) {
                 (Some(id), Some(hash)) => {
                     println!(

@@ -105,10 +105,25 @@ async fn prepare_audit(settings: &Settings, db: &sqlx::PgPool) -> anyhow::Result
                 );
             }
         }
-        None => tracing::warn!(
-            "TESSERA_AUDIT_KEY is not set: audit rows are not signed, so a rewrite with recomputed hashes by \
-             someone with database rights would pass verification (SECURITY.md)"
-        ),
+        None => {
+            let mut conn = db.acquire().await.context("reading the audit signatures")?;
+            anyhow::ensure!(
+                !crate::audit::store::signed_history(&mut conn).await.context("reading the audit signatures")?,
+                "TESSERA_AUDIT_KEY is not set, but the audit trail is signed: the rows this server would write \
+                 could never be signed; set the key the trail is signed with"
+            );
+            tracing::warn!(
+                "TESSERA_AUDIT_KEY is not set: audit rows are not signed, so a rewrite with recomputed hashes by \
+                 someone with database rights would pass verification (SECURITY.md)"
+            )
+        }
+    }
+    if settings.audit_key.is_some() && settings.migrate_database_url.is_some() {
+        tracing::warn!(
+            "this process holds both TESSERA_AUDIT_KEY and the schema owner's URL (TESSERA_MIGRATE_DATABASE_URL): \
+             whoever takes it over may rewrite audit rows and sign them; run `tessera migrate` as a step of its own \
+             and serve without the owner's URL (SECURITY.md)"
+        );
     }
     if crate::store::may_rewrite_audit(db).await.context("checking the server's database role")? {
         tracing::warn!(

@@ -19,9 +19,12 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// idle connection after 30 s, every 10 s, 3 times, so the session of an instance that
 /// vanished without closing its socket, and the advisory locks it holds (job leadership),
 /// end within about a minute. sqlx has no client-side keepalive option, hence the
-/// server-side settings. A setting the URL already gives (`?options=-c name=value`) wins.
-pub const SESSION_SETTINGS: [(&str, &str); 4] = [
+/// server-side settings. A transaction left idle for a minute is ended, so one that holds
+/// the audit chain's lock (every audited write waits for it) cannot hold it for good. A
+/// setting the URL already gives (`?options=-c name=value`) wins.
+pub const SESSION_SETTINGS: [(&str, &str); 5] = [
     ("statement_timeout", "30s"),
+    ("idle_in_transaction_session_timeout", "60s"),
     ("tcp_keepalives_idle", "30"),
     ("tcp_keepalives_interval", "10"),
     ("tcp_keepalives_count", "3"),
@@ -103,6 +106,11 @@ pub async fn create_database_if_missing(settings: &Settings) -> anyhow::Result<b
 #[tracing::instrument(skip_all, err)]
 pub async fn migrate(settings: &Settings, db: &PgPool) -> anyhow::Result<()> {
     let Some(url) = &settings.migrate_database_url else {
+        // Nothing pending: nothing to run (the server's own role, which may not create
+        // tables, serves a schema migrated by `tessera migrate` as the owner).
+        if pending_migrations(db).await == Some(0) {
+            return Ok(());
+        }
         MIGRATOR.run(db).await.context("running database migrations")?;
         return Ok(());
     };
@@ -127,15 +135,27 @@ pub async fn migrate(settings: &Settings, db: &PgPool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How many of this build's migrations the database has not applied (`None`: it has no
+/// migration table, or it cannot be read).
+async fn pending_migrations(db: &PgPool) -> Option<usize> {
+    let applied: Vec<i64> =
+        sqlx::query_scalar("select version from _sqlx_migrations where success").fetch_all(db).await.ok()?;
+    Some(MIGRATOR.iter().filter(|m| m.migration_type.is_up_migration() && !applied.contains(&m.version)).count())
+}
+
 /// Whether the server's own role may rewrite the audit trail (update, delete or truncate its
-/// rows or signatures, or disable their triggers):
-/// true when it owns the schema, as in development with one role for everything.
+/// rows or signatures, or disable their triggers): true when it is, or may become, the
+/// owner of the trail, its schema or its database, when it is a superuser, or may create
+/// roles (and so grant itself the owner's), as in development with one role for everything.
 pub async fn may_rewrite_audit(db: &PgPool) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar(
         "select (select bool_or(has_table_privilege(t, 'UPDATE') or has_table_privilege(t, 'DELETE')
                                or has_table_privilege(t, 'TRUNCATE') or has_table_privilege(t, 'TRIGGER'))
-                   from unnest(array['audit', 'audit_mac', 'audit_checkpoint']) t)
-                or pg_has_role((select tableowner from pg_tables where tablename = 'audit' and schemaname = 'public'), 'USAGE')",
+                   from unnest(array['public.audit', 'public.audit_mac', 'public.audit_checkpoint']) t)
+                or pg_has_role((select tableowner from pg_tables where tablename = 'audit' and schemaname = 'public'), 'MEMBER')
+                or pg_has_role((select nspowner from pg_namespace where nspname = 'public'), 'MEMBER')
+                or pg_has_role((select datdba from pg_database where datname = current_database()), 'MEMBER')
+                or (select rolsuper or rolcreaterole from pg_roles where rolname = current_user)",
     )
     .fetch_one(db)
     .await

@@ -102,10 +102,13 @@ pub struct ChainStatus {
     pub intact: bool,
     pub rows: i64,
     pub first_broken: Option<i64>,
-    /// `content`, `link`, `gap`, `signature` or `unsigned`.
+    /// `content`, `link`, `gap`, `signature`, `unsigned` or `checkpoint`.
     pub problem: Option<String>,
     /// Signatures under the audit key were checked too.
     pub keyed: bool,
+    /// The first row checked: rows before it were found intact by an earlier check (a
+    /// signed checkpoint) and are checked again only by a full check.
+    pub checked_from: i64,
 }
 
 /// The fields that name an element of a list of objects (a pool's weights by member, grants

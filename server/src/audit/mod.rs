@@ -1,6 +1,8 @@
 //! The audit trail: append-only and hash-chained, each row signed with a key kept outside
-//! the database ([`key`], [`store`]); listed, verified and exported over HTTP ([`routes`]).
+//! the database ([`key`], [`store`]) and checked by the server itself ([`chain`]); listed,
+//! verified and exported over HTTP ([`routes`]).
 
+pub mod chain;
 pub mod key;
 pub mod routes;
 pub mod store;

@@ -115,11 +115,12 @@ pub struct VerifyQuery {
     full: Option<String>,
 }
 
-/// Verifies the audit log's hash chain and signatures: proves no row was edited or removed.
+/// Verifies the audit log's hash chain and signatures, recomputed by the server: no row
+/// after the starting checkpoint (every row with `full=true`) was edited or removed.
 ///
 /// `{"intact": bool, "rows": n, "first_broken": id | null, "problem": "content" | "link" |
-/// "gap" | "signature" | "unsigned" | null, "head_id", "head_hash", "keyed",
-/// "checkpoint_id", "checked_from"}`.
+/// "gap" | "signature" | "unsigned" | "checkpoint" | null, "head_id", "head_hash", "keyed",
+/// "checkpoint_id", "checked_from", "forged_checkpoints"}`.
 #[utoipa::path(
     tag = "audit",
     operation_id = "verify_audit",

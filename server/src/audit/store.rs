@@ -1,9 +1,15 @@
-//! The audit trail: append-only, hash-chained rows (the database computes the chain; see
-//! `migrations/0002_audit_outbox.sql`), listed with filters, verified, exported as CSV.
+//! The audit trail: append-only, hash-chained rows (the database computes the chain, see
+//! `migrations/0002_audit_outbox.sql`; the server checks it, see [`super::chain`]), written,
+//! listed with filters and exported as CSV.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row};
+
+pub use super::chain::store::{
+    adopt_unsigned_history, render_report, signed_history, unadopted_history, verify_audit, Adoption, ChainReport,
+};
+use super::chain::{hex, StoredRow};
 
 /// Where a change came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -96,13 +102,27 @@ fn row(r: &sqlx::postgres::PgRow) -> Result<AuditRow, sqlx::Error> {
     })
 }
 
-/// Appends a row (its id and hash are given by the database, in writing order) and, when
-/// the process has an audit key, its signature, in the same transaction.
+/// Appends a row and, when the process has an audit key, its signature, in the same
+/// transaction. The database gives the id, the time and the hash (its insert trigger); the
+/// server signs only what it checked itself: the row returned is the one it sent, appended
+/// right after the head it read under the chain's lock, at about its own clock's time,
+/// with the hash it computes. A trigger of the schema's owner that changed the row, or put
+/// it anywhere but at the head, makes the write fail instead of getting it signed.
 #[tracing::instrument(skip_all, fields(action = entry.action, entity = entry.entity), err)]
 pub async fn insert_audit(tx: &mut PgConnection, entry: &NewAudit<'_>) -> Result<AuditRow, sqlx::Error> {
+    let keyed = super::key::keyed();
+    // The chain's lock (the insert trigger takes it too): the head read now stays the head.
+    sqlx::query("select pg_advisory_xact_lock(hashtext('tessera.audit.chain'))").execute(&mut *tx).await?;
+    let head: Option<(i64, Vec<u8>)> =
+        sqlx::query_as("select id, hash from audit order by id desc limit 1").fetch_optional(&mut *tx).await?;
+    if !keyed && super::chain::store::signed_history(&mut *tx).await? {
+        return Err(refused(
+            "the audit trail is signed but this process has no TESSERA_AUDIT_KEY: its row would stay unsigned",
+        ));
+    }
     let sql = format!(
         "insert into audit as a (actor, source, action, entity, before, after, reason, request_id)
-         values ($1, $2, $3, $4, $5, $6, $7, $8) returning {COLUMNS}, {SIGNED}"
+         values ($1, $2, $3, $4, $5, $6, $7, $8) returning {STORED}"
     );
     let r = sqlx::query(&sql)
         .bind(entry.actor)
@@ -115,127 +135,93 @@ pub async fn insert_audit(tx: &mut PgConnection, entry: &NewAudit<'_>) -> Result
         .bind(entry.request_id)
         .fetch_one(&mut *tx)
         .await?;
-    let written = row(&r)?;
-    if let Some(mac) = super::key::sign_row(&signed_content(&r)?) {
-        sqlx::query("insert into audit_mac (id, mac) values ($1, $2)").bind(written.id).bind(mac).execute(tx).await?;
+    let stored = stored_row(&r)?;
+    if let Err(what) = written_as_sent(&stored, entry, head.as_ref()) {
+        tracing::error!(id = stored.id, what, "an audit row was not written as sent: an insert trigger changed it?");
+        return Err(refused(&format!("the audit row was not written as sent ({what})")));
     }
-    Ok(written)
-}
-
-/// The stored columns a signature covers, as the database holds them (the JSON as stored,
-/// the hashes as bytes), for [`signed_content`].
-const SIGNED: &str = "a.id as s_id, a.at as s_at, a.actor as s_actor, a.source as s_source, a.action as s_action,
-    a.entity as s_entity, a.before::text as s_before, a.after::text as s_after, a.reason as s_reason,
-    a.request_id as s_request_id, a.prev_hash as s_prev_hash, a.hash as s_hash";
-
-/// The bytes a row's signature covers: every column of [`SIGNED`] in order, each as a
-/// presence byte, a length and its bytes, so that no two rows encode alike.
-fn signed_content(r: &sqlx::postgres::PgRow) -> Result<Vec<u8>, sqlx::Error> {
-    fn field(out: &mut Vec<u8>, value: Option<&[u8]>) {
-        match value {
-            None => out.push(0),
-            Some(bytes) => {
-                out.push(1);
-                out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-                out.extend_from_slice(bytes);
-            }
-        }
+    if let Some(mac) = super::key::sign_row(&stored.signed_content()) {
+        sqlx::query("insert into audit_mac (id, mac) values ($1, $2)").bind(stored.id).bind(mac).execute(tx).await?;
     }
-    let mut out = Vec::with_capacity(256);
-    let id: i64 = r.try_get("s_id")?;
-    let at: DateTime<Utc> = r.try_get("s_at")?;
-    field(&mut out, Some(&id.to_be_bytes()));
-    field(&mut out, Some(&at.timestamp_micros().to_be_bytes()));
-    for column in ["s_actor", "s_source", "s_action", "s_entity"] {
-        let text: String = r.try_get(column)?;
-        field(&mut out, Some(text.as_bytes()));
-    }
-    for column in ["s_before", "s_after", "s_reason", "s_request_id"] {
-        let text: Option<String> = r.try_get(column)?;
-        field(&mut out, text.as_deref().map(str::as_bytes));
-    }
-    for column in ["s_prev_hash", "s_hash"] {
-        let bytes: Option<Vec<u8>> = r.try_get(column)?;
-        field(&mut out, bytes.as_deref());
-    }
-    Ok(out)
-}
-
-/// What `tessera audit adopt` signed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Adoption {
-    /// Rows signed now.
-    pub signed: u64,
-    /// The newest row signed and its hash (hex): record them outside the database.
-    pub through_id: Option<i64>,
-    pub through_hash: Option<String>,
-}
-
-/// Signs the history written before the audit key was set: the unsigned rows before the
-/// first signed one (every row when none is signed), once the hash chain up to there is
-/// checked intact. Run by a person (`tessera audit adopt`), never by the server on its
-/// own: signing whatever is unsigned at start would bless a rewrite made while the server
-/// was down. Unsigned rows after a signed one are never signed (`verify` reports them).
-#[tracing::instrument(skip_all, err)]
-pub async fn adopt_unsigned_history(db: &PgPool) -> anyhow::Result<Adoption> {
-    anyhow::ensure!(super::key::keyed(), "TESSERA_AUDIT_KEY is not set: there is no key to sign the history with");
-    let mut tx = db.begin().await?;
-    // The chain's own lock: no row is written (nor adopted by another process) meanwhile.
-    sqlx::query("select pg_advisory_xact_lock(hashtext('tessera.audit.chain'))").execute(&mut *tx).await?;
-    let first_signed: Option<i64> = sqlx::query_scalar("select min(id) from audit_mac").fetch_one(&mut *tx).await?;
-    let start: i64 = sqlx::query_scalar("select least(1, coalesce(min(id), 1)) from audit").fetch_one(&mut *tx).await?;
-    let broken: Option<(i64, String)> = sqlx::query_as(&format!(
-        "{CHECKED} select id, {PROBLEM} from checked where not ok and ($3::bigint is null or id < $3) order by id limit 1"
-    ))
-    .bind(start)
-    .bind(None::<Vec<u8>>)
-    .bind(first_signed)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some((id, problem)) = broken {
-        anyhow::bail!("the audit chain is broken at row {id} ({problem}): its history is not signed");
-    }
-    let rows = sqlx::query(&format!(
-        "select {SIGNED} from audit a where not exists (select 1 from audit_mac m where m.id = a.id)
-           and ($1::bigint is null or a.id < $1) order by a.id"
-    ))
-    .bind(first_signed)
-    .fetch_all(&mut *tx)
-    .await?;
-    let mut through = None;
-    for chunk in rows.chunks(1000) {
-        let mut ids = Vec::with_capacity(chunk.len());
-        let mut macs = Vec::with_capacity(chunk.len());
-        for r in chunk {
-            let id: i64 = r.try_get("s_id")?;
-            let hash: Vec<u8> = r.try_get("s_hash")?;
-            ids.push(id);
-            macs.push(super::key::sign_row(&signed_content(r)?).expect("keyed"));
-            through = Some((id, hex(&hash)));
-        }
-        sqlx::query("insert into audit_mac (id, mac) select * from unnest($1::bigint[], $2::bytea[])")
-            .bind(&ids)
-            .bind(&macs)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(Adoption {
-        signed: rows.len() as u64,
-        through_id: through.as_ref().map(|(id, _)| *id),
-        through_hash: through.map(|(_, hash)| hash),
+    Ok(AuditRow {
+        id: stored.id,
+        at: stored.at,
+        actor: stored.actor,
+        source: stored.source,
+        action: stored.action,
+        entity: stored.entity,
+        before: entry.before.cloned(),
+        after: entry.after.cloned(),
+        reason: stored.reason,
+        request_id: stored.request_id,
+        prev_hash: stored.prev_hash.as_deref().map(hex),
+        hash: hex(&stored.hash),
     })
 }
 
-/// Whether rows written before the key was set wait for `tessera audit adopt`: unsigned
-/// rows before the first signed one (or rows and no signature at all).
-pub async fn unadopted_history(db: &PgPool) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar(
-        "select exists (select 1 from audit a where a.id < coalesce((select min(id) from audit_mac), 9223372036854775807)
-                          and not exists (select 1 from audit_mac m where m.id = a.id))",
-    )
-    .fetch_one(db)
-    .await
+/// How far the database's clock may be from the server's when a row is written.
+const CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// Whether the row returned by the insert is the entry sent, appended after `head`, at
+/// about now, with the hash of its content; else what differs.
+fn written_as_sent(
+    stored: &StoredRow,
+    entry: &NewAudit<'_>,
+    head: Option<&(i64, Vec<u8>)>,
+) -> Result<(), &'static str> {
+    // The JSON as Postgres normalised it (key order, spacing) means the same as the JSON sent.
+    let same = |stored: &Option<String>, sent: Option<&serde_json::Value>| match (stored, sent) {
+        (None, None) => true,
+        (Some(text), Some(sent)) => serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| &v == sent),
+        _ => false,
+    };
+    let texts = (&stored.actor[..], &stored.source[..], &stored.action[..], &stored.entity[..]);
+    if texts != (entry.actor, entry.source.as_str(), entry.action, entry.entity)
+        || stored.reason.as_deref() != entry.reason
+        || stored.request_id.as_deref() != entry.request_id
+    {
+        return Err("content");
+    }
+    if !same(&stored.before, entry.before) || !same(&stored.after, entry.after) {
+        return Err("content");
+    }
+    if stored.id != head.map_or(1, |(id, _)| id + 1) || stored.prev_hash.as_ref() != head.map(|(_, hash)| hash) {
+        return Err("position");
+    }
+    if (stored.at - Utc::now()).abs() > CLOCK_SKEW {
+        return Err("time");
+    }
+    if stored.computed_hash() != stored.hash {
+        return Err("hash");
+    }
+    Ok(())
+}
+
+/// An audit write refused by the server itself (a 500: the operator must look).
+fn refused(message: &str) -> sqlx::Error {
+    sqlx::Error::Protocol(message.to_owned())
+}
+
+/// The stored columns of a row for [`stored_row`]: the JSON as stored, the hashes as bytes.
+pub(crate) const STORED: &str = "a.id, a.at, a.actor, a.source, a.action, a.entity, a.before::text as before_text,
+    a.after::text as after_text, a.reason, a.request_id, a.prev_hash, a.hash";
+
+/// A row of [`STORED`].
+pub(crate) fn stored_row(r: &sqlx::postgres::PgRow) -> Result<StoredRow, sqlx::Error> {
+    Ok(StoredRow {
+        id: r.try_get("id")?,
+        at: r.try_get("at")?,
+        actor: r.try_get("actor")?,
+        source: r.try_get("source")?,
+        action: r.try_get("action")?,
+        entity: r.try_get("entity")?,
+        before: r.try_get("before_text")?,
+        after: r.try_get("after_text")?,
+        reason: r.try_get("reason")?,
+        request_id: r.try_get("request_id")?,
+        prev_hash: r.try_get("prev_hash")?,
+        hash: r.try_get("hash")?,
+    })
 }
 
 /// One row by id, inside a transaction (so a change can return the row it wrote).
@@ -285,184 +271,10 @@ pub async fn list_audit(db: &PgPool, filter: &AuditFilter) -> Result<AuditPage, 
     Ok(AuditPage { rows, next })
 }
 
-/// The result of checking the chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct ChainReport {
-    /// Every row checked matches its content, its predecessor's hash and (with a key) its
-    /// signature, with no gap.
-    pub intact: bool,
-    /// Rows in the trail: the head's id (ids are given from 1 without gaps).
-    pub rows: i64,
-    /// The first row that does not match (edited, or following a removed row).
-    pub first_broken: Option<i64>,
-    /// Why it does not match: `content` (the row differs from its hash), `link` (its
-    /// `prev_hash` is not the previous row's hash), `gap` (a row before it is missing),
-    /// `signature` (its signature is not the key's over its hash: rewritten, hashes
-    /// recomputed) or `unsigned` (no signature, after signed rows).
-    pub problem: Option<String>,
-    /// The newest row and its hash: kept outside the database (a log, a ticket), they let
-    /// anyone detect a removed newest row or a chain rebuilt from an edited row on.
-    pub head_id: Option<i64>,
-    pub head_hash: Option<String>,
-    /// Rows are signed with the audit key (`TESSERA_AUDIT_KEY`) and signatures were checked.
-    pub keyed: bool,
-    /// The signed checkpoint the check started after (rows up to it were found intact by an
-    /// earlier check); `None` when every row was checked.
-    pub checkpoint_id: Option<i64>,
-    /// The first row checked this time.
-    pub checked_from: i64,
-}
-
-/// Each row from `$1` on, with whether its content matches its hash (`content_ok`), its
-/// `prev_hash` its predecessor's hash or, for the first, `$2` (`link_ok`), and no row is
-/// missing before it (`no_gap`); `ok` is all three.
-const CHECKED: &str = "with checked0 as (
-         select id,
-                hash = audit_row_hash(a) as content_ok,
-                prev_hash is not distinct from coalesce(lag(hash) over (order by id), $2::bytea) as link_ok,
-                id = $1 - 1 + row_number() over (order by id) as no_gap
-         from audit a where id >= $1),
-     checked as (select *, content_ok and link_ok and no_gap as ok from checked0)";
-
-/// The name of a row's problem in [`CHECKED`].
-const PROBLEM: &str = "case when not no_gap then 'gap' when not content_ok then 'content' else 'link' end as problem";
-
-/// Checks the chain: from the newest signed checkpoint that still matches its row
-/// (incremental), or from the first row when `full` or when no checkpoint holds. With a
-/// key, each row's signature is checked too (over the row's content, so a database whose
-/// hash function was replaced is still caught), and an intact chain gets a new checkpoint
-/// at its head.
-#[tracing::instrument(skip_all, err)]
-pub async fn verify_audit(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::Error> {
-    use futures::TryStreamExt;
-    let keyed = super::key::keyed();
-    let checkpoint = if keyed && !full { holding_checkpoint(db).await? } else { None };
-    // Without a checkpoint, from the smallest id: a row with an id below 1 is a gap at row 1.
-    let checked_from = match &checkpoint {
-        Some((id, _)) => id + 1,
-        None => sqlx::query_scalar("select least(1, coalesce(min(id), 1)) from audit").fetch_one(db).await?,
-    };
-    let r = sqlx::query(&format!(
-        "{CHECKED}, first as (select id, {PROBLEM} from checked where not ok order by id limit 1)
-         select (select id from first) as broken, (select problem from first) as problem,
-                (select id from audit order by id desc limit 1) as head_id,
-                (select hash from audit order by id desc limit 1) as head_hash"
-    ))
-    .bind(checked_from)
-    .bind(checkpoint.as_ref().map(|(_, hash)| hash.clone()))
-    .fetch_one(db)
-    .await?;
-    let mut first_broken: Option<i64> = r.try_get("broken")?;
-    let mut problem: Option<String> = r.try_get("problem")?;
-    let head_id: Option<i64> = r.try_get("head_id")?;
-    let head_hash: Option<Vec<u8>> = r.try_get("head_hash")?;
-    if keyed {
-        // Signatures, row by row, streamed: only rows before the first broken one matter.
-        let sql = format!(
-            "select {SIGNED}, m.mac from audit a left join audit_mac m on m.id = a.id
-             where a.id >= $1 and ($2::bigint is null or a.id < $2) order by a.id"
-        );
-        let mut rows = sqlx::query(&sql).bind(checked_from).bind(first_broken).fetch(db);
-        while let Some(r) = rows.try_next().await? {
-            let mac: Option<Vec<u8>> = r.try_get("mac")?;
-            let bad = match &mac {
-                None => Some("unsigned"),
-                Some(mac) if !super::key::row_signed(&signed_content(&r)?, mac) => Some("signature"),
-                Some(_) => None,
-            };
-            if let Some(bad) = bad {
-                first_broken = Some(r.try_get("s_id")?);
-                problem = Some(bad.to_owned());
-                break;
-            }
-        }
-    }
-    if first_broken.is_none() && keyed {
-        if let (Some(id), Some(hash)) = (head_id, &head_hash) {
-            if checkpoint.as_ref().is_none_or(|(at, _)| *at < id) {
-                let mac = super::key::sign_checkpoint(id, hash);
-                sqlx::query(
-                    "insert into audit_checkpoint (id, hash, mac) values ($1, $2, $3) on conflict (id) do nothing",
-                )
-                .bind(id)
-                .bind(hash)
-                .bind(mac)
-                .execute(db)
-                .await?;
-            }
-        }
-    }
-    Ok(ChainReport {
-        intact: first_broken.is_none(),
-        // Ids are given without gaps from 1 (the insert trigger), so the head's id is the
-        // count in an intact chain, without counting a growing table.
-        rows: head_id.unwrap_or(0),
-        first_broken,
-        problem,
-        head_id,
-        head_hash: head_hash.map(|h| hex(&h)),
-        keyed,
-        checkpoint_id: checkpoint.map(|(id, _)| id),
-        checked_from,
-    })
-}
-
-/// How many checkpoints, newest first, are tried before checking every row: the server's
-/// role may insert checkpoints (it must, to record one), so forged ones are passed over.
-const CHECKPOINTS_TRIED: i64 = 32;
-
-/// The newest checkpoint whose signature is the key's and whose row still has its hash.
-async fn holding_checkpoint(db: &PgPool) -> Result<Option<(i64, Vec<u8>)>, sqlx::Error> {
-    let newest: Vec<(i64, Vec<u8>, Vec<u8>, Option<Vec<u8>>)> = sqlx::query_as(
-        "select c.id, c.hash, c.mac, a.hash from audit_checkpoint c left join audit a on a.id = c.id
-         order by c.id desc limit $1",
-    )
-    .bind(CHECKPOINTS_TRIED)
-    .fetch_all(db)
-    .await?;
-    for (id, hash, mac, row_hash) in newest {
-        if super::key::checkpoint_signed(id, &hash, &mac) && row_hash.as_deref() == Some(&hash[..]) {
-            return Ok(Some((id, hash)));
-        }
-        tracing::warn!(checkpoint = id, "an audit checkpoint does not hold (forged, or its row was rewritten)");
-    }
-    Ok(None)
-}
-
-/// The report for people, one line per fact.
-pub fn render_report(report: &ChainReport) -> String {
-    let mut out = String::new();
-    match (report.first_broken, &report.problem) {
-        (Some(id), problem) => out.push_str(&format!(
-            "BROKEN at row {id} ({}): the first row that was edited, removed or rewritten\n",
-            problem.as_deref().unwrap_or("?")
-        )),
-        (None, _) => out.push_str("intact\n"),
-    }
-    out.push_str(&format!("rows: {}, checked from row {}", report.rows, report.checked_from));
-    if let Some(id) = report.checkpoint_id {
-        out.push_str(&format!(" (after signed checkpoint {id})"));
-    }
-    out.push('\n');
-    out.push_str(if report.keyed {
-        "signatures: checked (TESSERA_AUDIT_KEY)\n"
-    } else {
-        "signatures: NOT checked (TESSERA_AUDIT_KEY is not set): a rewrite with recomputed hashes would pass\n"
-    });
-    if let (Some(id), Some(hash)) = (report.head_id, &report.head_hash) {
-        out.push_str(&format!("head: row {id}, hash {hash}\n"));
-    }
-    out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Rows per page of the CSV export.
 const CSV_PAGE: i64 = 1000;
 
-const CSV_HEADER: &str = "id,at,actor,source,action,entity,before,after,reason,request_id,prev_hash,hash\n";
+const CSV_HEADER: &str = "id,at,actor,source,action,entity,before,after,reason,request_id,prev_hash,hash,mac\n";
 
 /// Every row matching `filter` (ignoring its cursor and limit) as CSV, oldest first,
 /// streamed a page of [`CSV_PAGE`] rows at a time: each page is its own query, so neither
@@ -471,29 +283,36 @@ pub fn export_audit_csv(
     db: PgPool,
     filter: AuditFilter,
 ) -> impl futures::Stream<Item = Result<String, sqlx::Error>> + 'static {
-    // From the smallest id there is (a row with an id below 1 is exported too).
-    futures::stream::unfold(Some(i64::MIN), move |after| {
+    // The cursor: `Some(None)` before the first page (every id, however small), `Some(Some(id))`
+    // after a full page ending at `id`, `None` once done.
+    futures::stream::unfold(Some(None), move |after: Option<Option<i64>>| {
         let (db, filter) = (db.clone(), filter.clone());
         async move {
             let after = after?;
             match csv_page(&db, &filter, after).await {
                 Err(e) => Some((Err(e), None)),
                 Ok((mut text, last, full_page)) => {
-                    if after == i64::MIN {
+                    if after.is_none() {
                         text.insert_str(0, CSV_HEADER);
                     }
-                    Some((Ok(text), last.filter(|_| full_page)))
+                    Some((Ok(text), last.filter(|_| full_page).map(Some)))
                 }
             }
         }
     })
 }
 
-/// The CSV lines of the rows after id `after`; the last id and whether the page was full.
-async fn csv_page(db: &PgPool, filter: &AuditFilter, after: i64) -> Result<(String, Option<i64>, bool), sqlx::Error> {
+/// The CSV lines of the rows after id `after` (every row: `None`); the last id and whether
+/// the page was full.
+async fn csv_page(
+    db: &PgPool,
+    filter: &AuditFilter,
+    after: Option<i64>,
+) -> Result<(String, Option<i64>, bool), sqlx::Error> {
     let sql = format!(
-        "select {COLUMNS}, before::text as before_text, after::text as after_text from audit
-         where {FILTERS} and id > $6 order by id limit $7"
+        "select {COLUMNS}, before::text as before_text, after::text as after_text, m.mac from audit
+           left join lateral (select encode(mac, 'hex') as mac from audit_mac where audit_mac.id = audit.id) m on true
+         where {FILTERS} and ($6::bigint is null or id > $6) order by id limit $7"
     );
     let rows = bind_filters(sqlx::query(&sql), filter).bind(after).bind(CSV_PAGE).fetch_all(db).await?;
     let mut out = String::new();
@@ -504,6 +323,7 @@ async fn csv_page(db: &PgPool, filter: &AuditFilter, after: i64) -> Result<(Stri
         // The JSON exactly as stored (and hashed), not as re-serialised here.
         let before_text: Option<String> = r.try_get("before_text")?;
         let after_text: Option<String> = r.try_get("after_text")?;
+        let mac: Option<String> = r.try_get("mac")?;
         let fields = [
             a.id.to_string(),
             a.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
@@ -517,6 +337,7 @@ async fn csv_page(db: &PgPool, filter: &AuditFilter, after: i64) -> Result<(Stri
             a.request_id.unwrap_or_default(),
             a.prev_hash.unwrap_or_default(),
             a.hash,
+            mac.unwrap_or_default(),
         ];
         let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
         out.push_str(&line.join(","));

@@ -109,6 +109,7 @@ impl app::api::Backend for AppState {
             first_broken: report.first_broken,
             problem: report.problem,
             keyed: report.keyed,
+            checked_from: report.checked_from,
         })
     }
 

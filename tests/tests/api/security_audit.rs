@@ -84,21 +84,7 @@ async fn a_rewrite_with_recomputed_hashes_is_named_by_verify_at_its_first_row() 
     // The owner rewrites row 5 and recomputes every hash from it on, as the database would
     // have: the hash chain alone is whole again.
     let mut owner = owner(&app).await;
-    sqlx::raw_sql(
-        "alter table audit disable trigger audit_append_only;
-         update audit set reason = 'nothing to see here' where id = 5;
-         do $$ declare r record; prev bytea; begin
-             select hash into prev from audit where id = 4;
-             for r in select id from audit where id >= 5 order by id loop
-                 update audit set prev_hash = prev where id = r.id;
-                 update audit a set hash = audit_row_hash(a) where id = r.id returning hash into prev;
-             end loop;
-         end $$;
-         alter table audit enable trigger audit_append_only;",
-    )
-    .execute(&mut owner)
-    .await
-    .unwrap();
+    sqlx::raw_sql(&rewrite_from(5)).execute(&mut owner).await.unwrap();
     let hash_only: Option<i64> = sqlx::query_scalar(
         "select (select id from audit a where hash <> audit_row_hash(a)
                    or prev_hash is distinct from (select hash from audit p where p.id = a.id - 1) order by id limit 1)",
@@ -151,38 +137,65 @@ async fn rows_written_around_the_server_are_reported_unsigned_or_forged() {
     assert_eq!((&report["first_broken"], &report["problem"]), (&json!(23), &json!("signature")), "{report}");
 }
 
+fn unsign(from: i64) -> String {
+    format!(
+        "alter table audit_mac disable trigger user; delete from audit_mac where id >= {from};
+         alter table audit_mac enable trigger user;"
+    )
+}
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+async fn head_hash(app: &TestApp, id: i64) -> String {
+    sqlx::query_scalar("select encode(hash, 'hex') from audit where id = $1")
+        .bind(id)
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
-async fn history_before_the_key_is_signed_by_a_person_once_and_never_after_a_signed_row() {
+async fn history_before_the_key_is_signed_by_a_person_once_against_a_recorded_head() {
+    use server::audit::store::{adopt_unsigned_history, unadopted_history};
     let app = seeded().await;
     let mut owner = owner(&app).await;
-    let unsign = |from: i64| {
-        format!(
-            "alter table audit_mac disable trigger user; delete from audit_mac where id >= {from};
-             alter table audit_mac enable trigger user;"
-        )
-    };
     // As if the trail had been written before the key was set: the server does not sign it
     // on its own (a restart after a rewrite would bless the rewrite), it says so.
     sqlx::raw_sql(&unsign(1)).execute(&mut owner).await.unwrap();
-    assert!(server::audit::store::unadopted_history(&app.state.db).await.unwrap());
+    assert!(unadopted_history(&app.state.db).await.unwrap());
     let (_, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!((&report["first_broken"], &report["problem"]), (&json!(1), &json!("unsigned")));
-    let head: String = sqlx::query_scalar("select encode(hash, 'hex') from audit where id = 22")
-        .fetch_one(&app.state.db)
-        .await
-        .unwrap();
-    // `tessera audit adopt`: every row, through the head, which it names.
-    let adoption = server::audit::store::adopt_unsigned_history(&app.state.db).await.unwrap();
-    assert_eq!((adoption.signed, adoption.through_id, adoption.through_hash), (22, Some(22), Some(head)));
-    assert!(!server::audit::store::unadopted_history(&app.state.db).await.unwrap());
+    let head = head_hash(&app, 22).await;
+    // No signed row fixes where the history ends: the person names the head they recorded.
+    let refused = adopt_unsigned_history(&app.state.db, None).await.unwrap_err().to_string();
+    assert!(refused.contains("--through") && refused.contains(&format!("row 22, hash {head}")), "{refused}");
+    let refused = adopt_unsigned_history(&app.state.db, Some((22, vec![7; 32]))).await.unwrap_err().to_string();
+    assert!(refused.contains("does not end at row 22"), "{refused}");
+    assert!(unadopted_history(&app.state.db).await.unwrap(), "nothing signed by a refused adoption");
+
+    let adoption = adopt_unsigned_history(&app.state.db, Some((22, unhex(&head)))).await.unwrap();
+    assert_eq!((adoption.signed, adoption.through_id, adoption.through_hash), (22, Some(22), Some(head.clone())));
+    assert!(!unadopted_history(&app.state.db).await.unwrap());
+    // The adoption is an audit row of its own, signed.
+    let (_, page) = app.get_json("/api/v1/audit?action=audit.adopt").await;
+    assert_eq!(page["rows"][0]["after"], json!({"signed": 22, "through_id": 22, "through_hash": head}), "{page}");
     let (_, report) = app.get_json("/api/v1/audit/verify").await;
-    assert_eq!(report["intact"], json!(true), "{report}");
+    assert_eq!((&report["intact"], &report["rows"]), (&json!(true), &json!(23)), "{report}");
 
     // Signatures removed from row 10 on: rows after a signed row are never signed.
     sqlx::raw_sql(&unsign(10)).execute(&mut owner).await.unwrap();
-    assert_eq!(server::audit::store::adopt_unsigned_history(&app.state.db).await.unwrap().signed, 0);
+    assert_eq!(adopt_unsigned_history(&app.state.db, None).await.unwrap().signed, 0);
     let (_, report) = app.get_json("/api/v1/audit/verify?full=true").await;
     assert_eq!((&report["first_broken"], &report["problem"]), (&json!(10), &json!("unsigned")), "{report}");
+
+    // Every signature removed, a row rewritten with recomputed hashes: the checkpoint the
+    // first verify signed shows the trail was signed, so it is not signed again.
+    sqlx::raw_sql(&format!("{} {}", unsign(1), rewrite_from(5))).execute(&mut owner).await.unwrap();
+    let head = head_hash(&app, 23).await;
+    let refused = adopt_unsigned_history(&app.state.db, Some((23, unhex(&head)))).await.unwrap_err().to_string();
+    assert!(refused.contains("signatures were removed"), "{refused}");
 
     // A history whose hash chain is broken is not signed at all.
     let app = seeded().await;
@@ -196,17 +209,148 @@ async fn history_before_the_key_is_signed_by_a_person_once_and_never_after_a_sig
     .execute(&mut owner)
     .await
     .unwrap();
-    let refused = server::audit::store::adopt_unsigned_history(&app.state.db).await.unwrap_err().to_string();
+    let head = head_hash(&app, 22).await;
+    let refused = adopt_unsigned_history(&app.state.db, Some((22, unhex(&head)))).await.unwrap_err().to_string();
     assert!(refused.contains("broken at row 4 (content)"), "{refused}");
     let signed: i64 = sqlx::query_scalar("select count(*) from audit_mac").fetch_one(&app.state.db).await.unwrap();
     assert_eq!(signed, 0);
 }
 
+/// As the owner: rewrites row `from` and recomputes every hash from it on, as the database
+/// would have (the hash chain alone is whole again).
+fn rewrite_from(from: i64) -> String {
+    format!(
+        "alter table audit disable trigger audit_append_only;
+         update audit set reason = 'nothing to see here' where id = {from};
+         do $$ declare r record; prev bytea; begin
+             select hash into prev from audit where id = {from} - 1;
+             for r in select id from audit where id >= {from} order by id loop
+                 update audit set prev_hash = prev where id = r.id;
+                 update audit a set hash = audit_row_hash(a) where id = r.id returning hash into prev;
+             end loop;
+         end $$;
+         alter table audit enable trigger audit_append_only;"
+    )
+}
+
 #[tokio::test]
-async fn an_owner_who_replaces_the_hash_function_is_still_caught_by_the_signatures() {
+async fn adopt_cannot_sign_a_history_rewritten_below_the_first_signed_row() {
     let app = seeded().await;
     let mut owner = owner(&app).await;
-    // The owner makes the database's own check vouch for any content, then edits row 7.
+    // Rows 1..=10 unsigned (as if written before the key), 11.. signed by the server. The
+    // owner rewrites row 5 and recomputes the hashes up to row 10, whose hash row 11 (signed)
+    // links to: re-adopting must not bless the rewrite.
+    sqlx::raw_sql(
+        "alter table audit_mac disable trigger user; delete from audit_mac where id <= 10;
+         alter table audit_mac enable trigger user;
+         alter table audit disable trigger audit_append_only;
+         update audit set reason = 'nothing to see here' where id = 5;
+         do $$ declare r record; prev bytea; begin
+             select hash into prev from audit where id = 4;
+             for r in select id from audit where id between 5 and 10 order by id loop
+                 update audit set prev_hash = prev where id = r.id;
+                 update audit a set hash = audit_row_hash(a) where id = r.id returning hash into prev;
+             end loop;
+         end $$;
+         alter table audit enable trigger audit_append_only;",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    let refused = server::audit::store::adopt_unsigned_history(&app.state.db, None).await.unwrap_err().to_string();
+    assert!(refused.contains("does not end at row 10"), "{refused}");
+    // Nor when row 11's link is rewritten to match: its signature no longer holds.
+    sqlx::raw_sql(
+        "alter table audit disable trigger audit_append_only;
+         update audit set prev_hash = (select hash from audit where id = 10) where id = 11;
+         alter table audit enable trigger audit_append_only;",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    let refused = server::audit::store::adopt_unsigned_history(&app.state.db, None).await.unwrap_err().to_string();
+    assert!(refused.contains("row 11, the first signed one"), "{refused}");
+    let signed: i64 =
+        sqlx::query_scalar("select count(*) from audit_mac where id <= 10").fetch_one(&app.state.db).await.unwrap();
+    assert_eq!(signed, 0);
+}
+
+async fn note(app: &TestApp, reason: &str) -> Result<server::audit::store::AuditRow, sqlx::Error> {
+    let mut tx = app.state.db.begin().await.unwrap();
+    let after = json!({"b": [1, 2.5, {"é": "✓\u{1}"}], "a": null});
+    let written = server::audit::store::insert_audit(
+        &mut tx,
+        &server::audit::store::NewAudit {
+            actor: "alice \"quoted\"\t\\",
+            source: server::audit::store::Source::Api,
+            action: "test.note",
+            entity: "test:one",
+            before: None,
+            after: Some(&after),
+            reason: Some(reason),
+            request_id: Some("req-1"),
+        },
+    )
+    .await;
+    if written.is_ok() {
+        tx.commit().await.unwrap();
+    }
+    written
+}
+
+#[tokio::test]
+async fn the_server_signs_only_the_row_it_sent_at_the_head() {
+    let app = seeded().await;
+    // Escapes and unicode in every field: the server's hash is the database's.
+    let written = note(&app, "line one\nline two \u{1f}").await.unwrap();
+    assert_eq!(written.id, 23);
+    let mut owner = owner(&app).await;
+    // The owner's own insert trigger (after the chain's) swaps the content and recomputes
+    // the hash: the server would sign the forgery if it signed what came back.
+    sqlx::raw_sql(
+        "create function forge() returns trigger language plpgsql as $$ begin
+             new.reason := 'approved by nobody'; new.hash := audit_row_hash(new); return new; end $$;
+         create trigger zz_forge before insert on audit for each row execute function forge();",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    let refused = note(&app, "a note").await.unwrap_err().to_string();
+    assert!(refused.contains("not written as sent (content)"), "{refused}");
+    // Or it moves the row onto an old one (removed, with its signature): refused too.
+    sqlx::raw_sql(
+        "create or replace function forge() returns trigger language plpgsql security definer as $$ begin
+             perform set_config('session_replication_role', 'replica', true);
+             delete from audit_mac where id = 5; delete from audit where id = 5;
+             perform set_config('session_replication_role', 'origin', true);
+             new.id := 5; new.prev_hash := (select hash from audit where id = 4);
+             new.hash := audit_row_hash(new); return new; end $$;",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    let refused = note(&app, "a note").await.unwrap_err().to_string();
+    assert!(refused.contains("not written as sent (position)"), "{refused}");
+    sqlx::raw_sql("drop trigger zz_forge on audit").execute(&mut owner).await.unwrap();
+    let (_, report) = app.get_json("/api/v1/audit/verify?full=true").await;
+    assert_eq!((&report["intact"], &report["rows"]), (&json!(true), &json!(23)), "{report}");
+}
+
+#[tokio::test]
+async fn a_server_without_the_key_does_not_start_on_a_signed_trail() {
+    let app = seeded().await;
+    let mut settings = app.settings.clone();
+    settings.audit_key = None;
+    let refused = server::startup::build_state(&settings).await.err().expect("refused").to_string();
+    assert!(refused.contains("TESSERA_AUDIT_KEY is not set, but the audit trail is signed"), "{refused}");
+}
+
+#[tokio::test]
+async fn an_owner_who_replaces_the_hash_function_is_caught_by_the_hashes_the_server_computes() {
+    let app = seeded().await;
+    let mut owner = owner(&app).await;
+    // The owner makes the database's own check vouch for any content, then edits row 7:
+    // the server recomputes every hash itself, so row 7 no longer matches its hash.
     sqlx::raw_sql(
         "create or replace function audit_row_hash(a audit) returns bytea language sql immutable as $$ select a.hash $$;
          alter table audit disable trigger audit_append_only;
@@ -219,7 +363,7 @@ async fn an_owner_who_replaces_the_hash_function_is_still_caught_by_the_signatur
     let (_, report) = app.get_json("/api/v1/audit/verify?full=true").await;
     assert_eq!(
         (&report["intact"], &report["first_broken"], &report["problem"]),
-        (&json!(false), &json!(7), &json!("signature")),
+        (&json!(false), &json!(7), &json!("content")),
         "{report}"
     );
 }
@@ -244,6 +388,29 @@ async fn a_forged_checkpoint_is_passed_over_for_the_newest_one_that_holds() {
         (&json!(22), &json!(23), &json!(23), &json!("unsigned")),
         "{report}"
     );
+    assert_eq!(report["forged_checkpoints"], json!(1), "{report}");
+
+    // A forged checkpoint beside the real one at the same row neither keeps the real one
+    // from being recorded nor passes unnoticed: the trail is reported as tampered with.
+    let app = seeded().await;
+    sqlx::query("insert into audit_checkpoint (id, hash, mac) select id, hash, sha256('forged'::bytea) from audit where id = 22")
+        .execute(&app.state.db)
+        .await
+        .unwrap();
+    let (_, report) = app.get_json("/api/v1/audit/verify").await;
+    assert_eq!((&report["intact"], &report["checkpoint_id"]), (&json!(false), &json!(null)), "{report}");
+    let (_, report) = app.get_json("/api/v1/audit/verify").await;
+    assert_eq!(
+        (
+            &report["intact"],
+            &report["checkpoint_id"],
+            &report["first_broken"],
+            &report["problem"],
+            &report["forged_checkpoints"]
+        ),
+        (&json!(false), &json!(22), &json!(22), &json!("checkpoint"), &json!(1)),
+        "{report}"
+    );
 }
 
 #[tokio::test]
@@ -253,7 +420,7 @@ async fn verify_is_incremental_from_a_checkpoint_and_says_so() {
     assert_eq!((&first["intact"], &first["checked_from"]), (&json!(true), &json!(1)));
     let mut tx = app.state.db.begin().await.unwrap();
     server::audit::store::insert_audit(
-        &mut *tx,
+        &mut tx,
         &server::audit::store::NewAudit {
             actor: "alice",
             source: server::audit::store::Source::Api,
