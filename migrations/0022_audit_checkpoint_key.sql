@@ -4,11 +4,3 @@
 alter table audit_checkpoint drop constraint audit_checkpoint_pkey;
 alter table audit_checkpoint add primary key (id, mac);
 
--- The server's role needs no temporary tables.
-do $$
-begin
-    if exists (select from pg_roles where rolname = 'tessera_server') then
-        execute format('revoke temporary on database %I from tessera_server', current_database());
-    end if;
-end
-$$;

@@ -160,35 +160,36 @@ pub enum AuditCommand {
     /// Sign the history written before TESSERA_AUDIT_KEY was set (the unsigned rows before
     /// the first signed one), once its hash chain is checked intact; prints the newest row
     /// signed and its hash, to be kept outside the database. Never signs a row written after
-    /// a signed one. When no row is signed yet, the head recorded outside the database is
-    /// named with --through and --hash; the adoption is itself an audit row.
+    /// a signed one. The head recorded outside the database before the key was set (as
+    /// `tessera audit verify` printed it) is named with --through and --hash: the history
+    /// must pass through it. The adoption is itself an audit row.
     Adopt(AuditAdoptArgs),
 }
 
 /// Arguments of `tessera audit adopt`.
 #[derive(Debug, clap::Args)]
 pub struct AuditAdoptArgs {
-    /// The id of the newest row to sign, as recorded outside the database (needed only when
-    /// no row is signed yet; otherwise the first signed row fixes where the history ends).
-    #[arg(long, requires = "hash")]
-    pub through: Option<i64>,
-    /// That row's hash (64 hex digits), as recorded outside the database.
-    #[arg(long, requires = "through")]
-    pub hash: Option<String>,
+    /// The id of a row recorded outside the database before the key was set (the head that
+    /// `tessera audit verify` printed then).
+    #[arg(long)]
+    pub through: i64,
+    /// That row's hash (64 hex digits), as recorded.
+    #[arg(long)]
+    pub hash: String,
 }
 
 impl AuditAdoptArgs {
-    /// The anchor, parsed: `--hash` must be 64 hex digits.
-    pub fn anchor(&self) -> anyhow::Result<Option<(i64, Vec<u8>)>> {
-        let (Some(id), Some(hash)) = (self.through, &self.hash) else { return Ok(None) };
+    /// The anchor, parsed: `--through` a row id, `--hash` 64 hex digits.
+    pub fn anchor(&self) -> anyhow::Result<(i64, Vec<u8>)> {
+        let hash = &self.hash;
         let bytes = (0..hash.len())
             .step_by(2)
             .map(|i| hash.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
             .collect::<Option<Vec<u8>>>()
             .filter(|bytes| bytes.len() == 32 && hash.len() == 64)
             .ok_or_else(|| anyhow::anyhow!("--hash: must be 64 hex digits (a row's hash as verify prints it)"))?;
-        anyhow::ensure!(id >= 1, "--through: must be a row id (1 or more)");
-        Ok(Some((id, bytes)))
+        anyhow::ensure!(self.through >= 1, "--through: must be a row id (1 or more)");
+        Ok((self.through, bytes))
     }
 }
 

@@ -135,7 +135,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let db = server::store::connect(&settings).await?;
             let report = server::audit::store::verify_audit(&db, args.full).await?;
             print_report(args.json, &report, server::audit::store::render_report)?;
-            anyhow::ensure!(report.intact, "the audit chain is broken at row {}", report.first_broken.unwrap_or(0));
+            anyhow::ensure!(
+                report.intact,
+                "{}",
+                match (report.first_broken, report.problem.as_deref()) {
+                    (Some(id), problem) =>
+                        format!("the audit chain is broken at row {id} ({})", problem.unwrap_or("?")),
+                    (None, _) =>
+                        "the audit chain is not verified: the trail is signed and TESSERA_AUDIT_KEY is not set"
+                            .to_owned(),
+                }
+            );
         }
         Command::Audit(AuditCommand::Adopt(args)) => {
             let anchor = args.anchor()?;

@@ -100,8 +100,9 @@ async fn prepare_audit(settings: &Settings, db: &sqlx::PgPool) -> anyhow::Result
             crate::audit::key::install(key)?;
             if crate::audit::store::unadopted_history(db).await.context("reading the audit signatures")? {
                 tracing::warn!(
-                    "audit rows written before TESSERA_AUDIT_KEY was set are not signed: check them and sign them \
-                     once with `tessera audit adopt` (verify reports them as unsigned until then)"
+                    "audit rows written before TESSERA_AUDIT_KEY was set are not signed (verify reports them as \
+                     unsigned): sign them with `tessera audit adopt --through <id> --hash <hex>`, naming the head you \
+                     recorded outside the database before the key was set; without such a record, do not adopt"
                 );
             }
         }

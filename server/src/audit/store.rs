@@ -122,7 +122,8 @@ pub async fn insert_audit(tx: &mut PgConnection, entry: &NewAudit<'_>) -> Result
     }
     let sql = format!(
         "insert into audit as a (actor, source, action, entity, before, after, reason, request_id)
-         values ($1, $2, $3, $4, $5, $6, $7, $8) returning {STORED}"
+         values ($1, $2, $3, $4, $5, $6, $7, $8)
+         returning {STORED}, $5::jsonb::text as sent_before, $6::jsonb::text as sent_after"
     );
     let r = sqlx::query(&sql)
         .bind(entry.actor)
@@ -136,7 +137,10 @@ pub async fn insert_audit(tx: &mut PgConnection, entry: &NewAudit<'_>) -> Result
         .fetch_one(&mut *tx)
         .await?;
     let stored = stored_row(&r)?;
-    if let Err(what) = written_as_sent(&stored, entry, head.as_ref()) {
+    // The JSON sent, as Postgres prints it (key order, spacing): what is stored must be
+    // exactly that text, not only mean the same.
+    let sent: (Option<String>, Option<String>) = (r.try_get("sent_before")?, r.try_get("sent_after")?);
+    if let Err(what) = written_as_sent(&stored, entry, &sent, head.as_ref()) {
         tracing::error!(id = stored.id, what, "an audit row was not written as sent: an insert trigger changed it?");
         return Err(refused(&format!("the audit row was not written as sent ({what})")));
     }
@@ -162,19 +166,15 @@ pub async fn insert_audit(tx: &mut PgConnection, entry: &NewAudit<'_>) -> Result
 /// How far the database's clock may be from the server's when a row is written.
 const CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
-/// Whether the row returned by the insert is the entry sent, appended after `head`, at
-/// about now, with the hash of its content; else what differs.
+/// Whether the row returned by the insert is the entry sent (its JSON as Postgres prints
+/// the JSON sent: `sent`), appended after `head`, at about now, with the hash of its
+/// content; else what differs.
 fn written_as_sent(
     stored: &StoredRow,
     entry: &NewAudit<'_>,
+    sent: &(Option<String>, Option<String>),
     head: Option<&(i64, Vec<u8>)>,
 ) -> Result<(), &'static str> {
-    // The JSON as Postgres normalised it (key order, spacing) means the same as the JSON sent.
-    let same = |stored: &Option<String>, sent: Option<&serde_json::Value>| match (stored, sent) {
-        (None, None) => true,
-        (Some(text), Some(sent)) => serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| &v == sent),
-        _ => false,
-    };
     let texts = (&stored.actor[..], &stored.source[..], &stored.action[..], &stored.entity[..]);
     if texts != (entry.actor, entry.source.as_str(), entry.action, entry.entity)
         || stored.reason.as_deref() != entry.reason
@@ -182,7 +182,7 @@ fn written_as_sent(
     {
         return Err("content");
     }
-    if !same(&stored.before, entry.before) || !same(&stored.after, entry.after) {
+    if (&stored.before, &stored.after) != (&sent.0, &sent.1) {
         return Err("content");
     }
     if stored.id != head.map_or(1, |(id, _)| id + 1) || stored.prev_hash.as_ref() != head.map(|(_, hash)| hash) {

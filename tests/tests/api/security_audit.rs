@@ -168,25 +168,30 @@ async fn history_before_the_key_is_signed_by_a_person_once_against_a_recorded_he
     let (_, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!((&report["first_broken"], &report["problem"]), (&json!(1), &json!("unsigned")));
     let head = head_hash(&app, 22).await;
-    // No signed row fixes where the history ends: the person names the head they recorded.
-    let refused = adopt_unsigned_history(&app.state.db, None).await.unwrap_err().to_string();
-    assert!(refused.contains("--through") && refused.contains(&format!("row 22, hash {head}")), "{refused}");
-    let refused = adopt_unsigned_history(&app.state.db, Some((22, vec![7; 32]))).await.unwrap_err().to_string();
-    assert!(refused.contains("does not end at row 22"), "{refused}");
+    // The person names the head they recorded before the key was set: another hash there,
+    // or a row past the history, is refused.
+    let refused = adopt_unsigned_history(&app.state.db, (22, vec![7; 32])).await.unwrap_err().to_string();
+    assert!(refused.contains(&format!("row 22's hash is {head}, not the")), "{refused}");
+    let refused = adopt_unsigned_history(&app.state.db, (23, unhex(&head))).await.unwrap_err().to_string();
+    assert!(refused.contains("the unsigned history ends at row 22"), "{refused}");
     assert!(unadopted_history(&app.state.db).await.unwrap(), "nothing signed by a refused adoption");
 
-    let adoption = adopt_unsigned_history(&app.state.db, Some((22, unhex(&head)))).await.unwrap();
+    let adoption = adopt_unsigned_history(&app.state.db, (22, unhex(&head))).await.unwrap();
     assert_eq!((adoption.signed, adoption.through_id, adoption.through_hash), (22, Some(22), Some(head.clone())));
     assert!(!unadopted_history(&app.state.db).await.unwrap());
     // The adoption is an audit row of its own, signed.
     let (_, page) = app.get_json("/api/v1/audit?action=audit.adopt").await;
-    assert_eq!(page["rows"][0]["after"], json!({"signed": 22, "through_id": 22, "through_hash": head}), "{page}");
+    assert_eq!(
+        page["rows"][0]["after"],
+        json!({"signed": 22, "through_id": 22, "through_hash": head, "anchor_id": 22, "anchor_hash": head}),
+        "{page}"
+    );
     let (_, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!((&report["intact"], &report["rows"]), (&json!(true), &json!(23)), "{report}");
 
     // Signatures removed from row 10 on: rows after a signed row are never signed.
     sqlx::raw_sql(&unsign(10)).execute(&mut owner).await.unwrap();
-    assert_eq!(adopt_unsigned_history(&app.state.db, None).await.unwrap().signed, 0);
+    assert_eq!(adopt_unsigned_history(&app.state.db, (22, unhex(&head))).await.unwrap().signed, 0);
     let (_, report) = app.get_json("/api/v1/audit/verify?full=true").await;
     assert_eq!((&report["first_broken"], &report["problem"]), (&json!(10), &json!("unsigned")), "{report}");
 
@@ -194,7 +199,7 @@ async fn history_before_the_key_is_signed_by_a_person_once_against_a_recorded_he
     // first verify signed shows the trail was signed, so it is not signed again.
     sqlx::raw_sql(&format!("{} {}", unsign(1), rewrite_from(5))).execute(&mut owner).await.unwrap();
     let head = head_hash(&app, 23).await;
-    let refused = adopt_unsigned_history(&app.state.db, Some((23, unhex(&head)))).await.unwrap_err().to_string();
+    let refused = adopt_unsigned_history(&app.state.db, (23, unhex(&head))).await.unwrap_err().to_string();
     assert!(refused.contains("signatures were removed"), "{refused}");
 
     // A history whose hash chain is broken is not signed at all.
@@ -210,7 +215,7 @@ async fn history_before_the_key_is_signed_by_a_person_once_against_a_recorded_he
     .await
     .unwrap();
     let head = head_hash(&app, 22).await;
-    let refused = adopt_unsigned_history(&app.state.db, Some((22, unhex(&head)))).await.unwrap_err().to_string();
+    let refused = adopt_unsigned_history(&app.state.db, (22, unhex(&head))).await.unwrap_err().to_string();
     assert!(refused.contains("broken at row 4 (content)"), "{refused}");
     let signed: i64 = sqlx::query_scalar("select count(*) from audit_mac").fetch_one(&app.state.db).await.unwrap();
     assert_eq!(signed, 0);
@@ -235,8 +240,10 @@ fn rewrite_from(from: i64) -> String {
 
 #[tokio::test]
 async fn adopt_cannot_sign_a_history_rewritten_below_the_first_signed_row() {
+    use server::audit::store::adopt_unsigned_history;
     let app = seeded().await;
     let mut owner = owner(&app).await;
+    let recorded = (10, unhex(&head_hash(&app, 10).await));
     // Rows 1..=10 unsigned (as if written before the key), 11.. signed by the server. The
     // owner rewrites row 5 and recomputes the hashes up to row 10, whose hash row 11 (signed)
     // links to: re-adopting must not bless the rewrite.
@@ -257,8 +264,8 @@ async fn adopt_cannot_sign_a_history_rewritten_below_the_first_signed_row() {
     .execute(&mut owner)
     .await
     .unwrap();
-    let refused = server::audit::store::adopt_unsigned_history(&app.state.db, None).await.unwrap_err().to_string();
-    assert!(refused.contains("does not end at row 10"), "{refused}");
+    let refused = adopt_unsigned_history(&app.state.db, recorded.clone()).await.unwrap_err().to_string();
+    assert!(refused.contains("row 10's hash is") && refused.contains("not the"), "{refused}");
     // Nor when row 11's link is rewritten to match: its signature no longer holds.
     sqlx::raw_sql(
         "alter table audit disable trigger audit_append_only;
@@ -268,11 +275,24 @@ async fn adopt_cannot_sign_a_history_rewritten_below_the_first_signed_row() {
     .execute(&mut owner)
     .await
     .unwrap();
-    let refused = server::audit::store::adopt_unsigned_history(&app.state.db, None).await.unwrap_err().to_string();
+    let refused = adopt_unsigned_history(&app.state.db, recorded).await.unwrap_err().to_string();
     assert!(refused.contains("row 11, the first signed one"), "{refused}");
     let signed: i64 =
         sqlx::query_scalar("select count(*) from audit_mac where id <= 10").fetch_one(&app.state.db).await.unwrap();
     assert_eq!(signed, 0);
+
+    // Every signature removed, the rows rewritten with recomputed hashes, then a row the
+    // server signs on top of the forged head: that row's link vouches for the forgery, so
+    // only the head recorded outside the database stops the adoption.
+    let app = seeded().await;
+    let mut owner = self::owner(&app).await;
+    let recorded = (22, unhex(&head_hash(&app, 22).await));
+    sqlx::raw_sql(&format!("{} {}", unsign(1), rewrite_from(5))).execute(&mut owner).await.unwrap();
+    note(&app, "written on the forged head").await.unwrap();
+    let refused = adopt_unsigned_history(&app.state.db, recorded).await.unwrap_err().to_string();
+    assert!(refused.contains("row 22's hash is") && refused.contains("not the"), "{refused}");
+    let (_, report) = app.get_json("/api/v1/audit/verify?full=true").await;
+    assert_eq!((&report["first_broken"], &report["problem"]), (&json!(1), &json!("unsigned")), "{report}");
 }
 
 async fn note(app: &TestApp, reason: &str) -> Result<server::audit::store::AuditRow, sqlx::Error> {

@@ -10,8 +10,13 @@ use super::{hex, Problem, StoredRow, Walk};
 use crate::audit::key;
 use crate::audit::store::{insert_audit, stored_row, NewAudit, Source, STORED};
 
-/// Rows read per query.
+/// Rows read per query, at most.
 const PAGE: i64 = 1000;
+
+/// The stored size of the JSON read per query, at most (bytes, as `pg_column_size`), past
+/// the first row: a page of huge rows (someone with the server's role may insert them) is
+/// read a few rows at a time, not a thousand.
+const PAGE_BYTES: i64 = 16 * 1024 * 1024;
 
 /// Checkpoints looked at, newest first, for one that holds.
 const CHECKPOINTS_TRIED: i64 = 1000;
@@ -19,17 +24,25 @@ const CHECKPOINTS_TRIED: i64 = 1000;
 /// One check of the chain at a time in a process: a second waits for the first.
 static VERIFYING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The rows after id `after` (every row: `None`), at most [`PAGE`], with their signatures.
+/// The rows after id `after` (every row: `None`) in id order, with their signatures: at
+/// most [`PAGE`], and past the first, at most [`PAGE_BYTES`] of JSON. Empty at the end.
 async fn page<'c, E>(db: E, after: Option<i64>) -> Result<Vec<(StoredRow, Option<Vec<u8>>)>, sqlx::Error>
 where
     E: sqlx::Executor<'c, Database = sqlx::Postgres>,
 {
     let rows = sqlx::query(&format!(
-        "select {STORED}, m.mac from audit a left join audit_mac m on m.id = a.id
-          where ($1::bigint is null or a.id > $1) order by a.id limit $2"
+        "select * from (
+           select {STORED}, m.mac,
+                  row_number() over (order by a.id) as n,
+                  sum(coalesce(pg_column_size(a.before), 0) + coalesce(pg_column_size(a.after), 0))
+                    over (order by a.id) as bytes
+             from audit a left join audit_mac m on m.id = a.id
+            where a.id > coalesce($1::bigint, -9223372036854775808) order by a.id limit $2) p
+          where n = 1 or bytes <= $3 order by id"
     ))
     .bind(after)
     .bind(PAGE)
+    .bind(PAGE_BYTES)
     .fetch_all(db)
     .await?;
     rows.iter().map(|r| Ok((stored_row(r)?, r.try_get("mac")?))).collect()
@@ -54,8 +67,9 @@ pub struct ChainReport {
     /// Why: `content` (the row differs from its hash, recomputed by the server), `link`
     /// (its `prev_hash` is not the previous row's hash), `gap` (a row before it is
     /// missing), `signature` (its signature is not the key's over its content: rewritten,
-    /// hashes recomputed), `unsigned` (no signature) or `checkpoint` (a checkpoint that is
-    /// not the key's, or whose row has another hash now).
+    /// hashes recomputed), `unsigned` (no signature), `checkpoint` (a checkpoint that is
+    /// not the key's, or whose row has another hash now) or `unkeyed` (the trail is signed
+    /// but this process has no key: nothing vouches for it; `first_broken` is null).
     pub problem: Option<String>,
     /// The newest row and its hash: kept outside the database (a log, a ticket), they let
     /// anyone detect a removed newest row or a chain rebuilt from an edited row on.
@@ -99,7 +113,7 @@ pub async fn verify_audit(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::
             }
             after = Some(row.id);
         }
-        if (rows.len() as i64) < PAGE {
+        if rows.is_empty() {
             break;
         }
     }
@@ -120,13 +134,16 @@ pub async fn verify_audit(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::
         (None, Some(id)) => (Some(*id), Some("checkpoint".to_owned())),
         (None, None) => (None, None),
     };
+    // Without the key, a signed trail is not vouched for: a rewrite with recomputed
+    // hashes passes every check this process can make.
+    let unkeyed = !keyed && signed_history(&mut *db.acquire().await?).await?;
     Ok(ChainReport {
-        intact: first_broken.is_none(),
+        intact: first_broken.is_none() && !unkeyed,
+        problem: problem.or_else(|| unkeyed.then(|| "unkeyed".to_owned())),
         // Ids are given without gaps from 1 (the insert trigger), so the head's id is the
         // count in an intact chain, without counting a growing table.
         rows: head.as_ref().map_or(0, |(id, _)| *id),
         first_broken,
-        problem,
         head_id: head.as_ref().map(|(id, _)| *id),
         head_hash: head.map(|(_, hash)| hex(&hash)),
         keyed,
@@ -177,6 +194,10 @@ pub fn render_report(report: &ChainReport) -> String {
         (Some(id), Some("checkpoint")) => out.push_str(&format!(
             "BROKEN: checkpoint {id} does not hold (forged by someone with the server's database role, or its row rewritten)\n"
         )),
+        (None, Some("unkeyed")) => out.push_str(
+            "NOT VERIFIED: the trail is signed but TESSERA_AUDIT_KEY is not set; a rewrite with recomputed hashes \
+             would pass the checks made without it\n",
+        ),
         (Some(id), problem) => out.push_str(&format!(
             "BROKEN at row {id} ({}): the first row that was edited, removed or rewritten\n",
             problem.unwrap_or("?")
@@ -213,14 +234,17 @@ pub struct Adoption {
 }
 
 /// Signs the history written before the audit key was set: the unsigned rows before the
-/// first signed one, once the chain up to there is checked intact by the server. What the
-/// history must end at is fixed outside the rows being signed: the `prev_hash` of the
-/// first signed row (vouched for by its signature), or, when no row is signed yet,
-/// `anchor`, a head (id, hash) recorded outside the database. Refused when no row is
-/// signed but a checkpoint is: signatures were removed. Run by a person (`tessera audit
-/// adopt`), never by the server on its own; recorded as an audit row of its own.
+/// first signed one (every row when none is signed), once the chain up to there is checked
+/// intact by the server and found to pass through `anchor`, the head (id, hash) a person
+/// recorded outside the database before the key was set. The database alone cannot fix
+/// where an authentic history ends: its owner could remove every signature, rewrite the
+/// rows with recomputed hashes and let the server sign a new row on top. With a signed row,
+/// the history must also end at its `prev_hash` (vouched for by its signature). Refused when
+/// a checkpoint signed with the key covers a row that is unsigned now (signatures were
+/// removed). Run by a person (`tessera audit adopt`), never by the server on its own;
+/// recorded as an audit row of its own.
 #[tracing::instrument(skip_all, err)]
-pub async fn adopt_unsigned_history(db: &PgPool, anchor: Option<(i64, Vec<u8>)>) -> anyhow::Result<Adoption> {
+pub async fn adopt_unsigned_history(db: &PgPool, anchor: (i64, Vec<u8>)) -> anyhow::Result<Adoption> {
     anyhow::ensure!(key::keyed(), "TESSERA_AUDIT_KEY is not set: there is no key to sign the history with");
     let mut tx = db.begin().await?;
     // The chain's own lock: no row is written (nor adopted by another process) meanwhile.
@@ -245,27 +269,31 @@ pub async fn adopt_unsigned_history(db: &PgPool, anchor: Option<(i64, Vec<u8>)>)
             }
         }
         None => {
-            let checkpoints: Vec<(i64, Vec<u8>, Vec<u8>)> =
-                sqlx::query_as("select id, hash, mac from audit_checkpoint").fetch_all(&mut *tx).await?;
-            anyhow::ensure!(
-                !checkpoints.iter().any(|(id, hash, mac)| key::checkpoint_signed(*id, hash, mac)),
-                "no row is signed, yet a checkpoint signed with this key exists: signatures were removed; \
-                 the history is not signed again"
-            );
             let head: Option<(i64, Vec<u8>)> =
                 sqlx::query_as("select id, hash from audit order by id desc limit 1").fetch_optional(&mut *tx).await?;
-            let Some((head_id, head_hash)) = head else {
-                return Ok(Adoption { signed: 0, through_id: None, through_hash: None });
-            };
-            anchor.ok_or_else(|| {
-                anyhow::anyhow!(
-                    "no row is signed yet: name the head you recorded outside the database with --through <id> \
-                     --hash <hex> (the head now is row {head_id}, hash {}: check it against your own records first)",
-                    hex(&head_hash)
-                )
-            })?
+            match head {
+                Some(head) => head,
+                None => return Ok(Adoption { signed: 0, through_id: None, through_hash: None }),
+            }
         }
     };
+    let checkpoints: Vec<(i64, Vec<u8>, Vec<u8>)> =
+        sqlx::query_as("select id, hash, mac from audit_checkpoint where id <= $1")
+            .bind(end.0)
+            .fetch_all(&mut *tx)
+            .await?;
+    anyhow::ensure!(
+        !checkpoints.iter().any(|(id, hash, mac)| key::checkpoint_signed(*id, hash, mac)),
+        "a checkpoint signed with this key covers rows that are unsigned now: signatures were removed; \
+         the history is not signed again"
+    );
+    anyhow::ensure!(
+        anchor.0 <= end.0,
+        "--through {}: the unsigned history ends at row {} (hash {}); name a row up to it",
+        anchor.0,
+        end.0,
+        hex(&end.1)
+    );
     let mut walk = Walk::from_first(false);
     let mut after = None;
     let mut signed = 0u64;
@@ -280,6 +308,13 @@ pub async fn adopt_unsigned_history(db: &PgPool, anchor: Option<(i64, Vec<u8>)>)
                     problem.as_str()
                 );
             }
+            anyhow::ensure!(
+                row.id != anchor.0 || row.hash == anchor.1,
+                "row {}'s hash is {}, not the {} recorded: the history was rewritten since; it is not signed",
+                row.id,
+                hex(&row.hash),
+                hex(&anchor.1)
+            );
             ids.push(row.id);
             macs.push(key::sign_row(&row.signed_content()).expect("keyed"));
             after = Some(row.id);
@@ -290,7 +325,7 @@ pub async fn adopt_unsigned_history(db: &PgPool, anchor: Option<(i64, Vec<u8>)>)
             .execute(&mut *tx)
             .await?;
         signed += ids.len() as u64;
-        if (rows.len() as i64) < PAGE || after == Some(end.0) {
+        if ids.is_empty() || after == Some(end.0) {
             break 'pages;
         }
     }
@@ -303,7 +338,10 @@ pub async fn adopt_unsigned_history(db: &PgPool, anchor: Option<(i64, Vec<u8>)>)
             last.map_or("no row".to_owned(), |(id, hash)| format!("row {id}, hash {}", hex(hash)))
         ),
     }
-    let record = serde_json::json!({ "signed": signed, "through_id": end.0, "through_hash": hex(&end.1) });
+    let record = serde_json::json!({
+        "signed": signed, "through_id": end.0, "through_hash": hex(&end.1),
+        "anchor_id": anchor.0, "anchor_hash": hex(&anchor.1),
+    });
     insert_audit(
         &mut tx,
         &NewAudit {
