@@ -38,7 +38,9 @@
 -- `channels` pool with nothing to skip, the compact {"many", ...} of draw_many below; the
 -- day, no_day and unknown_pool replies come alone, as for one draw.
 -- Guarantees: each ticket is handed out once; ejected members and members at their daily
--- or window cap are skipped (the skipped tickets are consumed); the day is the pool's
+-- or window cap are skipped (the skipped tickets are consumed); in a `tiers` pool, a tier
+-- whose every channel is capped or ejected is passed over for the fallback as an empty
+-- one is, before any of its tickets is popped; the day is the pool's
 -- local day and the window the epoch-aligned window by Redis TIME; the standby batch is
 -- promoted whole, atomically; a refill is asked for (flag set, pool name published on
 -- ARGV[5]) once per crossing of low-water; every ticket handed out is in the draw log's
@@ -131,14 +133,38 @@ local function draw_one()
     ask_refill()
     return {'empty', version}
   end
-  -- A tier can serve while its list or its standby batch holds a ticket.
+  -- A tier can serve while its list or its standby batch holds a ticket, and (with caps
+  -- or ejections) one of its channels is neither at its cap nor ejected: a tier whose
+  -- every channel is capped counts as unavailable, as an empty one does, and its tickets
+  -- are not popped for nothing.
   local avail = {}
   for t, key in pairs(tier_list) do
     avail[t] = redis.call('LLEN', key) > 0 or redis.call('EXISTS', tier_standby[t]) == 1
     if not avail[t] then ask_refill() end
   end
+  local checked = {}
+  local function tier_can_serve(t)
+    if not (st.capped or st.ejected) or checked[t] then return true end
+    checked[t] = true
+    local members = redis.call('HGET', KEYS[1], 'tm:' .. t)
+    -- Published before tiers' channels were listed: every channel counts as drawable.
+    if not members then return true end
+    for member in string.gmatch(members, '[^,]+') do
+      if not (st.ejected and redis.call('SISMEMBER', KEYS[5], member) == 1)
+        and not (st.capped and at_cap(KEYS[1], hits, member, whits, window_end, st.wlen)) then
+        return true
+      end
+    end
+    return false
+  end
   for _ = 1, max_skips do
     local served = tier_fallback(drawn, avail)
+    -- A tier that cannot serve leaves the fallback before any of its tickets is popped
+    -- (each tier is looked at once per draw).
+    while served and not tier_can_serve(served) do
+      avail[served] = false
+      served = tier_fallback(drawn, avail)
+    end
     if not served then break end
     local member = redis.call('LPOP', tier_list[served])
     if not member and redis.call('EXISTS', tier_standby[served]) == 1 then

@@ -32,7 +32,7 @@ if ejected > 0 then redis.call('SADD', KEYS[3], unpack(ARGV, 8, 7 + ejected)) en
 redis.call('HSET', KEYS[2], 'version', ARGV[1], 'low_water', ARGV[2], 'capped', ARGV[3], 'kind', ARGV[4],
   'ejected', ejected, 'wlen', ARGV[5], 'drawlog', ARGV[6])
 for i = 1, dead do
-  redis.call('DEL', KEYS[2 + 2 * i], KEYS[3 + 2 * i])
+  redis.call('UNLINK', KEYS[2 + 2 * i], KEYS[3 + 2 * i])
   redis.call('HINCRBY', KEYS[2], ARGV[8 + ejected + i], 1)
 end
 return {1, version}

@@ -22,7 +22,7 @@ if ARGV[1] == 'eject' then
       end
     end
     if not left then
-      redis.call('DEL', KEYS[3], KEYS[4])
+      redis.call('UNLINK', KEYS[3], KEYS[4])
       redis.call('HINCRBY', KEYS[2], ARGV[3], 1)
     end
   end

@@ -19,8 +19,13 @@ use crate::connection::RedisHandle;
 use crate::keys::Keys;
 use crate::scripts;
 
-/// Batches larger than this are staged in a list first, then committed in one script.
+/// Batches larger than this are staged in a list first, then committed in one script
+/// (which renames the staged list into place).
 pub const STAGE_ABOVE: usize = 2000;
+
+/// Tickets moved per call of `shift_tail.lua` before an append, and the most an append's
+/// commit then copies: each call stays well under a millisecond of Redis time.
+const SHIFT_STEP: u64 = 500;
 
 /// What a refill did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -371,6 +376,25 @@ impl PoolAdmin {
             }
             pipe.cmd("PEXPIRE").arg(&staging).arg(60_000).ignore();
             pipe.query_async::<()>(&mut conn).await.map_err(PoolError::Redis)?;
+        }
+        if mode == "append" && standby {
+            // The append moves the standby batch onto the list: first, in bounded steps,
+            // the list's tail goes onto the standby batch's head (the order draws see is
+            // kept), so that the commit copies at most SHIFT_STEP tickets.
+            loop {
+                let left: u64 = scripts::pool()
+                    .shift_tail
+                    .key(&tickets_key)
+                    .key(&standby_key)
+                    .arg(SHIFT_STEP)
+                    .arg(SHIFT_STEP)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(PoolError::Redis)?;
+                if left <= SHIFT_STEP {
+                    break;
+                }
+            }
         }
         let mut call = scripts::pool().refill.key(k.pool_meta(p));
         call.key(k.pool_state(p))

@@ -304,6 +304,13 @@ impl PoolSnapshot {
         for (member, cap) in self.window_caps.iter().flat_map(|w| &w.caps) {
             fields.push((format!("wcap:{member}"), cap.to_string()));
         }
+        // A tiers pool's channels by tier, for the draw script to tell a tier whose every
+        // channel is at its cap (or ejected) from one that can serve.
+        if self.kind == PoolKind::Tiers {
+            for (tier, weights) in &self.tiers {
+                fields.push((format!("tm:{}", tier.as_str()), weighted(weights).collect::<Vec<_>>().join(",")));
+            }
+        }
         fields
     }
 

@@ -428,6 +428,33 @@ async fn a_smooth_pool_keeps_the_engines_window_bound_and_runs_across_batch_seam
 }
 
 #[tokio::test]
+async fn an_append_of_a_staged_batch_onto_a_long_list_keeps_the_order_draws_see() {
+    // Arrange: batches of 4,000 (staged: above client::pool::STAGE_ABOVE), low-water
+    // 3,000; a standby batch built, the list drawn to 2,999 (above what an append copies).
+    let h = harness(Clock::manual(noon()));
+    let p = pool("big-append");
+    let s = snapshot("A=5,B=3,C=2", 4000, 3000, Ordering::Smooth);
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+    let (tickets_key, standby_key) = (h.keys().pool_tickets(p.as_str()), h.keys().pool_standby(p.as_str()));
+    assert_eq!((llen(&tickets_key), llen(&standby_key)), (4000, 4000));
+    draw_n(&h, &p, 1001).await;
+    let before: Vec<String> = lrange(&tickets_key).into_iter().chain(lrange(&standby_key)).collect();
+    assert_eq!(before.len(), 6999);
+
+    // Act: the append (the list's tail shifted onto the standby batch in steps, then the
+    // standby batch moved onto the list and the new batch made the standby one).
+    assert!(matches!(h.admin.refill(&p).await.unwrap(), RefillOutcome::Added { mode: "append", .. }));
+
+    // Assert: the list is the old list then the old standby batch, in order; the new batch
+    // waits as the standby batch, whole.
+    assert_eq!(lrange(&tickets_key), before);
+    assert_eq!(tally(&lrange(&standby_key)), expected(&[("A", 2000), ("B", 1200), ("C", 800)]));
+    let ttl: i64 = redis::cmd("PTTL").arg(&standby_key).query(&mut raw_connection()).unwrap();
+    assert_eq!(ttl, -1, "the staged list's expiry does not follow it into place");
+}
+
+#[tokio::test]
 async fn every_seam_is_guarded_also_when_a_standby_batch_is_promoted_after_an_append() {
     // Arrange: 5:3:2 in batches of 20, low-water 5
     let h = harness(Clock::manual(noon()));
@@ -1039,6 +1066,63 @@ async fn a_published_snapshot_that_ejects_a_tiers_last_channel_maps_its_tickets_
     assert!(failed.is_empty(), "{} of 200 draws failed, the first: {}", failed.len(), failed[0]);
     assert_eq!(lane_after_publish, 0, "U's list and standby batch are dropped with its last channel");
     assert!(served.iter().all(|(_, m)| m != "UA"), "{served:?}");
+}
+
+/// A tiers pool G=60 (GA, GB) / N=40 (NA), batches of 100 per lane.
+fn capped_tiers_snapshot() -> PoolSnapshot {
+    let mut s = snapshot("G=60,N=40", 100, 20, Ordering::Smooth);
+    s.kind = PoolKind::Tiers;
+    s.tiers = [(engine::Tier::G, weights("GA=1,GB=1")), (engine::Tier::N, weights("NA=1"))].into_iter().collect();
+    s
+}
+
+/// Draws `n` times, refilling after each draw: (serving tier, channel) of each, and the
+/// errors.
+async fn draw_tiers_filled(h: &Harness, p: &PoolName, n: usize) -> (Vec<(String, String)>, Vec<String>) {
+    h.pools.set_coalescing(1);
+    let (mut served, mut failed) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        match h.pools.draw(p).await {
+            Ok(draw) => served.push((draw.tier.clone().expect("a tier"), draw.member)),
+            Err(e) => failed.push(e.to_string()),
+        }
+        keep_filled(&h.admin, p).await;
+    }
+    (served, failed)
+}
+
+#[tokio::test]
+async fn a_tier_whose_every_channel_is_at_its_cap_falls_back_like_an_empty_one() {
+    for (name, daily, window) in [("tier-cap-day", true, false), ("tier-cap-window", false, true)] {
+        // Arrange: N's only channel may take 5 draws (a day, or a 10-minute window).
+        let h = harness(Clock::manual(noon()));
+        let p = pool(name);
+        let mut s = capped_tiers_snapshot();
+        if daily {
+            s.caps = BTreeMap::from([("NA".to_owned(), 5)]);
+        }
+        if window {
+            s.window_caps =
+                Some(engine::caps::WindowCaps { minutes: 10, caps: BTreeMap::from([("NA".to_owned(), 5)]) });
+        }
+        publish(&h, &p, &s).await;
+        keep_filled(&h.admin, &p).await;
+
+        // Act
+        let (served, failed) = draw_tiers_filled(&h, &p, 200).await;
+
+        // Assert: every draw served; NA exactly at its cap, N's other draws served by G;
+        // no N ticket popped once NA was capped.
+        assert!(failed.is_empty(), "{name}: {} of 200 draws failed, the first: {}", failed.len(), failed[0]);
+        let channels = tally(&served.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>());
+        assert_eq!(channels.get("NA"), Some(&5), "{name}: {channels:?}");
+        assert!(served.iter().all(|(t, m)| (t == "N") == (m == "NA")), "{name}: {served:?}");
+        assert_eq!(
+            llen(&h.keys().pool_tier_tickets(p.as_str(), "N")) + llen(&h.keys().pool_tier_standby(p.as_str(), "N")),
+            195,
+            "{name}: N's lane keeps its tickets for when the cap resets"
+        );
+    }
 }
 
 #[tokio::test]

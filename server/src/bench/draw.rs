@@ -77,6 +77,9 @@ pub struct Report {
     pub redis_us_per_draw_leased: f64,
     /// Leased tickets given back after the phase (none may be lost).
     pub leased_returned: u64,
+    /// The slowest script call Redis ran during the whole run (its slow log, every primary),
+    /// in ms; 0 when none took over 0.1 ms; `None` when Redis refused `CONFIG` (managed).
+    pub redis_max_script_ms: Option<f64>,
 }
 
 /// The benchmark pool's batch size (its low-water is half of it).
@@ -146,6 +149,7 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         pipe.cmd("RPUSH").arg(&raw).arg(vec!["ALIPAY_A"; 10_000]).ignore();
     }
     pipe.query_async::<()>(&mut conn).await.context("filling the baseline list")?;
+    let slow_scripts = super::spent::SlowScripts::start(&state.redis).await;
     let spent_before = super::spent::read(&state.redis).await?;
     let cpu_before_baseline = super::process_cpu_us();
     let baseline = phase(args.concurrency, duration, {
@@ -250,8 +254,13 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     })
     .await?;
 
+    let redis_max_script_ms = match slow_scripts {
+        Some(watch) => Some(watch.finish(&state.redis).await?),
+        None => None,
+    };
     let q = super::quantile_us;
     Ok(Report {
+        redis_max_script_ms,
         concurrency: args.concurrency,
         seconds: args.seconds,
         baseline_ops: baseline.ops,
@@ -382,5 +391,9 @@ pub fn render(r: &Report) -> String {
         r.redis_us_per_draw_leased,
         r.leased_returned
     ));
+    out.push_str(&match r.redis_max_script_ms {
+        Some(ms) => format!("slowest script call in Redis: {ms:.3} ms (target <= 1; 0: none over 0.1 ms)\n"),
+        None => "slowest script call in Redis: unknown (CONFIG refused)\n".to_owned(),
+    });
     out
 }

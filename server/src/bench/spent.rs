@@ -66,6 +66,86 @@ pub async fn read(redis: &RedisHandle) -> anyhow::Result<RedisSpent> {
     Ok(total)
 }
 
+/// Script calls slower than this are recorded by the watch (Redis's slow log, in µs).
+const SLOW_SCRIPT_US: i64 = 100;
+
+/// Redis's slow log set to record every call over [`SLOW_SCRIPT_US`] on every primary, so
+/// that the slowest script call of a run can be read afterwards; each node's own settings
+/// are put back by [`SlowScripts::finish`]. `None` when a node refuses `CONFIG` (a managed
+/// Redis): the run then reports no slowest call.
+pub struct SlowScripts {
+    /// Per primary: its `slowlog-log-slower-than` and `slowlog-max-len` before.
+    before: Vec<(Option<client::Node>, String, String)>,
+}
+
+impl SlowScripts {
+    pub async fn start(redis: &RedisHandle) -> Option<SlowScripts> {
+        let mut conn = redis.connection().await.ok()?;
+        let mut before = Vec::new();
+        for node in conn.primaries().await.ok()? {
+            let config = |name: &str| redis::cmd("CONFIG").arg("GET").arg(name).to_owned();
+            let get = |reply: redis::Value| -> Option<String> {
+                redis::from_owned_redis_value::<Vec<String>>(reply).ok()?.into_iter().nth(1)
+            };
+            let slower = get(conn.on_node(node.as_ref(), &config("slowlog-log-slower-than")).await.ok()?)?;
+            let max_len = get(conn.on_node(node.as_ref(), &config("slowlog-max-len")).await.ok()?)?;
+            let set = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("slowlog-log-slower-than")
+                .arg(SLOW_SCRIPT_US)
+                .arg("slowlog-max-len")
+                .arg(4096)
+                .to_owned();
+            conn.on_node(node.as_ref(), &set).await.ok()?;
+            conn.on_node(node.as_ref(), &redis::cmd("SLOWLOG").arg("RESET").to_owned()).await.ok()?;
+            before.push((node, slower, max_len));
+        }
+        Some(SlowScripts { before })
+    }
+
+    /// The slowest script call recorded since [`SlowScripts::start`], in ms (0 when none
+    /// took over [`SLOW_SCRIPT_US`]), with every node's slow-log settings put back.
+    pub async fn finish(self, redis: &RedisHandle) -> anyhow::Result<f64> {
+        let mut conn = redis.connection().await?;
+        let mut slowest_us: i64 = 0;
+        for (node, slower, max_len) in &self.before {
+            let reply = conn.on_node(node.as_ref(), &redis::cmd("SLOWLOG").arg("GET").arg(4096).to_owned()).await?;
+            slowest_us = slowest_us.max(slowest_script_us(&reply));
+            let restore = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("slowlog-log-slower-than")
+                .arg(slower)
+                .arg("slowlog-max-len")
+                .arg(max_len)
+                .to_owned();
+            conn.on_node(node.as_ref(), &restore).await?;
+        }
+        Ok(slowest_us as f64 / 1000.0)
+    }
+}
+
+/// The longest duration (µs) of a script call in a `SLOWLOG GET` reply: entries are
+/// `[id, timestamp, duration, [command, args…], …]`.
+fn slowest_script_us(reply: &redis::Value) -> i64 {
+    let redis::Value::Array(entries) = reply else { return 0 };
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(fields) = entry else { return None };
+            let duration = match fields.get(2)? {
+                redis::Value::Int(us) => *us,
+                _ => return None,
+            };
+            let command: String = match fields.get(3)? {
+                redis::Value::Array(args) => redis::from_redis_value(args.first()?).ok()?,
+                _ => return None,
+            };
+            SCRIPT_COMMANDS.contains(&command.to_ascii_lowercase().as_str()).then_some(duration)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// One node's counters from its `INFO commandstats` and `INFO cpu` texts.
 fn parse(commandstats: &str, cpu: &str) -> RedisSpent {
     let mut spent = RedisSpent::default();
@@ -97,6 +177,18 @@ fn parse(commandstats: &str, cpu: &str) -> RedisSpent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_slowest_script_call_is_read_from_the_slow_log() {
+        use redis::Value::{Array, BulkString, Int};
+        let entry = |us: i64, command: &str| {
+            Array(vec![Int(1), Int(1_700_000_000), Int(us), Array(vec![BulkString(command.as_bytes().to_vec())])])
+        };
+        let log =
+            Array(vec![entry(900, "EVALSHA"), entry(5_000, "KEYS"), entry(1_250, "evalsha"), entry(300, "FCALL")]);
+        assert_eq!(slowest_script_us(&log), 1_250);
+        assert_eq!(slowest_script_us(&Array(vec![])), 0);
+    }
 
     #[test]
     fn script_time_counts_the_script_calls_only_and_cpu_the_main_thread() {

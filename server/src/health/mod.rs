@@ -34,7 +34,8 @@ pub struct Report {
     pub changes: Vec<String>,
     /// Pools written as a new version.
     pub republished: Vec<String>,
-    /// Pools rebuilt at once because a member was ejected.
+    /// Pools rebuilt at once because a member's share went down (decayed, ejected, held at
+    /// the minimum): the tickets already built carried its old share.
     pub rebuilt: Vec<String>,
 }
 
@@ -153,7 +154,9 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Re
         if let Some(written) = outcome.written {
             report.republished.push(written.entity.clone());
             let published = crate::publish::publish_now(state).await;
-            if published && outcome.ejected {
+            // A lowered share reaches the draws at once, as an ejection does: the list and
+            // the standby batch were built with the old weights (up to two batches of them).
+            if published && outcome.lowered {
                 let name = PoolName::parse(&pool).map_err(|e| anyhow::anyhow!("{e}"))?;
                 if crate::publish::rebuild_published_if_needed(state, &name, ReweightMode::Immediate).await {
                     report.rebuilt.push(pool.clone());
@@ -191,7 +194,8 @@ async fn cap_shares(tx: &mut PgConnection, pool: &str, rows: &[MemberRow]) -> Re
 struct PoolOutcome {
     changes: Vec<String>,
     written: Option<Written>,
-    ejected: bool,
+    /// A member's share went down (its factor fell, or it was ejected).
+    lowered: bool,
     counts: Counts,
 }
 
@@ -260,7 +264,7 @@ async fn evaluate(
     let outcomes = machine::evaluate_pool(&inputs, policy, now_ms);
     let mut changes = Vec::new();
     let mut reasons = Vec::new();
-    let mut ejected = false;
+    let mut lowered = false;
     for (row, outcome) in rows.iter().zip(&outcomes) {
         let m = window_of(&row.channel);
         let volume = m.window.volume();
@@ -286,7 +290,7 @@ async fn evaluate(
         };
         store::save_member_health(&mut tx, pool, &row.channel, &saved).await?;
         if let (Some(change), Some(reason)) = (outcome.change, reason) {
-            ejected |= change == Change::Ejected;
+            lowered |= change == Change::Ejected || after.factor < row.member.factor;
             let transition = store::Transition {
                 at: at(Some(now_ms)),
                 from: &row.member,
@@ -309,7 +313,7 @@ async fn evaluate(
     }
     tx.commit().await?;
     let counts = Counts::of(outcomes.iter().map(|o| &o.member));
-    Ok(PoolOutcome { changes, written, ejected, counts })
+    Ok(PoolOutcome { changes, written, lowered, counts })
 }
 
 pub use store::{

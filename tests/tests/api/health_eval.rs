@@ -327,3 +327,34 @@ async fn in_a_tiers_pool_the_cap_counts_each_channels_share_of_the_traffic() {
         "30% may go, a second 30% may not: {g1} {g2}"
     );
 }
+
+#[tokio::test]
+async fn a_decay_reaches_the_draws_at_once_not_after_the_batches_already_built() {
+    let b = bench().await;
+    pool(&b, "d", &[("A", 50), ("B", 50)]).await;
+    let name = client::pool::PoolName::parse("d").unwrap();
+    // Mid-batch: the list and the standby batch hold about 170 tickets at A's full share.
+    for _ in 0..30 {
+        b.app.state.pools.draw(&name).await.unwrap();
+    }
+
+    // A decays to half: 25 against B's 50, a third of the draws from now on.
+    report(&b, "A", 20, 80, t0()).await;
+    report(&b, "B", 100, 0, t0()).await;
+    let decay = evaluate(&b, t0() + Duration::seconds(10)).await;
+    assert_eq!(state_factor(&member(&b, "d", "A").await), ("decaying".into(), 0.5));
+    assert_eq!(decay.rebuilt, vec!["d"], "{decay:?}");
+
+    let mut a = 0;
+    for _ in 0..300 {
+        if b.app.state.pools.draw(&name).await.unwrap().member == "A" {
+            a += 1;
+        }
+    }
+    let share = f64::from(a) / 300.0;
+    assert!(
+        (share - 1.0 / 3.0).abs() <= 0.02,
+        "A took {a} of the next 300 draws ({:.1} %), not a third",
+        share * 100.0
+    );
+}

@@ -200,3 +200,69 @@ async fn with_ticket_leases_draws_are_served_ahead_and_a_stopped_server_gives_ba
     assert_eq!(app.state.pools.tickets_leased(), 0, "the stopped server still holds tickets");
     assert_eq!(in_redis().await + served.len() as u64, 200);
 }
+
+/// A tiers pool `capped` over HTTP: channels G1, G2 (tier G 60) and N1 (tier N 40), batches
+/// of 100; its configuration version.
+async fn capped_tiers_pool(app: &TestApp) -> i64 {
+    for (code, tier) in [("G1", "G"), ("G2", "G"), ("N1", "N")] {
+        let (status, reply) = app
+            .send(
+                reqwest::Method::POST,
+                "/api/v1/channels",
+                None,
+                json!({"code": code, "name": code, "tier": tier, "base_weight": 1}),
+            )
+            .await;
+        assert_eq!(status, 201, "{reply}");
+    }
+    let (status, reply) = app
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/pools/capped",
+            None,
+            json!({
+                "snapshot": {"kind": "tiers", "ordering": "smooth", "batch_size": 100, "low_water": 20, "timezone": "UTC",
+                             "eject_rebuild_percent": 90,
+                             "weights": [{"member": "G", "weight": 60}, {"member": "N", "weight": 40}],
+                             "tiers": {"G": [{"member": "G1", "weight": 1}, {"member": "G2", "weight": 1}],
+                                       "N": [{"member": "N1", "weight": 1}]}},
+                "expected_version": 0,
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    reply["version"].as_i64().expect("a version")
+}
+
+#[tokio::test]
+async fn a_tiers_pool_whose_n_channel_is_capped_serves_every_draw_from_g() {
+    for (path, body) in [
+        ("caps", json!({"caps": {"N1": 5}})),
+        // The longest window (a day, epoch-aligned): the test does not cross it.
+        ("window_caps", json!({"window_caps": {"minutes": 1440, "caps": {"N1": 5}}})),
+    ] {
+        // Arrange
+        let app = spawn_app().await;
+        let version = capped_tiers_pool(&app).await;
+        let mut body = body;
+        body["reason"] = json!("N1's contract allows 5 a day");
+        body["expected_version"] = json!(version);
+        let (status, reply) = app.send(reqwest::Method::PUT, &format!("/api/v1/pools/capped/{path}"), None, body).await;
+        assert_eq!(status, 200, "{path}: {reply}");
+
+        // Act
+        let mut channels: HashMap<String, u64> = HashMap::new();
+        let mut refused = Vec::new();
+        for _ in 0..200 {
+            match draw(&app, "capped").await {
+                (200, reply) => *channels.entry(reply["member"].as_str().unwrap().to_owned()).or_default() += 1,
+                (status, reply) => refused.push(format!("{status} {reply}")),
+            }
+        }
+
+        // Assert: none refused, N1 exactly at its cap.
+        assert_eq!(refused, Vec::<String>::new(), "{path}");
+        assert_eq!(channels.get("N1"), Some(&5), "{path}: {channels:?}");
+        assert_eq!(channels.values().sum::<u64>(), 200, "{path}: {channels:?}");
+    }
+}
