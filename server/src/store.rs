@@ -222,12 +222,13 @@ mod tests {
     }
 
     #[test]
-    fn every_session_asks_for_a_statement_timeout_and_keepalives() {
+    fn every_session_asks_for_a_statement_timeout_an_idle_transaction_timeout_and_keepalives() {
         let options = options_of("postgres://u@127.0.0.1:5432/t");
 
         assert_eq!(
             options,
-            "-c statement_timeout=30s -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+            "-c statement_timeout=30s -c idle_in_transaction_session_timeout=60s -c tcp_keepalives_idle=30 \
+             -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
         );
     }
 
@@ -237,7 +238,8 @@ mod tests {
 
         assert_eq!(
             options,
-            "-c statement_timeout=5s -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+            "-c statement_timeout=5s -c idle_in_transaction_session_timeout=60s -c tcp_keepalives_idle=30 \
+             -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
         );
     }
 }
