@@ -10,6 +10,9 @@ pub struct QuotaMetrics {
     pub reserves: IntCounterVec,
     /// Reserved minus actual tokens of each settle (negative: an overdraft).
     pub settle_delta: Histogram,
+    /// Actual over reserved tokens of each settle (1: the estimate was exact; above 1: an
+    /// overdraft), for the estimate's error.
+    pub settle_ratio: Histogram,
     /// Script round-trip latency by script.
     pub script_seconds: HistogramVec,
     /// Admissions, refusals and replays made under a fallback policy, by policy and event.
@@ -36,6 +39,10 @@ impl QuotaMetrics {
             HistogramOpts::new("tessera_quota_settle_delta_tokens", "Reserved minus actual tokens per settle")
                 .buckets(buckets),
         )?;
+        let settle_ratio = Histogram::with_opts(
+            HistogramOpts::new("tessera_quota_settle_ratio", "Actual over reserved tokens per settle")
+                .buckets(vec![0.1, 0.25, 0.5, 0.7, 0.9, 1.0, 1.1, 1.3, 1.5, 2.0, 4.0]),
+        )?;
         let script_seconds = HistogramVec::new(
             HistogramOpts::new("tessera_redis_script_seconds", "Redis script round-trip latency")
                 .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0]),
@@ -51,10 +58,18 @@ impl QuotaMetrics {
         )?;
         registry.register(Box::new(reserves.clone()))?;
         registry.register(Box::new(settle_delta.clone()))?;
+        registry.register(Box::new(settle_ratio.clone()))?;
         registry.register(Box::new(script_seconds.clone()))?;
         registry.register(Box::new(fallback.clone()))?;
         registry.register(Box::new(offline_pending.clone()))?;
-        Ok(Self { reserves, settle_delta, script_seconds, fallback, offline_pending })
+        // The fallback's series exist from the start (at 0), so that a rule on their
+        // increase sees the first admission made without Redis.
+        for (policy, event) in
+            [("fail_open_limited", "admitted"), ("fail_open_limited", "refused"), ("fail_closed", "refused")]
+        {
+            fallback.with_label_values(&[policy, event]);
+        }
+        Ok(Self { reserves, settle_delta, settle_ratio, script_seconds, fallback, offline_pending })
     }
 }
 

@@ -64,6 +64,17 @@ pub struct WatchMetrics {
     /// weights give it, by pool and member, as the last sample measured it (no series
     /// while the sample has no actual share: no window, or no draws in it).
     pub pool_share_deviation: GaugeVec,
+    /// The same deviation relative to the expected share ((actual − expected) / expected),
+    /// so that a 5 % canary drawn at 0 % or at 14 % shows as −1 or +1.8, not as 5 or 9
+    /// points; no series for a member whose expected share is 0.
+    pub pool_share_deviation_ratio: GaugeVec,
+    /// Outcomes reported per channel, by result (`ok`, `fail`): channels that exist only
+    /// (a report for an unknown channel is refused before it counts).
+    pub channel_outcomes: IntCounterVec,
+    /// The sum of the latencies reported per channel (ms) and how many were measured: their
+    /// rates' ratio is the mean latency.
+    pub channel_latency_ms: IntCounterVec,
+    pub channel_latency_samples: IntCounterVec,
     /// When this instance last sampled a pool (unix seconds, Redis clock): a rule ignores
     /// the pool's other gauges here once they are older than a sample interval or two (a
     /// former leader of the sampler keeps its last values).
@@ -102,6 +113,16 @@ pub struct WatchMetrics {
     /// When this instance last drained a pool's draw log (unix seconds): as with
     /// `pool_sampled_at`, a former leader of the drain keeps its last values.
     pub pool_drained_at: IntGaugeVec,
+    /// Live ramps by state (`running`, `paused`, `aborting`), as the last ramp_guard run
+    /// counted them.
+    pub ramps: IntGaugeVec,
+    /// Breaches a ramp's guards called (each paused, stepped back or aborted a ramp).
+    pub ramp_breaches: IntCounter,
+    /// Webhook notifications waiting to be delivered (neither delivered nor given up),
+    /// after the last delivery run.
+    pub notifications_pending: IntGauge,
+    /// Webhook deliveries that failed (each is tried again, up to its attempts).
+    pub notification_failures: IntCounter,
 }
 
 impl WatchMetrics {
@@ -113,6 +134,23 @@ impl WatchMetrics {
                 "tessera_pool_share_deviation",
                 "A member's actual share of the last minute's draws minus its expected share",
                 &["pool", "member"],
+            )?,
+            pool_share_deviation_ratio: gauge_vec(
+                "tessera_pool_share_deviation_ratio",
+                "A member's actual share of the last minute's draws minus its expected share, over its expected share",
+                &["pool", "member"],
+            )?,
+            channel_outcomes: IntCounterVec::new(
+                Opts::new("tessera_channel_outcomes_total", "Outcomes reported per channel, by result"),
+                &["channel", "result"],
+            )?,
+            channel_latency_ms: IntCounterVec::new(
+                Opts::new("tessera_channel_latency_ms_total", "The sum of the latencies reported per channel (ms)"),
+                &["channel"],
+            )?,
+            channel_latency_samples: IntCounterVec::new(
+                Opts::new("tessera_channel_latency_samples_total", "Latencies reported per channel"),
+                &["channel"],
             )?,
             pool_sampled_at: int_gauge_vec(
                 "tessera_pool_sampled_at_seconds",
@@ -171,9 +209,29 @@ impl WatchMetrics {
                 "When this instance last drained the pool's draw log (unix seconds)",
                 &["pool"],
             )?,
+            ramps: int_gauge_vec("tessera_ramps", "Live ramps by state at the last ramp_guard run", &["state"])?,
+            ramp_breaches: IntCounter::new(
+                "tessera_ramp_breaches_total",
+                "Breaches a ramp's guards called (pause, step back or abort)",
+            )?,
+            notifications_pending: IntGauge::new(
+                "tessera_notifications_pending",
+                "Webhook notifications not delivered yet (nor given up), after the last delivery run",
+            )?,
+            notification_failures: IntCounter::new(
+                "tessera_notification_failures_total",
+                "Webhook deliveries that failed (each tried again up to its attempts)",
+            )?,
         };
+        for state in crate::ramps::LIVE_STATES {
+            watch.ramps.with_label_values(&[state]).set(0);
+        }
         for collector in [
             Box::new(watch.pool_share_deviation.clone()) as Box<dyn Collector>,
+            Box::new(watch.pool_share_deviation_ratio.clone()),
+            Box::new(watch.channel_outcomes.clone()),
+            Box::new(watch.channel_latency_ms.clone()),
+            Box::new(watch.channel_latency_samples.clone()),
             Box::new(watch.pool_sampled_at.clone()),
             Box::new(watch.pool_tickets.clone()),
             Box::new(watch.pool_low_water.clone()),
@@ -187,6 +245,10 @@ impl WatchMetrics {
             Box::new(watch.usage_drain_lag.clone()),
             Box::new(watch.pool_longest_run.clone()),
             Box::new(watch.pool_drained_at.clone()),
+            Box::new(watch.ramps.clone()),
+            Box::new(watch.ramp_breaches.clone()),
+            Box::new(watch.notifications_pending.clone()),
+            Box::new(watch.notification_failures.clone()),
         ] {
             registry.register(collector)?;
         }

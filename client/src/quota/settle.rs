@@ -84,6 +84,9 @@ impl Quotas {
         };
         if let (Some(m), SettleOutcome::Settled { reserved, actual, .. }) = (&self.inner.metrics, &outcome) {
             m.settle_delta.observe(*reserved as f64 - *actual as f64);
+            if *reserved > 0 {
+                m.settle_ratio.observe(*actual as f64 / *reserved as f64);
+            }
         }
         Ok(outcome)
     }

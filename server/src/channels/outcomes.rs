@@ -40,8 +40,11 @@ pub async fn record_outcomes(
     let channel = ChannelCode::parse(&path)?;
     crate::access::principal(&req)?.serves(crate::access::bindings::Resource::Channel, channel.as_str())?;
     let counts = parse_counts(&body)?;
+    // Per-channel series only for a channel known to exist: the labels come from the
+    // configured channels, never from what a caller makes up.
+    let mut known = false;
     match crate::channels::store::exists(&state.db, channel.as_str()).await {
-        Ok(true) => {}
+        Ok(true) => known = true,
         Ok(false) => return Err(ApiError::NotFound(format!("unknown channel {:?}", channel.as_str()))),
         Err(e) => match ApiError::from(e) {
             ApiError::Unavailable(why) => {
@@ -51,12 +54,27 @@ pub async fn record_outcomes(
         },
     }
     match state.outcomes.record_counts(&channel, &counts).await {
-        Ok(minute) => Ok(HttpResponse::Accepted().json(OutcomesRecorded { channel, minute })),
+        Ok(minute) => {
+            if known {
+                count_outcomes(&state.metrics.watch, channel.as_str(), &counts);
+            }
+            Ok(HttpResponse::Accepted().json(OutcomesRecorded { channel, minute }))
+        }
         Err(OutcomeError::Unavailable(e)) => {
             Err(ApiError::Unavailable(format!("redis unreachable; the report was not recorded: {e}")))
         }
         Err(OutcomeError::Invalid(e)) => Err(e.into()),
         Err(e) => Err(ApiError::Unexpected(anyhow::Error::new(e))),
+    }
+}
+
+/// Adds a recorded report to the channel's outcome and latency counters.
+fn count_outcomes(watch: &crate::metrics::WatchMetrics, channel: &str, counts: &OutcomeCounts) {
+    watch.channel_outcomes.with_label_values(&[channel, "ok"]).inc_by(counts.ok);
+    watch.channel_outcomes.with_label_values(&[channel, "fail"]).inc_by(counts.fail);
+    if counts.latency_count > 0 {
+        watch.channel_latency_ms.with_label_values(&[channel]).inc_by(counts.latency_ms_sum);
+        watch.channel_latency_samples.with_label_values(&[channel]).inc_by(counts.latency_count);
     }
 }
 

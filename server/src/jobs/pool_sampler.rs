@@ -151,11 +151,15 @@ async fn sample_pool(state: &AppState, pool: &PoolName, now: DateTime<Utc>) -> a
     let sample = assemble(&snapshot, now, day, &readout, &expected, window);
     insert_sample(&state.db, pool, &sample).await.context("storing the sample")?;
     record_sample(&state.metrics.watch, pool, &snapshot, &sample);
+    // The pool's count of draws that found it empty exists from 0 on, so that a rule on
+    // its increase sees the first one.
+    state.metrics.pool.empty.with_label_values(&[pool.as_str()]);
     Ok(true)
 }
 
-/// Sets a pool's gauges from its sample: each member's share deviation (removed for a
-/// member without an actual share, or no longer in the pool), its main list's tickets,
+/// Sets a pool's gauges from its sample: each member's share deviation, in points and
+/// relative to its expected share (removed for a member without an actual share, or no
+/// longer in the pool; the relative one also without an expected share), its main list's tickets,
 /// its low-water mark, and the sample's time.
 pub fn record_sample(watch: &WatchMetrics, pool: &PoolName, snapshot: &PoolSnapshot, sample: &PoolSample) {
     let name = pool.as_str();
@@ -163,9 +167,20 @@ pub fn record_sample(watch: &WatchMetrics, pool: &PoolName, snapshot: &PoolSnaps
         labels.get("pool") != Some(&name)
             || labels.get("member").and_then(|m| sample.members.get(*m)).is_some_and(|m| m.actual_share.is_some())
     });
+    retain_series(&watch.pool_share_deviation_ratio, |labels| {
+        labels.get("pool") != Some(&name)
+            || labels
+                .get("member")
+                .and_then(|m| sample.members.get(*m))
+                .is_some_and(|m| m.actual_share.is_some() && m.expected_share > 0.0)
+    });
     for (member, m) in &sample.members {
         if let Some(actual) = m.actual_share {
             watch.pool_share_deviation.with_label_values(&[name, member]).set(actual - m.expected_share);
+            if m.expected_share > 0.0 {
+                let ratio = (actual - m.expected_share) / m.expected_share;
+                watch.pool_share_deviation_ratio.with_label_values(&[name, member]).set(ratio);
+            }
         }
     }
     watch.pool_tickets.with_label_values(&[name]).set(i64::try_from(sample.tickets).unwrap_or(i64::MAX));
@@ -178,6 +193,7 @@ fn forget_other_pools(watch: &WatchMetrics, pools: &[PoolName]) {
     let known =
         |labels: &HashMap<&str, &str>| labels.get("pool").is_some_and(|p| pools.iter().any(|k| k.as_str() == *p));
     retain_series(&watch.pool_share_deviation, known);
+    retain_series(&watch.pool_share_deviation_ratio, known);
     retain_series(&watch.pool_tickets, known);
     retain_series(&watch.pool_low_water, known);
     retain_series(&watch.pool_sampled_at, known);
@@ -377,12 +393,15 @@ mod tests {
             [
                 r#"tessera_pool_low_water{pool="cn-pay"} 10"#,
                 r#"tessera_pool_sampled_at_seconds{pool="cn-pay"} 1800000000"#,
+                r#"tessera_pool_share_deviation_ratio{member="A",pool="cn-pay"} 0.5"#,
+                r#"tessera_pool_share_deviation_ratio{member="B",pool="cn-pay"} -0.5"#,
                 r#"tessera_pool_share_deviation{member="A",pool="cn-pay"} 0.25"#,
                 r#"tessera_pool_share_deviation{member="B",pool="cn-pay"} -0.25"#,
                 r#"tessera_pool_tickets{pool="cn-pay"} 7"#,
             ]
         );
-        // B lost its actual share (no draws in the window) and A left the pool.
+        // B lost its actual share (no draws in the window) and A left the pool; C has no
+        // expected share, so no relative deviation.
         let later = at + TimeDelta::seconds(10);
         let second = sample_of(later, 5, &[("B", member(1.0, None)), ("C", member(0.0, Some(0.0)))]);
         record_sample(&metrics.watch, &pool, &snap, &second);

@@ -30,6 +30,14 @@ pub fn backoff(attempts: i32) -> TimeDelta {
 /// Delivers what is due at `now`; answers (delivered, failed attempts).
 pub async fn deliver_due(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<(usize, usize)> {
     let Some(url) = state.ramps.webhook_url.clone() else { return Ok((0, 0)) };
+    let delivered_failed = deliver(state, url, now).await;
+    let pending = super::store::pending_notifications(&state.db).await?;
+    state.metrics.watch.notifications_pending.set(pending);
+    delivered_failed
+}
+
+/// One delivery run: what is due, claimed, sent and marked.
+async fn deliver(state: &AppState, url: reqwest::Url, now: DateTime<Utc>) -> anyhow::Result<(usize, usize)> {
     // Leased for longer than a run of 50 deliveries can take.
     let due = super::store::claim_notifications(&state.db, now, 50, 50 * TIMEOUT.as_secs() as i64 + 60).await?;
     if due.is_empty() {
@@ -56,6 +64,7 @@ pub async fn deliver_due(state: &AppState, now: DateTime<Utc>) -> anyhow::Result
                 let next = (attempts < MAX_ATTEMPTS).then(|| now + backoff(attempts));
                 tracing::warn!(notification = id, event, attempts, error, "a ramp notification was not delivered");
                 super::store::mark_failed(&state.db, id, &error, now, next).await?;
+                state.metrics.watch.notification_failures.inc();
                 failed += 1;
             }
         }

@@ -424,6 +424,7 @@ async fn judge(
         let why = what.join("; ");
         let sentence = format!("breach: {why}: {}", plan.on_breach.as_str());
         event(state, tx, row, now, "breach", JOB_ACTOR, &sentence, Some(&measured), None).await?;
+        state.metrics.watch.ramp_breaches.inc();
         breaches.iter_mut().for_each(|b| *b = 0);
         match plan.on_breach {
             OnBreach::Pause => {

@@ -84,6 +84,20 @@ pub async fn active_ramps(db: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
     sqlx::query_scalar("select id from ramp where state in ('running', 'aborting') order by id").fetch_all(db).await
 }
 
+/// Live ramps per state.
+pub async fn live_ramp_counts(db: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as("select state, count(*) from ramp where state in ('running', 'paused', 'aborting') group by state")
+        .fetch_all(db)
+        .await
+}
+
+/// Webhook notifications neither delivered nor given up.
+pub async fn pending_notifications(db: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select count(*) from notification where delivered_at is null and failed_at is null")
+        .fetch_one(db)
+        .await
+}
+
 /// Ramps newest first: of one pool, or every pool's; only live ones when asked.
 pub async fn list_ramps(
     db: &PgPool,

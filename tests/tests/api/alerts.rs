@@ -60,8 +60,8 @@ fn unexported(used: &BTreeSet<String>, exported: &BTreeMap<String, String>) -> V
 
 /// The `/metrics` text once the app has produced a series of every family the rules read
 /// (prometheus omits a labelled family with no series yet): requests and readiness checks,
-/// draws, two pool samples a minute apart, a health evaluation, a drain of the draw log,
-/// and the scheduler's first runs (job leadership and run outcomes).
+/// draws, two pool samples a minute apart, a health evaluation, a drain of the draw log, an
+/// outcome report, a reservation and its settle, and the scheduler's first runs (job leadership and run outcomes).
 async fn metrics_with_every_series(app: &TestApp) -> String {
     assert_eq!(app.get("/readyz").await.status(), 200);
     server::seed::demo_seed(&app.state.db).await.unwrap();
@@ -79,6 +79,23 @@ async fn metrics_with_every_series(app: &TestApp) -> String {
     server::jobs::health::run_once(&app.state, now).await.unwrap();
     let drained = server::jobs::draw_log::run_at(&app.state, now).await.unwrap();
     assert_eq!((drained.draws, drained.failed), (20, 0), "{drained:?}");
+
+    // A channel's outcome report, a reservation and its settle.
+    let (status, reply) = app
+        .post_json(
+            "/api/v1/channels/ALIPAY_A/outcomes",
+            serde_json::json!({"ok": 9, "fail": 1, "latency_ms_sum": 180, "latency_count": 10}),
+        )
+        .await;
+    assert_eq!(status, 202, "{reply}");
+    let (status, reply) = app
+        .post_json("/api/v1/tenants/acme/quota/reserve", serde_json::json!({"request_id": "m-1", "tokens": 100}))
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let (status, reply) = app
+        .post_json("/api/v1/tenants/acme/quota/settle", serde_json::json!({"request_id": "m-1", "actual_tokens": 80}))
+        .await;
+    assert_eq!(status, 200, "{reply}");
 
     let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);

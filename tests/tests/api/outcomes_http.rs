@@ -50,6 +50,15 @@ async fn a_report_is_accepted_and_counted_in_the_minute_it_names() {
     }
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(metrics.contains(r#"tessera_health_outcomes_total{result="fail"} 3"#), "{metrics}");
+    // Per channel too: its calls by result, and its latencies' sum and count.
+    for series in [
+        r#"tessera_channel_outcomes_total{channel="ALIPAY_A",result="ok"} 7"#,
+        r#"tessera_channel_outcomes_total{channel="ALIPAY_A",result="fail"} 3"#,
+        r#"tessera_channel_latency_ms_total{channel="ALIPAY_A"} 900"#,
+        r#"tessera_channel_latency_samples_total{channel="ALIPAY_A"} 9"#,
+    ] {
+        assert!(metrics.contains(series), "{series}:\n{metrics}");
+    }
 }
 
 #[tokio::test]
@@ -66,6 +75,9 @@ async fn a_report_for_a_channel_with_no_row_is_404_and_writes_nothing() {
     assert!(body["error"].as_str().unwrap().contains("NOT_A_CHANNEL"), "{body}");
     let window = app.state.outcomes.window(&channel("NOT_A_CHANNEL"), i64::MIN, i64::MAX).await.unwrap();
     assert!(window.is_empty(), "{window:?}");
+    // Nor a metric series: labels come from the configured channels, never from a caller.
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(!metrics.contains("NOT_A_CHANNEL"), "{metrics}");
 }
 
 #[tokio::test]
@@ -137,4 +149,7 @@ async fn while_postgres_is_away_a_report_is_recorded_without_looking_the_channel
     let minute = body["minute"].as_i64().unwrap();
     let window = app.state.outcomes.window(&channel("ALIPAY_A"), minute, minute).await.unwrap();
     assert_eq!((Totals::of(&window).ok, Totals::of(&window).fail), (2, 1));
+    // Unlooked-up, it adds no per-channel series (a made-up code would add one each).
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(!metrics.contains("tessera_channel_outcomes_total{"), "{metrics}");
 }

@@ -231,6 +231,9 @@ async fn a_canary_failing_30_percent_breaches_within_two_evaluations_and_abort_r
     assert_eq!(breach["measured"]["guards"][0]["samples"], 100);
     let abort = d["events"].as_array().unwrap().iter().rfind(|e| e["kind"] == "abort").unwrap().clone();
     assert!(abort["audit_id"].is_i64(), "{abort}");
+    let watch = &b.app.state.metrics.watch;
+    assert_eq!(watch.ramp_breaches.get(), 1, "the breach is counted for the alert");
+    assert_eq!(watch.ramps.with_label_values(&["running"]).get(), 0, "no live ramp after the abort");
     // An aborted ramp never restarts by itself, whatever happens next.
     report(&b, "C", 100, 0, 40).await;
     assert!(evaluate(&b, 700).await.changes.is_empty());
@@ -430,6 +433,8 @@ async fn the_webhook_gets_each_event_once_also_after_a_failed_first_delivery() {
     let now = Utc::now();
     // The first delivery (step 1) fails; it is tried again after its backoff.
     assert_eq!(server::jobs::notify::run_once(&b.app.state, now).await.unwrap(), (0, 1));
+    let watch = &b.app.state.metrics.watch;
+    assert_eq!((watch.notification_failures.get(), watch.notifications_pending.get()), (1, 1));
     assert_eq!(server::jobs::notify::run_once(&b.app.state, now + Duration::seconds(1)).await.unwrap(), (0, 0));
     assert_eq!(server::jobs::notify::run_once(&b.app.state, now + Duration::seconds(3)).await.unwrap(), (1, 0));
     // A breach that aborts: a breach and an abort notification.
@@ -438,6 +443,7 @@ async fn the_webhook_gets_each_event_once_also_after_a_failed_first_delivery() {
     assert_eq!(detail(&b, id).await["ramp"]["state"], "aborted");
     assert_eq!(server::jobs::notify::run_once(&b.app.state, now + Duration::seconds(4)).await.unwrap(), (2, 0));
     assert_eq!(server::jobs::notify::run_once(&b.app.state, now + Duration::seconds(600)).await.unwrap(), (0, 0));
+    assert_eq!((watch.notification_failures.get(), watch.notifications_pending.get()), (1, 0), "all delivered");
     let seen = seen.lock().unwrap().clone();
     let delivered: Vec<&Value> = seen.iter().filter(|(status, _)| *status == 200).map(|(_, body)| body).collect();
     let events: Vec<&str> = delivered.iter().map(|b| b["event"].as_str().unwrap()).collect();
