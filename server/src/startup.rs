@@ -195,6 +195,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         ramps: settings.ramps.clone(),
         known: Default::default(),
         ui_cache: Default::default(),
+        audit_verify: Default::default(),
     };
     let (pools, tenants) = crate::publish::remember_published(&state).await?;
     tracing::info!(pools, tenants, "last published snapshots loaded: the data plane degrades from its first request");

@@ -56,4 +56,6 @@ pub struct AppState {
     pub ramps: crate::configuration::RampSettings,
     /// What the admin UI keeps between requests (a large fleet's quota overview).
     pub ui_cache: std::sync::Arc<crate::backend::UiCache>,
+    /// Held while a request checks the audit chain: one check at a time per instance.
+    pub audit_verify: std::sync::Arc<tokio::sync::Mutex<()>>,
 }

@@ -2,7 +2,7 @@
 
 use actix_web::{get, web, HttpResponse};
 
-use super::store::{export_audit_csv, list_audit, verify_audit, AuditFilter, AuditPage, ChainReport};
+use super::store::{export_audit_csv, list_audit, try_verify_audit, AuditFilter, AuditPage, ChainReport};
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
@@ -128,6 +128,7 @@ pub struct VerifyQuery {
     responses(
         (status = 200, description = "The chain's state (a broken chain is still a 200, with `intact: false`)", body = ChainReport),
         (status = 400, description = "A malformed or unknown parameter, naming it", body = ErrorBody),
+        (status = 429, description = "A check of the chain is under way on this instance: retry after `Retry-After` seconds", body = ErrorBody),
     )
 )]
 #[get("/api/v1/audit/verify")]
@@ -137,7 +138,13 @@ pub async fn verify(state: web::Data<AppState>, query: web::Query<VerifyQuery>) 
         Some("true") => true,
         Some(_) => return Err(ApiError::bad_request("full", "must be true or false")),
     };
-    Ok(HttpResponse::Ok().json(verify_audit(&state.db, full).await?))
+    match try_verify_audit(&state.db, full, &state.audit_verify).await? {
+        Some(report) => Ok(HttpResponse::Ok().json(report)),
+        None => Err(ApiError::Throttled {
+            message: "a check of the audit chain is under way on this instance: retry shortly".to_owned(),
+            retry_after_secs: 5,
+        }),
+    }
 }
 
 /// Exports every audit row matching the list's filters as CSV, oldest first (streamed).

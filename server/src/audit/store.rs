@@ -7,7 +7,8 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row};
 
 pub use super::chain::store::{
-    adopt_unsigned_history, render_report, signed_history, unadopted_history, verify_audit, Adoption, ChainReport,
+    adopt_unsigned_history, render_report, signed_history, try_verify_audit, unadopted_history, verify_audit, Adoption,
+    ChainReport,
 };
 use super::chain::{hex, StoredRow};
 

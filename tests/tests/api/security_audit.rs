@@ -486,3 +486,15 @@ async fn audit_csv_streams_every_row_across_pages_in_order() {
     let filtered = app.get("/api/v1/audit.csv?actor=bulk").await.text().await.unwrap();
     assert_eq!(filtered.lines().count(), 1501, "the header and the bulk rows");
 }
+
+#[tokio::test]
+async fn a_check_of_the_chain_requested_while_one_runs_is_429_not_queued() {
+    let app = seeded().await;
+    let running = app.state.audit_verify.lock().await;
+    let response = app.get("/api/v1/audit/verify?full=true").await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
+    drop(running);
+    let (status, report) = app.get_json("/api/v1/audit/verify").await;
+    assert_eq!((status, &report["intact"]), (200, &json!(true)), "{report}");
+}

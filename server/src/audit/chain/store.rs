@@ -21,9 +21,6 @@ const PAGE_BYTES: i64 = 16 * 1024 * 1024;
 /// Checkpoints looked at, newest first, for one that holds.
 const CHECKPOINTS_TRIED: i64 = 1000;
 
-/// One check of the chain at a time in a process: a second waits for the first.
-static VERIFYING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// The rows after id `after` (every row: `None`) in id order, with their signatures: at
 /// most [`PAGE`], and past the first, at most [`PAGE_BYTES`] of JSON. Empty at the end.
 async fn page<'c, E>(db: E, after: Option<i64>) -> Result<Vec<(StoredRow, Option<Vec<u8>>)>, sqlx::Error>
@@ -94,7 +91,22 @@ pub struct ChainReport {
 /// chain gets a new checkpoint at the last row checked.
 #[tracing::instrument(skip_all, err)]
 pub async fn verify_audit(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::Error> {
-    let _one_at_a_time = VERIFYING.lock().await;
+    verify_now(db, full).await
+}
+
+/// [`verify_audit`] unless a check holding `one_at_a_time` (the server's) is under way:
+/// `None` then, without waiting (the caller answers 429), so that requests cannot queue
+/// checks of a long trail behind each other.
+pub async fn try_verify_audit(
+    db: &PgPool,
+    full: bool,
+    one_at_a_time: &tokio::sync::Mutex<()>,
+) -> Result<Option<ChainReport>, sqlx::Error> {
+    let Ok(_held) = one_at_a_time.try_lock() else { return Ok(None) };
+    verify_now(db, full).await.map(Some)
+}
+
+async fn verify_now(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::Error> {
     let keyed = key::keyed();
     let (holding, forged) = if keyed { holding_checkpoint(db).await? } else { (None, Vec::new()) };
     let checkpoint = holding.filter(|_| !full);
