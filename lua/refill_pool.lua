@@ -61,6 +61,9 @@ if seq ~= tonumber(ARGV[2]) then
   redis.call('UNLINK', KEYS[6])
   return {'stale', seq}
 end
+-- A staged batch that is gone (its staging list expired): nothing is written, the caller
+-- builds another (a batch is added whole or not at all).
+if #ARGV < 7 and redis.call('EXISTS', KEYS[6]) == 0 then return {'stale', seq} end
 local mode = ARGV[3]
 local target = KEYS[3]
 if mode == 'append' then

@@ -381,17 +381,22 @@ impl PoolAdmin {
             // The append moves the standby batch onto the list: first, in bounded steps,
             // the list's tail goes onto the standby batch's head (the order draws see is
             // kept), so that the commit copies at most SHIFT_STEP tickets.
+            // Until the list is down to SHIFT_STEP, or the standby batch went (a draw
+            // promoted it) or another refiller added a batch: then the commit decides.
             loop {
-                let left: u64 = scripts::pool()
+                let moved: i64 = scripts::pool()
                     .shift_tail
                     .key(&tickets_key)
                     .key(&standby_key)
+                    .key(k.pool_state(p))
                     .arg(SHIFT_STEP)
                     .arg(SHIFT_STEP)
+                    .arg(&seq_field)
+                    .arg(seq.unwrap_or(0))
                     .invoke_async(&mut conn)
                     .await
                     .map_err(PoolError::Redis)?;
-                if left <= SHIFT_STEP {
+                if moved < SHIFT_STEP as i64 {
                     break;
                 }
             }

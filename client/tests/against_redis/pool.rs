@@ -455,6 +455,84 @@ async fn an_append_of_a_staged_batch_onto_a_long_list_keeps_the_order_draws_see(
 }
 
 #[tokio::test]
+async fn a_commit_whose_staged_batch_expired_writes_nothing_and_says_stale() {
+    // Arrange: a pool with its list and standby batch, and a staging list that is gone.
+    let h = harness(Clock::manual(noon()));
+    let p = pool("staged-gone");
+    publish(&h, &p, &snapshot("A=1,B=1", 20, 5, Ordering::Smooth)).await;
+    keep_filled(&h.admin, &p).await;
+    let k = h.keys();
+    let (tickets, standby) = (lrange(&k.pool_tickets(p.as_str())), lrange(&k.pool_standby(p.as_str())));
+    let seq: Option<String> =
+        redis::cmd("HGET").arg(k.pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
+
+    // Act: the commit of an append whose staged list expired.
+    let reply: Vec<redis::Value> = client::scripts::pool()
+        .refill
+        .key(k.pool_meta(p.as_str()))
+        .key(k.pool_state(p.as_str()))
+        .key(k.pool_tickets(p.as_str()))
+        .key(k.pool_standby(p.as_str()))
+        .key(k.pool_refill_flag(p.as_str()))
+        .key(format!("{}:staging:gone", k.pool_tickets(p.as_str())))
+        .arg(1)
+        .arg(seq.clone().unwrap_or_else(|| "0".into()))
+        .arg("append")
+        .arg("{}")
+        .arg("seq")
+        .arg("apportioner")
+        .invoke(&mut raw_connection())
+        .unwrap();
+
+    // Assert: stale, and the list, the standby batch and the sequence as they were.
+    assert_eq!(reply.first(), Some(&redis::Value::BulkString(b"stale".to_vec())), "{reply:?}");
+    assert_eq!(lrange(&k.pool_tickets(p.as_str())), tickets);
+    assert_eq!(lrange(&k.pool_standby(p.as_str())), standby);
+    let after: Option<String> =
+        redis::cmd("HGET").arg(k.pool_state(p.as_str())).arg("seq").query(&mut raw_connection()).unwrap();
+    assert_eq!(after, seq);
+}
+
+#[tokio::test]
+async fn the_tail_shift_stops_when_the_standby_batch_is_gone_or_another_refiller_was_first() {
+    // Arrange: a list of 1,200 and a standby batch of 20, at batch sequence 7.
+    let h = harness(Clock::manual(noon()));
+    let k = h.keys();
+    let (tickets, standby, state) = (k.pool_tickets("shift"), k.pool_standby("shift"), k.pool_state("shift"));
+    let list: Vec<String> = (0..1200).map(|i| format!("L{i}")).collect();
+    let batch: Vec<String> = (0..20).map(|i| format!("S{i}")).collect();
+    let mut conn = raw_connection();
+    let _: () = redis::cmd("RPUSH").arg(&tickets).arg(&list).query(&mut conn).unwrap();
+    let _: () = redis::cmd("RPUSH").arg(&standby).arg(&batch).query(&mut conn).unwrap();
+    let _: () = redis::cmd("HSET").arg(&state).arg("seq").arg(7).query(&mut conn).unwrap();
+    let shift = |seq: u64| {
+        let mut conn = raw_connection();
+        client::scripts::pool()
+            .shift_tail
+            .key(&tickets)
+            .key(&standby)
+            .key(&state)
+            .arg(500)
+            .arg(500)
+            .arg("seq")
+            .arg(seq)
+            .invoke::<i64>(&mut conn)
+            .unwrap()
+    };
+
+    // Act, assert: 500, then 200 (down to 500 left), then none; the order draws see kept.
+    assert_eq!((shift(7), shift(7), shift(7)), (500, 200, 0));
+    let seen: Vec<String> = lrange(&tickets).into_iter().chain(lrange(&standby)).collect();
+    assert_eq!(seen, list.iter().chain(&batch).cloned().collect::<Vec<_>>());
+    // Another refiller added a batch (the sequence moved on): nothing to shift.
+    assert_eq!(shift(6), -1);
+    // The standby batch was promoted by a draw: nothing to shift, whatever the list holds.
+    let _: () = redis::cmd("DEL").arg(&standby).query(&mut conn).unwrap();
+    assert_eq!(shift(7), -1);
+    let _: () = redis::cmd("DEL").arg(&tickets).arg(&state).query(&mut conn).unwrap();
+}
+
+#[tokio::test]
 async fn every_seam_is_guarded_also_when_a_standby_batch_is_promoted_after_an_append() {
     // Arrange: 5:3:2 in batches of 20, low-water 5
     let h = harness(Clock::manual(noon()));

@@ -315,17 +315,23 @@ pub async fn evaluate(state: &AppState, id: i64, now: DateTime<Utc>) -> anyhow::
         return Ok(None);
     }
     let (plan, baseline) = parse_plan(&row)?;
-    let mut sample = None;
+    let (mut sample, mut tripped) = (None, false);
     let (written, said) = match (row.state.as_str(), measured) {
         ("aborting", _) => {
             let w = abort_stage(state, &mut tx, &mut row, &plan, &baseline, JOB_ACTOR, now).await?;
             (w, Some(format!("ramp {id}: {}", row.state)))
         }
-        ("running", Some(m)) => judge(state, &mut tx, &mut row, &plan, &baseline, m, now, &mut sample).await?,
+        ("running", Some(m)) => {
+            judge(state, &mut tx, &mut row, &plan, &baseline, m, now, &mut sample, &mut tripped).await?
+        }
         _ => (None, None),
     };
     store::save_ramp(&mut tx, &row).await?;
     tx.commit().await?;
+    // Counted once it is committed: a rolled-back evaluation is judged again next time.
+    if tripped {
+        state.metrics.watch.ramp_breaches.inc();
+    }
     if let Some(sample) = sample {
         let mut conn = state.db.acquire().await?;
         store::insert_sample(&mut conn, id, now, read.step, &sample).await?;
@@ -338,7 +344,8 @@ pub async fn evaluate(state: &AppState, id: i64, now: DateTime<Utc>) -> anyhow::
     Ok(said)
 }
 
-/// The decision of one evaluation of a running ramp; `sample` receives what it measured.
+/// The decision of one evaluation of a running ramp; `sample` receives what it measured,
+/// `breach_tripped` whether a breach paused, stepped back or aborted it.
 #[allow(clippy::too_many_arguments)] // each is one fact of the decision
 async fn judge(
     state: &AppState,
@@ -349,6 +356,7 @@ async fn judge(
     m: Measurement,
     now: DateTime<Utc>,
     sample: &mut Option<Value>,
+    breach_tripped: &mut bool,
 ) -> Result<(Written, Option<String>), ApiError> {
     let mut breaches: Vec<u32> = serde_json::from_value(row.guard_state["breaches"].clone()).unwrap_or_default();
     breaches.resize(plan.guards.len(), 0);
@@ -424,7 +432,7 @@ async fn judge(
         let why = what.join("; ");
         let sentence = format!("breach: {why}: {}", plan.on_breach.as_str());
         event(state, tx, row, now, "breach", JOB_ACTOR, &sentence, Some(&measured), None).await?;
-        state.metrics.watch.ramp_breaches.inc();
+        *breach_tripped = true;
         breaches.iter_mut().for_each(|b| *b = 0);
         match plan.on_breach {
             OnBreach::Pause => {
