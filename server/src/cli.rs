@@ -181,12 +181,8 @@ pub struct AuditAdoptArgs {
 impl AuditAdoptArgs {
     /// The anchor, parsed: `--through` a row id, `--hash` 64 hex digits.
     pub fn anchor(&self) -> anyhow::Result<(i64, Vec<u8>)> {
-        let hash = &self.hash;
-        let bytes = (0..hash.len())
-            .step_by(2)
-            .map(|i| hash.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
-            .collect::<Option<Vec<u8>>>()
-            .filter(|bytes| bytes.len() == 32 && hash.len() == 64)
+        let bytes = crate::inputs::parse_hex(&self.hash)
+            .filter(|bytes| bytes.len() == 32)
             .ok_or_else(|| anyhow::anyhow!("--hash: must be 64 hex digits (a row's hash as verify prints it)"))?;
         anyhow::ensure!(self.through >= 1, "--through: must be a row id (1 or more)");
         Ok((self.through, bytes))

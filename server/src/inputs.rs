@@ -22,6 +22,20 @@ pub(crate) fn from_input(e: InvalidInput) -> ChangeError {
     ChangeError::Invalid { field: e.field, rule: e.rule }
 }
 
+/// Lower-case hex of `bytes`, as Postgres's `encode(…, 'hex')` writes it.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex text (either case); `None` unless it is whole pairs of hex digits.
+pub fn parse_hex(text: &str) -> Option<Vec<u8>> {
+    // Digits only: `u8::from_str_radix` alone would take a pair like "+f".
+    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok())).collect()
+}
+
 /// A JSON number as the integer it is: `4865` and `4865.0` (JSON Schema counts an integral
 /// float as an integer) are 4865; `None` for a fraction.
 pub(crate) fn exact_integer(n: &serde_json::Number) -> Option<i128> {
@@ -99,6 +113,16 @@ impl<'de> Deserialize<'de> for Weight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_goes_both_ways_and_a_broken_text_is_none() {
+        assert_eq!(hex(&[0x00, 0xab, 0x7f]), "00ab7f");
+        assert_eq!(parse_hex("00ab7F"), Some(vec![0x00, 0xab, 0x7f]));
+        assert_eq!(parse_hex(""), Some(vec![]));
+        for bad in ["0", "0g", "é0", "+1"] {
+            assert_eq!(parse_hex(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn an_integral_float_is_an_exact_integer_and_a_fraction_is_not() {

@@ -91,7 +91,7 @@ pub(super) async fn proposed_for(
 
 /// SHA-256 (hex) of what approvals name.
 fn content_hash(entity: &str, base_version: i64, operation: &Value, reason: &str, revision: i32) -> String {
-    super::hex(&crate::access::sha256(
+    crate::inputs::hex(&crate::access::sha256(
         &json!({"entity": entity, "base_version": base_version, "operation": operation, "reason": reason,
             "revision": revision})
         .to_string(),

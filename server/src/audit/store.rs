@@ -10,7 +10,8 @@ pub use super::chain::store::{
     adopt_unsigned_history, render_report, signed_history, try_verify_audit, unadopted_history, verify_audit, Adoption,
     ChainReport,
 };
-use super::chain::{hex, StoredRow};
+use super::chain::StoredRow;
+use crate::inputs::hex;
 
 /// Where a change came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]

@@ -145,7 +145,7 @@ fn unsign(from: i64) -> String {
 }
 
 fn unhex(hex: &str) -> Vec<u8> {
-    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+    server::inputs::parse_hex(hex).expect("a hash as hex")
 }
 
 async fn head_hash(app: &TestApp, id: i64) -> String {

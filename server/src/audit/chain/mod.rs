@@ -9,6 +9,8 @@ pub mod store;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
+use crate::inputs::hex;
+
 /// One audit row exactly as stored: its JSON as Postgres prints it (`jsonb::text`, the form
 /// the hash and the signature cover), its hashes as bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,11 +104,6 @@ fn json_string(out: &mut String, value: &str) {
         }
     }
     out.push('"');
-}
-
-/// Lower-case hex, as `encode(…, 'hex')`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What is wrong with a row, in the order it is looked for.

@@ -6,9 +6,10 @@
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::{hex, Problem, StoredRow, Walk};
+use super::{Problem, StoredRow, Walk};
 use crate::audit::key;
 use crate::audit::store::{insert_audit, stored_row, NewAudit, Source, STORED};
+use crate::inputs::hex;
 
 /// Rows read per query, at most.
 const PAGE: i64 = 1000;
