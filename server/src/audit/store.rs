@@ -84,8 +84,12 @@ fn bind_filters<'q>(query: PgQuery<'q>, filter: &'q AuditFilter) -> PgQuery<'q> 
     query.bind(&filter.entity).bind(&filter.actor).bind(&filter.action).bind(filter.from).bind(filter.to)
 }
 
-const COLUMNS: &str = "id, at, actor, source, action, entity, before, after, reason, request_id, \
-                       encode(prev_hash, 'hex') as prev_hash, encode(hash, 'hex') as hash";
+/// A row's time when chrono can hold it (the server writes only the present; an owner can
+/// write `infinity` or a year past 262143, which would not decode): else the epoch in a
+/// list, and nothing for the chain check, which reports the row.
+const COLUMNS: &str = "id, coalesce(case when at between timestamptz '1970-01-01Z' and timestamptz '9999-12-31Z' \
+                       then at end, timestamptz '1970-01-01Z') as at, actor, source, action, entity, before, after, \
+                       reason, request_id, encode(prev_hash, 'hex') as prev_hash, encode(hash, 'hex') as hash";
 
 fn row(r: &sqlx::postgres::PgRow) -> Result<AuditRow, sqlx::Error> {
     Ok(AuditRow {
@@ -151,7 +155,7 @@ pub async fn insert_audit(tx: &mut PgConnection, entry: &NewAudit<'_>) -> Result
     }
     Ok(AuditRow {
         id: stored.id,
-        at: stored.at,
+        at: stored.at.expect("checked to be about now"),
         actor: stored.actor,
         source: stored.source,
         action: stored.action,
@@ -190,7 +194,7 @@ fn written_as_sent(
     if stored.id != head.map_or(1, |(id, _)| id + 1) || stored.prev_hash.as_ref() != head.map(|(_, hash)| hash) {
         return Err("position");
     }
-    if (stored.at - Utc::now()).abs() > CLOCK_SKEW {
+    if stored.at.is_none_or(|at| (at - Utc::now()).abs() > CLOCK_SKEW) {
         return Err("time");
     }
     if stored.computed_hash() != stored.hash {
@@ -205,7 +209,8 @@ fn refused(message: &str) -> sqlx::Error {
 }
 
 /// The stored columns of a row for [`stored_row`]: the JSON as stored, the hashes as bytes.
-pub(crate) const STORED: &str = "a.id, a.at, a.actor, a.source, a.action, a.entity, a.before::text as before_text,
+pub(crate) const STORED: &str = "a.id,
+    case when a.at between timestamptz '1970-01-01Z' and timestamptz '9999-12-31Z' then a.at end as at, a.actor, a.source, a.action, a.entity, a.before::text as before_text,
     a.after::text as after_text, a.reason, a.request_id, a.prev_hash, a.hash";
 
 /// A row of [`STORED`].

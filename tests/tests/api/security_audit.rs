@@ -498,3 +498,65 @@ async fn a_check_of_the_chain_requested_while_one_runs_is_429_not_queued() {
     let (status, report) = app.get_json("/api/v1/audit/verify").await;
     assert_eq!((status, &report["intact"]), (200, &json!(true)), "{report}");
 }
+
+#[tokio::test]
+async fn a_time_no_clock_can_hold_is_reported_as_a_changed_row_and_lists_still_answer() {
+    let app = seeded().await;
+    // The owner moves row 3 to `infinity` and row 4 past year 262143 (neither decodes into
+    // a time), recomputing their hashes as the database would.
+    let mut owner = owner(&app).await;
+    sqlx::raw_sql(
+        "alter table audit disable trigger audit_append_only;
+         update audit set at = 'infinity' where id = 3;
+         update audit set at = '294000-01-01Z' where id = 4;
+         update audit a set hash = audit_row_hash(a) where id in (3, 4);
+         alter table audit enable trigger audit_append_only;",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    for path in ["/api/v1/audit/verify", "/api/v1/audit/verify?full=true"] {
+        let (status, report) = app.get_json(path).await;
+        assert_eq!(
+            (status, &report["intact"], &report["first_broken"], &report["problem"]),
+            (200, &json!(false), &json!(3), &json!("content")),
+            "{path}: {report}"
+        );
+    }
+    let (status, rows) = app.get_json("/api/v1/audit").await;
+    assert_eq!(status, 200, "{rows}");
+    let csv = app.get("/api/v1/audit.csv").await;
+    assert_eq!(csv.status().as_u16(), 200);
+    assert!(csv.text().await.unwrap().lines().count() > 4);
+}
+
+#[tokio::test]
+async fn a_flood_of_forged_checkpoints_does_not_force_a_full_walk() {
+    let app = seeded().await;
+    let (_, first) = app.get_json("/api/v1/audit/verify").await;
+    assert_eq!(first["intact"], json!(true));
+    // A row written around the server (unsigned), then 2,500 forged checkpoints above the
+    // real one (more than two pages of them): 2,000 at the new row, 500 beside the real one,
+    // inserted with the server's own rights.
+    sqlx::raw_sql(
+        "insert into audit (actor, source, action, entity) values ('mallory', 'api', 'test.note', 'test:x');
+         insert into audit_checkpoint (id, hash, mac)
+           select case when n <= 2000 then 23 else 22 end, sha256(n::text::bytea), sha256(('forged' || n)::bytea)
+             from generate_series(1, 2500) n;",
+    )
+    .execute(&app.state.db)
+    .await
+    .unwrap();
+    let (status, report) = app.get_json("/api/v1/audit/verify").await;
+    assert_eq!(
+        (
+            status,
+            &report["checkpoint_id"],
+            &report["checked_from"],
+            &report["forged_checkpoints"],
+            &report["first_broken"]
+        ),
+        (200, &json!(22), &json!(23), &json!(2500), &json!(23)),
+        "{report}"
+    );
+}

@@ -16,7 +16,9 @@ use crate::inputs::hex;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRow {
     pub id: i64,
-    pub at: DateTime<Utc>,
+    /// `None` when chrono cannot hold it (`infinity`, a year past 9999): never written by
+    /// the server, so such a row is reported as changed.
+    pub at: Option<DateTime<Utc>>,
     pub actor: String,
     pub source: String,
     pub action: String,
@@ -37,7 +39,7 @@ impl StoredRow {
         let mut text = String::with_capacity(256);
         text.push('[');
         text.push_str(&self.id.to_string());
-        let at = self.at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+        let at = self.at.map_or_else(String::new, |at| at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string());
         for field in [&at, &self.actor, &self.source, &self.action, &self.entity] {
             text.push_str(", ");
             json_string(&mut text, field);
@@ -73,7 +75,7 @@ impl StoredRow {
         }
         let mut out = Vec::with_capacity(256);
         field(&mut out, Some(&self.id.to_be_bytes()));
-        field(&mut out, Some(&self.at.timestamp_micros().to_be_bytes()));
+        field(&mut out, self.at.map(|at| at.timestamp_micros().to_be_bytes()).as_ref().map(|b| &b[..]));
         for text in [&self.actor, &self.source, &self.action, &self.entity] {
             field(&mut out, Some(text.as_bytes()));
         }
@@ -159,7 +161,7 @@ impl Walk {
         if row.id != self.next_id {
             return Err(Problem::Gap);
         }
-        if row.computed_hash() != row.hash {
+        if row.at.is_none() || row.computed_hash() != row.hash {
             return Err(Problem::Content);
         }
         if row.prev_hash != self.prev_hash {
@@ -190,7 +192,7 @@ mod tests {
     fn row() -> StoredRow {
         StoredRow {
             id: 1,
-            at: "2026-01-02T03:04:05.000007Z".parse().unwrap(),
+            at: Some("2026-01-02T03:04:05.000007Z".parse().unwrap()),
             actor: "a\"b\\c\u{1}\u{8}\t\n\u{c}\r\u{1f}é✓\u{2028}".into(),
             source: "api".into(),
             action: "pool.weights".into(),

@@ -19,7 +19,7 @@ const PAGE: i64 = 1000;
 /// read a few rows at a time, not a thousand.
 const PAGE_BYTES: i64 = 16 * 1024 * 1024;
 
-/// Checkpoints looked at, newest first, for one that holds.
+/// Checkpoints read per query, newest first, looking for one that holds.
 const CHECKPOINTS_TRIED: i64 = 1000;
 
 /// The rows after id `after` (every row: `None`) in id order, with their signatures: at
@@ -109,7 +109,7 @@ pub async fn try_verify_audit(
 
 async fn verify_now(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::Error> {
     let keyed = key::keyed();
-    let (holding, forged) = if keyed { holding_checkpoint(db).await? } else { (None, Vec::new()) };
+    let (holding, forged) = if keyed { holding_checkpoint(db).await? } else { (None, Forged::default()) };
     let checkpoint = holding.filter(|_| !full);
     let (mut walk, mut after) = match &checkpoint {
         Some((id, hash)) => (Walk::after(*id, hash.clone(), keyed), Some(*id)),
@@ -142,9 +142,9 @@ async fn verify_now(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::Error>
     }
     let head: Option<(i64, Vec<u8>)> =
         sqlx::query_as("select id, hash from audit order by id desc limit 1").fetch_optional(db).await?;
-    let (first_broken, problem) = match (broken, forged.first()) {
+    let (first_broken, problem) = match (broken, forged.newest) {
         (Some((id, problem)), _) => (Some(id), Some(problem.as_str().to_owned())),
-        (None, Some(id)) => (Some(*id), Some("checkpoint".to_owned())),
+        (None, Some(id)) => (Some(id), Some("checkpoint".to_owned())),
         (None, None) => (None, None),
     };
     // Without the key, a signed trail is not vouched for: a rewrite with recomputed
@@ -162,42 +162,82 @@ async fn verify_now(db: &PgPool, full: bool) -> Result<ChainReport, sqlx::Error>
         keyed,
         checkpoint_id: checkpoint.map(|(id, _)| id),
         checked_from,
-        forged_checkpoints: forged.len() as u64,
+        forged_checkpoints: forged.count,
     })
 }
 
 /// A checkpoint's id, hash and signature, and the hash its row has now.
 type CheckpointRow = (i64, Vec<u8>, Vec<u8>, Option<Vec<u8>>);
 
+/// Whether a checkpoint is signed by the key and its row still has its hash.
+fn holds(id: i64, hash: &[u8], mac: &[u8], row_hash: &Option<Vec<u8>>) -> bool {
+    key::checkpoint_signed(id, hash, mac) && row_hash.as_deref() == Some(hash)
+}
+
+/// Checkpoints that do not hold: how many, and the newest.
+#[derive(Debug, Default)]
+struct Forged {
+    count: u64,
+    newest: Option<i64>,
+}
+
 /// The newest checkpoint whose signature is the key's and whose row still has its hash,
-/// and the ids of the newer ones that do not hold (newest first). The server's role may
-/// insert checkpoints (it must, to record one), so a forged one is passed over and named.
-async fn holding_checkpoint(db: &PgPool) -> Result<(Option<(i64, Vec<u8>)>, Vec<i64>), sqlx::Error> {
-    let newest: Vec<CheckpointRow> = sqlx::query_as(
-        "select c.id, c.hash, c.mac, a.hash from audit_checkpoint c left join audit a on a.id = c.id
-         order by c.id desc, c.at desc limit $1",
-    )
-    .bind(CHECKPOINTS_TRIED)
-    .fetch_all(db)
-    .await?;
-    let holds: Vec<bool> = newest
-        .iter()
-        .map(|(id, hash, mac, row_hash)| {
-            key::checkpoint_signed(*id, hash, mac) && row_hash.as_deref() == Some(&hash[..])
-        })
-        .collect();
-    let holding = holds.iter().position(|h| *h).map(|i| (newest[i].0, newest[i].1.clone()));
-    // Those that do not hold, down to the holding one's row (a forgery beside it included).
-    let forged: Vec<i64> = newest
-        .iter()
-        .zip(&holds)
-        .filter(|((id, ..), holds)| !**holds && holding.as_ref().is_none_or(|(at, _)| id >= at))
-        .map(|((id, ..), _)| *id)
-        .collect();
-    for id in &forged {
-        tracing::warn!(checkpoint = id, "an audit checkpoint does not hold (forged, or its row was rewritten)");
+/// and the newer ones that do not hold. The server's role may insert checkpoints (it must,
+/// to record one), so forged ones are passed over, a page at a time by the primary key
+/// (however many were inserted above the one that holds, no row of the trail is read
+/// again for them), and counted.
+async fn holding_checkpoint(db: &PgPool) -> Result<(Option<(i64, Vec<u8>)>, Forged), sqlx::Error> {
+    let mut forged = Forged::default();
+    let mut before: Option<(i64, Vec<u8>)> = None;
+    loop {
+        let page: Vec<CheckpointRow> = sqlx::query_as(
+            "select c.id, c.hash, c.mac, a.hash from audit_checkpoint c left join audit a on a.id = c.id
+              where $1::bigint is null or (c.id, c.mac) < ($1, $2)
+              order by c.id desc, c.mac desc limit $3",
+        )
+        .bind(before.as_ref().map(|(id, _)| *id))
+        .bind(before.as_ref().map(|(_, mac)| mac.clone()))
+        .bind(CHECKPOINTS_TRIED)
+        .fetch_all(db)
+        .await?;
+        let Some(last) = page.last() else { break };
+        before = Some((last.0, last.2.clone()));
+        for (id, hash, mac, row_hash) in &page {
+            if holds(*id, hash, mac, row_hash) {
+                // Forgeries beside it at the same row, ordered after it by their bytes: only
+                // one signature holds at a row (the key's over the row's hash), so every
+                // other one there is forged.
+                let beside: i64 =
+                    sqlx::query_scalar("select count(*) from audit_checkpoint where id = $1 and mac < $2")
+                        .bind(id)
+                        .bind(mac)
+                        .fetch_one(db)
+                        .await?;
+                if beside > 0 {
+                    forged.count += beside as u64;
+                    forged.newest.get_or_insert(*id);
+                }
+                if forged.count > 0 {
+                    tracing::warn!(
+                        count = forged.count,
+                        newest = forged.newest,
+                        "audit checkpoints that do not hold (forged, or their rows were rewritten)"
+                    );
+                }
+                return Ok((Some((*id, hash.clone())), forged));
+            }
+            forged.count += 1;
+            forged.newest.get_or_insert(*id);
+        }
     }
-    Ok((holding, forged))
+    if forged.count > 0 {
+        tracing::warn!(
+            count = forged.count,
+            newest = forged.newest,
+            "audit checkpoints that do not hold (forged, or their rows were rewritten)"
+        );
+    }
+    Ok((None, forged))
 }
 
 /// The report for people, one line per fact.
