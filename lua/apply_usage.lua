@@ -27,9 +27,9 @@ end
 if gen == ARGV[5] then
   if ARGV[10] ~= '1' then return {'counted'} end
   -- An instance's own record of this generation is proven only by its done marker, which
-  -- expires the retention after the settle: a record that old was counted by this copy
-  -- of the counters long ago (charging it again would charge it twice).
-  local days = (meta and meta.retention_days) or 62
+  -- expires done_days after the settle: a record that old was counted by this copy of
+  -- the counters long ago (charging it again would charge it twice).
+  local days = done_days(meta)
   if ARGV[11] ~= '' and NOW - tonumber(ARGV[11]) >= days * 86400000 then return {'counted'} end
 end
 -- Records counted before the counters were adopted (no generation then) are theirs.

@@ -19,7 +19,7 @@
 --                          for the Postgres usage ledger (drained by the leader)
 --   KEYS[8] done     the prefix of the done markers: KEYS[8] .. <request id> is a string
 --                          key holding the outcome of that finished reservation, expiring
---                          the tenant's retention after it was written. These keys are not
+--                          the tenant's retention (at most 400 days) after it was written. These keys are not
 --                          declared one by one (a script does not know them in advance);
 --                          they share the tenant's hash tag, so they live in the slot of
 --                          every declared key of the call.
@@ -355,12 +355,20 @@ local function find_done(rid)
   return nil
 end
 
+-- How long a done marker lives: the tenant's retention (62 days for a tenant no longer
+-- published), at most 400 days, whatever the retention of its counters: one key per
+-- request id, so memory follows the requests of at most 400 days.
+local MAX_DONE_DAYS = 400
+local function done_days(meta)
+  return math.min((meta and meta.retention_days) or 62, MAX_DONE_DAYS)
+end
+
 -- Writes the done marker of a finished reservation, "state|amount|deadline|parts|actual|
--- charged|gen", in a key of its own that expires the tenant's retention from now (62 days for
--- a tenant no longer published): memory follows the requests of the retention, never
--- the whole history. `actual` is nil for a release or an expiry.
+-- charged|gen", in a key of its own that expires done_days from now: memory follows the
+-- requests of the retention, never the whole history. `actual` is nil for a release or an
+-- expiry.
 local function write_done(meta, rid, state, amount, deadline, parts, actual, charged)
-  local days = (meta and meta.retention_days) or 62
+  local days = done_days(meta)
   local gen = state_string('gen') or ''
   redis.call('SET', KEYS[8] .. rid, table.concat({state, fmt(amount), fmt(deadline), parts,
     actual and fmt(actual) or '', charged, gen}, '|'), 'PXAT', fmt(NOW + days * 86400000))

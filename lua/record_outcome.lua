@@ -4,7 +4,8 @@
 --         m:ok  m:fail  m:lat_ms (sum of latencies in ms)  m:lat_n (latencies summed)
 -- ARGV[1] now in ms since the epoch, or "" to read Redis TIME (the one clock)
 -- ARGV[2] ok   ARGV[3] fail   ARGV[4] latency ms sum   ARGV[5] latency count
---         (decimal integers 0..10^9, checked by the client, ok + fail >= 1)
+--         (decimal integers: counts 0..10^4, the latency sum 0..10^9, checked by the
+--         client, ok + fail >= 1)
 -- ARGV[6] seconds the hash lives after its last write
 -- Returns the unix minute (floor(now / 60 s)) the counts were added to.
 -- Guarantees: a report's four counts land in one minute together (a counter that would

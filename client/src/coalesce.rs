@@ -86,6 +86,12 @@ where
         self.shared.calls.load(Ordering::Relaxed)
     }
 
+    /// How many keys have a queue now: only keys with requests waiting or a call in
+    /// flight (an idle key's queue is removed), so names sent from outside cannot grow it.
+    pub(crate) fn keys(&self) -> usize {
+        self.shared.queues.lock().expect("coalescer queue lock").len()
+    }
+
     /// Queues `req` for the next shared call of `key` and waits for its reply; `None` when
     /// that call did not answer for it. A request that finds fewer than `lanes` tasks
     /// serving the key (at least one) starts one, serving the key's queue with `flush`, a
@@ -140,7 +146,9 @@ impl<K: Eq + Hash, Req, Resp> Drop for Serving<K, Req, Resp> {
             if let Some(queue) = queues.get_mut(&self.key) {
                 queue.running = queue.running.saturating_sub(1);
                 if queue.running == 0 {
-                    queue.waiting.clear();
+                    // No task serves the key: the slots left are dropped (their requests
+                    // go alone) and the idle queue goes.
+                    queues.remove(&self.key);
                 }
             }
         }
@@ -164,6 +172,10 @@ where
             queue.waiting.retain(|(_, slot)| !slot.is_closed());
             if queue.waiting.is_empty() {
                 queue.running = queue.running.saturating_sub(1);
+                if queue.running == 0 {
+                    // Idle: the key's queue goes, so the map holds only keys in use.
+                    queues.remove(&serving.key);
+                }
                 serving.counted = false;
                 return;
             }
@@ -267,9 +279,26 @@ mod tests {
             assert_eq!(r.await.unwrap(), Some(i * 10), "each request hears its own answer");
         }
         assert_eq!(calls.recv().await, Some(vec![3, 4, 5]), "those that waited share the next call");
-        while c.shared.queues.lock().unwrap()["k"].running > 0 {
+        while c.keys() > 0 {
             tokio::task::yield_now().await;
         }
         assert_eq!(c.calls(), 3);
+    }
+
+    #[tokio::test]
+    async fn an_idle_key_keeps_no_queue() {
+        let c: Coalescer<String, u32, u32> = Coalescer::new();
+        let echo = |_: String, reqs: Vec<u32>| async move { reqs.into_iter().map(Some).collect::<Vec<_>>() };
+        for i in 0..1_000u32 {
+            assert_eq!(c.submit(&format!("name-{i}"), 1, i, echo).await, Some(i));
+        }
+        // Each serving task removes its key's queue on its way out, after the reply.
+        let started = std::time::Instant::now();
+        while c.keys() > 0 && started.elapsed() < std::time::Duration::from_secs(5) {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(c.keys(), 0, "1,000 names, each served once, leave no queue behind");
+        // A key used again gets a queue again.
+        assert_eq!(c.submit(&"name-1".to_owned(), 1, 7, echo).await, Some(7));
     }
 }

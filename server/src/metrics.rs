@@ -106,6 +106,9 @@ pub struct WatchMetrics {
     /// Age of the oldest usage record the last drain read from the streams (0 when the
     /// streams held none): how far the usage ledger is behind Redis.
     pub usage_drain_lag: Gauge,
+    /// Settle rows of the usage ledger whose charge to the counters is not decided yet
+    /// (marked `charge_pending`; retried by each drain); -1 when Postgres did not answer.
+    pub usage_uncharged_rows: IntGauge,
     /// The longest run of one member among a pool's draws of the last minute (a run whose
     /// last draw is in the minute), as the draw-log drain saw them; 0 when nothing was
     /// drawn (or the pool keeps no draw log).
@@ -199,6 +202,10 @@ impl WatchMetrics {
                 "tessera_usage_drain_lag_seconds",
                 "Age of the oldest usage record the last drain read (0 when none)",
             )?,
+            usage_uncharged_rows: IntGauge::new(
+                "tessera_usage_uncharged_rows",
+                "Usage ledger rows whose charge to the counters is not decided yet (retried by each drain)",
+            )?,
             pool_longest_run: int_gauge_vec(
                 "tessera_pool_longest_run",
                 "The longest run of one member among the pool's draws of the last minute",
@@ -243,6 +250,7 @@ impl WatchMetrics {
             Box::new(watch.outbox_oldest_age.clone()),
             Box::new(watch.job_leader.clone()),
             Box::new(watch.usage_drain_lag.clone()),
+            Box::new(watch.usage_uncharged_rows.clone()),
             Box::new(watch.pool_longest_run.clone()),
             Box::new(watch.pool_drained_at.clone()),
             Box::new(watch.ramps.clone()),

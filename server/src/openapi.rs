@@ -121,6 +121,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::tenants::routes::restore_tenant,
         crate::usage::routes::usage,
         crate::usage::routes::usage_csv,
+        crate::usage::dead_letters::routes::list_dead_letters,
         // Routes.
         crate::routing::routes::list_routes,
         crate::routing::routes::get_route,

@@ -292,6 +292,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::plans::routes::configure(cfg);
     crate::tenants::routes::configure(cfg);
     crate::usage::routes::configure(cfg);
+    crate::usage::dead_letters::routes::configure(cfg);
     crate::health::routes::configure(cfg);
     crate::tiers::routes::configure(cfg);
     crate::draws::routes::configure(cfg);

@@ -32,8 +32,15 @@ use crate::metrics::OutcomeMetrics;
 use crate::quota::InvalidInput;
 use crate::scripts;
 
-/// The largest count of any one field of one report.
+/// The largest latency sum (ms) of one report.
 pub const MAX_COUNT: u64 = 1_000_000_000;
+
+/// The most calls one report may count as `ok`, as `fail`, or as `latency_count`: a report
+/// sums a caller's calls over a short while (a second, say), so that one report, buggy or
+/// hostile, cannot outweigh the evidence of a whole window (with 10^9 failures in one
+/// report, a channel would stay failing for the window whatever the next reports said).
+/// A caller with more calls sends more reports.
+pub const MAX_CALLS: u64 = 10_000;
 
 /// How long a channel's outcome hash lives after its last write.
 pub const RETENTION: Duration = Duration::from_secs(2 * 60 * 60);
@@ -431,12 +438,13 @@ mod tests {
         let field = |r: Result<OutcomeCounts, InvalidInput>| r.unwrap_err().field;
         assert_eq!(field(OutcomeCounts::new(0, 0, 0, 0)), "ok");
         assert_eq!(field(OutcomeCounts::new(0, 0, 5, 1)), "ok");
-        assert_eq!(field(OutcomeCounts::new(MAX_COUNT + 1, 0, 0, 0)), "ok");
-        assert_eq!(field(OutcomeCounts::new(1, MAX_COUNT + 1, 0, 0)), "fail");
+        assert_eq!(field(OutcomeCounts::new(MAX_CALLS + 1, 0, 0, 0)), "ok");
+        assert_eq!(field(OutcomeCounts::new(1, MAX_CALLS + 1, 0, 0)), "fail");
         assert_eq!(field(OutcomeCounts::new(1, 0, MAX_COUNT + 1, 1)), "latency_ms_sum");
+        assert_eq!(field(OutcomeCounts::new(MAX_CALLS, MAX_CALLS, 10, MAX_CALLS + 1)), "latency_count");
         assert_eq!(field(OutcomeCounts::new(1, 1, 10, 3)), "latency_count");
         assert_eq!(field(OutcomeCounts::new(1, 1, 10, 0)), "latency_count");
-        assert!(OutcomeCounts::new(MAX_COUNT, MAX_COUNT, MAX_COUNT, MAX_COUNT).is_ok());
+        assert!(OutcomeCounts::new(MAX_CALLS, MAX_CALLS, MAX_COUNT, MAX_CALLS).is_ok());
         assert!(OutcomeCounts::new(0, 1, 0, 1).is_ok());
     }
 

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
-use super::{MAX_CHANNEL_LEN, MAX_COUNT};
+use super::{MAX_CALLS, MAX_CHANNEL_LEN, MAX_COUNT};
 
 /// A channel's code as reports name it: 1..=64 of `[A-Za-z0-9_.-]` (the same rule as the
 /// `channel` table), so it can sit inside a key's hash tag.
@@ -55,7 +55,8 @@ impl<'de> Deserialize<'de> for ChannelCode {
 }
 
 /// One report's counts: outcomes of several calls through one channel, summed by the
-/// caller (e.g. once a second). Valid when every field is ≤ [`MAX_COUNT`], there is at
+/// caller (e.g. once a second). Valid when `ok`, `fail` and `latency_count` are each ≤
+/// [`MAX_CALLS`] and `latency_ms_sum` ≤ [`MAX_COUNT`], there is at
 /// least one outcome (`ok + fail ≥ 1`), `latency_count ≤ ok + fail`, and there is no
 /// latency sum without a latency count: [`OutcomeCounts::new`] and deserializing check
 /// this, and [`Outcomes`] checks it again before anything is sent (the fields are public,
@@ -83,11 +84,15 @@ impl OutcomeCounts {
     /// Checks the rules above; a refusal names the field and the rule.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         let Self { ok, fail, latency_ms_sum, latency_count } = *self;
-        for (field, value) in
-            [("ok", ok), ("fail", fail), ("latency_ms_sum", latency_ms_sum), ("latency_count", latency_count)]
-        {
-            if value > MAX_COUNT {
-                return Err(InvalidInput::new(field, format!("must be at most {MAX_COUNT}, got {value}")));
+        for (field, value, max) in [
+            ("ok", ok, MAX_CALLS),
+            ("fail", fail, MAX_CALLS),
+            ("latency_ms_sum", latency_ms_sum, MAX_COUNT),
+            ("latency_count", latency_count, MAX_CALLS),
+        ] {
+            if value > max {
+                let rule = if max == MAX_CALLS { " calls a report (send more reports)" } else { "" };
+                return Err(InvalidInput::new(field, format!("must be at most {max}{rule}, got {value}")));
             }
         }
         if ok == 0 && fail == 0 {

@@ -244,6 +244,11 @@ impl Pools {
         self.inner.draw_lanes.store(lanes.max(1), AtomicOrdering::Relaxed);
     }
 
+    /// How many pools have a coalescing queue now (those with draws waiting or in flight).
+    pub fn coalescing_queues(&self) -> usize {
+        self.inner.coalescer.keys()
+    }
+
     /// Shared draw calls made since the client was made (draws per call: coalesced draws
     /// over this).
     pub fn shared_calls(&self) -> u64 {
@@ -301,7 +306,9 @@ impl Pools {
         if self.inner.breaker.is_open() {
             return self.degrade(pool, Degrade::Unreachable(Breaker::skipped_error()));
         }
-        if self.inner.coalescer.is_on() {
+        // A pool this client has no snapshot of goes alone: names sent from outside make
+        // no queue (its first draw reads the snapshot of a pool that exists).
+        if self.inner.coalescer.is_on() && self.knows(pool) {
             if let Some(draw) = self.coalesced(pool).await {
                 self.inner.breaker.reset();
                 return Ok(self.served(draw));

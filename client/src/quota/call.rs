@@ -23,7 +23,9 @@ impl Quotas {
         tenant: &TenantId,
         extra: &[String],
     ) -> Option<Vec<Value>> {
-        if !self.inner.coalescer.is_on() || self.inner.breaker.is_open() {
+        // A tenant this client does not know goes alone: names sent from outside make no
+        // queue (the script answers them `unknown_tenant`).
+        if !self.inner.coalescer.is_on() || self.inner.breaker.is_open() || !self.knows(tenant) {
             return None;
         }
         let this = self.clone();

@@ -4,6 +4,11 @@
 //! and syncs what has queued up meanwhile with one `fsync` (a batch), then acknowledges
 //! each line; when the journal empties (everything charged to Redis), the file is cut to
 //! nothing. The file is locked: one process per journal.
+//!
+//! A batch whose write or sync fails is cut back off the file (no torn line stays for the
+//! next batch to run into) and every line of it is answered with the error: its caller
+//! takes the change back and answers a failure, so nothing is admitted that a restart
+//! would not know (fail closed).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -26,6 +31,34 @@ pub(super) enum Entry {
     Release { tenant: String, request: String },
     /// Charged to Redis: the operation of this request leaves the journal.
     Done { tenant: String, request: String },
+}
+
+/// Where the journal's lines go: a file, or (in tests) a disk that fills up.
+#[doc(hidden)]
+pub trait JournalDisk: Send + 'static {
+    /// Appends `bytes` at the end.
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// Makes what was appended durable.
+    fn sync(&mut self) -> std::io::Result<()>;
+    /// The length now, in bytes.
+    fn size(&mut self) -> std::io::Result<u64>;
+    /// Cuts to `len` bytes.
+    fn cut(&mut self, len: u64) -> std::io::Result<()>;
+}
+
+impl JournalDisk for File {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_all(bytes)
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.sync_data()
+    }
+    fn size(&mut self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn cut(&mut self, len: u64) -> std::io::Result<()> {
+        self.set_len(len)
+    }
 }
 
 enum Message {
@@ -82,21 +115,32 @@ impl JournalFile {
                 file.sync_data()?;
             }
         }
-        let (tx, rx) = mpsc::channel();
-        let writer_path = path.to_owned();
-        std::thread::Builder::new().name("quota-journal".into()).spawn(move || write_loop(file, &writer_path, rx))?;
-        Ok((Self { tx, path: path.to_owned() }, entries))
+        Ok((Self::on(file, path)?, entries))
     }
 
-    /// Queues one entry; the returned receiver answers once it is synced.
+    /// A journal writing to `disk` (named `path` in logs), with no entries read back.
+    pub(super) fn on(disk: impl JournalDisk, path: &Path) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let writer_path = path.to_owned();
+        std::thread::Builder::new().name("quota-journal".into()).spawn(move || write_loop(disk, &writer_path, rx))?;
+        Ok(Self { tx, path: path.to_owned() })
+    }
+
+    /// Queues one entry; the returned receiver answers once it is synced (or with the
+    /// error that kept it off the disk).
     pub(super) fn append(&self, entry: &Entry, acks: &mut Acks) {
         let (done, wait) = tokio::sync::oneshot::channel();
         let line = serde_json::to_string(entry).expect("journal entries serialize");
-        if self.tx.send(Message::Line(line, done)).is_ok() {
-            acks.push(wait);
-        } else {
-            tracing::error!(path = %self.path.display(), "the quota journal writer stopped: entry kept in memory only");
+        if let Err(mpsc::SendError(Message::Line(_, done))) = self.tx.send(Message::Line(line, done)) {
+            tracing::error!(path = %self.path.display(), "the quota journal writer stopped");
+            let _ = done.send(Err(std::io::Error::other("the quota journal writer stopped")));
         }
+        acks.push(wait);
+    }
+
+    /// Where the journal is written.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Cuts the file (the journal is empty).
@@ -105,19 +149,23 @@ impl JournalFile {
     }
 }
 
-/// Waits until every line in `acks` is on disk; a failure is logged (the entry is still
-/// in memory and is charged to Redis when it answers, but would not survive a restart).
-pub(super) async fn synced(acks: Acks) {
+/// Waits until every line in `acks` is on disk; the first failure is returned (and
+/// logged): the caller takes its change back.
+pub(super) async fn synced(acks: Acks) -> std::io::Result<()> {
+    let mut first = Ok(());
     for ack in acks {
-        match ack.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "writing the quota journal failed: kept in memory only"),
-            Err(_) => tracing::error!("the quota journal writer stopped: kept in memory only"),
+        let result = ack.await.unwrap_or_else(|_| Err(std::io::Error::other("the quota journal writer stopped")));
+        if let Err(e) = result {
+            tracing::error!(error = %e, "writing the quota journal failed");
+            if first.is_ok() {
+                first = Err(e);
+            }
         }
     }
+    first
 }
 
-fn write_loop(mut file: File, path: &Path, rx: mpsc::Receiver<Message>) {
+fn write_loop(mut file: impl JournalDisk, path: &Path, rx: mpsc::Receiver<Message>) {
     while let Ok(first) = rx.recv() {
         // Everything queued meanwhile goes out with one sync.
         let mut batch = vec![first];
@@ -125,30 +173,47 @@ fn write_loop(mut file: File, path: &Path, rx: mpsc::Receiver<Message>) {
             batch.push(more);
         }
         let mut waiting = Vec::new();
-        let mut result: std::io::Result<()> = Ok(());
+        let start = file.size();
+        let mut result: std::io::Result<()> = start.as_ref().map(|_| ()).map_err(copy);
+        let mut cut_to_nothing = false;
         for message in batch {
             match message {
-                Message::Line(line, done) => {
+                Message::Line(mut line, done) => {
                     if result.is_ok() {
-                        result = file.write_all(line.as_bytes()).and_then(|()| file.write_all(b"\n"));
+                        line.push('\n');
+                        result = file.append(line.as_bytes());
                     }
                     waiting.push(done);
                 }
                 Message::Truncate => {
                     if result.is_ok() {
-                        result = file.set_len(0);
+                        result = file.cut(0);
+                        cut_to_nothing = true;
                     }
                 }
             }
         }
         if result.is_ok() {
-            result = file.sync_data();
+            result = file.sync();
+        }
+        if result.is_err() {
+            // Nothing of a failed batch stays: its callers take their changes back.
+            if let Ok(start) = start {
+                let back_to = if cut_to_nothing { 0 } else { start };
+                if let Err(e) = file.cut(back_to).and_then(|()| file.sync()) {
+                    tracing::error!(path = %path.display(), error = %e, "cutting a failed batch off the quota journal failed");
+                }
+            }
         }
         if let Err(e) = &result {
             tracing::error!(path = %path.display(), error = %e, "writing the quota journal failed");
         }
         for done in waiting {
-            let _ = done.send(result.as_ref().map(|_| ()).map_err(|e| std::io::Error::new(e.kind(), e.to_string())));
+            let _ = done.send(result.as_ref().map(|_| ()).map_err(copy));
         }
     }
+}
+
+fn copy(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
 }

@@ -38,9 +38,11 @@ use redis::Value;
 use serde::Serialize;
 
 pub use self::counters::{Correction, Counters, MAX_TAIL};
+pub use self::journal::JournalDisk;
 use self::offline::Offline;
-pub use self::offline::OfflineSummary;
+pub use self::offline::{OfflineSummary, MAX_WAITING_PER_TENANT};
 pub use self::release::ReleaseOutcome;
+pub use self::replay::WaitingOp;
 pub use self::reserve::{Dimension, Refusal, Reservation, ReserveOutcome};
 pub use self::settle::SettleOutcome;
 pub use self::sweep::SweepOutcome;
@@ -68,6 +70,11 @@ pub enum QuotaError {
     /// cannot be decided without Redis).
     #[error("quota store unavailable for tenant {tenant:?} (policy {policy}): {source}")]
     Unavailable { tenant: TenantId, policy: &'static str, source: redis::RedisError },
+    /// Redis cannot be reached and the operation could not be kept for it: the journal's
+    /// write failed, the tenant has as many operations waiting as it may, or this process
+    /// does not know the tenant. Nothing was admitted or recorded.
+    #[error("quota store unavailable for tenant {tenant:?} and the operation could not be recorded: {reason}")]
+    NotRecorded { tenant: TenantId, reason: String },
     /// Redis answered with an error.
     #[error("redis: {0}")]
     Redis(#[source] redis::RedisError),
@@ -189,6 +196,12 @@ impl Quotas {
         self.inner.coalescer.set_max(max);
     }
 
+    /// How many tenants have a coalescing queue now (those with operations waiting or in
+    /// flight).
+    pub fn coalescing_queues(&self) -> usize {
+        self.inner.coalescer.keys()
+    }
+
     /// The key names this client uses.
     pub fn keys(&self) -> &Keys {
         &self.inner.keys
@@ -227,6 +240,45 @@ impl Quotas {
             tracing::warn!(tenant = %tenant, "redis lost this tenant's snapshot: its fallback policy applies until it is republished");
         }
         self.inner.missing_notify.notify_waiters();
+    }
+}
+
+impl Quotas {
+    /// Waits until the journal lines of an operation made without Redis are on disk; when
+    /// one could not be written, takes `change` back and answers that nothing was recorded.
+    async fn recorded(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        acks: journal::Acks,
+        change: Option<offline::Change>,
+    ) -> Result<(), QuotaError> {
+        let Err(e) = journal::synced(acks).await else { return Ok(()) };
+        if let Some(change) = change {
+            let mut journal = self.inner.offline.lock().expect("offline journal lock");
+            journal.take_back(tenant, request, change);
+            if let Some(m) = &self.inner.metrics {
+                m.offline_pending.set(journal.len() as i64);
+            }
+        }
+        if let Some(m) = &self.inner.metrics {
+            m.fallback.with_label_values(&["any", "not_recorded"]).inc();
+        }
+        Err(QuotaError::NotRecorded {
+            tenant: tenant.clone(),
+            reason: format!("writing the quota journal failed: {e}"),
+        })
+    }
+
+    /// What an operation made without Redis answers when its tenant has no room left.
+    fn no_room(&self, tenant: &TenantId) -> QuotaError {
+        if let Some(m) = &self.inner.metrics {
+            m.fallback.with_label_values(&["any", "not_recorded"]).inc();
+        }
+        QuotaError::NotRecorded {
+            tenant: tenant.clone(),
+            reason: format!("{MAX_WAITING_PER_TENANT} operations of this tenant are waiting for redis already"),
+        }
     }
 }
 

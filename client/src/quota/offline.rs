@@ -10,6 +10,26 @@ use super::journal::{Acks, Entry, JournalFile};
 use super::{Dimension, Refusal, ReleaseOutcome, Reservation, ReservationState, ReserveOutcome, SettleOutcome, Source};
 use super::{RequestId, TenantId, TokenCount, Tokens};
 
+/// The most operations one tenant may have waiting for Redis in one process: beyond it,
+/// the tenant's operations are refused until Redis answers, so a flood cannot fill the
+/// memory (nor the journal file).
+pub const MAX_WAITING_PER_TENANT: usize = 10_000;
+
+/// The tenant has [`MAX_WAITING_PER_TENANT`] operations waiting already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Full;
+
+/// A change whose journal line did not reach the disk, to take back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    /// An admission made here.
+    Admission,
+    /// The close (settle or release) of an admission made here.
+    Close,
+    /// A settle or release queued for a reservation Redis holds.
+    Queued,
+}
+
 /// How an admission made without Redis was closed, also without Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Close {
@@ -29,7 +49,7 @@ pub(super) enum Op {
 }
 
 impl Op {
-    fn request(&self) -> &RequestId {
+    pub(super) fn request(&self) -> &RequestId {
         match self {
             Self::Admit { request, .. } | Self::Settle { request, .. } | Self::Release { request } => request,
         }
@@ -60,6 +80,11 @@ impl Offline {
             self.apply(entry);
         }
         self.file = Some(file);
+    }
+
+    /// The journal file's path, when there is one.
+    pub(super) fn path(&self) -> Option<std::path::PathBuf> {
+        self.file.as_ref().map(|f| f.path().to_owned())
     }
 
     /// Drops the journal file (its writer writes what was queued, then lets the file go).
@@ -144,27 +169,55 @@ impl Offline {
         OfflineSummary { operations: self.ops.len(), admitted_tokens }
     }
 
+    fn has_room(&self, tenant: &TenantId) -> Result<(), Full> {
+        let waiting = self.ops.iter().filter(|(t, _)| t == tenant).count();
+        if waiting < MAX_WAITING_PER_TENANT {
+            Ok(())
+        } else {
+            Err(Full)
+        }
+    }
+
+    /// Takes back a change whose journal line could not be written: its caller is
+    /// answered with a failure, so nothing stays here that a restart would not know.
+    pub(super) fn take_back(&mut self, tenant: &TenantId, request: &RequestId, change: Change) {
+        let at = |t: &TenantId, op: &Op| t == tenant && op.request() == request;
+        match change {
+            Change::Admission => self.ops.retain(|(t, op)| !(at(t, op) && matches!(op, Op::Admit { .. }))),
+            Change::Close => {
+                if let Some(Op::Admit { close, .. }) = self.find(tenant, request) {
+                    *close = None;
+                }
+            }
+            Change::Queued => {
+                self.ops.retain(|(t, op)| !(at(t, op) && matches!(op, Op::Settle { .. } | Op::Release { .. })))
+            }
+        }
+    }
+
     fn find(&mut self, tenant: &TenantId, request: &RequestId) -> Option<&mut Op> {
         self.ops.iter_mut().find(|(t, op)| t == tenant && op.request() == request).map(|(_, op)| op)
     }
 
     /// Admits `tokens` if the tenant's admissions since Redis went away stay within
-    /// `allowance`; a retried request id gets its first answer.
+    /// `allowance`; a retried request id gets its first answer. `Full` when the tenant has
+    /// as many operations waiting as it may.
     pub(super) fn admit(
         &mut self,
         tenant: &TenantId,
         request: &RequestId,
         tokens: Tokens,
         allowance: u64,
-    ) -> ReserveOutcome {
+    ) -> Result<ReserveOutcome, Full> {
         if let Some(Op::Admit { tokens, close, .. }) = self.find(tenant, request) {
             let state = match close {
                 None => ReservationState::Open,
                 Some(Close::Settle { .. }) => ReservationState::Settled,
                 Some(Close::Release) => ReservationState::Released,
             };
-            return ReserveOutcome::Reserved(fallback_reservation(*tokens, true, state));
+            return Ok(ReserveOutcome::Reserved(fallback_reservation(*tokens, true, state)));
         }
+        self.has_room(tenant)?;
         let admitted: u64 = self
             .ops
             .iter()
@@ -175,15 +228,15 @@ impl Offline {
             })
             .sum();
         if admitted + tokens.get() > allowance {
-            return ReserveOutcome::Refused(Refusal {
+            return Ok(ReserveOutcome::Refused(Refusal {
                 dimension: Dimension::FallbackAllowance,
                 available: allowance.saturating_sub(admitted),
                 limit: allowance,
-            });
+            }));
         }
         self.ops.push((tenant.clone(), Op::Admit { request: request.clone(), tokens, close: None }));
         self.log(Entry::Admit { tenant: tenant.to_string(), request: request.to_string(), tokens: tokens.get() });
-        ReserveOutcome::Reserved(fallback_reservation(tokens, false, ReservationState::Open))
+        Ok(ReserveOutcome::Reserved(fallback_reservation(tokens, false, ReservationState::Open)))
     }
 
     /// Whether this request id was admitted here and is not yet charged to Redis (its
@@ -198,14 +251,14 @@ impl Offline {
         request: &RequestId,
         actual: TokenCount,
         partial: bool,
-    ) -> SettleOutcome {
+    ) -> Result<SettleOutcome, Full> {
         let entry = Entry::Close {
             tenant: tenant.to_string(),
             request: request.to_string(),
             actual: Some(actual.get()),
             partial,
         };
-        match self.find(tenant, request) {
+        Ok(match self.find(tenant, request) {
             Some(Op::Admit { tokens, close, .. }) => match close {
                 None => {
                     *close = Some(Close::Settle { actual, partial });
@@ -227,6 +280,7 @@ impl Offline {
             },
             Some(_) => SettleOutcome::Queued,
             None => {
+                self.has_room(tenant)?;
                 self.ops.push((tenant.clone(), Op::Settle { request: request.clone(), actual, partial }));
                 self.log(Entry::Settle {
                     tenant: tenant.to_string(),
@@ -236,11 +290,11 @@ impl Offline {
                 });
                 SettleOutcome::Queued
             }
-        }
+        })
     }
 
-    pub(super) fn release(&mut self, tenant: &TenantId, request: &RequestId) -> ReleaseOutcome {
-        match self.find(tenant, request) {
+    pub(super) fn release(&mut self, tenant: &TenantId, request: &RequestId) -> Result<ReleaseOutcome, Full> {
+        Ok(match self.find(tenant, request) {
             Some(Op::Admit { tokens, close, .. }) => match close {
                 None => {
                     *close = Some(Close::Release);
@@ -260,11 +314,12 @@ impl Offline {
             },
             Some(_) => ReleaseOutcome::Queued,
             None => {
+                self.has_room(tenant)?;
                 self.ops.push((tenant.clone(), Op::Release { request: request.clone() }));
                 self.log(Entry::Release { tenant: tenant.to_string(), request: request.to_string() });
                 ReleaseOutcome::Queued
             }
-        }
+        })
     }
 
     /// A copy of the journal, in the order the operations happened.
@@ -308,28 +363,62 @@ mod tests {
     #[test]
     fn admissions_stop_at_the_allowance_and_a_retry_is_answered_from_the_journal() {
         let mut j = Offline::default();
-        assert!(matches!(j.admit(&t("a"), &r("1"), tok(60), 100), ReserveOutcome::Reserved(_)));
-        let ReserveOutcome::Refused(refusal) = j.admit(&t("a"), &r("2"), tok(50), 100) else { panic!() };
+        assert!(matches!(j.admit(&t("a"), &r("1"), tok(60), 100), Ok(ReserveOutcome::Reserved(_))));
+        let Ok(ReserveOutcome::Refused(refusal)) = j.admit(&t("a"), &r("2"), tok(50), 100) else { panic!() };
         assert_eq!((refusal.dimension, refusal.available), (Dimension::FallbackAllowance, 40));
-        let ReserveOutcome::Reserved(again) = j.admit(&t("a"), &r("1"), tok(60), 100) else { panic!() };
+        let Ok(ReserveOutcome::Reserved(again)) = j.admit(&t("a"), &r("1"), tok(60), 100) else { panic!() };
         assert!(again.replayed);
         // Another tenant has its own allowance.
-        assert!(matches!(j.admit(&t("b"), &r("2"), tok(50), 100), ReserveOutcome::Reserved(_)));
+        assert!(matches!(j.admit(&t("b"), &r("2"), tok(50), 100), Ok(ReserveOutcome::Reserved(_))));
         assert_eq!(j.summary(), OfflineSummary { operations: 2, admitted_tokens: 110 });
     }
 
     #[test]
     fn a_settle_of_an_offline_admission_closes_it_once() {
         let mut j = Offline::default();
-        j.admit(&t("a"), &r("1"), tok(60), 100);
+        j.admit(&t("a"), &r("1"), tok(60), 100).unwrap();
         let actual = TokenCount::parse("actual_tokens", 20).unwrap();
-        assert!(matches!(j.settle(&t("a"), &r("1"), actual, false), SettleOutcome::Settled { .. }));
-        assert!(matches!(j.settle(&t("a"), &r("1"), actual, false), SettleOutcome::AlreadySettled { .. }));
-        assert!(matches!(j.release(&t("a"), &r("1")), ReleaseOutcome::AlreadySettled { .. }));
+        assert!(matches!(j.settle(&t("a"), &r("1"), actual, false), Ok(SettleOutcome::Settled { .. })));
+        assert!(matches!(j.settle(&t("a"), &r("1"), actual, false), Ok(SettleOutcome::AlreadySettled { .. })));
+        assert!(matches!(j.release(&t("a"), &r("1")), Ok(ReleaseOutcome::AlreadySettled { .. })));
         assert_eq!(j.len(), 1);
         // A settle for a reservation Redis holds is queued once.
-        assert_eq!(j.settle(&t("a"), &r("9"), actual, false), SettleOutcome::Queued);
-        assert_eq!(j.settle(&t("a"), &r("9"), actual, false), SettleOutcome::Queued);
+        assert_eq!(j.settle(&t("a"), &r("9"), actual, false), Ok(SettleOutcome::Queued));
+        assert_eq!(j.settle(&t("a"), &r("9"), actual, false), Ok(SettleOutcome::Queued));
         assert_eq!(j.len(), 2);
+    }
+
+    #[test]
+    fn a_tenant_waits_with_at_most_its_share_of_operations_and_a_retry_is_still_answered() {
+        let mut j = Offline::default();
+        for i in 0..MAX_WAITING_PER_TENANT {
+            j.release(&t("a"), &r(&format!("q{i}"))).unwrap();
+        }
+        assert_eq!(j.admit(&t("a"), &r("new"), tok(1), 100), Err(Full));
+        assert_eq!(j.release(&t("a"), &r("one-more")), Err(Full));
+        let actual = TokenCount::parse("actual_tokens", 1).unwrap();
+        assert_eq!(j.settle(&t("a"), &r("one-more"), actual, false), Err(Full));
+        // What is already waiting is answered as before, and another tenant has room.
+        assert_eq!(j.release(&t("a"), &r("q0")), Ok(ReleaseOutcome::Queued));
+        assert!(matches!(j.admit(&t("b"), &r("new"), tok(1), 100), Ok(ReserveOutcome::Reserved(_))));
+        assert_eq!(j.len(), MAX_WAITING_PER_TENANT + 1);
+    }
+
+    #[test]
+    fn a_change_taken_back_leaves_the_journal_as_before_it() {
+        let mut j = Offline::default();
+        let actual = TokenCount::parse("actual_tokens", 5).unwrap();
+        j.admit(&t("a"), &r("1"), tok(10), 100).unwrap();
+        j.admit(&t("a"), &r("2"), tok(10), 100).unwrap();
+        j.settle(&t("a"), &r("2"), actual, false).unwrap();
+        j.settle(&t("a"), &r("9"), actual, false).unwrap();
+        j.take_back(&t("a"), &r("1"), Change::Admission);
+        j.take_back(&t("a"), &r("2"), Change::Close);
+        j.take_back(&t("a"), &r("9"), Change::Queued);
+        assert!(!j.holds_admission(&t("a"), &r("1")), "the admission is gone");
+        assert_eq!(j.snapshot(), vec![(t("a"), Op::Admit { request: r("2"), tokens: tok(10), close: None })]);
+        // The allowance counts only what stayed.
+        let Ok(ReserveOutcome::Refused(refusal)) = j.admit(&t("a"), &r("3"), tok(100), 100) else { panic!() };
+        assert_eq!(refusal.available, 90);
     }
 }

@@ -41,13 +41,14 @@ impl Quotas {
                 let mut journal = self.inner.offline.lock().expect("offline journal lock");
                 (journal.release(tenant, request), journal.take_acks())
             };
-            super::journal::synced(acks).await;
+            let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+            self.recorded(tenant, request, acks, release_change(&outcome)).await?;
             return Ok(outcome);
         }
         let extra = [request.as_str().to_owned()];
         let reply = match self.call("release_quota", &scripts::quota().release, tenant, &extra).await {
             Ok(reply) => reply,
-            Err(CallError::Unreachable(error)) => return Ok(self.release_offline(tenant, request, error).await),
+            Err(CallError::Unreachable(error)) => return self.release_offline(tenant, request, error).await,
             Err(other) => return Err(other.into_quota_error()),
         };
         let f = Fields::new("release_quota", &reply);
@@ -68,18 +69,36 @@ impl Quotas {
         tenant: &TenantId,
         request: &RequestId,
         error: redis::RedisError,
-    ) -> ReleaseOutcome {
+    ) -> Result<ReleaseOutcome, QuotaError> {
+        if !self.knows(tenant) {
+            return Err(QuotaError::NotRecorded {
+                tenant: tenant.clone(),
+                reason: format!("this process does not know the tenant ({error})"),
+            });
+        }
         let (outcome, acks) = {
             let mut journal = self.inner.offline.lock().expect("offline journal lock");
             let outcome = journal.release(tenant, request);
             tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: release kept until it answers");
-            self.inner.has_offline.store(true, Ordering::Release);
+            if !journal.is_empty() {
+                self.inner.has_offline.store(true, Ordering::Release);
+            }
             if let Some(m) = &self.inner.metrics {
                 m.offline_pending.set(journal.len() as i64);
             }
             (outcome, journal.take_acks())
         };
-        super::journal::synced(acks).await;
-        outcome
+        let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+        self.recorded(tenant, request, acks, release_change(&outcome)).await?;
+        Ok(outcome)
+    }
+}
+
+/// What a release made without Redis changed in the journal, if anything.
+fn release_change(outcome: &ReleaseOutcome) -> Option<super::offline::Change> {
+    match outcome {
+        ReleaseOutcome::Released { .. } => Some(super::offline::Change::Close),
+        ReleaseOutcome::Queued => Some(super::offline::Change::Queued),
+        _ => None,
     }
 }

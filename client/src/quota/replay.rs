@@ -3,11 +3,97 @@
 
 use std::sync::atomic::Ordering;
 
+use serde::Serialize;
+
 use super::offline::{self, OfflineSummary};
-use super::{QuotaError, Quotas};
+use super::{QuotaError, Quotas, RequestId, TenantId};
 use crate::scripts;
 
+/// One operation the journal holds for Redis, as the control plane sees it (to set aside
+/// those of tenants that no longer exist: the dead-letter list).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitingOp {
+    pub tenant: TenantId,
+    pub request_id: RequestId,
+    /// `admit` (admitted here), `settle` or `release` (of a reservation Redis holds).
+    pub operation: &'static str,
+    /// Tokens admitted here (`admit`).
+    pub tokens: Option<u64>,
+    /// Tokens settled (`settle`, or an `admit` closed by a settle).
+    pub actual: Option<u64>,
+    /// How an admission made here was closed: `settled`, `released`, or open (`None`).
+    pub closed: Option<&'static str>,
+}
+
+impl WaitingOp {
+    fn of(tenant: &TenantId, op: &offline::Op) -> Self {
+        let mut out = Self {
+            tenant: tenant.clone(),
+            request_id: op.request().clone(),
+            operation: "admit",
+            tokens: None,
+            actual: None,
+            closed: None,
+        };
+        match op {
+            offline::Op::Admit { tokens, close, .. } => {
+                out.tokens = Some(tokens.get());
+                match close {
+                    Some(offline::Close::Settle { actual, .. }) => {
+                        out.closed = Some("settled");
+                        out.actual = Some(actual.get());
+                    }
+                    Some(offline::Close::Release) => out.closed = Some("released"),
+                    None => {}
+                }
+            }
+            offline::Op::Settle { actual, .. } => {
+                out.operation = "settle";
+                out.actual = Some(actual.get());
+            }
+            offline::Op::Release { .. } => out.operation = "release",
+        }
+        out
+    }
+}
+
 impl Quotas {
+    /// The journal file's path (`None`: the journal is in memory only).
+    pub fn journal_path(&self) -> Option<std::path::PathBuf> {
+        self.inner.offline.lock().expect("offline journal lock").path()
+    }
+
+    /// Every operation waiting for Redis, in order.
+    pub fn waiting(&self) -> Vec<WaitingOp> {
+        let journal = self.inner.offline.lock().expect("offline journal lock");
+        journal.snapshot().iter().map(|(tenant, op)| WaitingOp::of(tenant, op)).collect()
+    }
+
+    /// Takes `waiting` out of the journal (each only if it is still as it was read), for a
+    /// caller that has kept it elsewhere (the control plane's dead-letter list, for tenants
+    /// that no longer exist); returns how many were taken out once that is on disk.
+    pub async fn set_aside(&self, waiting: &[WaitingOp]) -> std::io::Result<usize> {
+        let (taken, acks) = {
+            let mut journal = self.inner.offline.lock().expect("offline journal lock");
+            let mut taken = 0;
+            for (tenant, op) in journal.snapshot() {
+                if waiting.contains(&WaitingOp::of(&tenant, &op)) {
+                    journal.remove(&tenant, &op);
+                    taken += 1;
+                }
+            }
+            if let Some(m) = &self.inner.metrics {
+                m.offline_pending.set(journal.len() as i64);
+            }
+            if journal.is_empty() {
+                self.inner.has_offline.store(false, Ordering::Release);
+            }
+            (taken, journal.take_acks())
+        };
+        super::journal::synced(acks).await?;
+        Ok(taken)
+    }
+
     /// What this process admitted or queued while Redis was away and has not yet charged.
     pub fn offline_summary(&self) -> OfflineSummary {
         self.inner.offline.lock().expect("offline journal lock").summary()
@@ -34,6 +120,15 @@ impl Quotas {
             m.offline_pending.set(journal.len() as i64);
         }
         Ok(journal.summary())
+    }
+
+    /// Keeps the offline journal on `disk` (a disk that fills up, in tests of the fail-closed
+    /// path) instead of a file; nothing is read back.
+    #[doc(hidden)]
+    pub fn journal_on(&self, disk: impl super::JournalDisk) -> std::io::Result<()> {
+        let file = super::journal::JournalFile::on(disk, std::path::Path::new("(test disk)"))?;
+        self.inner.offline.lock().expect("offline journal lock").attach(file, Vec::new());
+        Ok(())
     }
 
     /// Charges to Redis everything admitted or queued while it was away. Runs by itself
@@ -127,8 +222,9 @@ impl Quotas {
                 }
                 journal.take_acks()
             };
-            // On disk before the next operation: a restart replays nothing twice.
-            super::journal::synced(acks).await;
+            // On disk before the next operation: a restart replays nothing twice (a line
+            // that failed only means a harmless second replay after a restart).
+            let _ = super::journal::synced(acks).await;
             done += 1;
         }
         if done > 0 {

@@ -156,9 +156,11 @@ impl Quotas {
             }
             return Err(QuotaError::Unavailable { tenant: tenant.clone(), policy: policy.name(), source: error });
         };
-        let (outcome, acks) = self.admit_offline(tenant, request, tokens, allowance.get());
-        // Answered only once the admission is on disk (with a journal file).
-        super::journal::synced(acks).await;
+        let (outcome, acks) = self.admit_offline(tenant, request, tokens, allowance.get())?;
+        // Answered only once the admission is on disk (with a journal file); when it cannot
+        // be written, it is taken back and refused (fail closed).
+        let admitted = matches!(&outcome, ReserveOutcome::Reserved(r) if !r.replayed);
+        self.recorded(tenant, request, acks, admitted.then_some(super::offline::Change::Admission)).await?;
         Ok(outcome)
     }
 
@@ -168,9 +170,9 @@ impl Quotas {
         request: &RequestId,
         tokens: Tokens,
         allowance: u64,
-    ) -> (ReserveOutcome, super::journal::Acks) {
+    ) -> Result<(ReserveOutcome, super::journal::Acks), QuotaError> {
         let mut journal = self.inner.offline.lock().expect("offline journal lock");
-        let outcome = journal.admit(tenant, request, tokens, allowance);
+        let outcome = journal.admit(tenant, request, tokens, allowance).map_err(|_| self.no_room(tenant))?;
         let metric_event = match &outcome {
             ReserveOutcome::Reserved(r) if r.replayed => None,
             ReserveOutcome::Reserved(_) => Some(("admitted", "none")),
@@ -187,6 +189,6 @@ impl Quotas {
         if !journal.is_empty() {
             self.inner.has_offline.store(true, Ordering::Release);
         }
-        (outcome, journal.take_acks())
+        Ok((outcome, journal.take_acks()))
     }
 }

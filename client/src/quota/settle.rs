@@ -51,7 +51,8 @@ impl Quotas {
                 let mut journal = self.inner.offline.lock().expect("offline journal lock");
                 (journal.settle(tenant, request, actual, partial), journal.take_acks())
             };
-            super::journal::synced(acks).await;
+            let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+            self.recorded(tenant, request, acks, settle_change(&outcome)).await?;
             return Ok(outcome);
         }
         let extra =
@@ -61,7 +62,7 @@ impl Quotas {
             None => match self.call("settle_quota", &scripts::quota().settle, tenant, &extra).await {
                 Ok(reply) => reply,
                 Err(CallError::Unreachable(error)) => {
-                    return Ok(self.settle_offline(tenant, request, actual, partial, error).await)
+                    return self.settle_offline(tenant, request, actual, partial, error).await
                 }
                 Err(other) => return Err(other.into_quota_error()),
             },
@@ -98,18 +99,36 @@ impl Quotas {
         actual: TokenCount,
         partial: bool,
         error: redis::RedisError,
-    ) -> SettleOutcome {
+    ) -> Result<SettleOutcome, QuotaError> {
+        if !self.knows(tenant) {
+            return Err(QuotaError::NotRecorded {
+                tenant: tenant.clone(),
+                reason: format!("this process does not know the tenant ({error})"),
+            });
+        }
         let (outcome, acks) = {
             let mut journal = self.inner.offline.lock().expect("offline journal lock");
             let outcome = journal.settle(tenant, request, actual, partial);
             tracing::warn!(tenant = %tenant, request_id = %request, error = %error, "redis unreachable: settle kept until it answers");
-            self.inner.has_offline.store(true, Ordering::Release);
+            if !journal.is_empty() {
+                self.inner.has_offline.store(true, Ordering::Release);
+            }
             if let Some(m) = &self.inner.metrics {
                 m.offline_pending.set(journal.len() as i64);
             }
             (outcome, journal.take_acks())
         };
-        super::journal::synced(acks).await;
-        outcome
+        let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+        self.recorded(tenant, request, acks, settle_change(&outcome)).await?;
+        Ok(outcome)
+    }
+}
+
+/// What a settle made without Redis changed in the journal, if anything.
+fn settle_change(outcome: &SettleOutcome) -> Option<super::offline::Change> {
+    match outcome {
+        SettleOutcome::Settled { .. } => Some(super::offline::Change::Close),
+        SettleOutcome::Queued => Some(super::offline::Change::Queued),
+        _ => None,
     }
 }

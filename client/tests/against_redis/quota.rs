@@ -800,6 +800,22 @@ async fn a_sweep_releases_at_most_its_limit_and_reports_what_is_left() {
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test]
+async fn a_done_marker_lives_the_tenants_retention_and_never_more_than_400_days() {
+    let now = at("2030-06-15T12:00:00Z");
+    let h = harness(Clock::manual(now));
+    let day_ms = 86_400_000i64;
+    for (name, retention, marker_days) in [("short", 30u32, 30i64), ("long", 3660, 400)] {
+        let t = tenant(name);
+        publish(&h, &t, &TenantQuota { retention_days: retention, ..plan(100) }).await;
+        reserved(h.quotas.reserve(&t, &rid("r1"), tokens(10)).await.unwrap());
+        h.quotas.settle(&t, &rid("r1"), count(10), false).await.unwrap();
+        let marker = format!("{}r1", h.keys().quota_done(name));
+        let expires: i64 = redis::cmd("PEXPIRETIME").arg(&marker).query(&mut raw_connection()).unwrap();
+        assert_eq!(expires, now.timestamp_millis() + marker_days * day_ms, "{name}: retention {retention}");
+    }
+}
+
+#[tokio::test]
 async fn a_new_month_refills_the_plan_and_a_reservation_of_the_old_month_is_charged_to_it() {
     // Arrange: November used up, 30 of it still reserved
     let h = harness(Clock::manual(at("2030-11-30T23:59:00Z")));
@@ -1024,6 +1040,87 @@ async fn a_fail_open_limited_tenant_is_admitted_within_its_allowance_while_redis
     assert_eq!(h.quotas.offline_summary().operations, 0);
     let replayed = h.quotas.settle(&open, &rid("r1"), count(20), false).await.unwrap();
     assert!(matches!(replayed, SettleOutcome::AlreadySettled { reserved: 60, actual: 20, .. }), "{replayed:?}");
+}
+
+/// A disk that holds `room` bytes of journal (a real file underneath) and then answers
+/// "no space", as a full disk does; `room` can be raised (space freed).
+struct FillingDisk {
+    file: std::fs::File,
+    room: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl client::quota::JournalDisk for FillingDisk {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let len = self.file.metadata()?.len();
+        let room = self.room.load(std::sync::atomic::Ordering::SeqCst);
+        if len + bytes.len() as u64 > room {
+            // As a full disk: what fits is written, then the error.
+            let fits = room.saturating_sub(len) as usize;
+            self.file.write_all(&bytes[..fits.min(bytes.len())])?;
+            return Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left on device"));
+        }
+        self.file.write_all(bytes)
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+    fn size(&mut self) -> std::io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn cut(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+#[tokio::test]
+async fn a_fail_open_limited_tenant_is_admitted_only_once_its_journal_line_is_on_disk() {
+    // Arrange: a fail_open_limited tenant, its policy learned through the proxy; the
+    // journal on a disk with room for one admission's line.
+    let proxy = Proxy::start(redis_address()).await;
+    let h = harness_at(&through(&redis_url(), proxy.addr()), Clock::manual(noon()));
+    let open = tenant("journaled");
+    let allowance = Tokens::parse("fallback_allowance", 1000).unwrap();
+    publish(&h, &open, &TenantQuota { fallback: FallbackPolicy::FailOpenLimited { allowance }, ..plan(10_000) }).await;
+    reserved(h.quotas.reserve(&open, &rid("warm-up"), tokens(1)).await.unwrap());
+    h.quotas.release(&open, &rid("warm-up")).await.unwrap();
+    let path = std::env::temp_dir().join(format!("tessera-filling-journal-{}", std::process::id()));
+    // Opened for appending, as the journal opens its file: writes after a cut go to the end.
+    std::fs::remove_file(&path).ok();
+    let file = std::fs::OpenOptions::new().create(true).read(true).append(true).open(&path).unwrap();
+    let room = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(80));
+    h.quotas.journal_on(FillingDisk { file, room: room.clone() }).unwrap();
+    proxy.cut().await;
+
+    // Act and assert: the first admission fits; the second does not, and is refused with
+    // nothing kept, in memory or on disk (no torn line either), however often it is retried.
+    assert_eq!(reserved(h.quotas.reserve(&open, &rid("r1"), tokens(60)).await.unwrap()).source, Source::Fallback);
+    let on_disk = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(on_disk.lines().count(), 1, "{on_disk}");
+    for _ in 0..2 {
+        let second = h.quotas.reserve(&open, &rid("r2"), tokens(50)).await;
+        assert!(matches!(second, Err(QuotaError::NotRecorded { .. })), "{second:?}");
+        assert_eq!((h.quotas.offline_summary().operations, h.quotas.offline_summary().admitted_tokens), (1, 60));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), on_disk, "the failed line is cut off the file");
+    }
+    // A settle of the admission that cannot be written leaves it open, to settle again.
+    let settle = h.quotas.settle(&open, &rid("r1"), count(20), false).await;
+    assert!(matches!(settle, Err(QuotaError::NotRecorded { .. })), "{settle:?}");
+    // An operation for a tenant this process does not know is not queued at all.
+    let stranger = h.quotas.release(&tenant("stranger"), &rid("x")).await;
+    assert!(matches!(stranger, Err(QuotaError::NotRecorded { .. })), "{stranger:?}");
+    assert_eq!(h.quotas.offline_summary().operations, 1);
+
+    // Space is freed: the same operations go through, each written once.
+    room.store(1 << 20, std::sync::atomic::Ordering::SeqCst);
+    let settled = h.quotas.settle(&open, &rid("r1"), count(20), false).await.unwrap();
+    assert!(matches!(settled, SettleOutcome::Settled { reserved: 60, actual: 20, .. }), "{settled:?}");
+    assert_eq!(reserved(h.quotas.reserve(&open, &rid("r2"), tokens(50)).await.unwrap()).tokens, 50);
+    let lines: Vec<String> = std::fs::read_to_string(&path).unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines.iter().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()), "{lines:?}");
+    assert_eq!(h.quotas.offline_summary().admitted_tokens, 110);
+    std::fs::remove_file(&path).ok();
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! Outcome reports over HTTP, for applications that do not embed the Rust client.
 
 use actix_web::{post, web, HttpResponse};
-use client::health::{ChannelCode, OutcomeCounts, OutcomeError, MAX_COUNT};
+use client::health::{ChannelCode, OutcomeCounts, OutcomeError, MAX_CALLS, MAX_COUNT};
 use serde_json::Value;
 
 use crate::error::{ApiError, ErrorBody};
@@ -79,8 +79,10 @@ fn count_outcomes(watch: &crate::metrics::WatchMetrics, channel: &str, counts: &
 }
 
 /// An outcome report's body (its schema: the handler reads it field by field, so that every
-/// refusal names its field). Every count is an integer in 0..=10^9, and a report counts at
-/// least one outcome (`ok + fail` ≥ 1): one shape with a success, one with failures only.
+/// refusal names its field). `ok`, `fail` and `latency_count` are integers in 0..=10,000
+/// (one report cannot outweigh a window: more calls, more reports), `latency_ms_sum` in
+/// 0..=10^9, and a report counts at least one outcome (`ok + fail` ≥ 1): one shape with a
+/// success, one with failures only.
 #[derive(utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum OutcomeReport {
@@ -93,16 +95,16 @@ pub enum OutcomeReport {
 #[serde(deny_unknown_fields)]
 pub struct OutcomesWithSuccesses {
     /// Calls through the channel that succeeded since the last report.
-    #[schema(minimum = 1, maximum = 1000000000)]
+    #[schema(minimum = 1, maximum = 10000)]
     pub ok: u64,
     /// Calls that failed since the last report.
-    #[schema(maximum = 1000000000)]
+    #[schema(maximum = 10000)]
     pub fail: u64,
     /// The sum of the latencies measured, in ms (only with `latency_count`).
     #[schema(maximum = 1000000000)]
     pub latency_ms_sum: Option<u64>,
     /// How many latencies were measured (≤ `ok + fail`).
-    #[schema(maximum = 1000000000)]
+    #[schema(maximum = 10000)]
     pub latency_count: Option<u64>,
 }
 
@@ -114,13 +116,13 @@ pub struct OutcomesFailuresOnly {
     #[schema(maximum = 0)]
     pub ok: u64,
     /// Calls that failed since the last report.
-    #[schema(minimum = 1, maximum = 1000000000)]
+    #[schema(minimum = 1, maximum = 10000)]
     pub fail: u64,
     /// The sum of the latencies measured, in ms (only with `latency_count`).
     #[schema(maximum = 1000000000)]
     pub latency_ms_sum: Option<u64>,
     /// How many latencies were measured (≤ `ok + fail`).
-    #[schema(maximum = 1000000000)]
+    #[schema(maximum = 10000)]
     pub latency_count: Option<u64>,
 }
 
@@ -153,8 +155,9 @@ fn parse_counts(body: &[u8]) -> Result<OutcomeCounts, ApiError> {
             }
             None | Some(Value::Null) => 0,
             Some(v) => {
+                let max = if field == "latency_ms_sum" { MAX_COUNT } else { MAX_CALLS };
                 v.as_number().and_then(crate::inputs::exact_integer).and_then(|v| u64::try_from(v).ok()).ok_or_else(
-                    || ApiError::bad_request(field, format!("must be an integer from 0 to {MAX_COUNT}, got {v}")),
+                    || ApiError::bad_request(field, format!("must be an integer from 0 to {max}, got {v}")),
                 )?
             }
         };

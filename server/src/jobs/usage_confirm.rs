@@ -1,5 +1,6 @@
 //! Task `usage_confirm`, on every instance (not led: each instance holds its own records):
-//! charges the quota journal to Redis once it answers, and writes the settle records this
+//! charges the quota journal to Redis once it answers (setting aside what it holds for
+//! tenants that do not exist: [`crate::usage::dead_letters`]), and writes the settle records this
 //! process made that the usage ledger does not hold after [`crate::usage::CONFIRM_AFTER`]
 //! (see [`crate::usage::confirm`]).
 
@@ -21,6 +22,10 @@ pub async fn run(state: AppState, mut stop: watch::Receiver<bool>) {
         // journal file) is charged as soon as Redis answers, with or without new requests.
         if let Err(e) = state.quotas.flush_offline().await {
             tracing::debug!(error = %e, "the quota journal waits for redis");
+            // Operations of tenants that do not exist would wait for ever: set aside.
+            if let Err(e) = crate::usage::dead_letters::set_aside_unknown(&state).await {
+                tracing::warn!(error = format!("{e:#}"), "the dead-letter list waits for postgres");
+            }
         }
         match crate::usage::confirm(&state, age).await {
             Ok(_) => state.metrics.job_runs.with_label_values(&["usage_confirm", "ok"]).inc(),

@@ -51,6 +51,10 @@ fn quota_error(e: QuotaError) -> ApiError {
         QuotaError::Unavailable { tenant, policy, .. } => {
             ApiError::Unavailable(format!("quota store unreachable; tenant {:?} is {policy}", tenant.as_str()))
         }
+        QuotaError::NotRecorded { tenant, reason } => ApiError::Unavailable(format!(
+            "quota store unreachable and the operation for tenant {:?} could not be recorded, so nothing was done: {reason}",
+            tenant.as_str()
+        )),
         QuotaError::Redis(e) if client::is_unreachable(&e) => ApiError::Unavailable(format!("redis unreachable: {e}")),
         other => ApiError::Unexpected(anyhow::Error::new(other)),
     }
@@ -159,7 +163,7 @@ pub struct ReserveReply {
         (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
         (status = 404, description = "Unknown tenant", body = ErrorBody),
         (status = 429, description = "Refused: a quota dimension ran out, nothing reserved (a `QuotaRefusedBody`); or, for a prompt, the server is estimating as many prompts as it may at once (an `ErrorBody`, with `Retry-After`)", body = crate::schema::RefusedOrThrottledBody),
-        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
+        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses, or what would be kept for it could not be (the journal not written, 10,000 operations of the tenant waiting, a tenant this process does not know): nothing was done", body = ErrorBody),
     )
 )]
 #[post("/api/v1/tenants/{tenant}/quota/reserve")]
@@ -257,7 +261,7 @@ pub struct SettleBody {
         (status = 202, description = "Redis is unreachable: the settle is kept and applied when it answers (`result: queued`)", body = SettleOutcome),
         (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
         (status = 404, description = "Unknown tenant, or no reservation with this request id", body = ErrorBody),
-        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
+        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses, or what would be kept for it could not be (the journal not written, 10,000 operations of the tenant waiting, a tenant this process does not know): nothing was done", body = ErrorBody),
     )
 )]
 #[post("/api/v1/tenants/{tenant}/quota/settle")]
@@ -297,7 +301,7 @@ pub struct ReleaseBody {
         (status = 202, description = "Redis is unreachable: the release is kept and applied when it answers (`result: queued`)", body = ReleaseOutcome),
         (status = 400, description = "A malformed tenant or body, naming the field and the rule", body = ErrorBody),
         (status = 404, description = "Unknown tenant, or no reservation with this request id", body = ErrorBody),
-        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses", body = ErrorBody),
+        (status = 503, description = "The quota store is unreachable and the tenant's fallback policy refuses, or what would be kept for it could not be (the journal not written, 10,000 operations of the tenant waiting, a tenant this process does not know): nothing was done", body = ErrorBody),
     )
 )]
 #[post("/api/v1/tenants/{tenant}/quota/release")]

@@ -9,13 +9,18 @@
 //!   streams' undrained tails, not the instances' copies.
 //! - Either way, a row the live counters cannot hold (counted by a Redis that since lost
 //!   it, and not in the restore) is charged to them ([`client::quota::Quotas::apply_usage`]).
+//!   A settle row is marked `charge_pending` from its insert until that is decided, and the
+//!   drain retries marked rows first ([`retry_pending`]): no gap is left to the daily
+//!   compensation, which leaves marked rows out.
 //! - [`restore`] rebuilds a tenant's counters from the ledger before its snapshot is
 //!   published into a Redis that has none (see `lua/publish_tenant.lua`).
 //! - [`compensate`] (daily, and `tessera compensate`): Redis's counters against the ledger,
 //!   the drift as a metric and an audit row, corrected beyond what is in flight.
 //! - [`routes`]: the usage report and its CSV.
+//! - [`dead_letters`]: what a quota journal held for tenants that do not exist, set aside.
 
 pub mod compensate;
+pub mod dead_letters;
 pub mod routes;
 pub mod store;
 
@@ -48,9 +53,12 @@ pub struct Drained {
 /// run has read 20 batches).
 #[tracing::instrument(name = "job.usage_drain", skip_all, err)]
 pub async fn drain(state: &AppState) -> anyhow::Result<Drained> {
+    let retried = retry_pending(state).await;
+    state.metrics.watch.usage_uncharged_rows.set(store::pending_count(&state.db).await.unwrap_or(-1));
+    let retried = retried?;
     let names = store::tenant_names(&state.db).await.context("listing tenants")?;
     let tenants: Vec<TenantId> = names.iter().filter_map(|n| TenantId::parse(n).ok()).collect();
-    let mut done = Drained::default();
+    let mut done = Drained { applied: retried, ..Drained::default() };
     for batch in 0..20 {
         let records = state.quotas.read_usage(&tenants, READ_COUNT).await.context("reading the usage streams")?;
         if batch == 0 {
@@ -115,36 +123,71 @@ async fn confirm_records(state: &AppState, age: Duration) -> anyhow::Result<Drai
 /// rows counted in another generation of the tenant's counters than the live one; from an
 /// instance's own records (`from_instance`: the stream had lost them, and the counters may
 /// have too, in the same generation), every row, which the script checks by its done marker.
+/// Each row's `charge_pending` mark is cleared once its charge is decided; a row left
+/// marked (a failure here, a crash before) is retried by [`retry_pending`].
 async fn charge_missing(
     state: &AppState,
     records: &[UsageRecord],
     written: &[(usize, i64)],
     from_instance: bool,
 ) -> anyhow::Result<usize> {
-    let candidates: Vec<(&UsageRecord, i64)> =
-        written.iter().map(|(i, id)| (&records[*i], *id)).filter(|(r, _)| r.outcome == UsageOutcome::Settled).collect();
+    let candidates: Vec<(&UsageRecord, i64, bool)> = written
+        .iter()
+        .map(|(i, id)| (&records[*i], *id, from_instance))
+        .filter(|(r, ..)| r.outcome == UsageOutcome::Settled)
+        .collect();
+    charge_decide(state, &candidates).await
+}
+
+/// Decides the charge of each `(record, row id, from an instance)`, clearing the marks of
+/// those decided (also when a later one fails).
+async fn charge_decide(state: &AppState, candidates: &[(&UsageRecord, i64, bool)]) -> anyhow::Result<usize> {
     if candidates.is_empty() {
         return Ok(0);
     }
-    let mut tenants: Vec<TenantId> = candidates.iter().map(|(r, _)| r.tenant.clone()).collect();
+    let mut tenants: Vec<TenantId> = candidates.iter().map(|(r, ..)| r.tenant.clone()).collect();
     tenants.sort();
     tenants.dedup();
     let generations: HashMap<TenantId, Option<String>> =
         state.quotas.generations(&tenants).await.context("reading the counters' generations")?;
     let mut applied = 0;
-    for (record, id) in candidates {
+    let mut decided = Vec::with_capacity(candidates.len());
+    let mut failed = None;
+    for &(record, id, from_instance) in candidates {
         let same = generations.get(&record.tenant).and_then(|g| g.as_deref()) == Some(record.generation.as_str());
-        if same && !from_instance {
-            continue;
+        if !same || from_instance {
+            match state.quotas.apply_usage(id, record, !record.late, from_instance).await {
+                Ok(Applied::Applied) => {
+                    tracing::warn!(tenant = %record.tenant, request_id = record.request_id, row = id, "charged a settle the counters had lost");
+                    applied += 1;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    failed = Some(anyhow::Error::new(e).context("charging a ledger row"));
+                    break;
+                }
+            }
         }
-        let outcome =
-            state.quotas.apply_usage(id, record, !record.late, from_instance).await.context("charging a ledger row")?;
-        if outcome == Applied::Applied {
-            tracing::warn!(tenant = %record.tenant, request_id = record.request_id, row = id, "charged a settle the counters had lost");
-            applied += 1;
-        }
+        decided.push(id);
     }
-    Ok(applied)
+    store::charge_decided(&state.db, &decided).await.context("clearing the rows' charge marks")?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(applied),
+    }
+}
+
+/// Decides the charge of ledger rows still marked `charge_pending` (a failure or a crash
+/// after their insert), a batch at a time; returns how many were charged.
+pub async fn retry_pending(state: &AppState) -> anyhow::Result<usize> {
+    let pending = store::pending_charges(&state.db, READ_COUNT as i64).await.context("reading uncharged rows")?;
+    if pending.is_empty() {
+        return Ok(0);
+    }
+    tracing::warn!(rows = pending.len(), "ledger rows whose charge was never decided: retrying");
+    let candidates: Vec<(&UsageRecord, i64, bool)> =
+        pending.iter().map(|(id, record, from_instance)| (record, *id, *from_instance)).collect();
+    charge_decide(state, &candidates).await
 }
 
 /// A tenant's counters as the ledger holds them (for a Redis that has none), and the

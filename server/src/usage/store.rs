@@ -42,7 +42,9 @@ fn at(ms: i64) -> DateTime<Utc> {
 }
 
 /// Writes records in one transaction; a record the ledger holds already is left alone.
-/// Returns, for each record newly written, its index in `records` and its row id.
+/// A settle row is written marked `charge_pending` (cleared by [`charge_decided`] once its
+/// charge to the counters was decided). Returns, for each record newly written, its index
+/// in `records` and its row id.
 pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Result<Vec<(usize, i64)>, sqlx::Error> {
     if records.is_empty() {
         return Ok(Vec::new());
@@ -60,8 +62,9 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
         let plans: Map<String, Value> = r.plan_periods.iter().map(|(p, n)| (p.clone(), Value::from(*n))).collect();
         let id: Option<i64> = sqlx::query_scalar(
             "insert into usage_ledger
-               (tenant, request_id, outcome, late, reserved, actual, charged, plan_periods, reserved_at, at, source, model)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+               (tenant, request_id, outcome, late, reserved, actual, charged, plan_periods, reserved_at, at, source, model,
+                generation, charge_pending)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $3 = 'settled')
              on conflict (tenant, request_id, outcome) do nothing
              returning id",
         )
@@ -77,6 +80,7 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
         .bind(at(r.at_ms))
         .bind(source.name())
         .bind(r.model.as_deref().map(|m| m.replace('\0', "")))
+        .bind(&r.generation)
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(id) = id {
@@ -85,6 +89,62 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
     }
     tx.commit().await?;
     Ok(written)
+}
+
+/// Clears the `charge_pending` mark of rows whose charge to the counters was decided.
+pub async fn charge_decided(db: &PgPool, ids: &[i64]) -> Result<(), sqlx::Error> {
+    if !ids.is_empty() {
+        sqlx::query("update usage_ledger set charge_pending = false where id = any($1)").bind(ids).execute(db).await?;
+    }
+    Ok(())
+}
+
+/// Settle rows still marked `charge_pending` (their charge was never decided: a failure or
+/// a crash after their insert), oldest first, at most `limit`, as records with their ids.
+pub async fn pending_charges(db: &PgPool, limit: i64) -> Result<Vec<(i64, UsageRecord, bool)>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select id, tenant, request_id, late, reserved, actual, charged, plan_periods, reserved_at, at, source,
+                model, coalesce(generation, '') as generation
+           from usage_ledger where charge_pending order by id limit $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let Ok(tenant) = TenantId::parse(r.try_get::<&str, _>("tenant")?) else { continue };
+        let amounts = |v: Value| -> Vec<(String, u64)> {
+            v.as_object()
+                .map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect())
+                .unwrap_or_default()
+        };
+        let charged = amounts(r.try_get("charged")?)
+            .into_iter()
+            .map(|(bucket, tokens)| client::quota::Part { bucket, tokens })
+            .collect();
+        let record = UsageRecord {
+            tenant,
+            request_id: r.try_get("request_id")?,
+            outcome: client::quota::UsageOutcome::Settled,
+            late: r.try_get("late")?,
+            reserved: r.try_get::<i64, _>("reserved")?.max(0) as u64,
+            actual: r.try_get::<Option<i64>, _>("actual")?.map(|a| a.max(0) as u64),
+            charged,
+            plan_periods: amounts(r.try_get("plan_periods")?),
+            reserved_at_ms: r.try_get::<DateTime<Utc>, _>("reserved_at")?.timestamp_millis(),
+            at_ms: r.try_get::<DateTime<Utc>, _>("at")?.timestamp_millis(),
+            generation: r.try_get("generation")?,
+            model: r.try_get("model")?,
+            entry: None,
+        };
+        out.push((r.try_get("id")?, record, r.try_get::<&str, _>("source")? == "instance"));
+    }
+    Ok(out)
+}
+
+/// How many settle rows wait for their charge to be decided.
+pub async fn pending_count(db: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select count(*) from usage_ledger where charge_pending").fetch_one(db).await
 }
 
 /// What the ledger says a tenant's counters hold: use per grant (all time), plan use per
@@ -198,7 +258,7 @@ pub async fn totals(
 ) -> Result<(u64, BTreeMap<String, u64>), sqlx::Error> {
     let plan: i64 = sqlx::query_scalar(
         "select coalesce(sum((plan_periods->>$2)::bigint), 0)::bigint from usage_ledger
-         where tenant = $1 and at <= $3 and not (request_id = any($4)) and plan_periods ? $2",
+         where tenant = $1 and at <= $3 and not (request_id = any($4)) and plan_periods ? $2 and not charge_pending",
     )
     .bind(tenant.as_str())
     .bind(period)
@@ -209,7 +269,8 @@ pub async fn totals(
     let rows = sqlx::query(
         "select c.key, sum(c.value::bigint)::bigint as used
          from usage_ledger u, jsonb_each_text(u.charged) c
-         where u.tenant = $1 and u.at <= $2 and not (u.request_id = any($3)) and c.key <> 'plan' group by c.key",
+         where u.tenant = $1 and u.at <= $2 and not (u.request_id = any($3)) and c.key <> 'plan'
+           and not u.charge_pending group by c.key",
     )
     .bind(tenant.as_str())
     .bind(until)

@@ -93,6 +93,11 @@ async fn bad_reports_are_400_naming_the_field_and_write_nothing() {
         ("ALIPAY_A", json!({"ok": 1, "fail": 1.5}), "fail"),
         ("ALIPAY_A", json!({"ok": 1, "fail": "2"}), "fail"),
         ("ALIPAY_A", json!({"ok": 1_000_000_001u64, "fail": 0}), "ok"),
+        // One report counts at most 10,000 calls a field: a billion failures in one report
+        // would hold the channel failing for a whole window.
+        ("ALIPAY_A", json!({"ok": 10_001, "fail": 0}), "ok"),
+        ("ALIPAY_A", json!({"ok": 0, "fail": 1_000_000_000u64}), "fail"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": 10_001}), "fail"),
         ("ALIPAY_A", json!({"ok": 1, "fail": 1, "latency_ms_sum": 50, "latency_count": 3}), "latency_count"),
         ("ALIPAY_A", json!({"ok": 1, "fail": 1, "latency_ms_sum": 50}), "latency_count"),
         (

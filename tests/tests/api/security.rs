@@ -643,3 +643,42 @@ async fn a_plain_session_cookie_counts_only_on_loopback_and_open_mode_answers_on
     assert_eq!(api.status(), 403);
     assert_eq!(open.get("/api/v1/pools").await.status(), 200, "loopback is served");
 }
+
+#[tokio::test]
+async fn names_sent_from_outside_leave_no_queue_behind() {
+    let (app, _) = guarded_app().await;
+    let post = reqwest::Method::POST;
+    let any = json!({"name": "any gateway", "scope": "dataplane", "tenants": ["*"], "pools": ["*"],
+                     "routes": ["*"], "channels": ["*"]});
+    let (status, created) = app.send(post.clone(), "/api/v1/tokens", Some(TOKEN), any).await;
+    assert_eq!(status, 201, "{created}");
+    let token = created["token"].as_str().unwrap().to_owned();
+    let token = token.as_str();
+    // 400 invented tenants and 400 invented pools, 50 at a time, by a data-plane token that
+    // may use any: each is a 404, and no coalescing queue stays.
+    for round in 0..8 {
+        let sent = (0..50).map(|i| {
+            let n = round * 50 + i;
+            let (app, post) = (&app, post.clone());
+            async move {
+                let tenant = format!("/api/v1/tenants/nobody-{n}/quota/reserve");
+                let reserve = app.send(post.clone(), &tenant, Some(token), json!({"request_id": "r", "tokens": 1}));
+                let pool = format!("/api/v1/pools/nowhere-{n}/draw");
+                let draw = app.send(post, &pool, Some(token), Value::Null);
+                let ((reserved, body), (drawn, drew)) = futures::join!(reserve, draw);
+                assert_eq!((reserved, drawn), (404, 404), "{body} {drew}");
+            }
+        });
+        join_all(sent).await;
+    }
+    assert_eq!(app.state.quotas.coalescing_queues(), 0, "no queue for a tenant that does not exist");
+    assert_eq!(app.state.pools.coalescing_queues(), 0, "no queue for a pool that does not exist");
+    // A real pool and tenant still share calls, and their queues go once idle.
+    let draws = (0..20).map(|_| app.send(post.clone(), "/api/v1/pools/cn-pay/draw", Some(token), Value::Null));
+    assert!(join_all(draws).await.iter().all(|(status, _)| *status == 200));
+    let started = std::time::Instant::now();
+    while app.state.pools.coalescing_queues() > 0 && started.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(app.state.pools.coalescing_queues(), 0, "an idle pool keeps no queue");
+}

@@ -247,3 +247,133 @@ async fn the_compensation_finds_counters_that_differ_from_the_ledger_audits_them
     assert_eq!(rows[1].2, json!({"plan": 640}));
     assert_eq!(rows[1].3, json!({"plan": {"ledger": 140, "in_flight": 100, "corrected": true}}));
 }
+
+#[tokio::test]
+async fn journal_operations_of_a_tenant_that_does_not_exist_are_set_aside_and_listed_never_dropped() {
+    // A journal carried over from elsewhere: an admission (settled) and a queued release of
+    // a tenant this deployment does not have, read back by the next process.
+    let app = app().await;
+    app.stop_server().await;
+    app.state.quotas.close_journal();
+    let path = app.settings.quota_journal.clone();
+    let lines = [
+        r#"{"t":"admit","tenant":"ghost","request":"r1","tokens":40}"#,
+        r#"{"t":"close","tenant":"ghost","request":"r1","actual":30,"partial":false}"#,
+        r#"{"t":"release","tenant":"ghost","request":"r2"}"#,
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let app = integration::restart(app).await;
+    assert_eq!(app.state.quotas.offline_summary().operations, 2);
+
+    // Redis has no such tenant, and never will: the replay leaves them where they are.
+    assert!(app.state.quotas.flush_offline().await.is_err());
+    assert_eq!(app.state.quotas.offline_summary().operations, 2);
+
+    // Set aside: into Postgres first, then out of the journal (and its file).
+    let taken = server::usage::dead_letters::set_aside_unknown(&app.state).await.unwrap();
+    assert_eq!(taken, 2);
+    assert_eq!(app.state.quotas.offline_summary().operations, 0);
+    assert_eq!(server::usage::dead_letters::set_aside_unknown(&app.state).await.unwrap(), 0, "once");
+    let on_disk = std::fs::read_to_string(&path).unwrap();
+    assert!(on_disk.is_empty() || on_disk.lines().filter(|l| l.contains(r#""t":"done""#)).count() == 2, "{on_disk}");
+
+    let (status, page) = app.send(reqwest::Method::GET, "/api/v1/usage/dead_letters", Some(TOKEN), Value::Null).await;
+    assert_eq!((status, &page["total"]), (200, &json!(2)), "{page}");
+    let rows = page["rows"].as_array().unwrap();
+    let summary: Vec<(&str, &str, &str, Value, Value, Value)> = rows
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default();
+            (
+                s("tenant"),
+                s("request_id"),
+                s("operation"),
+                r["tokens"].clone(),
+                r["actual"].clone(),
+                r["closed"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("ghost", "r2", "release", json!(null), json!(null), json!(null)),
+            ("ghost", "r1", "admit", json!(40), json!(30), json!("settled")),
+        ]
+    );
+    assert_eq!(rows[0]["journal"], json!(path.display().to_string()));
+    let (status, next) = app
+        .send(
+            reqwest::Method::GET,
+            &format!("/api/v1/usage/dead_letters?before={}&limit=1", rows[0]["id"]),
+            Some(TOKEN),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(
+        (status, next["rows"].as_array().unwrap().len(), &next["rows"][0]["request_id"]),
+        (200, 1, &json!("r1"))
+    );
+    for (query, field) in [("limit=0", "limit"), ("limit=501", "limit"), ("before=0", "before")] {
+        let path = format!("/api/v1/usage/dead_letters?{query}");
+        let (status, body) = app.send(reqwest::Method::GET, &path, Some(TOKEN), Value::Null).await;
+        assert_eq!((status, body["field"].as_str()), (400, Some(field)), "{query}: {body}");
+    }
+    let (status, _) =
+        app.send(reqwest::Method::GET, "/api/v1/usage/dead_letters?limit=x", Some(TOKEN), Value::Null).await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn a_ledger_row_whose_charge_was_never_decided_is_retried_until_charged_once() {
+    let app = app().await;
+    acme(&app).await;
+    reserve(&app, "r-1", 500).await;
+    settle(&app, "r-1", 420).await;
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    let pending = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from usage_ledger where charge_pending")
+            .fetch_one(&app.state.db)
+            .await
+            .unwrap()
+    };
+    assert_eq!(pending().await, 0, "a row from the stream of the live counters is decided at once");
+    assert_eq!(plan_used(&app).await, 420);
+
+    // A crash between a ledger insert and its charge: an instance's record of a settle the
+    // counters lost is in the ledger, marked, and not charged.
+    let generation: String = sqlx::query_scalar("select generation from usage_ledger where request_id = 'r-1'")
+        .fetch_one(&app.state.db)
+        .await
+        .unwrap();
+    let now = chrono::Utc::now();
+    let record = client::quota::UsageRecord {
+        tenant: client::quota::TenantId::parse("acme").unwrap(),
+        request_id: "lost-1".into(),
+        outcome: client::quota::UsageOutcome::Settled,
+        late: false,
+        reserved: 100,
+        actual: Some(80),
+        charged: vec![client::quota::Part { bucket: "plan".into(), tokens: 80 }],
+        plan_periods: vec![(now.format("%Y-%m").to_string(), 80)],
+        reserved_at_ms: now.timestamp_millis() - 1_000,
+        at_ms: now.timestamp_millis(),
+        generation,
+        model: None,
+        entry: None,
+    };
+    let written =
+        server::usage::store::insert(&app.state.db, &[record], server::usage::store::Source::Instance).await.unwrap();
+    assert_eq!(written.len(), 1);
+    assert_eq!((pending().await, plan_used(&app).await), (1, 420), "in the ledger, not in the counters");
+
+    // The next drain decides it: charged once, the mark cleared; the next one changes nothing.
+    let drained = server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    assert_eq!(drained.applied, 1);
+    assert_eq!((pending().await, plan_used(&app).await), (0, 500));
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    assert_eq!(plan_used(&app).await, 500, "charged once");
+    let metrics =
+        app.request(reqwest::Method::GET, "/metrics").bearer_auth(TOKEN).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("tessera_usage_uncharged_rows 0"), "the gauge says none wait");
+}
