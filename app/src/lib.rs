@@ -102,6 +102,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("audit") view=pages::audit::Audit ssr=SsrMode::Async/>
                     <Route path=StaticSegment("changes") view=pages::changes::Changes ssr=SsrMode::Async/>
                     <Route path=StaticSegment("users") view=pages::users::Users ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("account") view=pages::account::Account ssr=SsrMode::Async/>
                 </Routes>
             </Layout>
         </Router>

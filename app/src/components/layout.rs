@@ -115,6 +115,7 @@ fn SignedIn(session: SessionInfo) -> impl IntoView {
         <div class="who">
             <span>"Signed in as "<strong id="session-user">{session.user}</strong></span>
             <span class="badge role" id="session-role">"role: "{session.role}</span>
+            <a href="/account" id="account-link">"Your account"</a>
             <button type="button" id="sign-out" class="secondary" on:click=sign_out>"Sign out"</button>
             {move || failed.get().map(|e| view! { <span class="error" role="alert">{e}</span> })}
         </div>

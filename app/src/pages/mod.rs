@@ -1,5 +1,6 @@
 //! One module per page.
 
+pub mod account;
 pub mod audit;
 pub mod changes;
 pub mod channel;

@@ -81,6 +81,7 @@ async fn no_table_overflows_its_card_at_1280_or_1440_pixels_on_any_page() {
             "/audit",
             "/changes",
             "/users",
+            "/account",
         ] {
             // Act
             c.goto(&format!("{}{page}", app.address)).await.unwrap();

@@ -2,7 +2,9 @@
 //! user (whose generated password is shown once and signs in), searches the list (the
 //! query in the URL), changes a role in the user's dialog, creates an
 //! API token (whose secret is shown once and authenticates) and revokes it (then it is
-//! refused); a viewer gets no users or tokens, from the page or from its server function.
+//! refused); a viewer gets no users or tokens, from the page or from its server function;
+//! a person changes their own password and signs out everywhere, and an admin resets a
+//! password (the new one shown once).
 
 use std::time::Duration;
 
@@ -205,6 +207,84 @@ async fn a_viewer_gets_no_users_or_tokens_from_the_page_or_its_server_function()
         assert_eq!(body.contains("demo-auditor"), expected == 200, "{name}: {body}");
     }
     assert_eq!(app.get("/sfn/access").await.status(), 401, "signed out");
+
+    browser.close().await;
+}
+
+/// Opens the account page and waits for it to hydrate.
+async fn account_page(c: &Client, app: &TestApp) {
+    c.goto(&format!("{}/account", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("password-form")).await.expect("the form");
+    hydrated(c).await;
+}
+
+async fn fill(c: &Client, id: &str, value: &str) {
+    let input = c.find(Locator::Id(id)).await.unwrap();
+    input.clear().await.unwrap();
+    input.send_keys(value).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_person_changes_their_password_an_admin_resets_one_and_sign_out_everywhere_ends_every_session() {
+    let (app, passwords) = app_with_users(false).await;
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+    let elsewhere = integration::ui::Session::sign_in(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    let still_signed_in = |s: &integration::ui::Session| {
+        app.request(reqwest::Method::GET, "/sfn/whoami").header("cookie", s.cookie.clone())
+    };
+
+    // A viewer finds the account page from the header.
+    sign_in(c, &app, "demo-viewer", &passwords["demo-viewer"]).await;
+    c.find(Locator::Id("account-link")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("password-form")).await.expect("the form");
+    hydrated(c).await;
+    assert!(text(c, "account-who").await.contains("demo-viewer"));
+
+    // A wrong current password is refused beside its field; nothing changes.
+    fill(c, "password-current", "not my password at all").await;
+    fill(c, "password-new", "a brand new passphrase").await;
+    fill(c, "password-again", "a brand new passphrase").await;
+    c.find(Locator::Id("password-submit")).await.unwrap().click().await.unwrap();
+    assert!(!wait_for_text(c, "password-current-error").await.is_empty());
+    assert_eq!(login_status(&app, "demo-viewer", &passwords["demo-viewer"]).await, 200, "unchanged");
+    // The new password typed twice differently never leaves the page.
+    fill(c, "password-current", &passwords["demo-viewer"]).await;
+    fill(c, "password-again", "a brand new passphrasf").await;
+    c.find(Locator::Id("password-submit")).await.unwrap().click().await.unwrap();
+    assert!(wait_for_text(c, "password-again-error").await.contains("differs"));
+
+    // Changed: the other sessions end (not this one), the old password no longer signs in.
+    let before_change = integration::ui::Session::sign_in(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    fill(c, "password-again", "a brand new passphrase").await;
+    c.find(Locator::Id("password-submit")).await.unwrap().click().await.unwrap();
+    let done = wait_for_text(c, "password-done").await;
+    assert!(done.starts_with("Password changed. 3 other sessions ended"), "{done}");
+    assert_eq!(login_status(&app, "demo-viewer", &passwords["demo-viewer"]).await, 401);
+    assert_eq!(login_status(&app, "demo-viewer", "a brand new passphrase").await, 200);
+    for s in [&elsewhere, &before_change] {
+        assert_eq!(still_signed_in(s).send().await.unwrap().text().await.unwrap(), "null", "ended");
+    }
+
+    // Sign out everywhere: back at sign-in, and a session opened meanwhile ends too.
+    let another = integration::ui::Session::sign_in(&app, "demo-viewer", "a brand new passphrase").await;
+    account_page(c, &app).await;
+    c.find(Locator::Id("sign-out-everywhere")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("login-form")).await.expect("back at sign-in");
+    hydrated(c).await;
+    assert_eq!(still_signed_in(&another).send().await.unwrap().text().await.unwrap(), "null", "ended");
+
+    // An admin resets the viewer's password: a new one is shown once and signs in.
+    sign_in(c, &app, "demo-admin", &passwords["demo-admin"]).await;
+    users_page(c, &app).await;
+    c.find(Locator::Id("change-user-demo-viewer")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("reset-password-demo-viewer")).await.unwrap();
+    c.find(Locator::Id("reset-password-demo-viewer")).await.unwrap().click().await.unwrap();
+    let reset = wait_for_text(c, "revealed-secret").await;
+    assert!(text(c, "users-message").await.contains("every session of theirs ended"));
+    assert_eq!(login_status(&app, "demo-viewer", "a brand new passphrase").await, 401);
+    assert_eq!(login_status(&app, "demo-viewer", &reset).await, 200);
+    screenshot(c, "users-reset").await;
 
     browser.close().await;
 }
