@@ -1,8 +1,9 @@
 -- Operations a process kept for Redis in its quota journal (admitted, settled or released
 -- while Redis was away) whose tenant does not exist here: they can never be charged, so
 -- they are set aside here, never dropped, and shown by the usage API
--- (GET /api/v1/usage/dead_letters). One row per tenant, request id and operation: a set-aside
--- retried after a crash writes nothing twice.
+-- (GET /api/v1/usage/dead_letters). One row per journal, tenant, request id and operation: a
+-- set-aside retried after a crash writes nothing twice, and the same operation kept by two
+-- processes (a retry sent to another instance) is listed from each journal.
 create table quota_dead_letter (
     id bigint generated always as identity primary key,
     tenant text not null,
@@ -13,5 +14,5 @@ create table quota_dead_letter (
     closed text check (closed in ('settled', 'released')),
     journal text not null,
     at timestamptz not null default now(),
-    unique (tenant, request_id, operation)
+    unique (journal, tenant, request_id, operation)
 );

@@ -2,8 +2,8 @@
 -- it (counted by a Redis that since lost it, or written from an instance's own records):
 -- `charge_pending` marks it from the insert until that charge was decided, so a failure or a
 -- crash in between leaves it marked, and the drain retries it until it is decided (the
--- script refuses a row twice). The compensation leaves marked rows out of the ledger's
--- side, so it never corrects what the retry will charge. `generation` is the counters'
+-- script refuses a row twice). The compensation passes over a tenant with marked rows (the
+-- counters may or may not hold them yet), so it never corrects what the retry will charge. `generation` is the counters'
 -- generation the row was counted in, which the retry needs.
 alter table usage_ledger
     add column generation text,

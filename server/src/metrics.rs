@@ -49,6 +49,8 @@ pub struct Metrics {
     pub usage_records_waiting: IntGauge,
     /// Tenants whose counters were restored from the usage ledger.
     pub usage_restores: IntCounter,
+    /// Ledger rows of a request id used again after its done marker expired.
+    pub usage_reused_request_ids: IntCounter,
     /// Tokens the counters hold beyond the ledger (negative: fewer), per tenant and bucket,
     /// as the last compensation measured them.
     pub usage_drift: IntGaugeVec,
@@ -325,6 +327,11 @@ impl Metrics {
             "Tenants whose counters were restored from the usage ledger",
         )
         .expect("valid metric");
+        let usage_reused_request_ids = IntCounter::new(
+            "tessera_usage_reused_request_ids_total",
+            "Ledger rows of a request id used again after its done marker expired (written as rows of their own)",
+        )
+        .expect("valid metric");
         let usage_drift = IntGaugeVec::new(
             Opts::new("tessera_usage_drift_tokens", "Tokens the Redis counters hold beyond the usage ledger"),
             &["tenant", "bucket"],
@@ -334,6 +341,7 @@ impl Metrics {
             Box::new(usage_ledger_rows.clone()) as Box<dyn Collector>,
             Box::new(usage_records_waiting.clone()),
             Box::new(usage_restores.clone()),
+            Box::new(usage_reused_request_ids.clone()),
             Box::new(usage_drift.clone()),
             Box::new(http_requests.clone()),
             Box::new(http_duration.clone()),
@@ -385,6 +393,7 @@ impl Metrics {
             usage_ledger_rows,
             usage_records_waiting,
             usage_restores,
+            usage_reused_request_ids,
             usage_drift,
             watch,
         }

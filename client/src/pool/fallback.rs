@@ -36,8 +36,9 @@ impl Pools {
         let mut rng = self.inner.rng.lock().expect("rng lock");
         {
             let mut cache = self.inner.cache.lock().expect("pool cache lock");
-            let entry = cache.entry(pool.clone()).or_default();
-            if entry.local.is_none() {
+            // Only a pool with an entry (a snapshot seen) has a local pool: a name sent from
+            // outside makes none.
+            if let Some(entry) = cache.get_mut(pool).filter(|e| e.local.is_none()) {
                 if let Some(snapshot) = &entry.snapshot {
                     if let Ok(weights) = admin::effective_weights(&snapshot.channels(), &entry.ejected) {
                         if let Ok(batch) = BatchSize::new(u64::from(snapshot.batch_size), MAX_BATCH) {
@@ -53,7 +54,7 @@ impl Pools {
                     }
                 }
             }
-            if let Some(local) = entry.local.as_mut() {
+            if let Some(local) = cache.get_mut(pool).and_then(|e| e.local.as_mut()) {
                 let i = local.next(&mut rng);
                 let draw = Draw {
                     member: local.weights.name(i).to_owned(),

@@ -244,6 +244,13 @@ impl Pools {
         self.inner.draw_lanes.store(lanes.max(1), AtomicOrdering::Relaxed);
     }
 
+    /// How many pools this client keeps a cache entry for (for tests: names sent from
+    /// outside add none).
+    #[doc(hidden)]
+    pub fn cached_pools(&self) -> usize {
+        self.inner.cache.lock().expect("pool cache lock").len()
+    }
+
     /// How many pools have a coalescing queue now (those with draws waiting or in flight).
     pub fn coalescing_queues(&self) -> usize {
         self.inner.coalescer.keys()

@@ -296,7 +296,13 @@ impl Pools {
             .await
             .map_err(PoolError::Redis)?;
         let mut cache = self.inner.cache.lock().expect("pool cache lock");
-        let entry = cache.entry(pool.clone()).or_default();
+        // A name no snapshot was ever seen for gets no entry: names sent from outside must
+        // not grow the cache.
+        let entry = match (cache.get_mut(pool), &snapshot) {
+            (Some(entry), _) => entry,
+            (None, Some(_)) => cache.entry(pool.clone()).or_default(),
+            (None, None) => return Ok(()),
+        };
         let changed = entry.snapshot.as_ref().map(|s| s.version) != snapshot.as_ref().map(|s| s.version)
             || entry.ejected != ejected;
         if changed {

@@ -74,7 +74,7 @@ impl Pools {
         let mut conn = self.inner.redis.connection().await.map_err(PoolError::Redis)?;
         self.refresh(pool, &mut conn).await?;
         let mut cache = self.inner.cache.lock().expect("pool cache lock");
-        let entry = cache.entry(pool.clone()).or_default();
+        let Some(entry) = cache.get_mut(pool) else { return Err(PoolError::UnknownPool(pool.clone())) };
         let snapshot = entry.snapshot.as_ref().ok_or_else(|| PoolError::UnknownPool(pool.clone()))?;
         let weights = admin::effective_weights(&snapshot.channels(), &entry.ejected)?;
         let ring = Arc::new(HashRing::new(&weights, 160));

@@ -8,7 +8,10 @@
 //! A batch whose write or sync fails is cut back off the file (no torn line stays for the
 //! next batch to run into) and every line of it is answered with the error: its caller
 //! takes the change back and answers a failure, so nothing is admitted that a restart
-//! would not know (fail closed).
+//! would not know (fail closed). When even the cut fails, the file may end in lines whose
+//! changes were taken back: every later write is refused (the journal is torn) rather than
+//! appended after them, until the journal empties (everything charged to Redis) and the file
+//! is cut to nothing.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -166,6 +169,8 @@ pub(super) async fn synced(acks: Acks) -> std::io::Result<()> {
 }
 
 fn write_loop(mut file: impl JournalDisk, path: &Path, rx: mpsc::Receiver<Message>) {
+    // A failed batch that could not be cut back off the file: nothing more is written.
+    let mut torn = false;
     while let Ok(first) = rx.recv() {
         // Everything queued meanwhile goes out with one sync.
         let mut batch = vec![first];
@@ -173,7 +178,13 @@ fn write_loop(mut file: impl JournalDisk, path: &Path, rx: mpsc::Receiver<Messag
             batch.push(more);
         }
         let mut waiting = Vec::new();
-        let start = file.size();
+        let start = if torn {
+            Err(std::io::Error::other(
+                "an earlier failed write could not be cut off the quota journal: nothing more is written until it empties",
+            ))
+        } else {
+            file.size()
+        };
         let mut result: std::io::Result<()> = start.as_ref().map(|_| ()).map_err(copy);
         let mut cut_to_nothing = false;
         for message in batch {
@@ -184,6 +195,14 @@ fn write_loop(mut file: impl JournalDisk, path: &Path, rx: mpsc::Receiver<Messag
                         result = file.append(line.as_bytes());
                     }
                     waiting.push(done);
+                }
+                Message::Truncate if torn => {
+                    // The journal is empty: cutting the file to nothing also drops the lines
+                    // that were taken back, and the journal may be written again.
+                    if file.cut(0).and_then(|()| file.sync()).is_ok() {
+                        tracing::info!(path = %path.display(), "the quota journal is empty and cut: written again");
+                        torn = false;
+                    }
                 }
                 Message::Truncate => {
                     if result.is_ok() {
@@ -197,11 +216,13 @@ fn write_loop(mut file: impl JournalDisk, path: &Path, rx: mpsc::Receiver<Messag
             result = file.sync();
         }
         if result.is_err() {
-            // Nothing of a failed batch stays: its callers take their changes back.
+            // Nothing of a failed batch stays: its callers take their changes back. (Where it
+            // began is unknown only when nothing of it was written.)
             if let Ok(start) = start {
                 let back_to = if cut_to_nothing { 0 } else { start };
                 if let Err(e) = file.cut(back_to).and_then(|()| file.sync()) {
-                    tracing::error!(path = %path.display(), error = %e, "cutting a failed batch off the quota journal failed");
+                    tracing::error!(path = %path.display(), error = %e, "cutting a failed batch off the quota journal failed: no more writes until it empties");
+                    torn = true;
                 }
             }
         }
@@ -216,4 +237,71 @@ fn write_loop(mut file: impl JournalDisk, path: &Path, rx: mpsc::Receiver<Messag
 
 fn copy(e: &std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disk whose first `appends_to_fail` appends and `cuts_to_fail` cuts fail.
+    struct Flaky {
+        data: Vec<u8>,
+        appends_to_fail: usize,
+        cuts_to_fail: usize,
+    }
+
+    impl JournalDisk for Flaky {
+        fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+            // A failing append leaves part of its line behind, as a full disk can.
+            if self.appends_to_fail > 0 {
+                self.appends_to_fail -= 1;
+                self.data.extend_from_slice(&bytes[..bytes.len() / 2]);
+                return Err(std::io::Error::other("no space left"));
+            }
+            self.data.extend_from_slice(bytes);
+            Ok(())
+        }
+        fn sync(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn size(&mut self) -> std::io::Result<u64> {
+            Ok(self.data.len() as u64)
+        }
+        fn cut(&mut self, len: u64) -> std::io::Result<()> {
+            if self.cuts_to_fail > 0 {
+                self.cuts_to_fail -= 1;
+                return Err(std::io::Error::other("input/output error"));
+            }
+            self.data.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    fn write_one(journal: &JournalFile) -> std::io::Result<()> {
+        let mut acks = Acks::new();
+        journal.append(&Entry::Release { tenant: "a".into(), request: "1".into() }, &mut acks);
+        acks.pop().expect("one ack").blocking_recv().expect("the writer answers")
+    }
+
+    #[test]
+    fn a_failed_batch_cut_back_lets_the_next_write_through() {
+        let journal =
+            JournalFile::on(Flaky { data: Vec::new(), appends_to_fail: 1, cuts_to_fail: 0 }, Path::new("t")).unwrap();
+        assert!(write_one(&journal).is_err());
+        assert!(write_one(&journal).is_ok(), "the torn half line was cut off, the journal goes on");
+    }
+
+    #[test]
+    fn a_failed_batch_that_cannot_be_cut_back_stops_every_later_write() {
+        let journal =
+            JournalFile::on(Flaky { data: Vec::new(), appends_to_fail: 1, cuts_to_fail: 1 }, Path::new("t")).unwrap();
+        assert!(write_one(&journal).is_err());
+        let later = write_one(&journal).expect_err("nothing is appended after lines that were taken back");
+        assert!(later.to_string().contains("until"), "{later}");
+        // Once the journal is empty, the file is cut to nothing and written again (a line
+        // sent in the same batch as the cut still fails: the batch began torn).
+        journal.truncate();
+        let _ = write_one(&journal);
+        assert!(write_one(&journal).is_ok(), "the cut file takes lines again");
+    }
 }

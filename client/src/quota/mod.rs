@@ -40,7 +40,7 @@ use serde::Serialize;
 pub use self::counters::{Correction, Counters, MAX_TAIL};
 pub use self::journal::JournalDisk;
 use self::offline::Offline;
-pub use self::offline::{OfflineSummary, MAX_WAITING_PER_TENANT};
+pub use self::offline::{OfflineSummary, MAX_WAITING, MAX_WAITING_PER_TENANT};
 pub use self::release::ReleaseOutcome;
 pub use self::replay::WaitingOp;
 pub use self::reserve::{Dimension, Refusal, Reservation, ReserveOutcome};
@@ -246,6 +246,9 @@ impl Quotas {
 impl Quotas {
     /// Waits until the journal lines of an operation made without Redis are on disk; when
     /// one could not be written, takes `change` back and answers that nothing was recorded.
+    /// Until then a retry of the request id is answered [`offline::NotNow::Writing`]. The
+    /// wait runs in a task of its own: a caller that goes away midway (a client that timed
+    /// out, about to retry) neither ends the wait early nor leaves a failed change in place.
     async fn recorded(
         &self,
         tenant: &TenantId,
@@ -253,14 +256,26 @@ impl Quotas {
         acks: journal::Acks,
         change: Option<offline::Change>,
     ) -> Result<(), QuotaError> {
-        let Err(e) = journal::synced(acks).await else { return Ok(()) };
-        if let Some(change) = change {
-            let mut journal = self.inner.offline.lock().expect("offline journal lock");
-            journal.take_back(tenant, request, change);
-            if let Some(m) = &self.inner.metrics {
-                m.offline_pending.set(journal.len() as i64);
-            }
+        if acks.is_empty() {
+            return Ok(());
         }
+        let (inner, lines) = (self.inner.clone(), acks.len());
+        let (t, r) = (tenant.clone(), request.clone());
+        let settled = tokio::spawn(async move {
+            let result = journal::synced(acks).await;
+            let mut journal = inner.offline.lock().expect("offline journal lock");
+            if let (Err(_), Some(change)) = (&result, change) {
+                journal.take_back(&t, &r, change);
+                if let Some(m) = &inner.metrics {
+                    m.offline_pending.set(journal.len() as i64);
+                }
+            }
+            journal.written(&t, &r, lines);
+            result
+        });
+        let result =
+            settled.await.unwrap_or_else(|e| Err(std::io::Error::other(format!("the journal wait failed: {e}"))));
+        let Err(e) = result else { return Ok(()) };
         if let Some(m) = &self.inner.metrics {
             m.fallback.with_label_values(&["any", "not_recorded"]).inc();
         }
@@ -270,15 +285,20 @@ impl Quotas {
         })
     }
 
-    /// What an operation made without Redis answers when its tenant has no room left.
-    fn no_room(&self, tenant: &TenantId) -> QuotaError {
+    /// What an operation made without Redis answers when it cannot be kept now.
+    fn no_room(&self, tenant: &TenantId, why: offline::NotNow) -> QuotaError {
         if let Some(m) = &self.inner.metrics {
             m.fallback.with_label_values(&["any", "not_recorded"]).inc();
         }
-        QuotaError::NotRecorded {
-            tenant: tenant.clone(),
-            reason: format!("{MAX_WAITING_PER_TENANT} operations of this tenant are waiting for redis already"),
-        }
+        let reason = match why {
+            offline::NotNow::Full => format!(
+                "{MAX_WAITING_PER_TENANT} operations of this tenant (or {MAX_WAITING} in all) are waiting for redis already"
+            ),
+            offline::NotNow::Writing => {
+                "an earlier attempt of this request id is still being written to the quota journal: retry".to_owned()
+            }
+        };
+        QuotaError::NotRecorded { tenant: tenant.clone(), reason }
     }
 }
 

@@ -4,6 +4,8 @@
 //! journal file ([`super::journal`]) every change is also appended to it, and the file is
 //! read back at start.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use super::journal::{Acks, Entry, JournalFile};
@@ -15,9 +17,21 @@ use super::{RequestId, TenantId, TokenCount, Tokens};
 /// memory (nor the journal file).
 pub const MAX_WAITING_PER_TENANT: usize = 10_000;
 
-/// The tenant has [`MAX_WAITING_PER_TENANT`] operations waiting already.
+/// The most operations of all tenants together that may wait for Redis in one process
+/// (many tenants each within their own share must not fill the memory either).
+pub const MAX_WAITING: usize = 100_000;
+
+/// Why an operation cannot be kept for Redis now (answered 503: retry later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Full;
+pub(super) enum NotNow {
+    /// The tenant has [`MAX_WAITING_PER_TENANT`] operations waiting, or the process
+    /// [`MAX_WAITING`].
+    Full,
+    /// An earlier operation of this request id is still being written to the journal: its
+    /// answer is not known yet (the write may fail and take it back), so a retry cannot be
+    /// answered from it.
+    Writing,
+}
 
 /// A change whose journal line did not reach the disk, to take back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,12 +78,32 @@ pub struct OfflineSummary {
     pub admitted_tokens: u64,
 }
 
-#[derive(Default)]
 pub(super) struct Offline {
     ops: Vec<(TenantId, Op)>,
     file: Option<JournalFile>,
     /// Lines appended and not yet known to be on disk, for the caller to wait for.
     acks: Acks,
+    /// Per request id, its lines appended and not yet known to be on disk.
+    writing: HashMap<(TenantId, RequestId), usize>,
+    /// Per tenant, how many of `ops` are its own (kept with `ops`: no count under the lock).
+    per_tenant: HashMap<TenantId, usize>,
+    /// [`MAX_WAITING_PER_TENANT`] and [`MAX_WAITING`] (smaller in tests).
+    max_per_tenant: usize,
+    max_total: usize,
+}
+
+impl Default for Offline {
+    fn default() -> Self {
+        Self {
+            ops: Vec::new(),
+            file: None,
+            acks: Acks::new(),
+            writing: HashMap::new(),
+            per_tenant: HashMap::new(),
+            max_per_tenant: MAX_WAITING_PER_TENANT,
+            max_total: MAX_WAITING,
+        }
+    }
 }
 
 impl Offline {
@@ -100,7 +134,7 @@ impl Offline {
                 if let (Some((t, r)), Ok(tokens)) = (parsed(&tenant, &request), Tokens::parse("tokens", tokens as i128))
                 {
                     if self.find(&t, &r).is_none() {
-                        self.ops.push((t, Op::Admit { request: r, tokens, close: None }));
+                        self.push(t, Op::Admit { request: r, tokens, close: None });
                     }
                 }
             }
@@ -121,19 +155,22 @@ impl Offline {
                     (parsed(&tenant, &request), TokenCount::parse("actual_tokens", actual as i128))
                 {
                     if self.find(&t, &r).is_none() {
-                        self.ops.push((t, Op::Settle { request: r, actual, partial }));
+                        self.push(t, Op::Settle { request: r, actual, partial });
                     }
                 }
             }
             Entry::Release { tenant, request } => {
                 if let Some((t, r)) = parsed(&tenant, &request) {
                     if self.find(&t, &r).is_none() {
-                        self.ops.push((t, Op::Release { request: r }));
+                        self.push(t, Op::Release { request: r });
                     }
                 }
             }
             Entry::Done { tenant, request } => {
                 self.ops.retain(|(t, op)| !(t.as_str() == tenant && op.request().as_str() == request));
+                if let Ok(t) = TenantId::parse(&tenant) {
+                    self.recount(&t);
+                }
             }
         }
     }
@@ -141,6 +178,34 @@ impl Offline {
     fn log(&mut self, entry: Entry) {
         if let Some(file) = &self.file {
             file.append(&entry, &mut self.acks);
+        }
+    }
+
+    /// Appends a caller's change of `request`: until [`Self::written`] is called for it,
+    /// another operation of the same request id is answered [`NotNow::Writing`].
+    fn log_for(&mut self, tenant: &TenantId, request: &RequestId, entry: Entry) {
+        if self.file.is_some() {
+            self.log(entry);
+            *self.writing.entry((tenant.clone(), request.clone())).or_default() += 1;
+        }
+    }
+
+    /// `lines` of `request`'s changes are on disk now (or failed and were taken back).
+    pub(super) fn written(&mut self, tenant: &TenantId, request: &RequestId, lines: usize) {
+        let key = (tenant.clone(), request.clone());
+        if let Some(n) = self.writing.get_mut(&key) {
+            *n = n.saturating_sub(lines);
+            if *n == 0 {
+                self.writing.remove(&key);
+            }
+        }
+    }
+
+    fn not_writing(&self, tenant: &TenantId, request: &RequestId) -> Result<(), NotNow> {
+        if self.writing.is_empty() || !self.writing.contains_key(&(tenant.clone(), request.clone())) {
+            Ok(())
+        } else {
+            Err(NotNow::Writing)
         }
     }
 
@@ -169,12 +234,30 @@ impl Offline {
         OfflineSummary { operations: self.ops.len(), admitted_tokens }
     }
 
-    fn has_room(&self, tenant: &TenantId) -> Result<(), Full> {
-        let waiting = self.ops.iter().filter(|(t, _)| t == tenant).count();
-        if waiting < MAX_WAITING_PER_TENANT {
+    fn push(&mut self, tenant: TenantId, op: Op) {
+        *self.per_tenant.entry(tenant.clone()).or_default() += 1;
+        self.ops.push((tenant, op));
+    }
+
+    /// Counts `tenant`'s operations again (after some were taken out).
+    fn recount(&mut self, tenant: &TenantId) {
+        let n = self.ops.iter().filter(|(t, _)| t == tenant).count();
+        if n == 0 {
+            self.per_tenant.remove(tenant);
+        } else {
+            self.per_tenant.insert(tenant.clone(), n);
+        }
+    }
+
+    fn has_room(&self, tenant: &TenantId) -> Result<(), NotNow> {
+        if self.ops.len() >= self.max_total {
+            return Err(NotNow::Full);
+        }
+        let waiting = self.per_tenant.get(tenant).copied().unwrap_or(0);
+        if waiting < self.max_per_tenant {
             Ok(())
         } else {
-            Err(Full)
+            Err(NotNow::Full)
         }
     }
 
@@ -183,14 +266,18 @@ impl Offline {
     pub(super) fn take_back(&mut self, tenant: &TenantId, request: &RequestId, change: Change) {
         let at = |t: &TenantId, op: &Op| t == tenant && op.request() == request;
         match change {
-            Change::Admission => self.ops.retain(|(t, op)| !(at(t, op) && matches!(op, Op::Admit { .. }))),
+            Change::Admission => {
+                self.ops.retain(|(t, op)| !(at(t, op) && matches!(op, Op::Admit { .. })));
+                self.recount(tenant);
+            }
             Change::Close => {
                 if let Some(Op::Admit { close, .. }) = self.find(tenant, request) {
                     *close = None;
                 }
             }
             Change::Queued => {
-                self.ops.retain(|(t, op)| !(at(t, op) && matches!(op, Op::Settle { .. } | Op::Release { .. })))
+                self.ops.retain(|(t, op)| !(at(t, op) && matches!(op, Op::Settle { .. } | Op::Release { .. })));
+                self.recount(tenant);
             }
         }
     }
@@ -200,15 +287,15 @@ impl Offline {
     }
 
     /// Admits `tokens` if the tenant's admissions since Redis went away stay within
-    /// `allowance`; a retried request id gets its first answer. `Full` when the tenant has
-    /// as many operations waiting as it may.
+    /// `allowance`; a retried request id gets its first answer once that is on disk.
     pub(super) fn admit(
         &mut self,
         tenant: &TenantId,
         request: &RequestId,
         tokens: Tokens,
         allowance: u64,
-    ) -> Result<ReserveOutcome, Full> {
+    ) -> Result<ReserveOutcome, NotNow> {
+        self.not_writing(tenant, request)?;
         if let Some(Op::Admit { tokens, close, .. }) = self.find(tenant, request) {
             let state = match close {
                 None => ReservationState::Open,
@@ -234,8 +321,12 @@ impl Offline {
                 limit: allowance,
             }));
         }
-        self.ops.push((tenant.clone(), Op::Admit { request: request.clone(), tokens, close: None }));
-        self.log(Entry::Admit { tenant: tenant.to_string(), request: request.to_string(), tokens: tokens.get() });
+        self.push(tenant.clone(), Op::Admit { request: request.clone(), tokens, close: None });
+        self.log_for(
+            tenant,
+            request,
+            Entry::Admit { tenant: tenant.to_string(), request: request.to_string(), tokens: tokens.get() },
+        );
         Ok(ReserveOutcome::Reserved(fallback_reservation(tokens, false, ReservationState::Open)))
     }
 
@@ -251,7 +342,8 @@ impl Offline {
         request: &RequestId,
         actual: TokenCount,
         partial: bool,
-    ) -> Result<SettleOutcome, Full> {
+    ) -> Result<SettleOutcome, NotNow> {
+        self.not_writing(tenant, request)?;
         let entry = Entry::Close {
             tenant: tenant.to_string(),
             request: request.to_string(),
@@ -263,7 +355,7 @@ impl Offline {
                 None => {
                     *close = Some(Close::Settle { actual, partial });
                     let reserved = tokens.get();
-                    self.log(entry);
+                    self.log_for(tenant, request, entry);
                     SettleOutcome::Settled {
                         reserved,
                         actual: actual.get(),
@@ -281,30 +373,39 @@ impl Offline {
             Some(_) => SettleOutcome::Queued,
             None => {
                 self.has_room(tenant)?;
-                self.ops.push((tenant.clone(), Op::Settle { request: request.clone(), actual, partial }));
-                self.log(Entry::Settle {
-                    tenant: tenant.to_string(),
-                    request: request.to_string(),
-                    actual: actual.get(),
-                    partial,
-                });
+                self.push(tenant.clone(), Op::Settle { request: request.clone(), actual, partial });
+                self.log_for(
+                    tenant,
+                    request,
+                    Entry::Settle {
+                        tenant: tenant.to_string(),
+                        request: request.to_string(),
+                        actual: actual.get(),
+                        partial,
+                    },
+                );
                 SettleOutcome::Queued
             }
         })
     }
 
-    pub(super) fn release(&mut self, tenant: &TenantId, request: &RequestId) -> Result<ReleaseOutcome, Full> {
+    pub(super) fn release(&mut self, tenant: &TenantId, request: &RequestId) -> Result<ReleaseOutcome, NotNow> {
+        self.not_writing(tenant, request)?;
         Ok(match self.find(tenant, request) {
             Some(Op::Admit { tokens, close, .. }) => match close {
                 None => {
                     *close = Some(Close::Release);
                     let reserved = tokens.get();
-                    self.log(Entry::Close {
-                        tenant: tenant.to_string(),
-                        request: request.to_string(),
-                        actual: None,
-                        partial: false,
-                    });
+                    self.log_for(
+                        tenant,
+                        request,
+                        Entry::Close {
+                            tenant: tenant.to_string(),
+                            request: request.to_string(),
+                            actual: None,
+                            partial: false,
+                        },
+                    );
                     ReleaseOutcome::Released { reserved, source: Source::Fallback }
                 }
                 Some(Close::Settle { actual, .. }) => {
@@ -315,8 +416,12 @@ impl Offline {
             Some(_) => ReleaseOutcome::Queued,
             None => {
                 self.has_room(tenant)?;
-                self.ops.push((tenant.clone(), Op::Release { request: request.clone() }));
-                self.log(Entry::Release { tenant: tenant.to_string(), request: request.to_string() });
+                self.push(tenant.clone(), Op::Release { request: request.clone() });
+                self.log_for(
+                    tenant,
+                    request,
+                    Entry::Release { tenant: tenant.to_string(), request: request.to_string() },
+                );
                 ReleaseOutcome::Queued
             }
         })
@@ -332,6 +437,12 @@ impl Offline {
     pub(super) fn remove(&mut self, tenant: &TenantId, op: &Op) {
         if let Some(i) = self.ops.iter().position(|(t, o)| t == tenant && o == op) {
             self.ops.remove(i);
+            if let Some(n) = self.per_tenant.get_mut(tenant) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_tenant.remove(tenant);
+                }
+            }
             self.log(Entry::Done { tenant: tenant.to_string(), request: op.request().to_string() });
             if self.ops.is_empty() {
                 if let Some(file) = &self.file {
@@ -394,14 +505,70 @@ mod tests {
         for i in 0..MAX_WAITING_PER_TENANT {
             j.release(&t("a"), &r(&format!("q{i}"))).unwrap();
         }
-        assert_eq!(j.admit(&t("a"), &r("new"), tok(1), 100), Err(Full));
-        assert_eq!(j.release(&t("a"), &r("one-more")), Err(Full));
+        assert_eq!(j.admit(&t("a"), &r("new"), tok(1), 100), Err(NotNow::Full));
+        assert_eq!(j.release(&t("a"), &r("one-more")), Err(NotNow::Full));
         let actual = TokenCount::parse("actual_tokens", 1).unwrap();
-        assert_eq!(j.settle(&t("a"), &r("one-more"), actual, false), Err(Full));
+        assert_eq!(j.settle(&t("a"), &r("one-more"), actual, false), Err(NotNow::Full));
         // What is already waiting is answered as before, and another tenant has room.
         assert_eq!(j.release(&t("a"), &r("q0")), Ok(ReleaseOutcome::Queued));
         assert!(matches!(j.admit(&t("b"), &r("new"), tok(1), 100), Ok(ReserveOutcome::Reserved(_))));
         assert_eq!(j.len(), MAX_WAITING_PER_TENANT + 1);
+    }
+
+    #[test]
+    fn the_process_keeps_at_most_its_total_whatever_the_tenants() {
+        let mut j = Offline { max_per_tenant: 3, max_total: 6, ..Offline::default() };
+        for (tenant, i) in [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)] {
+            j.release(&t(tenant), &r(&format!("q{i}"))).unwrap();
+        }
+        assert_eq!(j.release(&t("a"), &r("q3")), Err(NotNow::Full), "a has its share");
+        assert_eq!(j.release(&t("c"), &r("q0")), Ok(ReleaseOutcome::Queued), "the sixth, of another tenant");
+        assert_eq!(j.release(&t("d"), &r("q0")), Err(NotNow::Full), "the process is full");
+        // Taken out, the counts go down with it.
+        let done = j.snapshot()[0].clone();
+        j.remove(&done.0, &done.1);
+        assert_eq!(j.release(&t("a"), &r("q3")), Ok(ReleaseOutcome::Queued), "a has room again");
+        assert_eq!(j.release(&t("b"), &r("q0")), Ok(ReleaseOutcome::Queued), "a retry is answered");
+    }
+
+    /// A disk in memory, for a journal whose lines are never awaited here.
+    struct Memory(Vec<u8>);
+
+    impl crate::quota::JournalDisk for Memory {
+        fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.extend_from_slice(bytes);
+            Ok(())
+        }
+        fn sync(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn size(&mut self) -> std::io::Result<u64> {
+            Ok(self.0.len() as u64)
+        }
+        fn cut(&mut self, len: u64) -> std::io::Result<()> {
+            self.0.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_retry_waits_until_the_first_attempts_line_is_written() {
+        let mut j = Offline::default();
+        j.attach(JournalFile::on(Memory(Vec::new()), std::path::Path::new("memory")).unwrap(), Vec::new());
+        assert!(matches!(j.admit(&t("a"), &r("1"), tok(10), 100), Ok(ReserveOutcome::Reserved(_))));
+        assert_eq!(j.take_acks().len(), 1);
+        // Until the line is on disk, the first answer is not known: the write may fail and
+        // take the admission back.
+        assert_eq!(j.admit(&t("a"), &r("1"), tok(10), 100), Err(NotNow::Writing));
+        let actual = TokenCount::parse("actual_tokens", 5).unwrap();
+        assert_eq!(j.settle(&t("a"), &r("1"), actual, false), Err(NotNow::Writing));
+        assert_eq!(j.release(&t("a"), &r("1")), Err(NotNow::Writing));
+        // Other request ids go on.
+        assert!(matches!(j.admit(&t("a"), &r("2"), tok(10), 100), Ok(ReserveOutcome::Reserved(_))));
+        j.written(&t("a"), &r("1"), 1);
+        let Ok(ReserveOutcome::Reserved(again)) = j.admit(&t("a"), &r("1"), tok(10), 100) else { panic!() };
+        assert!(again.replayed, "answered from the journal once written");
+        assert!(matches!(j.settle(&t("a"), &r("1"), actual, false), Ok(SettleOutcome::Settled { .. })));
     }
 
     #[test]

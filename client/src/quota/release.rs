@@ -41,7 +41,7 @@ impl Quotas {
                 let mut journal = self.inner.offline.lock().expect("offline journal lock");
                 (journal.release(tenant, request), journal.take_acks())
             };
-            let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+            let outcome = outcome.map_err(|why| self.no_room(tenant, why))?;
             self.recorded(tenant, request, acks, release_change(&outcome)).await?;
             return Ok(outcome);
         }
@@ -88,7 +88,7 @@ impl Quotas {
             }
             (outcome, journal.take_acks())
         };
-        let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+        let outcome = outcome.map_err(|why| self.no_room(tenant, why))?;
         self.recorded(tenant, request, acks, release_change(&outcome)).await?;
         Ok(outcome)
     }

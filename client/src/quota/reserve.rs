@@ -172,7 +172,7 @@ impl Quotas {
         allowance: u64,
     ) -> Result<(ReserveOutcome, super::journal::Acks), QuotaError> {
         let mut journal = self.inner.offline.lock().expect("offline journal lock");
-        let outcome = journal.admit(tenant, request, tokens, allowance).map_err(|_| self.no_room(tenant))?;
+        let outcome = journal.admit(tenant, request, tokens, allowance).map_err(|why| self.no_room(tenant, why))?;
         let metric_event = match &outcome {
             ReserveOutcome::Reserved(r) if r.replayed => None,
             ReserveOutcome::Reserved(_) => Some(("admitted", "none")),

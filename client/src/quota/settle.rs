@@ -51,7 +51,7 @@ impl Quotas {
                 let mut journal = self.inner.offline.lock().expect("offline journal lock");
                 (journal.settle(tenant, request, actual, partial), journal.take_acks())
             };
-            let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+            let outcome = outcome.map_err(|why| self.no_room(tenant, why))?;
             self.recorded(tenant, request, acks, settle_change(&outcome)).await?;
             return Ok(outcome);
         }
@@ -118,7 +118,7 @@ impl Quotas {
             }
             (outcome, journal.take_acks())
         };
-        let outcome = outcome.map_err(|_| self.no_room(tenant))?;
+        let outcome = outcome.map_err(|why| self.no_room(tenant, why))?;
         self.recorded(tenant, request, acks, settle_change(&outcome)).await?;
         Ok(outcome)
     }

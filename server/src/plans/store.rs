@@ -146,7 +146,12 @@ async fn plan_versions(
     after: i64,
 ) -> Result<Vec<api::pools::PoolVersion>, sqlx::Error> {
     let rows = sqlx::query(
-        "select (after->>'version')::bigint as config_version, at as created_at, actor, action, after as body from audit
+        // A time chrono cannot hold (an owner wrote `infinity`) reads as the epoch, as in
+        // the audit list: the history still answers.
+        "select (after->>'version')::bigint as config_version,
+                coalesce(case when at between timestamptz '1970-01-01Z' and timestamptz '9999-12-31Z' then at end,
+                         timestamptz '1970-01-01Z') as created_at,
+                actor, action, after as body from audit
          where entity = $1 and action in ('plan.create', 'plan.update', 'plan.restore_version')
              and (after->>'version')::bigint > $2
          order by id",

@@ -54,8 +54,9 @@ pub struct Report {
     /// Tenants compared.
     pub compared: usize,
     /// Tenants skipped: their stream holds too many undrained records, Redis holds no
-    /// counters for them (not published, or lost and not restored yet), or their counters
-    /// predate the ledger (adopted: no opening balance to compare with).
+    /// counters for them (not published, or lost and not restored yet), their counters
+    /// predate the ledger (adopted: no opening balance to compare with), or ledger rows of
+    /// theirs older than a minute wait for their charge to be decided (`charge_pending`).
     pub skipped: Vec<String>,
     pub drifts: Vec<Drift>,
 }
@@ -67,6 +68,14 @@ pub async fn compensate(state: &AppState, correct: bool) -> anyhow::Result<Repor
     state.metrics.usage_drift.reset();
     for name in store::tenant_names(&state.db).await.context("listing tenants")? {
         let Ok(tenant) = TenantId::parse(&name) else { continue };
+        // Rows whose charge to the counters is not decided yet (beyond the minute a drain
+        // takes, which the in-flight allowance covers): the counters may or may not hold
+        // them, so no difference can be judged until the drain's retry decides them.
+        let settled_before = Utc::now() - chrono::Duration::seconds(IN_FLIGHT_SECONDS);
+        if store::pending_for(&state.db, &tenant, settled_before).await? {
+            report.skipped.push(name);
+            continue;
+        }
         // Counters without a generation are not this Redis's own yet (a tenant never
         // published, or lost and not restored): nothing to compare.
         let generation = state.quotas.generations(std::slice::from_ref(&tenant)).await?.remove(&tenant).flatten();

@@ -2,7 +2,9 @@
 //! fast copy and never the only record of what a tenant used.
 //!
 //! - [`drain`] (a leader job) reads the tenants' usage streams through the consumer group,
-//!   writes the records to the ledger (idempotent by tenant, request id and outcome) and
+//!   writes the records to the ledger (idempotent by tenant, request id, outcome and
+//!   reservation time: a request id used again after its done marker expired is a row of
+//!   its own, named by `reuse_of`) and
 //!   acknowledges them after the commit: a Postgres outage delays the ledger, loses nothing.
 //! - [`confirm`] (every instance) writes the settle records this process made itself when
 //!   the ledger does not hold them a while later: a Redis that restarted empty lost its
@@ -11,7 +13,7 @@
 //!   it, and not in the restore) is charged to them ([`client::quota::Quotas::apply_usage`]).
 //!   A settle row is marked `charge_pending` from its insert until that is decided, and the
 //!   drain retries marked rows first ([`retry_pending`]): no gap is left to the daily
-//!   compensation, which leaves marked rows out.
+//!   compensation, which passes over a tenant with marked rows until they are decided.
 //! - [`restore`] rebuilds a tenant's counters from the ledger before its snapshot is
 //!   published into a Redis that has none (see `lua/publish_tenant.lua`).
 //! - [`compensate`] (daily, and `tessera compensate`): Redis's counters against the ledger,
@@ -53,9 +55,13 @@ pub struct Drained {
 /// run has read 20 batches).
 #[tracing::instrument(name = "job.usage_drain", skip_all, err)]
 pub async fn drain(state: &AppState) -> anyhow::Result<Drained> {
-    let retried = retry_pending(state).await;
+    // A retry that fails leaves its rows marked (and the gauge shows them): the streams are
+    // drained all the same, so one bad row does not stop the ledger.
+    let retried = retry_pending(state).await.unwrap_or_else(|e| {
+        tracing::error!(error = format!("{e:#}"), "retrying the ledger rows whose charge was never decided failed");
+        0
+    });
     state.metrics.watch.usage_uncharged_rows.set(store::pending_count(&state.db).await.unwrap_or(-1));
-    let retried = retried?;
     let names = store::tenant_names(&state.db).await.context("listing tenants")?;
     let tenants: Vec<TenantId> = names.iter().filter_map(|n| TenantId::parse(n).ok()).collect();
     let mut done = Drained { applied: retried, ..Drained::default() };
@@ -68,7 +74,9 @@ pub async fn drain(state: &AppState) -> anyhow::Result<Drained> {
         if records.is_empty() {
             break;
         }
-        let written = store::insert(&state.db, &records, store::Source::Stream).await.context("writing the ledger")?;
+        let (written, reused) =
+            store::insert(&state.db, &records, store::Source::Stream).await.context("writing the ledger")?;
+        state.metrics.usage_reused_request_ids.inc_by(reused as u64);
         done.read += records.len();
         done.written += written.len();
         done.applied += charge_missing(state, &records, &written, false).await?;
@@ -102,7 +110,10 @@ async fn confirm_records(state: &AppState, age: Duration) -> anyhow::Result<Drai
         return Ok(Drained::default());
     }
     let written = match store::insert(&state.db, &records, store::Source::Instance).await {
-        Ok(w) => w,
+        Ok((written, reused)) => {
+            state.metrics.usage_reused_request_ids.inc_by(reused as u64);
+            written
+        }
         Err(e) => {
             state.quotas.give_back_records(records);
             return Err(e).context("writing this instance's settle records to the ledger");
@@ -140,7 +151,8 @@ async fn charge_missing(
 }
 
 /// Decides the charge of each `(record, row id, from an instance)`, clearing the marks of
-/// those decided (also when a later one fails).
+/// those decided; a row whose charge fails stays marked for [`retry_pending`] and the rest
+/// go on, unless Redis is away (the first failure is returned once the marks are cleared).
 async fn charge_decide(state: &AppState, candidates: &[(&UsageRecord, i64, bool)]) -> anyhow::Result<usize> {
     if candidates.is_empty() {
         return Ok(0);
@@ -163,8 +175,14 @@ async fn charge_decide(state: &AppState, candidates: &[(&UsageRecord, i64, bool)
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    failed = Some(anyhow::Error::new(e).context("charging a ledger row"));
-                    break;
+                    tracing::warn!(tenant = %record.tenant, request_id = record.request_id, row = id, error = %e, "charging a ledger row failed: it stays marked");
+                    // Redis away: the rest would fail the same way, each after a timeout.
+                    let away = matches!(&e, client::quota::QuotaError::Redis(r) if client::is_unreachable(r));
+                    failed.get_or_insert(anyhow::Error::new(e).context("charging a ledger row"));
+                    if away {
+                        break;
+                    }
+                    continue;
                 }
             }
         }

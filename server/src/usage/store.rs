@@ -41,13 +41,24 @@ fn at(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-/// Writes records in one transaction; a record the ledger holds already is left alone.
+/// Writes records in one transaction; a record the ledger holds already (same tenant,
+/// request id, outcome and reservation time) is left alone, and so are two settles of one
+/// request id of which one is a late settle of nothing reserved, finished within two days
+/// of each other (a retry after a Redis that lost the first one's done marker: whichever
+/// copy arrives second is the same use). A request id used again after its done marker
+/// expired is a new reservation: written as a row of its own, `reuse_of` naming the
+/// earlier row. Two such copies written at the same instant by two transactions can both
+/// pass; the compensation then shows the difference.
 /// A settle row is written marked `charge_pending` (cleared by [`charge_decided`] once its
 /// charge to the counters was decided). Returns, for each record newly written, its index
-/// in `records` and its row id.
-pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Result<Vec<(usize, i64)>, sqlx::Error> {
+/// in `records` and its row id, and how many of them reused a request id.
+pub async fn insert(
+    db: &PgPool,
+    records: &[UsageRecord],
+    source: Source,
+) -> Result<(Vec<(usize, i64)>, usize), sqlx::Error> {
     if records.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
     let mut tx = db.begin().await?;
     let mut tenants: Vec<&TenantId> = records.iter().map(|r| &r.tenant).collect();
@@ -57,16 +68,24 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
         sqlx::query("select pg_advisory_xact_lock_shared(hashtext($1))").bind(lock_key(t)).execute(&mut *tx).await?;
     }
     let mut written = Vec::new();
+    let mut reused = 0;
     for (i, r) in records.iter().enumerate() {
         let charged: Map<String, Value> = r.charged.iter().map(|p| (p.bucket.clone(), Value::from(p.tokens))).collect();
         let plans: Map<String, Value> = r.plan_periods.iter().map(|(p, n)| (p.clone(), Value::from(*n))).collect();
-        let id: Option<i64> = sqlx::query_scalar(
+        let row: Option<(i64, Option<i64>)> = sqlx::query_as(
             "insert into usage_ledger
                (tenant, request_id, outcome, late, reserved, actual, charged, plan_periods, reserved_at, at, source, model,
-                generation, charge_pending)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $3 = 'settled')
-             on conflict (tenant, request_id, outcome) do nothing
-             returning id",
+                generation, charge_pending, reuse_of)
+             select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $3 = 'settled',
+                    (select max(id) from usage_ledger
+                      where tenant = $1 and request_id = $2 and outcome = $3 and reserved_at <> $9)
+             where not ($3 = 'settled' and exists
+                          (select 1 from usage_ledger
+                            where tenant = $1 and request_id = $2 and outcome = 'settled'
+                              and ((late and reserved = 0) or ($4 and $5 = 0))
+                              and at between $10 - interval '2 days' and $10 + interval '2 days'))
+             on conflict (tenant, request_id, outcome, reserved_at) do nothing
+             returning id, reuse_of",
         )
         .bind(r.tenant.as_str())
         .bind(&r.request_id)
@@ -83,12 +102,16 @@ pub async fn insert(db: &PgPool, records: &[UsageRecord], source: Source) -> Res
         .bind(&r.generation)
         .fetch_optional(&mut *tx)
         .await?;
-        if let Some(id) = id {
+        if let Some((id, reuse_of)) = row {
+            if let Some(earlier) = reuse_of {
+                tracing::warn!(tenant = %r.tenant, request_id = r.request_id, row = id, earlier, "a request id was used again after its done marker expired: written as a row of its own");
+                reused += 1;
+            }
             written.push((i, id));
         }
     }
     tx.commit().await?;
-    Ok(written)
+    Ok((written, reused))
 }
 
 /// Clears the `charge_pending` mark of rows whose charge to the counters was decided.
@@ -140,6 +163,18 @@ pub async fn pending_charges(db: &PgPool, limit: i64) -> Result<Vec<(i64, UsageR
         out.push((r.try_get("id")?, record, r.try_get::<&str, _>("source")? == "instance"));
     }
     Ok(out)
+}
+
+/// Whether `tenant` has ledger rows recorded before `before` still marked `charge_pending`
+/// (the compensation passes over such a tenant until the retry has decided them).
+pub async fn pending_for(db: &PgPool, tenant: &TenantId, before: DateTime<Utc>) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "select exists (select 1 from usage_ledger where charge_pending and tenant = $1 and recorded_at < $2)",
+    )
+    .bind(tenant.as_str())
+    .bind(before)
+    .fetch_one(db)
+    .await
 }
 
 /// How many settle rows wait for their charge to be decided.
@@ -248,7 +283,8 @@ pub async fn report(
 
 /// The ledger's totals of one tenant for the compensation: use per grant (all time) and
 /// plan use of `period`, counting only rows finished at or before `until` and not in
-/// `exclude` (request ids still in the stream, counted there).
+/// `exclude` (request ids still in the stream, counted there: only rows of the day before
+/// `until` are theirs, an older row of the same request id is an earlier use of it).
 pub async fn totals(
     db: &PgPool,
     tenant: &TenantId,
@@ -258,7 +294,8 @@ pub async fn totals(
 ) -> Result<(u64, BTreeMap<String, u64>), sqlx::Error> {
     let plan: i64 = sqlx::query_scalar(
         "select coalesce(sum((plan_periods->>$2)::bigint), 0)::bigint from usage_ledger
-         where tenant = $1 and at <= $3 and not (request_id = any($4)) and plan_periods ? $2 and not charge_pending",
+         where tenant = $1 and at <= $3 and not (request_id = any($4) and at > $3 - interval '1 day')
+           and plan_periods ? $2",
     )
     .bind(tenant.as_str())
     .bind(period)
@@ -269,8 +306,9 @@ pub async fn totals(
     let rows = sqlx::query(
         "select c.key, sum(c.value::bigint)::bigint as used
          from usage_ledger u, jsonb_each_text(u.charged) c
-         where u.tenant = $1 and u.at <= $2 and not (u.request_id = any($3)) and c.key <> 'plan'
-           and not u.charge_pending group by c.key",
+         where u.tenant = $1 and u.at <= $2 and not (u.request_id = any($3) and u.at > $2 - interval '1 day')
+           and c.key <> 'plan'
+         group by c.key",
     )
     .bind(tenant.as_str())
     .bind(until)

@@ -654,8 +654,10 @@ async fn names_sent_from_outside_leave_no_queue_behind() {
     assert_eq!(status, 201, "{created}");
     let token = created["token"].as_str().unwrap().to_owned();
     let token = token.as_str();
-    // 400 invented tenants and 400 invented pools, 50 at a time, by a data-plane token that
-    // may use any: each is a 404, and no coalescing queue stays.
+    let pools_cached = app.state.pools.cached_pools();
+    // 400 invented tenants and 400 invented pools (drawn plainly and by a sticky key), 50 at
+    // a time, by a data-plane token that may use any: each is a 404, and no coalescing
+    // queue nor cache entry stays.
     for round in 0..8 {
         let sent = (0..50).map(|i| {
             let n = round * 50 + i;
@@ -664,15 +666,17 @@ async fn names_sent_from_outside_leave_no_queue_behind() {
                 let tenant = format!("/api/v1/tenants/nobody-{n}/quota/reserve");
                 let reserve = app.send(post.clone(), &tenant, Some(token), json!({"request_id": "r", "tokens": 1}));
                 let pool = format!("/api/v1/pools/nowhere-{n}/draw");
-                let draw = app.send(post, &pool, Some(token), Value::Null);
-                let ((reserved, body), (drawn, drew)) = futures::join!(reserve, draw);
-                assert_eq!((reserved, drawn), (404, 404), "{body} {drew}");
+                let draw = app.send(post.clone(), &pool, Some(token), Value::Null);
+                let sticky = app.send(post, &pool, Some(token), json!({"sticky_key": "customer-1"}));
+                let ((reserved, body), (drawn, drew), (stuck, kept)) = futures::join!(reserve, draw, sticky);
+                assert_eq!((reserved, drawn, stuck), (404, 404, 404), "{body} {drew} {kept}");
             }
         });
         join_all(sent).await;
     }
     assert_eq!(app.state.quotas.coalescing_queues(), 0, "no queue for a tenant that does not exist");
     assert_eq!(app.state.pools.coalescing_queues(), 0, "no queue for a pool that does not exist");
+    assert_eq!(app.state.pools.cached_pools(), pools_cached, "no cache entry for a pool that does not exist");
     // A real pool and tenant still share calls, and their queues go once idle.
     let draws = (0..20).map(|_| app.send(post.clone(), "/api/v1/pools/cn-pay/draw", Some(token), Value::Null));
     assert!(join_all(draws).await.iter().all(|(status, _)| *status == 200));

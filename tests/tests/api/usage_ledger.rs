@@ -362,10 +362,20 @@ async fn a_ledger_row_whose_charge_was_never_decided_is_retried_until_charged_on
         model: None,
         entry: None,
     };
-    let written =
+    let (written, _) =
         server::usage::store::insert(&app.state.db, &[record], server::usage::store::Source::Instance).await.unwrap();
     assert_eq!(written.len(), 1);
     assert_eq!((pending().await, plan_used(&app).await), (1, 420), "in the ledger, not in the counters");
+    // A row marked for longer than a drain takes (a failure, a crash): meanwhile the
+    // compensation passes over the tenant, since the counters may or may not hold the row,
+    // so no difference is judged (nor corrected).
+    sqlx::query("update usage_ledger set recorded_at = now() - interval '2 minutes' where charge_pending")
+        .execute(&app.state.db)
+        .await
+        .unwrap();
+    let report = server::usage::compensate::compensate(&app.state, true).await.unwrap();
+    assert!(report.skipped.contains(&"acme".to_owned()) && report.drifts.is_empty(), "{report:?}");
+    assert_eq!(plan_used(&app).await, 420);
 
     // The next drain decides it: charged once, the mark cleared; the next one changes nothing.
     let drained = server::jobs::usage_drain::run_once(&app.state).await.unwrap();
@@ -376,4 +386,44 @@ async fn a_ledger_row_whose_charge_was_never_decided_is_retried_until_charged_on
     let metrics =
         app.request(reqwest::Method::GET, "/metrics").bearer_auth(TOKEN).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("tessera_usage_uncharged_rows 0"), "the gauge says none wait");
+}
+
+#[tokio::test]
+async fn a_request_id_used_again_after_its_done_marker_expired_is_a_named_row_of_its_own() {
+    let app = app().await;
+    acme(&app).await;
+    reserve(&app, "r-1", 500).await;
+    settle(&app, "r-1", 420).await;
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    // The done marker expires with the tenant's retention: the request id is new to Redis,
+    // and a caller that uses it again makes a new reservation, charged by the counters.
+    let marker = format!("{}r-1", app.state.keys.quota_done("acme"));
+    let mut conn = app.state.redis.connection().await.unwrap();
+    let removed: i64 = redis::cmd("DEL").arg(&marker).query_async(&mut conn).await.unwrap();
+    assert_eq!(removed, 1, "the marker was there");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    reserve(&app, "r-1", 100).await;
+    settle(&app, "r-1", 80).await;
+    assert_eq!(plan_used(&app).await, 500);
+
+    // The ledger holds the second use as a row of its own, named as a reuse of the first.
+    let drained = server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    assert_eq!(drained.written, 1, "the second use is not dropped");
+    let rows: Vec<(i64, Option<i64>, Option<i64>)> =
+        sqlx::query_as("select id, reuse_of, actual from usage_ledger where request_id = 'r-1' order by id")
+            .fetch_all(&app.state.db)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!((rows[0].1, rows[0].2), (None, Some(420)));
+    assert_eq!((rows[1].1, rows[1].2), (Some(rows[0].0), Some(80)));
+    // The instance's own copies of both settles are the same rows: nothing written twice.
+    let confirmed = server::usage::confirm(&app.state, Duration::ZERO).await.unwrap();
+    assert_eq!(confirmed.written, 0, "{confirmed:?}");
+    let metrics =
+        app.request(reqwest::Method::GET, "/metrics").bearer_auth(TOKEN).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("tessera_usage_reused_request_ids_total 1"), "the reuse is counted");
+    // The counters and the ledger agree: both hold both uses.
+    let report = server::usage::compensate::compensate(&app.state, false).await.unwrap();
+    assert_eq!((report.compared, report.drifts.len()), (1, 0), "{report:?}");
 }

@@ -41,7 +41,7 @@ pub async fn insert(db: &PgPool, ops: &[WaitingOp], journal: &str) -> Result<u64
         "insert into quota_dead_letter (tenant, request_id, operation, tokens, actual, closed, journal)
          select t, r, o, n, a, c, $7 from unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[])
            as x(t, r, o, n, a, c)
-         on conflict (tenant, request_id, operation) do nothing",
+         on conflict (journal, tenant, request_id, operation) do nothing",
     )
     .bind(column(|o| Some(o.tenant.to_string())))
     .bind(column(|o| Some(o.request_id.to_string())))
