@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-pub use crate::nodes::{Node, RedisConnection};
+pub use crate::nodes::{must_reconnect, Node, RedisConnection, Watched};
 
 /// How long Redis operations may take before the caller gets an error (and may fall back).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,59 @@ pub enum RedisTarget {
         /// One plain client per seed node, for the cluster-wide pub/sub channel.
         seeds: Vec<redis::Client>,
     },
+    /// The primary that Redis Sentinel names for a master, asked again whenever the
+    /// connection finds its server cannot serve as the primary, or the sentinels name
+    /// another one (a failover).
+    Sentinel(std::sync::Arc<SentinelTarget>),
+}
+
+/// The sentinels, the master they watch, and how to reach the data nodes.
+pub struct SentinelTarget {
+    sentinels: Vec<redis::Client>,
+    master: String,
+    /// The data nodes' user, password and database (the address is the primary's).
+    data: redis::ConnectionInfo,
+}
+
+/// How often a connection through Sentinel asks whether the primary moved.
+pub const SENTINEL_POLL: Duration = Duration::from_millis(500);
+
+impl SentinelTarget {
+    /// The primary's address as the first sentinel that answers names it (each asked within
+    /// the timeouts, in turn: one that hangs costs its timeout, not the lookup).
+    pub async fn primary(&self, timeouts: RedisTimeouts) -> redis::RedisResult<(String, u16)> {
+        let mut why = Vec::new();
+        for sentinel in &self.sentinels {
+            let asked = async {
+                let mut conn = sentinel.get_multiplexed_async_connection().await?;
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.master)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+            };
+            match tokio::time::timeout(timeouts.connect + timeouts.response, asked).await {
+                Ok(Ok(Some(address))) => return Ok(address),
+                Ok(Ok(None)) => {
+                    why.push(format!("{}: no master {:?}", sentinel.get_connection_info().addr, self.master))
+                }
+                Ok(Err(e)) => why.push(format!("{}: {e}", sentinel.get_connection_info().addr)),
+                Err(_) => why.push(format!("{}: no answer in time", sentinel.get_connection_info().addr)),
+            }
+        }
+        // Unreachable for the callers: the fallbacks apply until a sentinel names one.
+        Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!("no sentinel named the primary of {:?}: {}", self.master, why.join("; ")),
+        )))
+    }
+
+    /// A client for the data node at `address`.
+    fn client_at(&self, (host, port): (String, u16)) -> redis::RedisResult<redis::Client> {
+        let mut info = self.data.clone();
+        info.addr = redis::ConnectionAddr::Tcp(host, port);
+        redis::Client::open(info)
+    }
 }
 
 impl RedisTarget {
@@ -67,6 +120,28 @@ impl RedisTarget {
         Ok(Self::Cluster { client, seeds })
     }
 
+    /// The primary of `master` as the sentinels at `sentinels` (`redis://host:port` each; at
+    /// least one) name it, reached with the user, password and database of `data` (a Redis
+    /// URL whose address is not used).
+    pub fn sentinel(sentinels: &[String], master: &str, data: &str) -> redis::RedisResult<Self> {
+        if sentinels.is_empty() {
+            return Err(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no sentinel nodes")));
+        }
+        let sentinels = sentinels.iter().map(|n| redis::Client::open(n.as_str())).collect::<Result<Vec<_>, _>>()?;
+        let data = redis::IntoConnectionInfo::into_connection_info(data)?;
+        Ok(Self::Sentinel(std::sync::Arc::new(SentinelTarget { sentinels, master: master.to_owned(), data })))
+    }
+
+    /// A client for the server that serves as the primary now: the one server, a seed of the
+    /// cluster (`attempt` picks the next one after a failed one), or what Sentinel names.
+    async fn primary_client(&self, attempt: usize, timeouts: RedisTimeouts) -> redis::RedisResult<redis::Client> {
+        match self {
+            Self::Single(client) => Ok(client.clone()),
+            Self::Cluster { seeds, .. } => Ok(seeds[attempt % seeds.len()].clone()),
+            Self::Sentinel(target) => target.client_at(target.primary(timeouts).await?),
+        }
+    }
+
     /// True for a cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster { .. })
@@ -76,7 +151,9 @@ impl RedisTarget {
 /// A Redis connection opened on first use and shared by clones. A service can start (and
 /// report Redis down, or fall back) while Redis is unreachable, and connects as soon as it
 /// answers; once open, the connection reconnects by itself after restarts (and on a cluster
-/// follows the slot map as slots move).
+/// follows the slot map as slots move). A server that answers `READONLY`, `MASTERDOWN` or
+/// `LOADING` (through Sentinel, also one that cannot be reached) is dropped, and the next
+/// call connects again: through Sentinel, to the primary it names after a failover.
 #[derive(Clone)]
 pub struct RedisHandle {
     target: RedisTarget,
@@ -113,12 +190,10 @@ impl RedisHandle {
 
     /// A client for a pub/sub connection of its own. On a cluster, classic pub/sub is
     /// cluster-wide: a message published on any node reaches subscribers on every node, so
-    /// any seed will do; `attempt` picks the next seed after a failed one.
-    pub fn pubsub_client(&self, attempt: usize) -> &redis::Client {
-        match &self.target {
-            RedisTarget::Single(client) => client,
-            RedisTarget::Cluster { seeds, .. } => &seeds[attempt % seeds.len()],
-        }
+    /// any seed will do; `attempt` picks the next seed after a failed one. Through Sentinel,
+    /// the primary it names now.
+    pub async fn pubsub_client(&self, attempt: usize) -> redis::RedisResult<redis::Client> {
+        self.target.primary_client(attempt, self.timeouts).await
     }
 
     /// The shared connection, opening it when there is none yet.
@@ -128,7 +203,12 @@ impl RedisHandle {
         }
         let mut guard = self.manager.lock().await;
         if let Some(manager) = guard.as_ref() {
-            return Ok(manager.clone());
+            if !manager.is_stale() {
+                return Ok(manager.clone());
+            }
+            // The server said it cannot serve as the primary (or, through Sentinel, could not
+            // be reached): a new connection, to the primary named now.
+            *guard = None;
         }
         // Callers that queued behind a connect that just failed fail at once too, instead
         // of each trying (and waiting) in turn.
@@ -136,10 +216,33 @@ impl RedisHandle {
             return Err(Breaker::skipped_error());
         }
         let connecting = {
-            let (target, timeouts) = (self.target.clone(), self.timeouts);
+            let (target, timeouts, slot) =
+                (self.target.clone(), self.timeouts, std::sync::Arc::downgrade(&self.manager));
             async move {
                 let mut conn = match &target {
-                    RedisTarget::Single(client) => RedisConnection::Single(connect(client, timeouts).await?),
+                    RedisTarget::Single(client) => {
+                        RedisConnection::Single(Watched::new(connect(client, timeouts).await?, false))
+                    }
+                    RedisTarget::Sentinel(sentinel) => {
+                        let address = sentinel.primary(timeouts).await?;
+                        let mut manager = connect(&sentinel.client_at(address.clone())?, timeouts).await?;
+                        // Named moments ago, it may be a replica by now (a failover under way).
+                        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut manager).await?;
+                        let primary = match role.first() {
+                            Some(redis::Value::BulkString(r)) => r.as_slice() == b"master",
+                            Some(redis::Value::SimpleString(r)) => r == "master",
+                            _ => false,
+                        };
+                        if !primary {
+                            return Err(redis::RedisError::from(std::io::Error::new(
+                                std::io::ErrorKind::NotConnected,
+                                format!("{}:{} is no primary (any more)", address.0, address.1),
+                            )));
+                        }
+                        let watched = Watched::new(manager, true);
+                        tokio::spawn(watch_primary(sentinel.clone(), address, watched.clone(), timeouts, slot));
+                        RedisConnection::Single(watched)
+                    }
                     RedisTarget::Cluster { client, .. } => {
                         let conn = tokio::time::timeout(timeouts.connect * 2, client.get_async_connection())
                             .await
@@ -172,6 +275,32 @@ impl RedisHandle {
             Err(e) => {
                 self.failed.trip();
                 Err(e)
+            }
+        }
+    }
+}
+
+/// Asks the sentinels every [`SENTINEL_POLL`] which server is the primary; when they name
+/// another than `address` (a failover, which leaves the old primary writable for a while),
+/// marks `connection` stale so the next call connects to the new one. Ends then, or when
+/// the connection is stale anyway, or its handle is gone.
+async fn watch_primary(
+    target: std::sync::Arc<SentinelTarget>,
+    address: (String, u16),
+    connection: Watched,
+    timeouts: RedisTimeouts,
+    handle: std::sync::Weak<tokio::sync::Mutex<Option<RedisConnection>>>,
+) {
+    loop {
+        tokio::time::sleep(SENTINEL_POLL).await;
+        if connection.is_stale() || handle.strong_count() == 0 {
+            return;
+        }
+        if let Ok(now) = target.primary(timeouts).await {
+            if now != address {
+                tracing::warn!(from = %format!("{}:{}", address.0, address.1), to = %format!("{}:{}", now.0, now.1), "the sentinels name a new redis primary: connecting to it");
+                connection.mark_stale();
+                return;
             }
         }
     }
@@ -268,6 +397,21 @@ mod tests {
 
         assert!(is_unreachable(&refused));
         assert!(is_unreachable(&Breaker::skipped_error()));
+    }
+
+    #[test]
+    fn a_server_that_cannot_serve_as_the_primary_is_connected_again_and_through_sentinel_one_away_too() {
+        for kind in [ErrorKind::ReadOnly, ErrorKind::MasterDown, ErrorKind::BusyLoadingError] {
+            assert!(must_reconnect(&reply(kind), false), "{kind:?}");
+        }
+        let refused = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+        // One URL: the connection reconnects to it by itself; through Sentinel, the primary
+        // may have moved.
+        assert!(!must_reconnect(&refused, false));
+        assert!(must_reconnect(&refused, true));
+        for kind in [ErrorKind::ResponseError, ErrorKind::NoScriptError, ErrorKind::TryAgain] {
+            assert!(!must_reconnect(&reply(kind), true), "{kind:?}");
+        }
     }
 
     #[test]

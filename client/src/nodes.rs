@@ -4,6 +4,9 @@
 //! TRYAGAIN during a slot move is retried); the few operations that touch many entities
 //! ([`RedisConnection::send_each`], [`RedisConnection::keys_matching`]) say how they spread.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -16,8 +19,9 @@ pub const SEND_EACH_IN_FLIGHT: usize = 64;
 /// cluster connection that follows the slot map. Clones share the connection.
 #[derive(Clone)]
 pub enum RedisConnection {
-    /// One server, through a [`ConnectionManager`].
-    Single(ConnectionManager),
+    /// One server (given by its URL, or the primary Sentinel names), through a
+    /// [`ConnectionManager`] that notes when the server can no longer serve as the primary.
+    Single(Watched),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
 }
@@ -50,6 +54,93 @@ impl ConnectionLike for RedisConnection {
     }
 }
 
+/// One server's connection, which notes a reply that says the server cannot serve as the
+/// primary any more: `READONLY` (the old primary, a replica after a failover),
+/// `MASTERDOWN`, `LOADING`; through Sentinel, also any failure to reach it (the primary may
+/// have moved). The handle then drops it and connects again, through Sentinel to the
+/// primary it names now: a [`ConnectionManager`] alone would reconnect to the same address
+/// for ever.
+#[derive(Clone)]
+pub struct Watched {
+    manager: ConnectionManager,
+    stale: Arc<AtomicBool>,
+    /// Through Sentinel: a server that cannot be reached may have been replaced.
+    follow: bool,
+}
+
+impl Watched {
+    /// `manager`, watched; `follow`: the server was named by Sentinel.
+    pub fn new(manager: ConnectionManager, follow: bool) -> Self {
+        Self { manager, stale: Arc::new(AtomicBool::new(false)), follow }
+    }
+
+    /// True once a reply said the server cannot serve as the primary now.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    /// Marks the connection to be made again (the sentinels name another primary).
+    pub fn mark_stale(&self) {
+        self.stale.store(true, Ordering::Relaxed);
+    }
+
+    fn note(stale: &AtomicBool, follow: bool, error: &redis::RedisError) {
+        if must_reconnect(error, follow) && !stale.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %error, "this redis server cannot serve as the primary now: connecting again");
+        }
+    }
+}
+
+/// Whether `error` says the server behind a connection cannot serve writes any more, so the
+/// connection must be made again (through Sentinel, `follow`: also a failure to reach it).
+pub fn must_reconnect(error: &redis::RedisError, follow: bool) -> bool {
+    use redis::ErrorKind::{BusyLoadingError, MasterDown, ReadOnly};
+    matches!(error.kind(), ReadOnly | MasterDown | BusyLoadingError)
+        || (follow
+            && (error.is_io_error()
+                || error.is_timeout()
+                || error.is_connection_dropped()
+                || error.is_connection_refusal()))
+}
+
+impl ConnectionLike for Watched {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let result = self.manager.req_packed_command(cmd).await;
+            if let Err(e) = &result {
+                Self::note(&self.stale, self.follow, e);
+            }
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let result = self.manager.req_packed_commands(cmd, offset, count).await;
+            match &result {
+                Err(e) => Self::note(&self.stale, self.follow, e),
+                Ok(replies) => {
+                    for reply in replies {
+                        if let Value::ServerError(e) = reply {
+                            Self::note(&self.stale, self.follow, &redis::RedisError::from(e.clone()));
+                        }
+                    }
+                }
+            }
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.manager.get_db()
+    }
+}
+
 /// A primary of a cluster (or the one server): host and port as the cluster announces them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Node {
@@ -64,6 +155,15 @@ impl std::fmt::Display for Node {
 }
 
 impl RedisConnection {
+    /// True when the connection must be made again (see [`Watched`]); a cluster connection
+    /// follows failovers by itself (MOVED, and the slot map it reads again).
+    pub fn is_stale(&self) -> bool {
+        match self {
+            Self::Single(c) => c.is_stale(),
+            Self::Cluster(_) => false,
+        }
+    }
+
     /// True on a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))

@@ -60,6 +60,11 @@ pub struct Settings {
     /// comma-separated list). When any is given, Tessera runs on that cluster and
     /// `redis_url` is not used. URLs, may hold a password: kept secret.
     pub redis_cluster_nodes: Vec<SecretString>,
+    /// Redis Sentinel (`redis.sentinel`: `master` and `nodes`; `TESSERA_REDIS_SENTINEL_MASTER`
+    /// and `TESSERA_REDIS_SENTINELS`, comma-separated): the data plane's Redis is the primary
+    /// the sentinels name for the master, followed across failovers, with `redis_url`'s
+    /// user, password and database. Not with a cluster.
+    pub redis_sentinel: Option<SentinelSettings>,
     /// Every Redis key starts with `<prefix>:` (`TESSERA_REDIS_PREFIX`).
     pub redis_prefix: KeyPrefix,
     /// Where HTTP listens (`TESSERA_BIND`).
@@ -252,7 +257,57 @@ struct FileDatabase {
 struct FileRedis {
     url: Option<String>,
     cluster_nodes: Option<Vec<String>>,
+    sentinel: Option<FileSentinel>,
     prefix: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSentinel {
+    master: Option<String>,
+    nodes: Option<Vec<String>>,
+}
+
+/// Where Redis Sentinel is, and the name of the master it watches.
+#[derive(Debug, Clone)]
+pub struct SentinelSettings {
+    /// The master's name in the sentinels' configuration (`sentinel monitor <name> …`).
+    pub master: String,
+    /// The sentinels (`redis://host:port`; at least one, at most 16). URLs, may hold the
+    /// sentinels' password: kept secret. The primary they name is reached with the user,
+    /// password and database of `redis_url` (its address is not used).
+    pub nodes: Vec<SecretString>,
+}
+
+/// `redis.sentinel` from the environment, else the file: both fields or neither.
+fn sentinel_settings(
+    file: Option<FileSentinel>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<SentinelSettings>> {
+    const MASTER: &str = "redis.sentinel.master (TESSERA_REDIS_SENTINEL_MASTER)";
+    const NODES: &str = "redis.sentinel.nodes (TESSERA_REDIS_SENTINELS)";
+    let file = file.unwrap_or_default();
+    let master = env("TESSERA_REDIS_SENTINEL_MASTER").filter(|v| !v.trim().is_empty()).or(file.master);
+    let nodes: Vec<String> = match env("TESSERA_REDIS_SENTINELS").filter(|v| !v.trim().is_empty()) {
+        Some(raw) => raw.split(',').map(|n| n.trim().to_owned()).collect(),
+        None => file.nodes.unwrap_or_default(),
+    };
+    let master = match (master, nodes.is_empty()) {
+        (None, true) => return Ok(None),
+        (None, false) => anyhow::bail!("{MASTER}: required with {NODES}"),
+        (Some(_), true) => anyhow::bail!("{NODES}: required with {MASTER} (at least one sentinel)"),
+        (Some(master), false) => master,
+    };
+    anyhow::ensure!(
+        (1..=128).contains(&master.len())
+            && master.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+        "{MASTER}: must be 1 to 128 letters, digits, '.', '_' or '-', got {master:?}"
+    );
+    anyhow::ensure!(nodes.len() <= 16, "{NODES}: at most 16 sentinels, got {}", nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        check_url(&format!("{NODES}[{i}]"), node, &["redis"])?;
+    }
+    Ok(Some(SentinelSettings { master, nodes: nodes.into_iter().map(SecretString::from).collect() }))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -331,6 +386,11 @@ impl Settings {
         for (i, node) in redis_cluster_nodes.iter().enumerate() {
             check_url(&format!("{CLUSTER_NODES}[{i}]"), node, &["redis", "rediss"])?;
         }
+        let redis_sentinel = sentinel_settings(file.redis.sentinel, &env)?;
+        anyhow::ensure!(
+            redis_sentinel.is_none() || redis_cluster_nodes.is_empty(),
+            "redis.sentinel (TESSERA_REDIS_SENTINELS) and {CLUSTER_NODES}: configure one of them, not both"
+        );
         let prefix = pick("TESSERA_REDIS_PREFIX", file.redis.prefix, defaults::REDIS_PREFIX);
         let redis_prefix =
             KeyPrefix::parse(&prefix).map_err(|e| anyhow::anyhow!("redis.prefix (TESSERA_REDIS_PREFIX): {e}"))?;
@@ -406,6 +466,7 @@ impl Settings {
             audit_key,
             redis_url: SecretString::from(redis_url),
             redis_cluster_nodes: redis_cluster_nodes.into_iter().map(SecretString::from).collect(),
+            redis_sentinel,
             redis_prefix,
             bind,
             workers,
@@ -444,9 +505,14 @@ impl Settings {
         Ok(path.to_owned())
     }
 
-    /// The Redis the data plane uses: the cluster when seed nodes are configured, else the
-    /// one server of `redis_url`.
+    /// The Redis the data plane uses: the cluster when seed nodes are configured, the
+    /// primary Sentinel names when sentinels are, else the one server of `redis_url`.
     pub fn redis_target(&self, timeouts: client::RedisTimeouts) -> anyhow::Result<client::RedisTarget> {
+        if let Some(sentinel) = &self.redis_sentinel {
+            let nodes: Vec<String> = sentinel.nodes.iter().map(|n| n.expose_secret().to_owned()).collect();
+            return client::RedisTarget::sentinel(&nodes, &sentinel.master, self.redis_url.expose_secret())
+                .context("redis.sentinel.nodes (TESSERA_REDIS_SENTINELS): not valid Redis URLs");
+        }
         if self.redis_cluster_nodes.is_empty() {
             let client = redis::Client::open(self.redis_url.expose_secret())
                 .context("redis.url (REDIS_URL): not a valid Redis URL")?;
@@ -459,7 +525,10 @@ impl Settings {
 
     /// A description safe to log: hosts and names, never passwords.
     pub fn redacted_summary(&self) -> String {
-        let redis = if self.redis_cluster_nodes.is_empty() {
+        let redis = if let Some(sentinel) = &self.redis_sentinel {
+            let nodes: Vec<String> = sentinel.nodes.iter().map(|n| redact(n.expose_secret())).collect();
+            format!("sentinel({} at {})", sentinel.master, nodes.join(","))
+        } else if self.redis_cluster_nodes.is_empty() {
             redact(self.redis_url.expose_secret())
         } else {
             let nodes: Vec<String> = self.redis_cluster_nodes.iter().map(|n| redact(n.expose_secret())).collect();
@@ -613,6 +682,36 @@ mod tests {
         let env = |name: &str| (name == "TESSERA_TICKET_LEASE_MAX").then(|| "5000".to_owned());
         let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
         assert!(err.contains("leases.tickets_max (TESSERA_TICKET_LEASE_MAX)") && err.contains("0 to 4096"), "{err}");
+    }
+
+    #[test]
+    fn a_sentinel_is_read_from_the_file_or_the_environment_and_refused_by_name() {
+        let toml = "[redis.sentinel]\nmaster = \"payments\"\nnodes = [\"redis://127.0.0.1:26379\"]\n";
+        let s = Settings::from_toml_and_env(toml, no_env).unwrap();
+        let sentinel = s.redis_sentinel.as_ref().expect("sentinel on");
+        assert_eq!((sentinel.master.as_str(), sentinel.nodes.len()), ("payments", 1));
+        assert!(
+            s.redacted_summary().contains("sentinel(payments at redis://127.0.0.1:26379"),
+            "{}",
+            s.redacted_summary()
+        );
+        assert!(Settings::from_toml_and_env("", no_env).unwrap().redis_sentinel.is_none(), "off by default");
+        let refused = |env: &'static [(&'static str, &'static str)], toml: &str| {
+            let env = |name: &str| env.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned());
+            Settings::from_toml_and_env(toml, env).unwrap_err().to_string()
+        };
+        let err = refused(&[("TESSERA_REDIS_SENTINELS", "redis://a:1")], "");
+        assert!(err.contains("redis.sentinel.master (TESSERA_REDIS_SENTINEL_MASTER): required"), "{err}");
+        let err = refused(&[("TESSERA_REDIS_SENTINEL_MASTER", "m")], "");
+        assert!(err.contains("redis.sentinel.nodes (TESSERA_REDIS_SENTINELS): required"), "{err}");
+        let err =
+            refused(&[("TESSERA_REDIS_SENTINEL_MASTER", "m"), ("TESSERA_REDIS_SENTINELS", "redis://a:1,http://b")], "");
+        assert!(err.contains("redis.sentinel.nodes (TESSERA_REDIS_SENTINELS)[1]"), "{err}");
+        let err = refused(&[("TESSERA_REDIS_SENTINEL_MASTER", "a b"), ("TESSERA_REDIS_SENTINELS", "redis://a:1")], "");
+        assert!(err.contains("redis.sentinel.master (TESSERA_REDIS_SENTINEL_MASTER): must be"), "{err}");
+        let both = "[redis]\ncluster_nodes = [\"redis://127.0.0.1:7000\"]\n";
+        let err = refused(&[("TESSERA_REDIS_SENTINEL_MASTER", "m"), ("TESSERA_REDIS_SENTINELS", "redis://a:1")], both);
+        assert!(err.contains("not both"), "{err}");
     }
 
     #[test]

@@ -299,6 +299,7 @@ async fn cleanup(settings: Settings, admin_url: String, db_name: String) {
 pub fn use_redis(settings: &mut Settings, url: &str) {
     settings.redis_url = SecretString::from(url.to_owned());
     settings.redis_cluster_nodes.clear();
+    settings.redis_sentinel = None;
 }
 
 /// The same server as `settings.database_url`, database `postgres` (for creating and

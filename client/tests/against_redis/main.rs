@@ -2,6 +2,7 @@
 //! test binary, one module per area, so a failure is named `<area>::<test>`.
 
 mod cluster;
+mod failover;
 mod health;
 mod pool;
 mod quota;

@@ -291,3 +291,136 @@ fn free_ports() -> Vec<u16> {
     }
     panic!("no three free loopback ports for a cluster");
 }
+
+/// A primary, its replica and one Sentinel watching them (master name `tessera`, quorum 1,
+/// a primary down after 1 s), on loopback ports of a test's own, no persistence: for tests
+/// that fail the primary over. Child processes, killed (and their folder removed) on drop.
+pub struct OwnSentinel {
+    /// The two data servers (the primary at start first) and the sentinel.
+    pub data_ports: [u16; 2],
+    pub sentinel_port: u16,
+    dir: std::path::PathBuf,
+    /// By port: the data servers and the sentinel.
+    children: Vec<(u16, std::process::Child)>,
+}
+
+/// The master name [`OwnSentinel`] watches.
+pub const SENTINEL_MASTER: &str = "tessera";
+
+impl OwnSentinel {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "tessera-sentinel-{:016x}",
+            RandomState::new().hash_one((SystemTime::now(), std::process::id()))
+        ));
+        std::fs::create_dir_all(&dir).expect("a folder for the sentinel");
+        let ports = free_ports();
+        let mut own = Self { data_ports: [ports[0], ports[1]], sentinel_port: ports[2], dir, children: Vec::new() };
+        let [primary, replica] = own.data_ports;
+        own.spawn_data(primary, None);
+        own.spawn_data(replica, Some(primary));
+        own.wait_for(replica, "to replicate", |c| {
+            redis::cmd("INFO").arg("replication").query::<String>(c).is_ok_and(|i| i.contains("master_link_status:up"))
+        });
+        let config = own.dir.join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile sentinel.log\n\
+                 sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {primary} 1\n\
+                 sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
+                 sentinel failover-timeout {SENTINEL_MASTER} 10000\n\
+                 sentinel parallel-syncs {SENTINEL_MASTER} 1\n",
+                port = own.sentinel_port,
+                dir = own.dir.display()
+            ),
+        )
+        .expect("the sentinel's configuration");
+        let child = std::process::Command::new("redis-server")
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        own.children.push((own.sentinel_port, child));
+        let sentinel = own.sentinel_port;
+        own.wait_for(sentinel, "to know the replica", |c| {
+            redis::cmd("SENTINEL")
+                .arg("REPLICAS")
+                .arg(SENTINEL_MASTER)
+                .query::<Vec<std::collections::HashMap<String, String>>>(c)
+                .is_ok_and(|r| r.iter().any(|r| r.get("flags").is_some_and(|f| f == "slave")))
+        });
+        own
+    }
+
+    fn spawn_data(&mut self, port: u16, replica_of: Option<u16>) {
+        let mut command = std::process::Command::new("redis-server");
+        command
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--logfile", &format!("redis-{port}.log")])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null());
+        if let Some(primary) = replica_of {
+            command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+        }
+        self.children.push((port, command.spawn().expect("redis-server on PATH")));
+    }
+
+    /// The sentinel's URL.
+    pub fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel_port)
+    }
+
+    /// A plain connection to the server on `port`.
+    pub fn node(&self, port: u16) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().expect("a redis server")
+    }
+
+    /// The primary's port as the sentinel names it now.
+    pub fn primary_port(&self) -> u16 {
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(SENTINEL_MASTER)
+            .query(&mut self.node(self.sentinel_port))
+            .expect("the sentinel names the primary");
+        port
+    }
+
+    /// Kills the server on `port` (SIGKILL: nothing is written or handed over).
+    pub fn kill(&mut self, port: u16) {
+        if let Some((_, child)) = self.children.iter_mut().find(|(p, _)| *p == port) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn wait_for(&mut self, port: u16, what: &str, ready: impl Fn(&mut redis::Connection) -> bool) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(30) {
+            for (p, child) in &mut self.children {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("the redis process on port {p} exited ({status}): see {}", self.dir.display());
+                }
+            }
+            if let Ok(mut conn) = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection() {
+                if ready(&mut conn) {
+                    return;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("the redis process on port {port} did not come {what} within 30 s: see {}", self.dir.display());
+    }
+}
+
+impl Drop for OwnSentinel {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -100,7 +100,11 @@ pub async fn listen(state: AppState, leadership: Option<Arc<Leadership>>, mut st
             }
             continue;
         }
-        let mut pubsub = match state.redis.pubsub_client(attempt).get_async_pubsub().await {
+        let subscribed = match state.redis.pubsub_client(attempt).await {
+            Ok(client) => client.get_async_pubsub().await,
+            Err(e) => Err(e),
+        };
+        let mut pubsub = match subscribed {
             Ok(pubsub) => pubsub,
             Err(e) => {
                 attempt += 1;
