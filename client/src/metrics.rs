@@ -8,6 +8,9 @@ pub struct QuotaMetrics {
     /// Reservations by outcome (`admitted`|`refused`), dimension (`none` when admitted)
     /// and source (`redis`|`fallback`).
     pub reserves: IntCounterVec,
+    /// Refused reservations by tenant, dimension and source: which tenant hits which limit
+    /// (tenants the store knows only: a name sent from outside is refused before).
+    pub refusals: IntCounterVec,
     /// Reserved minus actual tokens of each settle (negative: an overdraft).
     pub settle_delta: Histogram,
     /// Actual over reserved tokens of each settle (1: the estimate was exact; above 1: an
@@ -27,6 +30,10 @@ impl QuotaMetrics {
         let reserves = IntCounterVec::new(
             Opts::new("tessera_quota_reserves_total", "Quota reservations by outcome, dimension and source"),
             &["outcome", "dimension", "source"],
+        )?;
+        let refusals = IntCounterVec::new(
+            Opts::new("tessera_quota_refusals_total", "Refused quota reservations by tenant, dimension and source"),
+            &["tenant", "dimension", "source"],
         )?;
         let mut buckets = vec![];
         for b in [1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0] {
@@ -57,6 +64,7 @@ impl QuotaMetrics {
             "Quota operations made while Redis was away, not yet charged to Redis",
         )?;
         registry.register(Box::new(reserves.clone()))?;
+        registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(settle_delta.clone()))?;
         registry.register(Box::new(settle_ratio.clone()))?;
         registry.register(Box::new(script_seconds.clone()))?;
@@ -69,7 +77,7 @@ impl QuotaMetrics {
         {
             fallback.with_label_values(&[policy, event]);
         }
-        Ok(Self { reserves, settle_delta, settle_ratio, script_seconds, fallback, offline_pending })
+        Ok(Self { reserves, refusals, settle_delta, settle_ratio, script_seconds, fallback, offline_pending })
     }
 }
 
@@ -91,6 +99,10 @@ pub struct PoolMetrics {
     pub leased_draws: IntCounterVec,
     /// Script round-trip latency by script (the quota metrics' histogram).
     pub script_seconds: HistogramVec,
+    /// Draws answered with an error, by pool and reason: `exhausted` (no drawable ticket:
+    /// every member capped or ejected, or the lists empty) or `unavailable` (Redis away and
+    /// no local or static fallback). A name the client never saw counts as `(unknown)`.
+    pub refused: IntCounterVec,
 }
 
 impl PoolMetrics {
@@ -112,6 +124,11 @@ impl PoolMetrics {
             Opts::new("tessera_pool_list_length", "Tickets left in the pool's list after the last draw"),
             &["pool"],
         )?;
+        let refused = IntCounterVec::new(
+            Opts::new("tessera_pool_refused_draws_total", "Draws answered with an error, by pool and reason"),
+            &["pool", "reason"],
+        )?;
+        registry.register(Box::new(refused.clone()))?;
         registry.register(Box::new(draws.clone()))?;
         registry.register(Box::new(skips.clone()))?;
         registry.register(Box::new(empty.clone()))?;
@@ -126,7 +143,7 @@ impl PoolMetrics {
         registry.register(Box::new(list_length.clone()))?;
         registry.register(Box::new(tickets_leased.clone()))?;
         registry.register(Box::new(leased_draws.clone()))?;
-        Ok(Self { draws, skips, empty, list_length, tickets_leased, leased_draws, script_seconds })
+        Ok(Self { draws, skips, empty, list_length, tickets_leased, leased_draws, script_seconds, refused })
     }
 }
 

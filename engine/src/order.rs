@@ -88,6 +88,33 @@ impl TailRun {
     }
 }
 
+/// The longest run of one member a pool's draws should show, when its largest member holds
+/// `max_share` of the weight (0..1) and batches are `batch` tickets; `None` when one member
+/// holds it all (every draw is that member) or the inputs say nothing.
+///
+/// - `smooth`: any window of `W` tickets holds each member's share within `2 + W/batch`
+///   (the property tested below), so a run of `L` satisfies `L·(1 − p − 1/batch) < 2`.
+/// - `shuffle`: runs are random; the bound is the length a batch shows with a chance under
+///   1 in 1,000 (`batch · pᴸ < 0.001`, with `p` the share plus `1/batch`).
+///
+/// What the live gauge `tessera_pool_run_bound` reports, and `TesseraPoolLongRuns` compares
+/// the longest run against. Caps and ejections change the shares: a capped member's
+/// tickets skipped leave the others' back to back, which the alert is meant to show.
+pub fn run_bound(max_share: f64, ordering: Ordering, batch: u64) -> Option<u64> {
+    if !(max_share > 0.0 && max_share < 1.0) || batch == 0 {
+        return None;
+    }
+    let p = max_share + 1.0 / batch as f64;
+    if p >= 1.0 {
+        return None;
+    }
+    let bound = match ordering {
+        Ordering::Smooth => (2.0 / (1.0 - p)).ceil() - 1.0,
+        Ordering::Shuffle => ((batch as f64 * 1000.0).ln() / (1.0 / p).ln()).ceil(),
+    };
+    Some((bound as u64).max(1))
+}
+
 /// Longest run of equal consecutive items.
 pub fn max_run<T: PartialEq>(sequence: &[T]) -> usize {
     let mut best = 0;
@@ -234,6 +261,17 @@ mod tests {
         assert_eq!(serde_json::from_str::<Ordering>(r#""shuffle""#).unwrap(), Ordering::Shuffle);
     }
 
+    #[test]
+    fn the_run_bound_grows_with_the_largest_share_and_is_none_for_one_member() {
+        assert_eq!(run_bound(0.45, Ordering::Smooth, 100), Some(3));
+        assert_eq!(run_bound(0.5, Ordering::Smooth, 1000), Some(4));
+        assert_eq!(run_bound(0.9, Ordering::Smooth, 1000), Some(20));
+        assert_eq!(run_bound(0.45, Ordering::Shuffle, 1024), Some(18));
+        assert_eq!(run_bound(1.0, Ordering::Smooth, 100), None);
+        assert_eq!(run_bound(0.995, Ordering::Smooth, 100), None);
+        assert_eq!(run_bound(0.0, Ordering::Smooth, 100), None);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(150))]
 
@@ -263,7 +301,7 @@ mod tests {
         }
 
         #[test]
-        fn smooth_pools_hold_every_share_within_two_in_any_window_across_seams(
+        fn smooth_pools_hold_every_share_within_two_in_any_window_and_runs_within_the_bound_across_seams(
             weights in prop::collection::vec(0u64..50, 2..6)
                 .prop_filter("two positive weights", |w| w.iter().filter(|&&x| x > 0).count() >= 2),
             batch in 20u64..600,
@@ -289,6 +327,11 @@ mod tests {
             let allowed = 2.0 + window as f64 / batch as f64;
             let dev = window_deviation(&pool, &weights.shares(), window);
             prop_assert!(dev < allowed, "window deviation {} ≥ {}", dev, allowed);
+            // Hence no run longer than the bound the live gauge reports.
+            let top = weights.shares().iter().copied().fold(0.0, f64::max);
+            if let Some(bound) = run_bound(top, Ordering::Smooth, batch) {
+                prop_assert!(max_run(&pool) as u64 <= bound, "a run of {} against {}", max_run(&pool), bound);
+            }
         }
 
         #[test]

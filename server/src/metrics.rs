@@ -115,6 +115,11 @@ pub struct WatchMetrics {
     /// last draw is in the minute), as the draw-log drain saw them; 0 when nothing was
     /// drawn (or the pool keeps no draw log).
     pub pool_longest_run: IntGaugeVec,
+    /// The longest run the engine's ordering allows a pool's draws, from its largest
+    /// member's expected share, its ordering and its batch size (`engine::order::run_bound`),
+    /// as the pool sampler last computed it; no series for a pool of one drawable member or
+    /// a `tiers` pool.
+    pub pool_run_bound: IntGaugeVec,
     /// When this instance last drained a pool's draw log (unix seconds): as with
     /// `pool_sampled_at`, a former leader of the drain keeps its last values.
     pub pool_drained_at: IntGaugeVec,
@@ -123,6 +128,9 @@ pub struct WatchMetrics {
     pub ramps: IntGaugeVec,
     /// Breaches a ramp's guards called (each paused, stepped back or aborted a ramp).
     pub ramp_breaches: IntCounter,
+    /// Each live ramp's canary share of its pool's weights now (0..1), by pool and ramp id,
+    /// as the last ramp_guard run saw it; a ramp that ended loses its series.
+    pub ramp_canary_share: GaugeVec,
     /// Webhook notifications waiting to be delivered (neither delivered nor given up),
     /// after the last delivery run.
     pub notifications_pending: IntGauge,
@@ -213,12 +221,22 @@ impl WatchMetrics {
                 "The longest run of one member among the pool's draws of the last minute",
                 &["pool"],
             )?,
+            pool_run_bound: int_gauge_vec(
+                "tessera_pool_run_bound",
+                "The longest run of one member the pool's ordering allows at its current shares",
+                &["pool"],
+            )?,
             pool_drained_at: int_gauge_vec(
                 "tessera_pool_drained_at_seconds",
                 "When this instance last drained the pool's draw log (unix seconds)",
                 &["pool"],
             )?,
             ramps: int_gauge_vec("tessera_ramps", "Live ramps by state at the last ramp_guard run", &["state"])?,
+            ramp_canary_share: gauge_vec(
+                "tessera_ramp_canary_share",
+                "A live ramp's canary share of its pool's weights now (0..1)",
+                &["pool", "ramp"],
+            )?,
             ramp_breaches: IntCounter::new(
                 "tessera_ramp_breaches_total",
                 "Breaches a ramp's guards called (pause, step back or abort)",
@@ -254,9 +272,11 @@ impl WatchMetrics {
             Box::new(watch.usage_drain_lag.clone()),
             Box::new(watch.usage_uncharged_rows.clone()),
             Box::new(watch.pool_longest_run.clone()),
+            Box::new(watch.pool_run_bound.clone()),
             Box::new(watch.pool_drained_at.clone()),
             Box::new(watch.ramps.clone()),
             Box::new(watch.ramp_breaches.clone()),
+            Box::new(watch.ramp_canary_share.clone()),
             Box::new(watch.notifications_pending.clone()),
             Box::new(watch.notification_failures.clone()),
         ] {

@@ -303,6 +303,23 @@ impl Pools {
     /// Draws the next ticket of `pool`.
     #[tracing::instrument(level = "debug", skip_all, fields(pool = %pool))]
     pub async fn draw(&self, pool: &PoolName) -> Result<Draw, PoolError> {
+        let drawn = self.draw_once(pool).await;
+        if let (Err(e), Some(m)) = (&drawn, &self.inner.metrics) {
+            let reason = match e {
+                PoolError::Exhausted { .. } => Some("exhausted"),
+                PoolError::Unavailable { .. } => Some("unavailable"),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                // Names sent from outside add no series.
+                let known = self.knows(pool) || self.inner.statics.contains_key(pool);
+                m.refused.with_label_values(&[if known { pool.as_str() } else { "(unknown)" }, reason]).inc();
+            }
+        }
+        drawn
+    }
+
+    async fn draw_once(&self, pool: &PoolName) -> Result<Draw, PoolError> {
         self.inner.draws.fetch_add(1, AtomicOrdering::Relaxed);
         match self.next_leased(pool) {
             lease::Leased::Ticket(draw) => return Ok(self.served(draw)),

@@ -134,7 +134,8 @@ impl Quotas {
                     m.reserves.with_label_values(&["admitted", "none", "redis"]).inc()
                 }
                 ReserveOutcome::Refused(r) => {
-                    m.reserves.with_label_values(&["refused", r.dimension.name(), "redis"]).inc()
+                    m.reserves.with_label_values(&["refused", r.dimension.name(), "redis"]).inc();
+                    m.refusals.with_label_values(&[tenant.as_str(), r.dimension.name(), "redis"]).inc();
                 }
                 _ => {}
             }
@@ -181,6 +182,9 @@ impl Quotas {
         if let (Some(m), Some((event, dimension))) = (&self.inner.metrics, metric_event) {
             m.fallback.with_label_values(&["fail_open_limited", event]).inc();
             m.reserves.with_label_values(&[event, dimension, Source::Fallback.name()]).inc();
+            if event == "refused" {
+                m.refusals.with_label_values(&[tenant.as_str(), dimension, Source::Fallback.name()]).inc();
+            }
             m.offline_pending.set(journal.len() as i64);
         }
         if metric_event.map(|(e, _)| e) == Some("admitted") {

@@ -160,7 +160,7 @@ async fn sample_pool(state: &AppState, pool: &PoolName, now: DateTime<Utc>) -> a
 /// Sets a pool's gauges from its sample: each member's share deviation, in points and
 /// relative to its expected share (removed for a member without an actual share, or no
 /// longer in the pool; the relative one also without an expected share), its main list's tickets,
-/// its low-water mark, and the sample's time.
+/// its low-water mark, the sample's time, and the longest run its ordering allows.
 pub fn record_sample(watch: &WatchMetrics, pool: &PoolName, snapshot: &PoolSnapshot, sample: &PoolSample) {
     let name = pool.as_str();
     retain_series(&watch.pool_share_deviation, |labels| {
@@ -186,6 +186,16 @@ pub fn record_sample(watch: &WatchMetrics, pool: &PoolName, snapshot: &PoolSnaps
     watch.pool_tickets.with_label_values(&[name]).set(i64::try_from(sample.tickets).unwrap_or(i64::MAX));
     watch.pool_low_water.with_label_values(&[name]).set(i64::from(snapshot.low_water));
     watch.pool_sampled_at.with_label_values(&[name]).set(sample.taken_at.timestamp());
+    // The run bound of a channels pool at the shares drawn now (ejections and peaks
+    // included); a tiers pool draws across tiers, and one member alone runs for ever.
+    let top = sample.members.values().map(|m| m.expected_share).fold(0.0, f64::max);
+    let bound = (snapshot.kind == PoolKind::Channels)
+        .then(|| engine::order::run_bound(top, snapshot.ordering, u64::from(snapshot.batch_size)))
+        .flatten();
+    match bound {
+        Some(bound) => watch.pool_run_bound.with_label_values(&[name]).set(i64::try_from(bound).unwrap_or(i64::MAX)),
+        None => retain_series(&watch.pool_run_bound, |labels| labels.get("pool") != Some(&name)),
+    }
 }
 
 /// Removes the gauges of pools no longer configured.
@@ -197,6 +207,7 @@ fn forget_other_pools(watch: &WatchMetrics, pools: &[PoolName]) {
     retain_series(&watch.pool_tickets, known);
     retain_series(&watch.pool_low_water, known);
     retain_series(&watch.pool_sampled_at, known);
+    retain_series(&watch.pool_run_bound, known);
 }
 
 fn assemble(
@@ -392,6 +403,7 @@ mod tests {
             gauge_lines(&metrics),
             [
                 r#"tessera_pool_low_water{pool="cn-pay"} 10"#,
+                r#"tessera_pool_run_bound{pool="cn-pay"} 4"#,
                 r#"tessera_pool_sampled_at_seconds{pool="cn-pay"} 1800000000"#,
                 r#"tessera_pool_share_deviation_ratio{member="A",pool="cn-pay"} 0.5"#,
                 r#"tessera_pool_share_deviation_ratio{member="B",pool="cn-pay"} -0.5"#,
@@ -401,7 +413,7 @@ mod tests {
             ]
         );
         // B lost its actual share (no draws in the window) and A left the pool; C has no
-        // expected share, so no relative deviation.
+        // expected share, so no relative deviation; B alone is drawn: no run bound.
         let later = at + TimeDelta::seconds(10);
         let second = sample_of(later, 5, &[("B", member(1.0, None)), ("C", member(0.0, Some(0.0)))]);
         record_sample(&metrics.watch, &pool, &snap, &second);

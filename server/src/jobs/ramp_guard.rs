@@ -40,5 +40,26 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Ou
         let n = counts.iter().find(|(s, _)| s == live).map_or(0, |(_, n)| *n);
         state.metrics.watch.ramps.with_label_values(&[live]).set(n);
     }
+    record_canary_shares(state).await?;
     Ok(outcome)
+}
+
+/// Sets each live ramp's canary share (the weights of its current step) and removes the
+/// series of ramps no longer live.
+async fn record_canary_shares(state: &AppState) -> anyhow::Result<()> {
+    use crate::ramps::run::{canary_share, parse_plan, weights_of};
+    let live = crate::ramps::store::list_ramps(&state.db, None, true, 10_000).await?;
+    let ids: Vec<String> = live.iter().map(|r| r.id.to_string()).collect();
+    let gauge = &state.metrics.watch.ramp_canary_share;
+    crate::metrics::retain_series(gauge, |labels| labels.get("ramp").is_some_and(|id| ids.iter().any(|i| i == id)));
+    for (row, id) in live.iter().zip(&ids) {
+        match parse_plan(row) {
+            Ok((plan, baseline)) => {
+                let share = canary_share(&plan, &weights_of(&plan, &baseline, row.step)) / 100.0;
+                gauge.with_label_values(&[row.pool.as_str(), id.as_str()]).set(share);
+            }
+            Err(e) => tracing::warn!(ramp = row.id, error = format!("{e:#}"), "a live ramp's plan does not read"),
+        }
+    }
+    Ok(())
 }

@@ -61,7 +61,7 @@ fn unexported(used: &BTreeSet<String>, exported: &BTreeMap<String, String>) -> V
 /// The `/metrics` text once the app has produced a series of every family the rules read
 /// (prometheus omits a labelled family with no series yet): requests and readiness checks,
 /// draws, two pool samples a minute apart, a health evaluation, a drain of the draw log, an
-/// outcome report, a reservation and its settle, and the scheduler's first runs (job leadership and run outcomes).
+/// outcome report, a reservation and its settle, a refused reservation, and the scheduler's first runs (job leadership and run outcomes).
 async fn metrics_with_every_series(app: &TestApp) -> String {
     assert_eq!(app.get("/readyz").await.status(), 200);
     server::seed::demo_seed(&app.state.db).await.unwrap();
@@ -96,6 +96,14 @@ async fn metrics_with_every_series(app: &TestApp) -> String {
         .post_json("/api/v1/tenants/acme/quota/settle", serde_json::json!({"request_id": "m-1", "actual_tokens": 80}))
         .await;
     assert_eq!(status, 200, "{reply}");
+    // A reservation refused (the refusals by tenant).
+    let (status, reply) = app
+        .post_json(
+            "/api/v1/tenants/acme/quota/reserve",
+            serde_json::json!({"request_id": "m-2", "tokens": 1_000_000_000u64}),
+        )
+        .await;
+    assert_eq!(reply["result"], "refused", "{status} {reply}");
 
     let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -266,3 +266,33 @@ async fn a_tiers_pool_whose_n_channel_is_capped_serves_every_draw_from_g() {
         assert_eq!(channels.values().sum::<u64>(), 200, "{path}: {channels:?}");
     }
 }
+
+#[tokio::test]
+async fn a_draw_refused_is_counted_by_pool_and_reason_and_a_name_never_seen_adds_no_series() {
+    let app = spawn_app().await;
+    for code in ["A", "B"] {
+        let body = json!({"code": code, "name": code, "base_weight": 1});
+        let (status, body) = app.send(reqwest::Method::POST, "/api/v1/channels", None, body).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // Each member capped at one draw a day: the third draw finds nothing drawable among the
+    // 64 tickets a draw may skip (batches of 100, so the list does not run out first).
+    let snapshot = json!({"kind": "channels", "ordering": "smooth", "batch_size": 100, "low_water": 5,
+        "timezone": "Asia/Singapore", "weights": [{"member": "A", "weight": 1}, {"member": "B", "weight": 1}],
+        "caps": {"A": 1, "B": 1}, "eject_rebuild_percent": 50});
+    let body = json!({"snapshot": snapshot, "expected_version": 0});
+    let (status, body) = app.send(reqwest::Method::PUT, "/api/v1/pools/capped", None, body).await;
+    assert_eq!(status, 200, "{body}");
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    server::jobs::pool_refill::run_once(&app.state).await.unwrap();
+    for _ in 0..2 {
+        let (status, body) = draw(&app, "capped").await;
+        assert_eq!((status, body["source"].as_str()), (200, Some("redis")), "{body}");
+    }
+    let (status, body) = draw(&app, "capped").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(draw(&app, "never-seen").await.0, 404);
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let refused: Vec<&str> = metrics.lines().filter(|l| l.starts_with("tessera_pool_refused_draws_total{")).collect();
+    assert_eq!(refused, [r#"tessera_pool_refused_draws_total{pool="capped",reason="exhausted"} 1"#]);
+}

@@ -137,6 +137,21 @@ async fn bad_amounts_ids_and_unknown_names_are_refused_before_redis_is_touched()
 }
 
 #[tokio::test]
+async fn a_refusal_is_counted_by_tenant_and_dimension() {
+    let app = spawn_app().await;
+    tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;
+    let (status, body) =
+        app.post_json("/api/v1/tenants/acme/quota/reserve", json!({"request_id": "big", "tokens": 5000})).await;
+    assert_eq!(body["result"], "refused", "{status} {body}");
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let line = metrics.lines().find(|l| l.starts_with("tessera_quota_refusals_total{")).unwrap_or("");
+    assert!(
+        line.contains(r#"tenant="acme""#) && line.contains(r#"dimension="tokens""#) && line.ends_with(" 1"),
+        "{line:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_prompt_is_estimated_with_the_models_tokenizer_and_a_margin() {
     let app = spawn_app().await;
     tenant(&app, "acme", quota(1000, 10, Duration::from_secs(60))).await;

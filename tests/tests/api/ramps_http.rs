@@ -158,6 +158,11 @@ async fn a_new_channel_ramps_through_four_steps_and_each_batch_is_exact() {
         assert_eq!(weights(&b).await, *w);
         // Ten whole batches of 100: each member exactly its share of each.
         assert_eq!(draw(&b, 1000).await, counts(batch), "step {}", i + 2);
+        if i == 0 {
+            let metrics = b.app.get("/metrics").await.text().await.unwrap();
+            let line = format!(r#"tessera_ramp_canary_share{{pool="p",ramp="{id}"}} 0.25"#);
+            assert!(metrics.lines().any(|l| l == line), "the canary's share: {line}");
+        }
     }
     let d = detail(&b, id).await;
     assert_eq!(d["ramp"]["state"], "completed");
@@ -175,8 +180,10 @@ async fn a_new_channel_ramps_through_four_steps_and_each_batch_is_exact() {
     assert!(rows
         .iter()
         .all(|r| r["source"] == "ramp" && r["reason"].as_str().unwrap().starts_with(&format!("ramp {id}"))));
-    // A completed ramp is done: the job leaves it be.
+    // A completed ramp is done: the job leaves it be, and its share's series is gone.
     assert!(evaluate(&b, 60).await.changes.is_empty());
+    let metrics = b.app.get("/metrics").await.text().await.unwrap();
+    assert!(!metrics.contains("tessera_ramp_canary_share{"), "an ended ramp has no share series");
 }
 
 #[tokio::test]
