@@ -24,8 +24,9 @@
 -- Returns (for one draw) one of:
 --   {"ticket", member, version, from ("list"|"standby"), skipped_ejected, skipped_capped,
 --    length_after, refill_flagged 0|1, drawn_tier, serving_tier} (tiers: "" for channels)
---   {"exhausted", version, skipped_ejected, skipped_capped}  (ARGV[4] skips, or no tier
---                               with a ticket: nothing drawable)
+--   {"exhausted", version, skipped_ejected, skipped_capped}  (ARGV[4] skips, no tier
+--                               with a ticket, or the list ran out on capped tickets:
+--                               nothing drawable)
 --   {"empty", version}          (no tickets and no standby batch; a refill is flagged)
 --   {"day", day0, day1}         (the caller passed keys for other days: retry with these)
 --   {"no_day", version}         (the rotation job has not written a current day)
@@ -119,6 +120,9 @@ local function draw_one()
       local ticket = next_ticket()
       if not ticket then
         ask_refill()
+        -- The tickets left were of members at their caps: the pool is capped, not empty,
+        -- and the caller's local pool (which knows no day counts) must not serve them.
+        if skipped_capped > 0 then return {'exhausted', version, skipped_ejected, skipped_capped} end
         return {'empty', version}
       end
       if drawable(ticket) then return hand_out(ticket) end

@@ -167,7 +167,7 @@ struct Inner {
     rng: Mutex<ChaCha8Rng>,
     draws: AtomicU64,
     /// Concurrent draws of one pool sharing a script call.
-    coalescer: Coalescer<PoolName, (), Draw>,
+    coalescer: Coalescer<PoolName, (), Result<Draw, PoolError>>,
     /// How many shared calls of one pool may be in flight at once (see [`DEFAULT_DRAW_LANES`]).
     draw_lanes: std::sync::atomic::AtomicUsize,
     /// Pools this client knows whose meta hash Redis does not hold (it lost it): for the
@@ -333,9 +333,9 @@ impl Pools {
         // A pool this client has no snapshot of goes alone: names sent from outside make
         // no queue (its first draw reads the snapshot of a pool that exists).
         if self.inner.coalescer.is_on() && self.knows(pool) {
-            if let Some(draw) = self.coalesced(pool).await {
+            if let Some(drawn) = self.coalesced(pool).await {
                 self.inner.breaker.reset();
-                return Ok(self.served(draw));
+                return drawn.map(|draw| self.served(draw));
             }
             // Not served by the shared call: this draw goes alone, with the whole chain.
             if self.inner.breaker.is_open() {
@@ -402,15 +402,18 @@ impl Pools {
     }
 
     /// Waits for this draw's turn in the pool's next shared call; `None` when that call
-    /// could not serve it (the caller then draws alone).
-    async fn coalesced(&self, pool: &PoolName) -> Option<Draw> {
+    /// could not serve it (the caller then draws alone); `Exhausted` when the call ended on
+    /// nothing drawable (drawing alone would skip tickets again, or find the list empty and
+    /// serve locally past the caps).
+    async fn coalesced(&self, pool: &PoolName) -> Option<Result<Draw, PoolError>> {
         let this = self.clone();
         let flush = move |pool: PoolName, draws: Vec<()>| {
             let this = this.clone();
             async move {
                 // With leases on, the call takes tickets ahead too: kept as this pool's lease.
                 let wanted = draws.len();
-                let (mut got, counted) = this.draw_redis_shared(&pool, wanted + this.lease_extra(&pool)).await;
+                let (mut got, counted, exhausted) =
+                    this.draw_redis_shared(&pool, wanted + this.lease_extra(&pool)).await;
                 if got.len() > wanted {
                     let ahead = got.split_off(wanted);
                     match counted {
@@ -418,7 +421,17 @@ impl Pools {
                         None => tracing::error!(pool = %pool, "tickets taken ahead without their day: lost"),
                     }
                 }
-                got.into_iter().map(Some).collect()
+                let mut answers: Vec<Option<Result<Draw, PoolError>>> = got.into_iter().map(|d| Some(Ok(d))).collect();
+                if let Some(e) = exhausted {
+                    answers.resize_with(wanted.max(answers.len()), || {
+                        Some(Err(PoolError::Exhausted {
+                            pool: pool.clone(),
+                            skipped_ejected: e.skipped_ejected,
+                            skipped_capped: e.skipped_capped,
+                        }))
+                    });
+                }
+                answers
             }
         };
         let lanes = if self.leases_on() { 1 } else { self.inner.draw_lanes.load(AtomicOrdering::Relaxed) };

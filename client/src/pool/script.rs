@@ -12,6 +12,13 @@ use super::{admin, Degrade, Draw, DrawSource, PoolError, PoolName, Pools, MAX_SK
 use crate::connection::is_unreachable;
 use crate::scripts;
 
+/// A shared call that ended on nothing drawable, with the tickets it skipped.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Exhausted {
+    pub skipped_ejected: u64,
+    pub skipped_capped: u64,
+}
+
 impl Pools {
     /// Up to `n` draws in one script call, in order; fewer when the pool ran out of
     /// drawable tickets part way, none on any error (each draw then goes alone, where
@@ -21,15 +28,18 @@ impl Pools {
         &self,
         pool: &PoolName,
         n: usize,
-    ) -> (Vec<Draw>, Option<super::lease::Counted>) {
+    ) -> (Vec<Draw>, Option<super::lease::Counted>, Option<Exhausted>) {
         if n == 1 {
             return match self.draw_redis(pool).await {
-                Ok(Ok(draw)) => (vec![draw], None),
+                Ok(Ok(draw)) => (vec![draw], None, None),
                 Ok(Err(Degrade::Unreachable(_))) => {
                     self.inner.breaker.trip();
-                    (Vec::new(), None)
+                    (Vec::new(), None, None)
                 }
-                _ => (Vec::new(), None),
+                Err(PoolError::Exhausted { skipped_ejected, skipped_capped, .. }) => {
+                    (Vec::new(), None, Some(Exhausted { skipped_ejected, skipped_capped }))
+                }
+                _ => (Vec::new(), None, None),
             };
         }
         let mut conn = match self.inner.redis.connection().await {
@@ -38,7 +48,7 @@ impl Pools {
                 if is_unreachable(&e) {
                     self.inner.breaker.trip();
                 }
-                return (Vec::new(), None);
+                return (Vec::new(), None, None);
             }
         };
         for _attempt in 0..3 {
@@ -50,7 +60,7 @@ impl Pools {
                     if is_unreachable(&e) {
                         self.inner.breaker.trip();
                     }
-                    return (Vec::new(), None);
+                    return (Vec::new(), None, None);
                 }
             };
             if let Some(m) = &self.inner.metrics {
@@ -67,29 +77,39 @@ impl Pools {
             };
             match f.str(0) {
                 Ok("many") => {
-                    let Ok(draws) = self.many(pool, &f, reply.len()) else { return (Vec::new(), None) };
+                    let Ok(draws) = self.many(pool, &f, reply.len()) else { return (Vec::new(), None, None) };
                     if let Some(d) = draws.last() {
                         self.note_version(pool, d.version, &mut conn).await;
                     }
-                    return (draws, day);
+                    return (draws, day, None);
                 }
                 Ok("batch") => {
-                    let Ok(replies) = f.array(1) else { return (Vec::new(), None) };
+                    let Ok(replies) = f.array(1) else { return (Vec::new(), None, None) };
                     let mut draws = Vec::with_capacity(replies.len());
                     let mut version = None;
+                    let mut exhausted = None;
                     for r in replies {
-                        match self.ticket(pool, &Fields::new("draw_ticket", r)) {
+                        let reply = Fields::new("draw_ticket", r);
+                        match self.ticket(pool, &reply) {
                             Ok(Some(draw)) => {
                                 version = Some(draw.version);
                                 draws.push(draw);
                             }
-                            _ => break,
+                            _ => {
+                                // Nothing drawable: the draws left are answered so, not sent
+                                // alone (each would skip tickets again, or find the list
+                                // empty and serve locally past the caps).
+                                if let (Ok("exhausted"), Ok(e), Ok(c)) = (reply.str(0), reply.uint(2), reply.uint(3)) {
+                                    exhausted = Some(Exhausted { skipped_ejected: e, skipped_capped: c });
+                                }
+                                break;
+                            }
                         }
                     }
                     if let Some(v) = version {
                         self.note_version(pool, v, &mut conn).await;
                     }
-                    return (draws, day);
+                    return (draws, day, exhausted);
                 }
                 Ok("day") => {
                     if let (Ok(d0), Ok(d1)) = (f.str(1), f.str(2)) {
@@ -98,19 +118,19 @@ impl Pools {
                             Some(days);
                         continue;
                     }
-                    return (Vec::new(), None);
+                    return (Vec::new(), None, None);
                 }
                 Ok("window") => match f.str(2).ok().and_then(|l| l.parse().ok()) {
                     Some(length) => {
                         self.note_window(pool, length);
                         continue;
                     }
-                    None => return (Vec::new(), None),
+                    None => return (Vec::new(), None, None),
                 },
-                _ => return (Vec::new(), None),
+                _ => return (Vec::new(), None, None),
             }
         }
-        (Vec::new(), None)
+        (Vec::new(), None, None)
     }
 
     /// The compact reply of a shared call (`{"many", version, length, flagged, from_list,

@@ -753,6 +753,31 @@ async fn a_capped_member_stops_at_exactly_its_cap_for_the_day_and_is_drawable_ag
     assert_eq!(hits(&h, &p, "2030-03-16"), t2);
 }
 
+#[tokio::test]
+async fn a_list_that_runs_out_on_capped_tickets_is_exhausted_never_served_past_the_caps() {
+    // Arrange: two members each capped at one draw a day; a list and a standby batch of 10
+    let h = harness(Clock::manual(noon()));
+    let p = pool("capped-out");
+    let s = PoolSnapshot {
+        caps: BTreeMap::from([("A".to_owned(), 1), ("B".to_owned(), 1)]),
+        ..snapshot("A=1,B=1", 10, 1, Ordering::Smooth)
+    };
+    publish(&h, &p, &s).await;
+    keep_filled(&h.admin, &p).await;
+
+    // Act
+    let first = draw_n(&h, &p, 2).await;
+    let third = h.pools.draw(&p).await;
+
+    // Assert: the 18 tickets left are of capped members: refused by name, not handed out
+    // by the local pool (which knows no caps)
+    assert_eq!(tally(&first), expected(&[("A", 1), ("B", 1)]));
+    match third {
+        Err(PoolError::Exhausted { skipped_capped, .. }) => assert_eq!(skipped_capped, 18),
+        other => panic!("expected exhausted, got {other:?}"),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 6. Ejection
 // ---------------------------------------------------------------------------------------
