@@ -310,8 +310,9 @@ async fn watch_primary(
 /// a later attempt may succeed), as opposed to Redis refusing the request itself. Besides
 /// connection failures, that is a server that cannot serve for now: `READONLY` (a replica,
 /// say the old primary after a failover), `MASTERDOWN` (a replica cut off from its
-/// primary), `LOADING` (a restart reading its data back), `TRYAGAIN`, `CLUSTERDOWN`, and a
-/// cluster client that found no connection to the node of a slot.
+/// primary), `LOADING` (a restart reading its data back), `TRYAGAIN`, `CLUSTERDOWN`,
+/// `NOREPLICAS` (a primary short of the replicas its `min-replicas-to-write` asks for), and
+/// a cluster client that found no connection to the node of a slot.
 pub fn is_unreachable(error: &redis::RedisError) -> bool {
     use redis::ErrorKind::{BusyLoadingError, ClusterConnectionNotFound, ClusterDown, MasterDown, ReadOnly, TryAgain};
     error.is_io_error()
@@ -322,6 +323,9 @@ pub fn is_unreachable(error: &redis::RedisError) -> bool {
             error.kind(),
             ReadOnly | MasterDown | BusyLoadingError | TryAgain | ClusterDown | ClusterConnectionNotFound
         )
+        // A primary with fewer replicas than its min-replicas-to-write: it refuses writes
+        // until they come back (or, cut off from them, while a failover replaces it).
+        || error.code() == Some("NOREPLICAS")
 }
 
 /// How long callers skip Redis after finding it unreachable, before trying it again.

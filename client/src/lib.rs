@@ -35,7 +35,7 @@ pub mod route;
 pub mod scripts;
 
 pub use clock::{Clock, Period};
-pub use connection::{connect, is_unreachable, RedisHandle, RedisTarget, RedisTimeouts};
+pub use connection::{connect, is_unreachable, must_reconnect, RedisHandle, RedisTarget, RedisTimeouts};
 pub use health::Outcomes;
 pub use keys::{KeyPrefix, KeyPrefixError, Keys};
 pub use metrics::{OutcomeMetrics, PoolMetrics, QuotaMetrics};

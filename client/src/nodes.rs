@@ -56,8 +56,8 @@ impl ConnectionLike for RedisConnection {
 
 /// One server's connection, which notes a reply that says the server cannot serve as the
 /// primary any more: `READONLY` (the old primary, a replica after a failover),
-/// `MASTERDOWN`, `LOADING`; through Sentinel, also any failure to reach it (the primary may
-/// have moved). The handle then drops it and connects again, through Sentinel to the
+/// `MASTERDOWN`, `LOADING`; through Sentinel, also any failure to reach it or `NOREPLICAS`
+/// (the primary may have moved). The handle then drops it and connects again, through Sentinel to the
 /// primary it names now: a [`ConnectionManager`] alone would reconnect to the same address
 /// for ever.
 #[derive(Clone)]
@@ -97,7 +97,8 @@ pub fn must_reconnect(error: &redis::RedisError, follow: bool) -> bool {
     use redis::ErrorKind::{BusyLoadingError, MasterDown, ReadOnly};
     matches!(error.kind(), ReadOnly | MasterDown | BusyLoadingError)
         || (follow
-            && (error.is_io_error()
+            && (error.code() == Some("NOREPLICAS")
+                || error.is_io_error()
                 || error.is_timeout()
                 || error.is_connection_dropped()
                 || error.is_connection_refusal()))

@@ -240,3 +240,48 @@ async fn sentinel_failovers_under_draws_and_reserves_are_followed_within_5_s_and
     );
     assert!(whole >= 2, "only {} draws from redis", served.len());
 }
+
+#[tokio::test]
+async fn a_primary_short_of_its_replicas_refuses_writes_and_counts_as_unreachable() {
+    // Arrange: a server of the test's own that wants one replica for a write, and has none
+    // (what an old primary cut off from its replica says, with min-replicas-to-write 1)
+    let port = crate::support::free_ports()[0];
+    let dir = std::env::temp_dir().join(format!("tessera-noreplicas-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server on PATH");
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let started = Instant::now();
+    let mut conn = loop {
+        match client.get_multiplexed_async_connection().await {
+            Ok(conn) => break conn,
+            Err(e) => {
+                assert!(started.elapsed() < Duration::from_secs(10), "the server did not start: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // Act: a write, plain and in a script
+    let plain = redis::cmd("SET").arg("k").arg("v").query_async::<()>(&mut conn).await;
+    let scripted =
+        redis::Script::new("return redis.call('SET', KEYS[1], 'v')").key("k").invoke_async::<()>(&mut conn).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Assert: refused with NOREPLICAS, which the fallbacks treat as Redis away (and a
+    // connection through Sentinel makes again)
+    for refused in [plain, scripted] {
+        let e = refused.expect_err("a write without its replica is refused");
+        assert_eq!(e.code(), Some("NOREPLICAS"), "{e}");
+        assert!(client::is_unreachable(&e), "{e}");
+        assert!(client::must_reconnect(&e, true) && !client::must_reconnect(&e, false), "{e}");
+    }
+}

@@ -280,7 +280,7 @@ impl Drop for OwnCluster {
 }
 
 /// Three loopback ports that are free together with their cluster bus ports (+10000).
-fn free_ports() -> Vec<u16> {
+pub fn free_ports() -> Vec<u16> {
     let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
     for _ in 0..200 {
         let base = 20_000 + (RandomState::new().hash_one(SystemTime::now()) % 20_000) as u16;
