@@ -315,17 +315,23 @@ async fn watch_primary(
 /// a cluster client that found no connection to the node of a slot.
 pub fn is_unreachable(error: &redis::RedisError) -> bool {
     use redis::ErrorKind::{BusyLoadingError, ClusterConnectionNotFound, ClusterDown, MasterDown, ReadOnly, TryAgain};
-    error.is_io_error()
-        || error.is_timeout()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
+    connection_failed(error)
+        || no_replicas(error)
         || matches!(
             error.kind(),
             ReadOnly | MasterDown | BusyLoadingError | TryAgain | ClusterDown | ClusterConnectionNotFound
         )
-        // A primary with fewer replicas than its min-replicas-to-write: it refuses writes
-        // until they come back (or, cut off from them, while a failover replaces it).
-        || error.code() == Some("NOREPLICAS")
+}
+
+/// The connection itself failed: refused, dropped, timed out or another I/O error.
+pub(crate) fn connection_failed(error: &redis::RedisError) -> bool {
+    error.is_io_error() || error.is_timeout() || error.is_connection_dropped() || error.is_connection_refusal()
+}
+
+/// A primary with fewer replicas than its `min-replicas-to-write`: it refuses writes until
+/// they come back (or, cut off from them, while a failover replaces it).
+pub(crate) fn no_replicas(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOREPLICAS")
 }
 
 /// How long callers skip Redis after finding it unreachable, before trying it again.

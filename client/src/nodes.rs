@@ -94,14 +94,10 @@ impl Watched {
 /// Whether `error` says the server behind a connection cannot serve writes any more, so the
 /// connection must be made again (through Sentinel, `follow`: also a failure to reach it).
 pub fn must_reconnect(error: &redis::RedisError, follow: bool) -> bool {
+    use crate::connection::{connection_failed, no_replicas};
     use redis::ErrorKind::{BusyLoadingError, MasterDown, ReadOnly};
     matches!(error.kind(), ReadOnly | MasterDown | BusyLoadingError)
-        || (follow
-            && (error.code() == Some("NOREPLICAS")
-                || error.is_io_error()
-                || error.is_timeout()
-                || error.is_connection_dropped()
-                || error.is_connection_refusal()))
+        || (follow && (no_replicas(error) || connection_failed(error)))
 }
 
 impl ConnectionLike for Watched {
