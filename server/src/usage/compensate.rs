@@ -66,13 +66,14 @@ pub struct Report {
 pub async fn compensate(state: &AppState, correct: bool) -> anyhow::Result<Report> {
     let mut report = Report::default();
     state.metrics.usage_drift.reset();
+    // Tenants with rows whose charge to the counters is not decided yet (beyond the minute a
+    // drain takes, which the in-flight allowance covers): the counters may or may not hold
+    // them, so no difference can be judged until the drain's retry decides them.
+    let settled_before = Utc::now() - chrono::Duration::seconds(IN_FLIGHT_SECONDS);
+    let pending = store::tenants_pending(&state.db, settled_before).await?;
     for name in store::tenant_names(&state.db).await.context("listing tenants")? {
         let Ok(tenant) = TenantId::parse(&name) else { continue };
-        // Rows whose charge to the counters is not decided yet (beyond the minute a drain
-        // takes, which the in-flight allowance covers): the counters may or may not hold
-        // them, so no difference can be judged until the drain's retry decides them.
-        let settled_before = Utc::now() - chrono::Duration::seconds(IN_FLIGHT_SECONDS);
-        if store::pending_for(&state.db, &tenant, settled_before).await? {
+        if pending.contains(&name) {
             report.skipped.push(name);
             continue;
         }

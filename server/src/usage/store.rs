@@ -165,16 +165,13 @@ pub async fn pending_charges(db: &PgPool, limit: i64) -> Result<Vec<(i64, UsageR
     Ok(out)
 }
 
-/// Whether `tenant` has ledger rows recorded before `before` still marked `charge_pending`
-/// (the compensation passes over such a tenant until the retry has decided them).
-pub async fn pending_for(db: &PgPool, tenant: &TenantId, before: DateTime<Utc>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar(
-        "select exists (select 1 from usage_ledger where charge_pending and tenant = $1 and recorded_at < $2)",
-    )
-    .bind(tenant.as_str())
-    .bind(before)
-    .fetch_one(db)
-    .await
+/// The tenants with ledger rows recorded before `before` still marked `charge_pending`
+/// (the compensation passes over them until the retry has decided those rows).
+pub async fn tenants_pending(db: &PgPool, before: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select distinct tenant from usage_ledger where charge_pending and recorded_at < $1")
+        .bind(before)
+        .fetch_all(db)
+        .await
 }
 
 /// How many settle rows wait for their charge to be decided.
