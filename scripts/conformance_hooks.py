@@ -49,16 +49,22 @@ def _usage_range_ok(query):
 
 
 def _outcomes_ok(body):
-    """POST /api/v1/channels/{code}/outcomes: `latency_count` ≤ `ok + fail`, and a
-    `latency_ms_sum` above 0 needs a `latency_count` of at least 1."""
+    """POST /api/v1/channels/{code}/outcomes: `latency_count` plus the latencies listed in
+    `latencies_ms` ≤ `ok + fail` and ≤ 10,000, a latency sum above 0 needs a latency
+    counted, and the sum with the listed latencies stays at most 10^9 ms."""
     if not isinstance(body, dict):
         return True
     numbers = {k: body.get(k) for k in ("ok", "fail", "latency_ms_sum", "latency_count")}
     if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in numbers.values()):
         return True
+    listed = body.get("latencies_ms") or []
+    whole = lambda v: isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+    if not isinstance(listed, list) or not all(whole(v) and not isinstance(v, bool) for v in listed):
+        return True
     ok, fail = numbers["ok"] or 0, numbers["fail"] or 0
-    total, count = numbers["latency_ms_sum"] or 0, numbers["latency_count"] or 0
-    return count <= ok + fail and (total == 0 or count >= 1)
+    total = (numbers["latency_ms_sum"] or 0) + sum(listed)
+    count = (numbers["latency_count"] or 0) + len(listed)
+    return count <= ok + fail and count <= 10_000 and (total == 0 or count >= 1) and total <= 1_000_000_000
 
 
 def _weights_ok(entries):

@@ -77,6 +77,13 @@ pub struct WatchMetrics {
     /// rates' ratio is the mean latency.
     pub channel_latency_ms: IntCounterVec,
     pub channel_latency_samples: IntCounterVec,
+    /// The latencies reported one by one (`latencies_ms`), per channel, in seconds.
+    pub channel_latency_seconds: HistogramVec,
+    /// How long the refiller's refill of a pool took (one script call, a batch added or
+    /// nothing needed), by pool, in seconds.
+    pub pool_refill_seconds: HistogramVec,
+    /// Refills of a pool that failed (Redis errors, a batch that cannot be built), by pool.
+    pub pool_refill_failures: IntCounterVec,
     /// When this instance last sampled a pool (unix seconds, Redis clock): a rule ignores
     /// the pool's other gauges here once they are older than a sample interval or two (a
     /// former leader of the sampler keeps its last values).
@@ -164,6 +171,23 @@ impl WatchMetrics {
             channel_latency_samples: IntCounterVec::new(
                 Opts::new("tessera_channel_latency_samples_total", "Latencies reported per channel"),
                 &["channel"],
+            )?,
+            channel_latency_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "tessera_channel_latency_seconds",
+                    "The latencies reported one by one per channel (latencies_ms), in seconds",
+                )
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+                &["channel"],
+            )?,
+            pool_refill_seconds: HistogramVec::new(
+                HistogramOpts::new("tessera_pool_refill_seconds", "How long one refill of a pool took, by pool")
+                    .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
+                &["pool"],
+            )?,
+            pool_refill_failures: IntCounterVec::new(
+                Opts::new("tessera_pool_refill_failures_total", "Refills of a pool that failed, by pool"),
+                &["pool"],
             )?,
             pool_sampled_at: int_gauge_vec(
                 "tessera_pool_sampled_at_seconds",
@@ -259,6 +283,9 @@ impl WatchMetrics {
             Box::new(watch.channel_outcomes.clone()),
             Box::new(watch.channel_latency_ms.clone()),
             Box::new(watch.channel_latency_samples.clone()),
+            Box::new(watch.channel_latency_seconds.clone()),
+            Box::new(watch.pool_refill_seconds.clone()),
+            Box::new(watch.pool_refill_failures.clone()),
             Box::new(watch.pool_sampled_at.clone()),
             Box::new(watch.pool_tickets.clone()),
             Box::new(watch.pool_low_water.clone()),

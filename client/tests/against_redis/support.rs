@@ -188,44 +188,133 @@ pub fn redis_address() -> String {
     }
 }
 
+/// Redis processes of a test's own (children of the test, on loopback ports of its own,
+/// in a folder of their own): killed, and the folder removed, on drop, also when a start
+/// fails half way.
+pub struct Processes {
+    pub dir: std::path::PathBuf,
+    /// By port.
+    children: Vec<(u16, std::process::Child)>,
+}
+
+impl Processes {
+    /// An empty set with a new folder named after `kind`.
+    pub fn new(kind: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "tessera-{kind}-{:016x}",
+            RandomState::new().hash_one((SystemTime::now(), std::process::id()))
+        ));
+        std::fs::create_dir_all(&dir).expect("a folder for the redis processes");
+        Self { dir, children: Vec::new() }
+    }
+
+    /// Starts `redis-server` on `port` with `args` (no persistence, its log in the folder).
+    pub fn spawn(&mut self, port: u16, args: &[&str]) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--logfile", &format!("redis-{port}.log")])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        self.children.push((port, child));
+    }
+
+    /// Starts a process of `command` (a sentinel, say) known by `port`.
+    pub fn spawn_command(&mut self, port: u16, command: &mut std::process::Command) {
+        self.children.push((port, command.stdout(std::process::Stdio::null()).spawn().expect("redis-server on PATH")));
+    }
+
+    /// Kills the process on `port` (SIGKILL: nothing is written or handed over).
+    pub fn kill(&mut self, port: u16) {
+        if let Some(i) = self.children.iter().position(|(p, _)| *p == port) {
+            let (_, mut child) = self.children.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits up to `within` until the server on `port` is `ready`; a process that exited
+    /// meanwhile (its port taken in between, say) fails at once, by name.
+    pub fn wait_for(
+        &mut self,
+        port: u16,
+        what: &str,
+        within: std::time::Duration,
+        ready: impl Fn(&mut redis::Connection) -> bool,
+    ) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            for (p, child) in &mut self.children {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("the redis process on port {p} exited ({status}): see {}", self.dir.display());
+                }
+            }
+            if let Ok(mut conn) = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection() {
+                if ready(&mut conn) {
+                    return;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("the redis process on port {port} did not come {what} within {within:?}: see {}", self.dir.display());
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A plain connection to the server on `port`.
+pub fn node(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().expect("a redis server")
+}
+
 /// A three-primary Redis Cluster of a test's own on loopback ports of its own (no
-/// persistence), for tests that move slots and must not disturb other tests. The nodes are
-/// child processes of the test, killed (and their folder removed) on drop, also when the
-/// start fails half way.
+/// persistence), for tests that move slots or fail a primary over and must not disturb
+/// other tests; [`OwnCluster::with_replicas`] gives each primary a replica.
 pub struct OwnCluster {
+    /// The primaries at start, then the replicas.
     pub ports: Vec<u16>,
-    dir: std::path::PathBuf,
-    nodes: Vec<std::process::Child>,
+    processes: Processes,
 }
 
 impl OwnCluster {
+    /// Three primaries.
     pub fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tessera-cluster-{:016x}",
-            RandomState::new().hash_one((SystemTime::now(), std::process::id()))
-        ));
-        std::fs::create_dir_all(&dir).expect("a folder for the cluster");
-        let mut cluster = Self { ports: free_ports(), dir, nodes: Vec::new() };
+        Self::launch(3)
+    }
+
+    /// Three primaries with a replica each (`ports[3..]`; which replica follows which
+    /// primary `redis-cli --cluster create` decides: read it from `CLUSTER NODES`).
+    pub fn with_replicas() -> Self {
+        Self::launch(6)
+    }
+
+    fn launch(nodes: usize) -> Self {
+        let mut cluster = Self { ports: free_ports_n(nodes), processes: Processes::new("cluster") };
         for port in cluster.ports.clone() {
-            let child = std::process::Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "5000"])
-                .args(["--save", "", "--appendonly", "no", "--logfile", &format!("redis-{port}.log")])
-                .arg("--dir")
-                .arg(&cluster.dir)
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("redis-server on PATH");
-            cluster.nodes.push(child);
+            let config = format!("nodes-{port}.conf");
+            let args = ["--cluster-enabled", "yes", "--cluster-config-file", &config, "--cluster-node-timeout", "5000"];
+            cluster.processes.spawn(port, &args);
         }
         for port in cluster.ports.clone() {
             cluster.wait_for(port, |c| redis::cmd("PING").query::<String>(c).is_ok(), "to answer PING");
         }
         let addresses: Vec<String> = cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let replicas = if nodes == 6 { "1" } else { "0" };
         let output = std::process::Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", replicas, "--cluster-yes"])
             .output()
             .expect("redis-cli on PATH");
         assert!(output.status.success(), "cluster create: {}", String::from_utf8_lossy(&output.stdout));
@@ -234,6 +323,18 @@ impl OwnCluster {
                 port,
                 |c| redis::cmd("CLUSTER").arg("INFO").query::<String>(c).is_ok_and(|i| i.contains("cluster_state:ok")),
                 "to say cluster_state:ok",
+            );
+        }
+        for port in cluster.ports.clone().into_iter().skip(3) {
+            cluster.wait_for(
+                port,
+                |c| {
+                    redis::cmd("INFO")
+                        .arg("replication")
+                        .query::<String>(c)
+                        .is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
+                },
+                "to replicate its primary",
             );
         }
         cluster
@@ -246,62 +347,40 @@ impl OwnCluster {
 
     /// A plain connection to one node.
     pub fn node(&self, port: u16) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().expect("a cluster node")
+        node(port)
     }
 
     fn wait_for(&mut self, port: u16, ready: impl Fn(&mut redis::Connection) -> bool, what: &str) {
-        let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_secs(20) {
-            // A node that exited (its port taken in between, say) fails at once, by name.
-            for (child, p) in self.nodes.iter_mut().zip(&self.ports) {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("the cluster node on port {p} exited ({status}): see {}", self.dir.display());
-                }
-            }
-            if let Ok(mut conn) = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection() {
-                if ready(&mut conn) {
-                    return;
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        panic!("cluster node {port} did not come {what} within 20 s");
-    }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        for child in &mut self.nodes {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.processes.wait_for(port, what, std::time::Duration::from_secs(20), ready);
     }
 }
 
 /// Three loopback ports that are free together with their cluster bus ports (+10000).
 pub fn free_ports() -> Vec<u16> {
+    free_ports_n(3)
+}
+
+/// `n` consecutive loopback ports that are free together with their cluster bus ports.
+pub fn free_ports_n(n: usize) -> Vec<u16> {
     let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
     for _ in 0..200 {
         let base = 20_000 + (RandomState::new().hash_one(SystemTime::now()) % 20_000) as u16;
-        let ports = vec![base, base + 1, base + 2];
+        let ports: Vec<u16> = (0..n as u16).map(|i| base + i).collect();
         if ports.iter().all(|&p| free(p) && free(p + 10_000)) {
             return ports;
         }
     }
-    panic!("no three free loopback ports for a cluster");
+    panic!("no {n} free loopback ports for redis");
 }
 
 /// A primary, its replica and one Sentinel watching them (master name `tessera`, quorum 1,
 /// a primary down after 1 s), on loopback ports of a test's own, no persistence: for tests
-/// that fail the primary over. Child processes, killed (and their folder removed) on drop.
+/// that fail the primary over.
 pub struct OwnSentinel {
     /// The two data servers (the primary at start first) and the sentinel.
     pub data_ports: [u16; 2],
     pub sentinel_port: u16,
-    dir: std::path::PathBuf,
-    /// By port: the data servers and the sentinel.
-    children: Vec<(u16, std::process::Child)>,
+    processes: Processes,
 }
 
 /// The master name [`OwnSentinel`] watches.
@@ -309,20 +388,16 @@ pub const SENTINEL_MASTER: &str = "tessera";
 
 impl OwnSentinel {
     pub fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tessera-sentinel-{:016x}",
-            RandomState::new().hash_one((SystemTime::now(), std::process::id()))
-        ));
-        std::fs::create_dir_all(&dir).expect("a folder for the sentinel");
         let ports = free_ports();
-        let mut own = Self { data_ports: [ports[0], ports[1]], sentinel_port: ports[2], dir, children: Vec::new() };
+        let mut own =
+            Self { data_ports: [ports[0], ports[1]], sentinel_port: ports[2], processes: Processes::new("sentinel") };
         let [primary, replica] = own.data_ports;
-        own.spawn_data(primary, None);
-        own.spawn_data(replica, Some(primary));
+        own.processes.spawn(primary, &[]);
+        own.processes.spawn(replica, &["--replicaof", "127.0.0.1", &primary.to_string()]);
         own.wait_for(replica, "to replicate", |c| {
             redis::cmd("INFO").arg("replication").query::<String>(c).is_ok_and(|i| i.contains("master_link_status:up"))
         });
-        let config = own.dir.join("sentinel.conf");
+        let config = own.processes.dir.join("sentinel.conf");
         std::fs::write(
             &config,
             format!(
@@ -332,18 +407,13 @@ impl OwnSentinel {
                  sentinel failover-timeout {SENTINEL_MASTER} 10000\n\
                  sentinel parallel-syncs {SENTINEL_MASTER} 1\n",
                 port = own.sentinel_port,
-                dir = own.dir.display()
+                dir = own.processes.dir.display()
             ),
         )
         .expect("the sentinel's configuration");
-        let child = std::process::Command::new("redis-server")
-            .arg(&config)
-            .arg("--sentinel")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH");
-        own.children.push((own.sentinel_port, child));
         let sentinel = own.sentinel_port;
+        own.processes
+            .spawn_command(sentinel, std::process::Command::new("redis-server").arg(&config).arg("--sentinel"));
         own.wait_for(sentinel, "to know the replica", |c| {
             redis::cmd("SENTINEL")
                 .arg("REPLICAS")
@@ -354,20 +424,6 @@ impl OwnSentinel {
         own
     }
 
-    fn spawn_data(&mut self, port: u16, replica_of: Option<u16>) {
-        let mut command = std::process::Command::new("redis-server");
-        command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--logfile", &format!("redis-{port}.log")])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(std::process::Stdio::null());
-        if let Some(primary) = replica_of {
-            command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
-        }
-        self.children.push((port, command.spawn().expect("redis-server on PATH")));
-    }
-
     /// The sentinel's URL.
     pub fn sentinel_url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.sentinel_port)
@@ -375,7 +431,7 @@ impl OwnSentinel {
 
     /// A plain connection to the server on `port`.
     pub fn node(&self, port: u16) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection().expect("a redis server")
+        node(port)
     }
 
     /// The primary's port as the sentinel names it now.
@@ -390,37 +446,10 @@ impl OwnSentinel {
 
     /// Kills the server on `port` (SIGKILL: nothing is written or handed over).
     pub fn kill(&mut self, port: u16) {
-        if let Some((_, child)) = self.children.iter_mut().find(|(p, _)| *p == port) {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.processes.kill(port);
     }
 
     fn wait_for(&mut self, port: u16, what: &str, ready: impl Fn(&mut redis::Connection) -> bool) {
-        let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_secs(30) {
-            for (p, child) in &mut self.children {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("the redis process on port {p} exited ({status}): see {}", self.dir.display());
-                }
-            }
-            if let Ok(mut conn) = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap().get_connection() {
-                if ready(&mut conn) {
-                    return;
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        panic!("the redis process on port {port} did not come {what} within 30 s: see {}", self.dir.display());
-    }
-}
-
-impl Drop for OwnSentinel {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.processes.wait_for(port, what, std::time::Duration::from_secs(30), ready);
     }
 }

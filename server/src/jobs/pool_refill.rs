@@ -51,8 +51,14 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
 async fn refill_pool(state: &AppState, pool: &PoolName, outcome: &mut Outcome) {
     outcome.pools += 1;
     {
+        let watch = &state.metrics.watch;
+        // The series exists from the first run, so that the first failure is an increase.
+        watch.pool_refill_failures.with_label_values(&[pool.as_str()]);
         for _ in 0..MAX_BATCHES_PER_RUN {
-            match state.pool_admin.refill(pool).await {
+            let started = std::time::Instant::now();
+            let refilled = state.pool_admin.refill(pool).await;
+            watch.pool_refill_seconds.with_label_values(&[pool.as_str()]).observe(started.elapsed().as_secs_f64());
+            match refilled {
                 Ok(RefillOutcome::Added { mode, tickets, length, .. }) => {
                     outcome.batches += 1;
                     outcome.tickets += tickets;
@@ -66,6 +72,7 @@ async fn refill_pool(state: &AppState, pool: &PoolName, outcome: &mut Outcome) {
                 Err(client::pool::PoolError::UnknownPool(_)) => break,
                 Err(e) => {
                     // One broken pool must not stop the others.
+                    watch.pool_refill_failures.with_label_values(&[pool.as_str()]).inc();
                     tracing::error!(pool = %pool, error = %e, "refill failed");
                     break;
                 }

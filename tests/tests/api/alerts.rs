@@ -68,6 +68,8 @@ async fn metrics_with_every_series(app: &TestApp) -> String {
     let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
     assert!(delivered.failed.is_empty(), "{delivered:?}");
 
+    // A refill run (its duration and failure series per pool).
+    server::jobs::pool_refill::run_once(&app.state).await.unwrap();
     let now = app.state.pool_admin.now().await.unwrap();
     pool_sampler::run_at(&app.state, now - TimeDelta::seconds(60)).await.unwrap();
     let pool = PoolName::parse("cn-pay").unwrap();
@@ -84,7 +86,7 @@ async fn metrics_with_every_series(app: &TestApp) -> String {
     let (status, reply) = app
         .post_json(
             "/api/v1/channels/ALIPAY_A/outcomes",
-            serde_json::json!({"ok": 9, "fail": 1, "latency_ms_sum": 180, "latency_count": 10}),
+            serde_json::json!({"ok": 9, "fail": 1, "latency_ms_sum": 150, "latency_count": 9, "latencies_ms": [30]}),
         )
         .await;
     assert_eq!(status, 202, "{reply}");

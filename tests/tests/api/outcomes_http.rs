@@ -62,6 +62,40 @@ async fn a_report_is_accepted_and_counted_in_the_minute_it_names() {
 }
 
 #[tokio::test]
+async fn latencies_reported_one_by_one_fill_the_channel_histogram_and_the_sum() {
+    // Arrange
+    let app = spawn_app().await;
+    register_channel(&app, "ALIPAY_A").await;
+
+    // Act: four latencies one by one, and two more as a sum, in one report of six calls
+    let (status, reply) = report(
+        &app,
+        "ALIPAY_A",
+        json!({"ok": 5, "fail": 1, "latency_ms_sum": 100, "latency_count": 2, "latencies_ms": [3, 40, 700, 1200]}),
+    )
+    .await;
+
+    // Assert: the window holds all six latencies; the histogram the four listed
+    assert_eq!(status, 202, "{reply}");
+    let window = app.state.outcomes.window(&channel("ALIPAY_A"), i64::MIN, i64::MAX).await.unwrap();
+    assert_eq!(Totals::of(&window), Totals { ok: 5, fail: 1, latency_ms_sum: 2043, latency_count: 6 });
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    for series in [
+        r#"tessera_channel_latency_ms_total{channel="ALIPAY_A"} 2043"#,
+        r#"tessera_channel_latency_samples_total{channel="ALIPAY_A"} 6"#,
+        r#"tessera_channel_latency_seconds_bucket{channel="ALIPAY_A",le="0.005"} 1"#,
+        r#"tessera_channel_latency_seconds_bucket{channel="ALIPAY_A",le="0.025"} 1"#,
+        r#"tessera_channel_latency_seconds_bucket{channel="ALIPAY_A",le="0.05"} 2"#,
+        r#"tessera_channel_latency_seconds_bucket{channel="ALIPAY_A",le="1"} 3"#,
+        r#"tessera_channel_latency_seconds_bucket{channel="ALIPAY_A",le="2.5"} 4"#,
+        r#"tessera_channel_latency_seconds_sum{channel="ALIPAY_A"} 1.943"#,
+        r#"tessera_channel_latency_seconds_count{channel="ALIPAY_A"} 4"#,
+    ] {
+        assert!(metrics.contains(series), "{series}:\n{metrics}");
+    }
+}
+
+#[tokio::test]
 async fn a_report_for_a_channel_with_no_row_is_404_and_writes_nothing() {
     // Arrange
     let app = spawn_app().await;
@@ -106,6 +140,37 @@ async fn bad_reports_are_400_naming_the_field_and_write_nothing() {
             "latency_ms_sum",
         ),
         ("ALIPAY_A", json!({"ok": 1, "fail": 0, "latncy_count": 1}), "latncy_count"),
+        // Latencies one by one: a list of whole ms up to an hour, no more than the calls.
+        ("ALIPAY_A", json!({"ok": 1, "fail": 0, "latencies_ms": 30}), "latencies_ms"),
+        ("ALIPAY_A", json!({"ok": 2, "fail": 0, "latencies_ms": [30, 3_600_001]}), "latencies_ms[1]"),
+        ("ALIPAY_A", json!({"ok": 2, "fail": 0, "latencies_ms": [1.5]}), "latencies_ms[0]"),
+        ("ALIPAY_A", json!({"ok": 2, "fail": 0, "latencies_ms": [-1]}), "latencies_ms[0]"),
+        ("ALIPAY_A", json!({"ok": 1, "fail": 0, "latencies_ms": [5, 6]}), "latencies_ms"),
+        (
+            "ALIPAY_A",
+            json!({"ok": 2, "fail": 0, "latency_ms_sum": 5, "latency_count": 1, "latencies_ms": [5, 6]}),
+            "latencies_ms",
+        ),
+        ("ALIPAY_A", json!({"ok": 10_000, "fail": 10_000, "latencies_ms": vec![1; 10_001]}), "latencies_ms"),
+        (
+            "ALIPAY_A",
+            json!({"ok": 10_000, "fail": 10_000, "latency_count": 10_000, "latencies_ms": [1]}),
+            "latencies_ms",
+        ),
+        (
+            "ALIPAY_A",
+            json!({"ok": 10_000, "fail": 10_000, "latency_count": 20_000, "latencies_ms": [1]}),
+            "latency_count",
+        ),
+        ("ALIPAY_A", json!({"ok": 0, "fail": 0, "latencies_ms": [5]}), "ok"),
+        // Sums past u64 must not wrap (nor panic): each field is bounded first.
+        ("ALIPAY_A", json!({"ok": 10, "fail": 0, "latency_ms_sum": u64::MAX, "latencies_ms": [1]}), "latency_ms_sum"),
+        ("ALIPAY_A", json!({"ok": u64::MAX, "fail": 1, "latencies_ms": [0]}), "ok"),
+        (
+            "ALIPAY_A",
+            json!({"ok": 2, "fail": 0, "latency_ms_sum": 999_999_999u64, "latency_count": 1, "latencies_ms": [2]}),
+            "latencies_ms",
+        ),
         ("ALIPAY_A", json!([1, 0]), "body"),
         ("ALIPAY:A", json!({"ok": 1, "fail": 0}), "channel"),
     ];
@@ -120,6 +185,8 @@ async fn bad_reports_are_400_naming_the_field_and_write_nothing() {
     }
     let window = app.state.outcomes.window(&channel("ALIPAY_A"), i64::MIN, i64::MAX).await.unwrap();
     assert!(window.is_empty(), "{window:?}");
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(!metrics.contains("tessera_channel_latency_seconds_count"), "{metrics}");
 }
 
 #[tokio::test]

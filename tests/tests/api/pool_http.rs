@@ -104,6 +104,15 @@ async fn the_refill_job_tops_up_a_pool_below_low_water_and_the_rotation_job_keep
 
     assert_eq!(server::jobs::pool_rotation::run_once(&app.state).await.unwrap(), 1);
     assert_eq!(app.state.pool_admin.length(&stray).await.unwrap(), 4, "a pool Postgres does not know is not refilled");
+    // Every refill call is timed (a batch added or nothing needed: two calls a run here),
+    // and a failing one counted per pool: a list key of the wrong type fails the next.
+    assert!(metrics.contains(r#"tessera_pool_refill_seconds_count{pool="small"} 4"#), "{metrics}");
+    assert!(metrics.contains(r#"tessera_pool_refill_failures_total{pool="small"} 0"#), "{metrics}");
+    let mut conn = app.state.redis.connection().await.unwrap();
+    let () = redis::cmd("SET").arg(app.state.keys.pool_tickets("small")).arg("x").query_async(&mut conn).await.unwrap();
+    server::jobs::pool_refill::run_once(&app.state).await.unwrap();
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains(r#"tessera_pool_refill_failures_total{pool="small"} 1"#), "{metrics}");
 }
 
 /// Creates the pool `small` (members A and B, 3:1, batches of 20, low-water 5) through the
