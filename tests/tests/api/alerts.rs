@@ -166,3 +166,38 @@ fn a_name_the_server_does_not_export_is_reported() {
     let missing = unexported(&used, &exported_families(exposition));
     assert_eq!(missing, ["tessera_job_leader_count", "tessera_made_up_total"]);
 }
+
+/// Each alert rule's `runbook_url`, by alert, read line by line from the rule file.
+fn runbook_urls(rules: &str) -> BTreeMap<String, Option<String>> {
+    let mut urls = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in rules.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix("- alert: ") {
+            current = Some(name.trim().to_owned());
+            urls.insert(name.trim().to_owned(), None);
+        } else if let (Some(url), Some(name)) = (line.strip_prefix("runbook_url: "), &current) {
+            urls.insert(name.clone(), Some(url.trim_matches('"').to_owned()));
+        }
+    }
+    urls
+}
+
+#[test]
+fn every_alert_links_its_own_runbook_section_and_every_section_is_an_alert() {
+    let read =
+        |file: &str| std::fs::read_to_string(workspace_root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let urls = runbook_urls(&read("ops/prometheus/tessera-alerts.yml"));
+    let sections: BTreeSet<String> = read("docs/runbook.md")
+        .lines()
+        .filter_map(|line| line.strip_prefix("### "))
+        .map(|title| title.trim().to_owned())
+        .collect();
+
+    assert!(urls.len() >= 25, "{urls:?}");
+    for (alert, url) in &urls {
+        assert_eq!(url.as_deref(), Some(format!("docs/runbook.md#{}", alert.to_lowercase()).as_str()), "{alert}");
+        assert!(sections.contains(alert), "docs/runbook.md has no section ### {alert}");
+    }
+    let strays: Vec<_> = sections.iter().filter(|s| !urls.contains_key(*s)).collect();
+    assert!(strays.is_empty(), "runbook sections that are no alert: {strays:?}");
+}
