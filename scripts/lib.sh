@@ -108,6 +108,13 @@ ensure_chromium() {
   apt_install chromium chromium-driver
 }
 
+# jq, for the README's examples that the docs tests run as written.
+ensure_jq() {
+  command -v jq >/dev/null && return
+  say "installing Debian jq (the README's examples use it; the docs tests run them)"
+  apt_install jq
+}
+
 ensure_promtool() {
   command -v promtool >/dev/null && return
   say "installing Debian prometheus (its promtool checks and tests the alert rules in ops/prometheus)"

@@ -148,6 +148,24 @@ pub enum UserCommand {
     /// Create a user. The password is read from stdin (one line) with --password-stdin,
     /// otherwise generated and printed once.
     Add(UserAddArgs),
+    /// Set a user's password (read from stdin with --password-stdin, otherwise generated
+    /// and printed once), end their sessions and any lock-out, and with --enable enable a
+    /// disabled user again: how an admin who lost the password (or the demo users'
+    /// passwords) gets back in. Audited (`user.password`, `user.enable`).
+    ResetPassword(UserResetArgs),
+}
+
+/// Arguments of `tessera user reset-password`.
+#[derive(Debug, clap::Args)]
+pub struct UserResetArgs {
+    /// The user's name.
+    pub name: String,
+    /// Read the new password (12..=256 characters) from stdin instead of generating one.
+    #[arg(long)]
+    pub password_stdin: bool,
+    /// Enable the user again if they were disabled.
+    #[arg(long)]
+    pub enable: bool,
 }
 
 /// What `tessera audit` does.

@@ -192,6 +192,28 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("password (shown once): {password}");
             }
         }
+        Command::User(UserCommand::ResetPassword(args)) => {
+            let password = if args.password_stdin {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                line.trim_end_matches(['\r', '\n']).to_owned()
+            } else {
+                server::access::random_secret(18)
+            };
+            let db = server::store::connect(&settings).await?;
+            let actor = "tessera user reset-password";
+            let (ended, enabled) =
+                server::access::reset_password_audited(&db, &args.name, &password, args.enable, actor)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("set the password of user {}; {ended} session(s) ended", args.name);
+            if enabled {
+                println!("enabled user {} again", args.name);
+            }
+            if !args.password_stdin {
+                println!("password (shown once): {password}");
+            }
+        }
         Command::DemoSeed => {
             server::store::create_database_if_missing(&settings).await?;
             let db = server::store::connect(&settings).await?;

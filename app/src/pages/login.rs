@@ -5,10 +5,23 @@
 
 use leptos::prelude::*;
 
+/// Where to go once signed in: `next` when it is a path of this site (`/…`, never `//…`
+/// or `/\…`, which browsers take as another host), else the dashboard.
+pub fn after_sign_in(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") && !n.contains(['\r', '\n']) => {
+            n.to_owned()
+        }
+        _ => "/".to_owned(),
+    }
+}
+
 /// The sign-in form. Its controls are disabled until the page has hydrated, so that a
-/// press before then cannot send the password anywhere as a plain form would.
+/// press before then cannot send the password anywhere as a plain form would. Signed in,
+/// it goes to the page the visitor was sent here from (`?next=`), or the dashboard.
 #[component]
 pub fn Login() -> impl IntoView {
+    let query = leptos_router::hooks::use_query_map();
     let name = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let error = RwSignal::new(None::<String>);
@@ -23,11 +36,12 @@ pub fn Login() -> impl IntoView {
         busy.set(true);
         error.set(None);
         let (_n, _p) = (name.get_untracked(), password.get_untracked());
+        let _to = query.with_untracked(|q| after_sign_in(q.get("next").as_deref()));
         #[cfg(feature = "hydrate")]
         leptos::task::spawn_local(async move {
             match sign_in(_n, _p).await {
                 Ok(()) => {
-                    let _ = window().location().set_href("/");
+                    let _ = window().location().set_href(&_to);
                 }
                 Err(e) => {
                     error.set(Some(e));
@@ -85,4 +99,26 @@ async fn sign_in(name: String, password: String) -> Result<(), String> {
         .and_then(|b| b.get("error").and_then(|e| e.as_str()).map(str::to_owned))
         .unwrap_or_else(|| format!("the server answered {status}"));
     Err(format!("Sign-in failed: {message}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::after_sign_in;
+
+    #[test]
+    fn only_a_path_of_this_site_is_followed_after_sign_in() {
+        for (next, to) in [
+            (Some("/audit"), "/audit"),
+            (Some("/pools/cn-pay?tab=limits"), "/pools/cn-pay?tab=limits"),
+            (None, "/"),
+            (Some(""), "/"),
+            (Some("https://evil.example/"), "/"),
+            (Some("//evil.example/"), "/"),
+            (Some("/\\evil.example/"), "/"),
+            (Some("javascript:alert(1)"), "/"),
+            (Some("/a\r\nSet-Cookie: x"), "/"),
+        ] {
+            assert_eq!(after_sign_in(next), to, "{next:?}");
+        }
+    }
 }

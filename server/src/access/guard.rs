@@ -145,6 +145,22 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
     Ok(None)
 }
 
+/// A page of the UI (a route of the app other than the sign-in page), asked for to be read.
+fn is_ui_page(req: &ServiceRequest, pattern: Option<&str>) -> bool {
+    const NOT_PAGES: [&str; 5] = ["/login", "/healthz", "/readyz", "/readyz/details", "/metrics"];
+    matches!(*req.method(), Method::GET | Method::HEAD)
+        && pattern.is_some_and(|p| {
+            p.starts_with('/') && !p.starts_with("/api/") && !p.starts_with("/pkg") && !NOT_PAGES.contains(&p)
+        })
+}
+
+/// 303 to the sign-in page, which comes back to `path` (and its query) once signed in.
+fn to_sign_in(path: &str, query: &str) -> actix_web::HttpResponse {
+    let back = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
+    let next: String = url::form_urlencoded::byte_serialize(back.as_bytes()).collect();
+    actix_web::HttpResponse::SeeOther().insert_header(("location", format!("/login?next={next}"))).finish()
+}
+
 /// The guard in front of every route: finds the route's requirement, identifies the
 /// caller, and answers 401 (no or bad credentials) or 403 (not allowed) before the
 /// handler runs. The caller is left in the request's extensions for the handler.
@@ -169,6 +185,14 @@ pub async fn guard(
         None => None,
     };
     let Some(needed) = needed else {
+        if !is_server_fn(&path) && is_ui_page(&req, pattern.as_deref()) {
+            if let Some(state) = req.app_data::<actix_web::web::Data<AppState>>().cloned() {
+                if !matches!(identify(&req, &state).await, Ok(Some(_))) {
+                    let to = to_sign_in(&path, req.query_string());
+                    return Ok(req.into_response(to));
+                }
+            }
+        }
         return next.call(req).await.map(ServiceResponse::map_into_boxed_body);
     };
     let Some(state) = req.app_data::<actix_web::web::Data<AppState>>().cloned() else {

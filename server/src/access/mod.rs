@@ -21,7 +21,8 @@ pub mod tokens;
 
 pub use guard::guard;
 pub use passwords::{
-    check_password, check_user_name, create_user, create_user_audited, hash_password, random_secret, sha256,
+    check_password, check_user_name, create_user, create_user_audited, hash_password, random_secret,
+    reset_password_audited, sha256,
 };
 pub use sessions::{login, logout, session, LoginError, Opened};
 pub use tokens::{create_token, NewToken, TokenCache, TOKEN_CACHE_TTL, TOKEN_TRUST_WHILE_DOWN};

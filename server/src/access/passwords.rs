@@ -104,3 +104,46 @@ pub async fn create_user_audited(
     tx.commit().await?;
     Ok(())
 }
+
+/// Sets a user's password from the command line (`tessera user reset-password`): the hash,
+/// the end of any lock-out and of every session of theirs, with `enable` a disabled user
+/// enabled again, and the audit rows (`user.password`, and `user.enable` when that
+/// happened, by `actor`), in one transaction. How many sessions ended and whether the user
+/// was enabled; a 404 for an unknown user.
+pub async fn reset_password_audited(
+    db: &PgPool,
+    name: &str,
+    password: &str,
+    enable: bool,
+    actor: &str,
+) -> Result<(u64, bool), ApiError> {
+    check_user_name(name)?;
+    check_password(password)?;
+    let owned = password.to_owned();
+    let hash = off_the_workers(move || hash_password(&owned)).await?;
+    let mut tx = db.begin().await?;
+    let Some(ended) = store::set_password(&mut tx, name, &hash, None).await? else {
+        return Err(ApiError::NotFound(format!("unknown user {name:?}")));
+    };
+    let enabled = enable && store::enable_user(&mut tx, name).await?;
+    let changed_by = serde_json::json!({"changed_by": actor});
+    let actions: &[&str] = if enabled { &["user.password", "user.enable"] } else { &["user.password"] };
+    for action in actions {
+        crate::audit::store::insert_audit(
+            &mut tx,
+            &crate::audit::store::NewAudit {
+                actor,
+                source: crate::audit::store::Source::System,
+                action,
+                entity: &format!("user:{name}"),
+                before: None,
+                after: Some(&changed_by),
+                reason: None,
+                request_id: None,
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok((ended, enabled))
+}

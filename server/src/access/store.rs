@@ -368,6 +368,17 @@ pub async fn disable_user(tx: &mut PgConnection, name: &str) -> Result<bool, sql
     Ok(true)
 }
 
+/// Enables a disabled user again; false when there is no disabled user by that name.
+pub async fn enable_user(tx: &mut PgConnection, name: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "update app_user set disabled_at = null, updated_at = now() where name = $1 and disabled_at is not null",
+    )
+    .bind(name)
+    .execute(&mut *tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// Ends a lock-out and starts the count over; false for an unknown user.
 pub async fn unlock_user(tx: &mut PgConnection, name: &str) -> Result<bool, sqlx::Error> {
     let done =

@@ -180,11 +180,23 @@ pub async fn replay(db: &PgPool, request: &ReplayRequest) -> Result<ReplayReport
         ));
     }
     if rows.iter().all(|r| r.sequence.is_empty()) {
-        let off = if published.draw_log { "" } else { " (its draw log is off: draw_log is false)" };
+        let why = if !published.draw_log {
+            " (its draw log is off: draw_log is false)".to_owned()
+        } else {
+            // Draws reach the log from Redis every 10 s: a period that ends now may not be there yet.
+            match super::store::last_drained(db, &request.pool).await? {
+                Some(at) => format!(
+                    "; its draws were last copied from Redis at {} (the draw_log job copies them every 10 s)",
+                    rfc3339(at)
+                ),
+                None => "; none of its draws has been copied from Redis yet (the draw_log job copies them every 10 s)"
+                    .to_owned(),
+            }
+        };
         return Err(unprocessable(
             "from",
             format!(
-                "the draw log holds no draws of pool {} from {} to {}{off}",
+                "the draw log holds no draws of pool {} from {} to {}{why}",
                 request.pool,
                 rfc3339(request.from),
                 rfc3339(request.to)
@@ -344,8 +356,14 @@ pub fn render(r: &ReplayReport) -> String {
         _ => "the candidate configuration".to_owned(),
     };
     let mut out = format!(
-        "replay of pool {} from {} to {}: {} minutes, {} draws recorded, through {through}\n\n",
-        r.pool, r.from, r.to, r.minutes, r.recorded.draws,
+        "replay of pool {} from {} to {}: {} minute{}, {} draw{} recorded, through {through}\n\n",
+        r.pool,
+        r.from,
+        r.to,
+        r.minutes,
+        if r.minutes == 1 { "" } else { "s" },
+        r.recorded.draws,
+        if r.recorded.draws == 1 { "" } else { "s" },
     );
     out.push_str(&format!(
         "{:<20} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9}\n",

@@ -15,6 +15,14 @@ pub async fn cursor(db: &PgPool, pool: &PoolName) -> Result<Option<String>, sqlx
         .await
 }
 
+/// When the drain last wrote draws of the pool to the log (none: never).
+pub async fn last_drained(db: &PgPool, pool: &PoolName) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar("select updated_at from draw_log_cursor where pool = $1")
+        .bind(pool.as_str())
+        .fetch_optional(db)
+        .await
+}
+
 /// Writes a drain's rows and moves the pool's cursor from `after` (where this drain began
 /// reading) to `last_id`, in one transaction; returns false, writing nothing, when the
 /// cursor is no longer at `after` (another instance drained those entries meanwhile: two

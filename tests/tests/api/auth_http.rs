@@ -357,3 +357,61 @@ async fn an_admin_unlocks_a_locked_account_and_a_configured_secure_cookie_is_sec
             .unwrap();
     assert_eq!(action, "user.unlock");
 }
+
+#[tokio::test]
+async fn the_command_lines_password_reset_opens_a_locked_account_ends_its_sessions_and_is_audited() {
+    // Arrange: a signed-in viewer, locked out by a guesser afterwards; a disabled operator
+    let (app, passwords) = app().await;
+    let viewer = session(&app, &passwords, "viewer").await;
+    for _ in 0..5 {
+        login(&app, "demo-viewer", "wrong password!!").await;
+    }
+    let admin = session(&app, &passwords, "admin").await;
+    let (status, body) =
+        ui(&app, &admin, reqwest::Method::POST, "/api/v1/users/demo-operator/disable", Value::Null).await;
+    assert_eq!(status, 200, "{body}");
+    let reset = |name: &'static str, password: &'static str, enable: bool| {
+        let db = app.state.db.clone();
+        async move {
+            server::access::reset_password_audited(&db, name, password, enable, "tessera user reset-password").await
+        }
+    };
+
+    // Act: what `tessera user reset-password NAME [--enable]` runs
+    let viewer_reset = reset("demo-viewer", "a new password of the viewer", false).await.unwrap();
+    let kept_disabled = reset("demo-operator", "a new password of the operator", false).await.unwrap();
+    let disabled_sign_in = login(&app, "demo-operator", "a new password of the operator").await.0;
+    let enabled = reset("demo-operator", "a new password of the operator", true).await.unwrap();
+    let unknown = reset("nobody", "a new password of nobody", false).await;
+    let short = reset("demo-pm", "short", false).await;
+
+    // Assert: the new password opens a session, the old one and the old session do not
+    assert_eq!(viewer_reset, (1, false), "the viewer's session ended");
+    let (status, _) = ui(&app, &viewer, reqwest::Method::GET, "/api/v1/pools", Value::Null).await;
+    assert_eq!(status, 401, "the old session is gone");
+    assert_eq!(login(&app, "demo-viewer", &passwords["demo-viewer"]).await.0, 401);
+    assert_eq!(login(&app, "demo-viewer", "a new password of the viewer").await.0, 200, "unlocked, new password");
+    // A disabled user stays disabled unless --enable says otherwise.
+    assert_eq!((kept_disabled, disabled_sign_in), ((0, false), 401));
+    assert_eq!(enabled, (0, true));
+    assert_eq!(login(&app, "demo-operator", "a new password of the operator").await.0, 200, "enabled again");
+    assert!(matches!(unknown, Err(server::error::ApiError::NotFound(_))), "{unknown:?}");
+    assert!(matches!(short, Err(server::error::ApiError::BadRequest { .. })), "{short:?}");
+    assert_eq!(login(&app, "demo-pm", &passwords["demo-pm"]).await.0, 200, "a refused reset changes nothing");
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "select actor, action, entity from audit where actor = 'tessera user reset-password' order by id",
+    )
+    .fetch_all(&app.state.db)
+    .await
+    .unwrap();
+    let rows: Vec<(&str, &str)> = rows.iter().map(|(_, action, entity)| (action.as_str(), entity.as_str())).collect();
+    assert_eq!(
+        rows,
+        [
+            ("user.password", "user:demo-viewer"),
+            ("user.password", "user:demo-operator"),
+            ("user.password", "user:demo-operator"),
+            ("user.enable", "user:demo-operator"),
+        ]
+    );
+}

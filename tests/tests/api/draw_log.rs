@@ -211,7 +211,9 @@ async fn a_replay_of_the_recorded_draws_through_the_unchanged_configuration_repr
     let report = server::draws::replay::replay(&app.state.db, &request).await.unwrap();
 
     // Assert
-    eprintln!("{}", server::draws::replay::render(&report));
+    let text = server::draws::replay::render(&report);
+    eprintln!("{text}");
+    assert!(text.contains("2500 draws recorded") && !text.contains(" 1 minutes"), "{text}");
     assert_eq!((report.recorded.draws, report.replayed.draws, report.refused), (2500, 2500, 0), "{report:?}");
     assert_eq!(report.config_version, Some(1));
     assert!(report.batches >= 3, "{report:?}");
@@ -327,6 +329,12 @@ async fn a_replay_over_http_reports_the_recorded_period_through_the_published_po
         let (status, reply) = replay(body.clone()).await;
         assert_eq!((status, reply["field"].as_str()), (want, Some(field)), "{body} → {reply}");
     }
+    // An empty period says when the log last took the pool's draws (a replay of the last
+    // seconds finds nothing until the next drain).
+    let empty = serde_json::json!({"from": at(start - TimeDelta::days(2)), "to": at(start - TimeDelta::days(1))});
+    let (_, reply) = replay(empty).await;
+    let rule = reply["rule"].as_str().unwrap_or_default();
+    assert!(rule.contains("were last copied from Redis at 20") && rule.contains("every 10 s"), "{reply}");
     let tiers_body = serde_json::json!({"from": from, "to": to, "weights": [{"member": "X", "weight": 1}]});
     let (status, reply) = app.post_json("/api/v1/pools/sea-pay/replay", tiers_body).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("weights")), "a tiers pool's weights are tiers: {reply}");

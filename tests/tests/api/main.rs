@@ -8,6 +8,7 @@ mod audit_http;
 mod auth_http;
 mod changes_http;
 mod config_http;
+mod docs;
 mod draw_log;
 mod health;
 mod health_eval;

@@ -25,10 +25,16 @@ async fn signed_out_requests_are_sent_to_sign_in_and_server_functions_refused() 
         .timeout(integration::REQUEST_TIMEOUT)
         .build()
         .unwrap();
-    for page in ["/", "/audit"] {
+    // Every page: 303 to the sign-in page, which names the page (and its query) to come back to.
+    for (page, next) in [
+        ("/", "%2F"),
+        ("/audit", "%2Faudit"),
+        ("/pools/cn-pay?tab=limits", "%2Fpools%2Fcn-pay%3Ftab%3Dlimits"),
+        ("/tenants/acme", "%2Ftenants%2Facme"),
+    ] {
         let response = plain.get(format!("{}{page}", app.address)).header("accept", "text/html").send().await.unwrap();
-        assert_eq!(response.status(), 302, "{page}: decided on the server");
-        assert_eq!(response.headers()["location"], "/login", "{page}");
+        assert_eq!(response.status(), 303, "{page}: decided on the server");
+        assert_eq!(response.headers()["location"], format!("/login?next={next}").as_str(), "{page}");
     }
     let login = plain.get(format!("{}/login", app.address)).send().await.unwrap();
     assert_eq!(login.status(), 200);
@@ -124,6 +130,23 @@ async fn an_auditor_and_a_viewer_see_the_audit_page_as_their_role_allows() {
     assert!(why.contains("auditor and admin") && why.contains("viewer"), "{why}");
     hydrated(c).await;
     screenshot(c, "audit-viewer").await;
+    sign_out(c).await;
+
+    // Signed out, a page with a query: signed in, the visitor is back on it.
+    c.goto(&format!("{}/audit?action=channel.create", app.address)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("login-form")).await.expect("the sign-in page");
+    hydrated(c).await;
+    c.find(Locator::Id("login-name")).await.unwrap().send_keys("demo-viewer").await.unwrap();
+    c.find(Locator::Id("login-password")).await.unwrap().send_keys(&passwords["demo-viewer"]).await.unwrap();
+    c.find(Locator::Id("login-submit")).await.unwrap().click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Id("audit-rows"))
+        .await
+        .expect("back on the audit page");
+    let url = c.current_url().await.unwrap();
+    assert_eq!((url.path(), url.query()), ("/audit", Some("action=channel.create")));
+    hydrated(c).await;
 
     browser.close().await;
 }
