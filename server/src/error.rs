@@ -274,3 +274,27 @@ pub fn path_error(err: actix_web::error::PathError, _req: &actix_web::HttpReques
     let detail = message.strip_prefix("Path deserialize error: ").unwrap_or(&message).to_owned();
     ApiError::BadRequest { field: "path".to_owned(), rule: detail }.into()
 }
+
+/// The largest raw body a handler that reads bytes takes (`web::PayloadConfig`; JSON bodies
+/// have their own limit in `web::JsonConfig`).
+pub const MAX_RAW_BODY: usize = 256 * 1024;
+
+/// A middleware: a 413 that actix answered as text (a raw body over [`MAX_RAW_BODY`]) is
+/// answered as JSON naming `body`, as every other API error is.
+pub async fn json_payload_errors(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    let response = next.call(req).await?;
+    let json = response
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE || json {
+        return Ok(response.map_into_boxed_body());
+    }
+    let (req, _) = response.into_parts();
+    let body = ErrorBody::field("body", format!("must be at most {MAX_RAW_BODY} bytes"));
+    Ok(actix_web::dev::ServiceResponse::new(req, HttpResponse::PayloadTooLarge().json(body)))
+}

@@ -227,6 +227,9 @@ fn http_server(
         };
         actix_web::App::new()
             .app_data(data.clone())
+            .app_data(web::PayloadConfig::new(crate::error::MAX_RAW_BODY))
+            // Innermost: a raw body over its limit is answered as JSON, as every API error.
+            .wrap(from_fn(crate::error::json_payload_errors))
             // Who may call which /api/v1 route (inner: runs after the request is logged and counted).
             .wrap(from_fn(crate::access::guard))
             .wrap(from_fn(crate::metrics::record))

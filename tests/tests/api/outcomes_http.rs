@@ -183,6 +183,10 @@ async fn bad_reports_are_400_naming_the_field_and_write_nothing() {
         assert_eq!((status, answer["field"].as_str()), (400, Some(field)), "{code} {body}: {answer}");
         assert!(!answer["rule"].as_str().unwrap_or_default().is_empty(), "{answer}");
     }
+    // A body over the raw-body limit (256 KiB): a JSON 413 naming the body, as every API error.
+    let huge = json!({"ok": 1, "fail": 0, "latencies_ms": vec![[0u8; 8]; 40_000]});
+    let (status, answer) = report(&app, "ALIPAY_A", huge).await;
+    assert_eq!((status, answer["field"].as_str()), (413, Some("body")), "{answer}");
     let window = app.state.outcomes.window(&channel("ALIPAY_A"), i64::MIN, i64::MAX).await.unwrap();
     assert!(window.is_empty(), "{window:?}");
     let metrics = app.get("/metrics").await.text().await.unwrap();
