@@ -174,13 +174,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::User(UserCommand::Add(args)) => {
             let role = server::access::Role::parse(&args.role).map_err(|e| anyhow::anyhow!("--role: {e}"))?;
-            let password = if args.password_stdin {
-                let mut line = String::new();
-                std::io::stdin().read_line(&mut line)?;
-                line.trim_end_matches(['\r', '\n']).to_owned()
-            } else {
-                server::access::random_secret(18)
-            };
+            let password = password_from(args.password_stdin)?;
             server::store::create_database_if_missing(&settings).await?;
             let db = server::store::connect(&settings).await?;
             server::store::migrate(&settings, &db).await?;
@@ -193,13 +187,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::User(UserCommand::ResetPassword(args)) => {
-            let password = if args.password_stdin {
-                let mut line = String::new();
-                std::io::stdin().read_line(&mut line)?;
-                line.trim_end_matches(['\r', '\n']).to_owned()
-            } else {
-                server::access::random_secret(18)
-            };
+            let password = password_from(args.password_stdin)?;
             let db = server::store::connect(&settings).await?;
             let actor = "tessera user reset-password";
             let (ended, enabled) =
@@ -240,4 +228,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A user's password for `tessera user`: one line from stdin with --password-stdin,
+/// otherwise generated (the caller prints it once).
+fn password_from(stdin: bool) -> std::io::Result<String> {
+    if !stdin {
+        return Ok(server::access::random_secret(18));
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
