@@ -1,14 +1,13 @@
-# Multi-stage build: cargo-leptos builds the server and the wasm site; a slim Debian image
-# runs them. Untested on the development machines (no Docker engine there); see README.
+# Multi-stage build: scripts/build --release builds the server and the wasm site; a slim
+# Debian image runs them. Untested on the development machines (no Docker engine there); see README.
 FROM rust:1.95-bookworm AS build
 RUN rustup target add wasm32-unknown-unknown \
  && apt-get update && apt-get install -y --no-install-recommends nodejs npm curl && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# The same tool installs as scripts/run (cargo-leptos, wasm-bindgen-cli pinned to Cargo.lock,
-# wasm-opt from npm), then a release build.
-RUN bash -c 'source scripts/lib.sh && ensure_wasm_opt && ensure_wasm_bindgen && ensure_cargo_leptos' \
- && PATH="/src/.tools/npm/node_modules/.bin:$PATH" RUSTFLAGS="--cfg erase_components" cargo leptos build --release
+# The same tools as scripts/run (wasm-bindgen-cli pinned to Cargo.lock, wasm-opt from npm),
+# then the optimised build (release server, wasm at opt-level z with LTO, wasm-opt).
+RUN bash -c 'source scripts/lib.sh && ensure_wasm_opt' && scripts/build --release --site target/site
 
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \

@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 # Versions the build needs. wasm-bindgen-cli must equal the wasm-bindgen crate in Cargo.lock.
-CARGO_LEPTOS_VERSION="0.3.11"
+APP_OUTPUT_NAME="tessera"  # app::OUTPUT_NAME: the wasm, js and css under the site's pkg/
 BINARYEN_NPM_VERSION="132"
 TOOLS="$ROOT/.tools"
 
@@ -61,8 +61,8 @@ ensure_rust() {
 
 # `cargo install` of a build tool, built for its build time rather than its speed: the
 # tools run for seconds per build, while the release profile's optimisation made their
-# first install the longest step of a first run (cargo-leptos 18 min, wasm-bindgen-cli
-# 3 min on 2 cores, measured 2026-12-06). Optimisation level 1 (TOOLS_OPT_LEVEL), many
+# first install a long step of a first run (wasm-bindgen-cli 3 min, and cargo-leptos, no
+# longer used, 18 min on 2 cores, measured 2026-12-06). Optimisation level 1 (TOOLS_OPT_LEVEL), many
 # codegen units, no LTO and no debug info; the versions stay pinned.
 install_tool() {
   CARGO_PROFILE_RELEASE_OPT_LEVEL="${TOOLS_OPT_LEVEL:-1}" CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 \
@@ -78,19 +78,6 @@ ensure_wasm_bindgen() {
     say "installing wasm-bindgen-cli $want (matches Cargo.lock)"
     install_tool -q wasm-bindgen-cli --version "=$want" --force
   fi
-}
-
-ensure_cargo_leptos() {
-  if [ "$(cargo leptos --version 2>/dev/null | awk '{print $2}')" = "$CARGO_LEPTOS_VERSION" ]; then return; fi
-  # `cargo install --locked cargo-leptos@0.3.11` wants a crate needing a newer rustc; build
-  # the published source with one dependency held back instead (see BUILD-NOTES).
-  say "installing cargo-leptos $CARGO_LEPTOS_VERSION (several minutes on 2 cores)"
-  local src; src="$(mktemp -d)"
-  curl -sSfL "https://static.crates.io/crates/cargo-leptos/cargo-leptos-$CARGO_LEPTOS_VERSION.crate" | tar xz -C "$src"
-  ( cd "$src/cargo-leptos-$CARGO_LEPTOS_VERSION" \
-    && cargo update -q -p cargo-util-schemas --precise 0.14.1 \
-    && install_tool -q --path . --locked )
-  rm -rf "$src"
 }
 
 ensure_wasm_opt() {
@@ -270,6 +257,67 @@ bootstrap() {
   ensure_postgres
   ensure_redis
   ensure_wasm_opt
-  ensure_wasm_bindgen
-  ensure_cargo_leptos
+}
+
+# Builds the server and its site (see scripts/build, which takes the same arguments).
+build_tessera() {
+  local release="" site="${LEPTOS_SITE_ROOT:-target/site}" server=1 server_args=() front_args=() wasm_dir
+  local server_profile=() front_log front_pid server_status=0 front_status=0
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --release) release=1 ;;
+      --site) site="${2:?--site needs a folder}"; shift ;;
+      --no-server) server="" ;;
+      --) shift; server_args=("$@"); break ;;
+      *) die "build: unknown argument $1 (--release, --site DIR, --no-server, -- cargo args)" ;;
+    esac
+    shift
+  done
+  case "$site" in /*) ;; *) site="$ROOT/$site" ;; esac
+
+  front_args=(--lib -p app --target wasm32-unknown-unknown --no-default-features --features hydrate --target-dir target/front)
+  wasm_dir="target/front/wasm32-unknown-unknown/debug"
+  server_profile=()
+  if [ -n "$release" ]; then
+    front_args+=(--profile wasm-release)
+    wasm_dir="target/front/wasm32-unknown-unknown/wasm-release"
+    server_profile=(--release)
+    # Type-erased components: the same HTML, a smaller bundle, a shorter release build. The
+    # server and the bundle must agree (app/build.rs hashes this flag into the build id).
+    export RUSTFLAGS="${RUSTFLAGS:-} --cfg erase_components"
+  fi
+
+  mkdir -p target
+  front_log="$ROOT/target/build-front.log"
+  say "building the UI bundle (wasm-bindgen-cli when missing, then the wasm: in the background; log: $front_log)"
+  ( { ensure_wasm_bindgen && cargo build "${front_args[@]}"; } >"$front_log" 2>&1 ) &
+  front_pid=$!
+  if [ -n "$server" ]; then
+    say "building the server (cargo build${server_profile[*]:+ ${server_profile[*]}} --workspace --bin tessera ${server_args[*]:-})"
+    cargo build "${server_profile[@]}" --workspace --bin tessera "${server_args[@]}" || server_status=$?
+  fi
+  wait "$front_pid" || front_status=$?
+  if [ "$front_status" != 0 ]; then
+    tail -n 60 "$front_log" >&2
+    die "the UI bundle did not build (the whole log: $front_log)"
+  fi
+  [ "$server_status" = 0 ] || die "the server did not build"
+
+  say "writing the site into $site (wasm-bindgen${release:+, wasm-opt -Oz})"
+  rm -rf "$site.new"
+  mkdir -p "$site.new/pkg"
+  wasm-bindgen --target web --no-typescript --out-name "$APP_OUTPUT_NAME" --out-dir "$site.new/pkg" "$wasm_dir/app.wasm"
+  # The page loads /pkg/tessera.wasm (leptos's name for it); wasm-bindgen writes tessera_bg.wasm.
+  mv "$site.new/pkg/${APP_OUTPUT_NAME}_bg.wasm" "$site.new/pkg/$APP_OUTPUT_NAME.wasm"
+  if [ -n "$release" ]; then
+    wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
+      "$site.new/pkg/$APP_OUTPUT_NAME.wasm" -o "$site.new/pkg/$APP_OUTPUT_NAME.wasm"
+  fi
+  cp style/main.css "$site.new/pkg/$APP_OUTPUT_NAME.css"
+  cp -R public/. "$site.new/"
+  rm -rf "$site.old"
+  [ ! -e "$site" ] || mv "$site" "$site.old"
+  mv "$site.new" "$site"
+  rm -rf "$site.old"
+  say "built: $(du -h "$site/pkg/$APP_OUTPUT_NAME.wasm" | cut -f1) of wasm in $site/pkg"
 }

@@ -25,7 +25,7 @@ use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 use components::layout::Layout;
 
-/// The name cargo-leptos gives the wasm, js and css files under `/pkg`.
+/// The name of the wasm, js and css files under `/pkg` (scripts/build writes them).
 pub const OUTPUT_NAME: &str = "tessera";
 
 /// This build's id (16 hex digits, from `build.rs`): the server binary and the wasm bundle
@@ -127,7 +127,7 @@ pub fn hydrate() {
     if own.is_none() || page.as_deref() != own {
         leptos::logging::error!(
             "not hydrating: this page comes from server build {page:?} and this bundle is build {own:?}; \
-             reload, or rebuild the site with the server (cargo leptos build)"
+             reload, or rebuild the site with the server (scripts/build)"
         );
         return;
     }

@@ -84,7 +84,7 @@ pub struct Settings {
     /// send at once before the door answers 429 (then one a second): `http.door_burst`,
     /// `TESSERA_DOOR_BURST`, 1..=1000000, default 30 (raise it for many people behind one NAT).
     pub door_burst: u32,
-    /// Where cargo-leptos put the site (`pkg/` with the wasm, js and css).
+    /// Where scripts/build put the site (`pkg/` with the wasm, js and css).
     pub site_root: PathBuf,
     /// Text or JSON log lines (`TESSERA_LOG_FORMAT`).
     pub log_format: LogFormat,

@@ -16,7 +16,7 @@ pub async fn app_with_users(publish: bool) -> (TestApp, HashMap<String, String>)
     let app = spawn_app_with(|s| s.auth.open = false).await;
     assert!(
         app.settings.site_root.join("pkg/tessera.wasm").exists(),
-        "no wasm bundle under {}: run `cargo leptos build` first (scripts/test does)",
+        "no wasm bundle under {}: run `scripts/build --site target/site-test -- --tests` first (scripts/test does)",
         app.settings.site_root.display()
     );
     let report = server::seed::demo_seed(&app.state.db).await.unwrap();

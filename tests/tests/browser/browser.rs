@@ -11,7 +11,7 @@ async fn the_dashboard_hydrates_and_fetches_live_status_from_the_browser() {
     let app = spawn_app().await;
     assert!(
         app.settings.site_root.join("pkg/tessera.wasm").exists(),
-        "no wasm bundle under {}: run `cargo leptos build` first (scripts/test does)",
+        "no wasm bundle under {}: run `scripts/build --site target/site-test -- --tests` first (scripts/test does)",
         app.settings.site_root.display()
     );
     let expected_pg_version: String = sqlx::query_scalar("show server_version").fetch_one(&app.state.db).await.unwrap();

@@ -15,7 +15,10 @@ use server::tenants::NewGrant;
 #[tokio::test]
 async fn a_viewer_reads_each_tenants_plan_grants_and_usage_per_bucket() {
     let app = spawn_app_with(|s| s.auth.open = false).await;
-    assert!(app.settings.site_root.join("pkg/tessera.wasm").exists(), "no wasm bundle: run `cargo leptos build` first");
+    assert!(
+        app.settings.site_root.join("pkg/tessera.wasm").exists(),
+        "no wasm bundle: run `scripts/build --site target/site-test -- --tests` first"
+    );
     let report = server::seed::demo_seed(&app.state.db).await.unwrap();
     let password = report.users.iter().find(|(name, _, _)| name == "demo-viewer").unwrap().2.clone();
     // A second grant for acme, revoked: it stays listed, marked.
