@@ -38,6 +38,7 @@ pub mod probes;
 pub mod publish;
 pub mod quota;
 pub mod ramps;
+pub mod reference;
 pub mod routing;
 pub mod samples;
 pub mod schema;

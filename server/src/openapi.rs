@@ -50,6 +50,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::probes::routes::readyz_details,
         crate::probes::routes::metrics,
         get_openapi,
+        get_reference,
         // Quota data plane.
         crate::quota::routes::reserve_quota,
         crate::quota::routes::settle_quota,
@@ -388,4 +389,26 @@ static DOCUMENT: LazyLock<String> =
 #[get("/api/v1/openapi.json")]
 pub async fn get_openapi() -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body(DOCUMENT.as_str())
+}
+
+/// The reference page, rendered once from the document.
+static REFERENCE: LazyLock<String> =
+    LazyLock::new(|| crate::reference::render(&serde_json::from_str(&DOCUMENT).expect("the OpenAPI document is JSON")));
+
+/// What the reference page may load: the site's stylesheet, nothing else (it has no script).
+const REFERENCE_POLICY: &str =
+    "default-src 'none'; style-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+/// The API reference: this document as one HTML page (every operation with its parameters,
+/// its request body's fields and an example, its answers; every schema).
+#[utoipa::path(
+    tag = "meta",
+    responses((status = 200, description = "The API reference (HTML)", content_type = "text/html", body = String)),
+)]
+#[get("/api/v1/reference")]
+pub async fn get_reference() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((actix_web::http::header::CONTENT_SECURITY_POLICY, REFERENCE_POLICY))
+        .body(REFERENCE.as_str())
 }

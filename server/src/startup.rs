@@ -281,6 +281,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
         .service(crate::probes::routes::readyz_details)
         .service(crate::probes::routes::metrics)
         .service(crate::openapi::get_openapi)
+        .service(crate::openapi::get_reference)
         .service(crate::quota::routes::reserve_quota)
         .service(crate::quota::routes::settle_quota)
         .service(crate::quota::routes::release_quota)
@@ -320,7 +321,7 @@ fn check_bundle(pkg_dir: &Path) -> anyhow::Result<()> {
     let Ok(metadata) = std::fs::metadata(&wasm_path) else {
         tracing::warn!(
             pkg = %pkg_dir.display(),
-            "no wasm bundle found: pages render but will not hydrate (build with `cargo leptos build`)"
+            "no wasm bundle found: pages render but will not hydrate (build it with scripts/build)"
         );
         return Ok(());
     };
@@ -330,8 +331,8 @@ fn check_bundle(pkg_dir: &Path) -> anyhow::Result<()> {
         return Ok(());
     }
     let wasm = std::fs::read(&wasm_path).with_context(|| format!("reading the UI bundle {}", wasm_path.display()))?;
-    let rebuild = "build the server and the site together (`cargo leptos build`; scripts/run builds release into \
-                   target/site, scripts/test debug into target/site-test), or point http.site_root \
+    let rebuild = "build the server and the site together (scripts/build; scripts/run builds into target/site, \
+                   scripts/test into target/site-test), or point http.site_root \
                    (TESSERA_SITE_ROOT) at the site built with this server";
     match app::bundle_build_id(&wasm) {
         Some(id) if id == app::BUILD_ID => {

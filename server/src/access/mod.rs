@@ -321,7 +321,7 @@ pub fn requirement(method: &Method, pattern: &str) -> Option<Permission> {
     Some(match pattern {
         // Logout only ends the session its cookie names (and SameSite=Strict keeps other
         // sites from sending that cookie), so it needs nothing, and works after expiry.
-        "/api/v1/auth/login" | "/api/v1/auth/logout" | "/api/v1/openapi.json" => return None,
+        "/api/v1/auth/login" | "/api/v1/auth/logout" | "/api/v1/openapi.json" | "/api/v1/reference" => return None,
         // Each checks itself that the caller is a person signed in.
         "/api/v1/auth/me" | "/api/v1/auth/password" | "/api/v1/auth/logout_everywhere" => Any,
         "/api/v1/pools/{pool}/draw"

@@ -478,3 +478,54 @@ async fn each_kind_of_change_operation_takes_only_its_own_fields() {
         assert!(kind["required"].as_array().unwrap().contains(&serde_json::json!("kind")), "{kind}");
     }
 }
+
+#[tokio::test]
+async fn the_reference_page_shows_every_operation_and_an_example_of_every_request_body() {
+    // Arrange: access control on; the page, like the document, needs no credentials
+    let app = integration::spawn_app_with(|s| s.auth.open = false).await;
+    let doc: Value = app.get("/api/v1/openapi.json").await.json().await.expect("the document is JSON");
+
+    // Act
+    let response = app.get("/api/v1/reference").await;
+
+    // Assert
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"), "{headers:?}");
+    let policy = headers["content-security-policy"].to_str().unwrap();
+    assert!(policy.contains("default-src 'none'") && policy.contains("style-src 'self'"), "{policy}");
+    assert!(!policy.contains("script-src"), "the page runs no script: {policy}");
+    let page = response.text().await.unwrap();
+    assert!(!page.contains("<script"), "the page runs no script");
+    let mut with_body = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in METHODS.into_iter().filter(|m| item.get(*m).is_some()) {
+            let operation = &item[method];
+            let id = operation["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path}: no operationId"));
+            let start = page
+                .find(&format!("<article id=\"op-{id}\">"))
+                .unwrap_or_else(|| panic!("{method} {path} ({id}) is not on the page"));
+            let article = &page[start..start + page[start..].find("</article>").expect("a closed article")];
+            assert!(article.contains(&format!("{}</span>", method.to_uppercase())), "{method} {path}: {article}");
+            if operation.get("requestBody").is_some() {
+                with_body += 1;
+                let example = article
+                    .split("<pre class=\"example\"><code>")
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("{method} {path}: no example of its body"));
+                let example = &example[..example.find("</code>").unwrap()];
+                let unescaped =
+                    example.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&");
+                let value: Value = serde_json::from_str(&unescaped)
+                    .unwrap_or_else(|e| panic!("{method} {path}: the example is not JSON ({e}): {unescaped}"));
+                assert!(!value.is_null(), "{method} {path}: an empty example");
+            }
+        }
+    }
+    assert!(with_body >= 20, "only {with_body} operations with a body: is the document read right?");
+    for name in doc["components"]["schemas"].as_object().unwrap().keys() {
+        let id: String =
+            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
+        assert!(page.contains(&format!("<h3 id=\"schema-{id}\">")), "schema {name} is not on the page");
+    }
+}
