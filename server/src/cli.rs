@@ -213,6 +213,12 @@ pub struct AuditVerifyArgs {
     /// Check every row, not only those after the newest signed checkpoint.
     #[arg(long)]
     pub full: bool,
+    /// Check an export (`GET /api/v1/audit.csv`) instead of the database, away from it:
+    /// every row's hash from its content, each link, and each signature when
+    /// TESSERA_AUDIT_KEY is set. Export the whole trail, or a period: a filter by entity,
+    /// actor or action leaves gaps.
+    #[arg(long, value_name = "FILE", conflicts_with = "full")]
+    pub csv: Option<std::path::PathBuf>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -1,5 +1,6 @@
 //! The `tessera` binary: parse the command line, set up telemetry, run the subcommand.
 
+use anyhow::Context;
 use clap::Parser;
 use server::cli::{AuditCommand, BenchCommand, Cli, Command, UserCommand};
 use server::configuration::Settings;
@@ -130,6 +131,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let db = server::store::connect(&settings).await?;
             let report = server::draws::replay::replay(&db, &request).await?;
             print_report(args.json, &report, server::draws::replay::render)?;
+        }
+        Command::Audit(AuditCommand::Verify(args)) if args.csv.is_some() => {
+            let file = args.csv.as_deref().expect("matched on Some");
+            let text = std::fs::read_to_string(file).with_context(|| format!("--csv: reading {}", file.display()))?;
+            let report = server::audit::csv::verify_export(&text, server::audit::key::keyed())
+                .with_context(|| format!("--csv {}", file.display()))?;
+            print_report(args.json, &report, server::audit::csv::render)?;
+            anyhow::ensure!(
+                report.intact,
+                "the export's chain is broken at row {} ({})",
+                report.first_broken.unwrap_or_default(),
+                report.problem.unwrap_or("?")
+            );
         }
         Command::Audit(AuditCommand::Verify(args)) => {
             let db = server::store::connect(&settings).await?;

@@ -281,8 +281,6 @@ pub async fn list_audit(db: &PgPool, filter: &AuditFilter) -> Result<AuditPage, 
 /// Rows per page of the CSV export.
 const CSV_PAGE: i64 = 1000;
 
-const CSV_HEADER: &str = "id,at,actor,source,action,entity,before,after,reason,request_id,prev_hash,hash,mac\n";
-
 /// Every row matching `filter` (ignoring its cursor and limit) as CSV, oldest first,
 /// streamed a page of [`CSV_PAGE`] rows at a time: each page is its own query, so neither
 /// the whole trail nor a connection is held while the client reads.
@@ -300,7 +298,7 @@ pub fn export_audit_csv(
                 Err(e) => Some((Err(e), None)),
                 Ok((mut text, last, full_page)) => {
                     if after.is_none() {
-                        text.insert_str(0, CSV_HEADER);
+                        text.insert_str(0, &format!("{}\n", super::csv::HEADER));
                     }
                     Some((Ok(text), last.filter(|_| full_page).map(Some)))
                 }
@@ -331,48 +329,25 @@ async fn csv_page(
         let before_text: Option<String> = r.try_get("before_text")?;
         let after_text: Option<String> = r.try_get("after_text")?;
         let mac: Option<String> = r.try_get("mac")?;
+        // NULL and the empty string stay apart (super::csv), so the export can be verified.
         let fields = [
-            a.id.to_string(),
-            a.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            a.actor,
-            a.source,
-            a.action,
-            a.entity,
-            before_text.unwrap_or_default(),
-            after_text.unwrap_or_default(),
-            a.reason.unwrap_or_default(),
-            a.request_id.unwrap_or_default(),
-            a.prev_hash.unwrap_or_default(),
-            a.hash,
-            mac.unwrap_or_default(),
+            Some(a.id.to_string()),
+            Some(a.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+            Some(a.actor),
+            Some(a.source),
+            Some(a.action),
+            Some(a.entity),
+            before_text,
+            after_text,
+            a.reason,
+            a.request_id,
+            a.prev_hash,
+            Some(a.hash),
+            mac,
         ];
-        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+        let line: Vec<String> = fields.iter().map(|f| super::csv::field(f.as_deref())).collect();
         out.push_str(&line.join(","));
         out.push('\n');
     }
     Ok((out, last, rows.len() as i64 == CSV_PAGE))
-}
-
-/// RFC 4180 quoting; a leading `=`, `+`, `-` or `@` is prefixed with `'` so that a
-/// spreadsheet never runs an actor's or reason's text as a formula.
-fn csv_field(value: &str) -> String {
-    let safe = if value.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{value}") } else { value.to_owned() };
-    if safe.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", safe.replace('"', "\"\""))
-    } else {
-        safe
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::csv_field;
-
-    #[test]
-    fn csv_fields_are_quoted_and_formulas_defused() {
-        assert_eq!(csv_field("plain"), "plain");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("=cmd()"), "'=cmd()");
-    }
 }
