@@ -215,6 +215,18 @@ impl PoolSnapshot {
                     format!("must be in 1..={MAX_PEAK_MULTIPLIER}"),
                 ));
             }
+            // A peak batch is batch_size × multiplier tickets: one over the largest batch
+            // would pass here and fail every refill while the window is open.
+            if u64::from(self.batch_size) * u64::from(window.multiplier()) > u64::from(MAX_BATCH) {
+                return Err(InvalidInput::new(
+                    format!("peak_windows[{i}].multiplier"),
+                    format!(
+                        "batch_size × multiplier must be at most {MAX_BATCH} (batch_size {} × {})",
+                        self.batch_size,
+                        window.multiplier()
+                    ),
+                ));
+            }
             // Overrides name the pool's own members (a tiers pool's tiers), nothing else.
             if let Some(weights) = window.weights() {
                 if let Some(stranger) = weights.members().iter().find(|m| !own.contains(m.as_str())) {

@@ -232,6 +232,14 @@ async fn a_pool_refers_to_registered_channels_and_bad_pools_change_nothing() {
     assert_eq!((status, reply["field"].as_str()), (422, Some("peak_windows[0].weights")), "{reply}");
     let (status, reply) = put(&app, "/api/v1/pools/p/peak_windows", json!({"peak_windows": [{"start": "19:00", "end": "23:00", "multiplier": 3000000000_u64}], "reason": "r", "expected_version": 1})).await;
     assert_eq!((status, reply["field"].as_str()), (422, Some("peak_windows[0].multiplier")), "{reply}");
+    // Within the multiplier's own bound, but a peak batch over the largest batch would fail
+    // every refill while the window is open: refused when written.
+    let mut big = pool_body(&[("A", 5), ("B", 3)]);
+    big["batch_size"] = json!(200);
+    big["peak_windows"] = json!([{"start": "19:00", "end": "23:00", "multiplier": 1000}]);
+    let (status, reply) = put(&app, "/api/v1/pools/big", json!({"snapshot": big, "expected_version": 0})).await;
+    assert_eq!((status, reply["field"].as_str()), (422, Some("peak_windows[0].multiplier")), "{reply}");
+    assert!(reply["rule"].as_str().unwrap().contains("batch_size × multiplier must be at most 100000"), "{reply}");
     let (status, reply) = post(&app, "/api/v1/pools/p/rebuild", json!({"reason": "a\u{0}b"})).await;
     assert_eq!((status, reply["field"].as_str()), (400, Some("reason")), "{reply}");
     let (status, reply) =
