@@ -1,27 +1,39 @@
 //! The docs' examples, run as written against a server of their own: the README's "first
 //! five minutes" (sign in, a data-plane token, a draw, a reserve and its settle, a change
-//! request approved by a second person, the audit chain checked) in bash with curl and jq,
-//! as a reader would paste it. An example that stops working fails here.
+//! request approved by a second person, the audit chain checked) and the tutorial's two
+//! days (docs/tutorial.md), in bash with curl and jq, as a reader would paste them; and
+//! every relative link of the docs, to a file and a heading that exist. An example that
+//! stops working, or a link that leads nowhere, fails here.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use integration::{spawn_app_with, workspace_root, TestApp};
 
-/// The fenced block that follows `<!-- tested: NAME -->` in `file`.
+/// The fenced blocks that follow each `<!-- tested: NAME -->` in `file`, in order, as one
+/// script (a reader pastes them one after the other into one shell).
 fn tested_block(file: &str, name: &str) -> String {
     let text = std::fs::read_to_string(workspace_root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let marker = format!("<!-- tested: {name} -->");
-    let at = text.find(&marker).unwrap_or_else(|| panic!("{file} has no {marker}"));
-    let rest = &text[at + marker.len()..];
-    let open = rest.find("```sh\n").unwrap_or_else(|| panic!("{file}: no ```sh block after {marker}")) + 6;
-    let close = rest[open..].find("\n```").unwrap_or_else(|| panic!("{file}: the block after {marker} is not closed"));
-    rest[open..open + close].to_owned()
+    let marker = format!("<!-- tested: {name} -->\n```sh\n");
+    let blocks: Vec<&str> = text
+        .split(&marker)
+        .skip(1)
+        .map(|rest| {
+            let close = rest.find("\n```").unwrap_or_else(|| panic!("{file}: a block after {marker} is not closed"));
+            &rest[..close]
+        })
+        .collect();
+    assert!(!blocks.is_empty(), "{file} has no ```sh block right after <!-- tested: {name} -->");
+    blocks.join("\n")
 }
 
 /// A server with access control on and the demo data published; the demo users' passwords.
 async fn demo_app() -> (TestApp, HashMap<String, String>) {
     let app = spawn_app_with(|s| s.auth.open = false).await;
+    assert!(
+        std::process::Command::new("jq").arg("--version").output().is_ok_and(|o| o.status.success()),
+        "the examples need jq (Debian: apt install jq; scripts/test installs it)"
+    );
     let report = server::seed::demo_seed(&app.state.db).await.unwrap();
     let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
     assert!(delivered.failed.is_empty(), "{delivered:?}");
@@ -57,10 +69,6 @@ async fn bash(script: &str, env: &[(&str, &str)]) -> (Option<i32>, String, Strin
 #[tokio::test]
 async fn the_readmes_first_five_minutes_run_as_written() {
     // Arrange
-    assert!(
-        std::process::Command::new("jq").arg("--version").output().is_ok_and(|o| o.status.success()),
-        "the example needs jq (Debian: apt install jq; scripts/test installs it)"
-    );
     let (app, passwords) = demo_app().await;
     let block = tested_block("README.md", "first-five-minutes");
 
@@ -94,4 +102,111 @@ async fn the_readmes_first_five_minutes_run_as_written() {
         .await
         .unwrap();
     assert_eq!(applied, 2, "each run applied its change");
+}
+
+/// Runs the tutorial's part `name` twice against a demo server whose scheduled jobs run (the
+/// tutorial waits for the health evaluation and the publisher, as a reader's server does),
+/// with each demo user's password as `<ROLE>_PASSWORD`; answers the first run's output.
+async fn run_tutorial(name: &str) -> String {
+    let (app, passwords) = demo_app().await;
+    let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.expect("the jobs start");
+    let script = tested_block("docs/tutorial.md", name);
+    let mut env: Vec<(String, String)> = vec![("URL".into(), app.address.clone())];
+    for (user, password) in &passwords {
+        let role = user.strip_prefix("demo-").unwrap_or(user).to_uppercase();
+        env.push((format!("{role}_PASSWORD"), password.clone()));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let first = bash(&script, &env).await;
+    let second = bash(&script, &env).await;
+    scheduler.shutdown().await;
+    for (run, (status, stdout, stderr)) in [("first", &first), ("second", &second)] {
+        assert_eq!(*status, Some(0), "the {run} run of {name} failed:\n{stdout}\n{stderr}");
+        assert!(stdout.contains(&format!("{name}: done")), "the {run} run of {name} did not finish: {stdout}");
+    }
+    first.1
+}
+
+#[tokio::test]
+async fn the_tutorials_payments_day_runs_as_written() {
+    let output = run_tutorial("tutorial-payments").await;
+    eprintln!("{output}");
+}
+
+#[tokio::test]
+async fn the_tutorials_llm_day_runs_as_written() {
+    let output = run_tutorial("tutorial-llm").await;
+    eprintln!("{output}");
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The targets of the Markdown links `[text](target)` in `text`.
+fn link_targets(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.find(')').map(|end| &rest[..end]))
+        .filter(|target| !target.is_empty() && !target.contains(char::is_whitespace))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside fenced blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            found.push(anchor(line.trim_start_matches('#')));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_relative_link_in_the_docs_leads_to_a_file_and_a_heading_that_exist() {
+    let root = workspace_root();
+    let mut files: Vec<std::path::PathBuf> =
+        ["README.md", "ARCHITECTURE.md", "SECURITY.md", "ops/README.md"].iter().map(|f| root.join(f)).collect();
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let path = entry.expect("an entry of docs/").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, heading) = target.split_once('#').unwrap_or((&target, ""));
+            let linked = if path.is_empty() { file.clone() } else { file.parent().expect("a folder").join(path) };
+            let Ok(linked_text) =
+                std::fs::read_to_string(&linked).or_else(|e| if linked.is_dir() { Ok(String::new()) } else { Err(e) })
+            else {
+                broken.push(format!("{}: {target} (no such file)", file.display()));
+                continue;
+            };
+            if !heading.is_empty() && !anchors(&linked_text).iter().any(|a| a == heading) {
+                broken.push(format!("{}: {target} (no heading #{heading} in {})", file.display(), linked.display()));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} links checked: is the pattern right?");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
