@@ -50,8 +50,9 @@ def _usage_range_ok(query):
 
 def _outcomes_ok(body):
     """POST /api/v1/channels/{code}/outcomes: `latency_count` plus the latencies listed in
-    `latencies_ms` ≤ `ok + fail` and ≤ 10,000, a latency sum above 0 needs a latency
-    counted, and the sum with the listed latencies stays at most 10^9 ms."""
+    `latencies_ms` ≤ `ok + fail` and ≤ 10,000, a `latency_ms_sum` above 0 needs a
+    `latency_count` of at least 1 (the listed latencies count apart), and the sum with the
+    listed latencies stays at most 10^9 ms."""
     if not isinstance(body, dict):
         return True
     numbers = {k: body.get(k) for k in ("ok", "fail", "latency_ms_sum", "latency_count")}
@@ -64,7 +65,8 @@ def _outcomes_ok(body):
     ok, fail = numbers["ok"] or 0, numbers["fail"] or 0
     total = (numbers["latency_ms_sum"] or 0) + sum(listed)
     count = (numbers["latency_count"] or 0) + len(listed)
-    return count <= ok + fail and count <= 10_000 and (total == 0 or count >= 1) and total <= 1_000_000_000
+    summed_alone = (numbers["latency_ms_sum"] or 0) > 0 and (numbers["latency_count"] or 0) == 0
+    return count <= ok + fail and count <= 10_000 and not summed_alone and total <= 1_000_000_000
 
 
 def _weights_ok(entries):

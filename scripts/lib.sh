@@ -273,6 +273,8 @@ build_tessera() {
     esac
     shift
   done
+  site="${site%/}"
+  [ -n "$site" ] || die "build: --site needs a folder other than /"
   case "$site" in /*) ;; *) site="$ROOT/$site" ;; esac
 
   front_args=(--lib -p app --target wasm32-unknown-unknown --no-default-features --features hydrate --target-dir target/front)
@@ -284,7 +286,10 @@ build_tessera() {
     server_profile=(--release)
     # Type-erased components: the same HTML, a smaller bundle, a shorter release build. The
     # server and the bundle must agree (app/build.rs hashes this flag into the build id).
-    export RUSTFLAGS="${RUSTFLAGS:-} --cfg erase_components"
+    # Exported for this function's commands only.
+    local -x RUSTFLAGS="${RUSTFLAGS:-} --cfg erase_components"
+    # The npm binaryen's wasm-opt: Debian's older one breaks hydration.
+    ensure_wasm_opt
   fi
 
   mkdir -p target
@@ -296,12 +301,17 @@ build_tessera() {
     say "building the server (cargo build${server_profile[*]:+ ${server_profile[*]}} --workspace --bin tessera ${server_args[*]:-})"
     cargo build "${server_profile[@]}" --workspace --bin tessera "${server_args[@]}" || server_status=$?
   fi
+  if [ "$server_status" != 0 ]; then
+    # No use waiting minutes for the bundle of a server that did not build.
+    pkill -P "$front_pid" 2>/dev/null || true
+    kill "$front_pid" 2>/dev/null || true
+  fi
   wait "$front_pid" || front_status=$?
+  [ "$server_status" = 0 ] || die "the server did not build (see above)"
   if [ "$front_status" != 0 ]; then
     tail -n 60 "$front_log" >&2
     die "the UI bundle did not build (the whole log: $front_log)"
   fi
-  [ "$server_status" = 0 ] || die "the server did not build"
 
   say "writing the site into $site (wasm-bindgen${release:+, wasm-opt -Oz})"
   rm -rf "$site.new"

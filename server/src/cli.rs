@@ -219,9 +219,25 @@ pub struct AuditVerifyArgs {
     /// actor or action leaves gaps.
     #[arg(long, value_name = "FILE", conflicts_with = "full")]
     pub csv: Option<std::path::PathBuf>,
+    /// With --csv: a row recorded elsewhere (`ID:HASH`, as verify prints the head), which the
+    /// export must hold unchanged: catches rows cut from its end and a recomputed chain.
+    #[arg(long, value_name = "ID:HASH", requires = "csv")]
+    pub head: Option<String>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+impl AuditVerifyArgs {
+    /// `--head ID:HASH`, parsed: a row id and 64 hex digits.
+    pub fn head(&self) -> anyhow::Result<Option<(i64, Vec<u8>)>> {
+        let Some(head) = &self.head else { return Ok(None) };
+        let rule = "--head: must be ID:HASH, a row id and its hash in 64 hex digits (as verify prints the head)";
+        let (id, hash) = head.split_once(':').ok_or_else(|| anyhow::anyhow!(rule))?;
+        let id: i64 = id.parse().map_err(|_| anyhow::anyhow!(rule))?;
+        let hash = crate::inputs::parse_hex(hash).filter(|h| h.len() == 32).ok_or_else(|| anyhow::anyhow!(rule))?;
+        Ok(Some((id, hash)))
+    }
 }
 
 /// Arguments of `tessera user add`.

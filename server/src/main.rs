@@ -28,11 +28,43 @@ fn print_report<R: serde::Serialize>(json: bool, report: &R, render: fn(&R) -> S
     Ok(())
 }
 
+/// `tessera audit verify --csv FILE`: an export checked without the database, its
+/// signatures too when TESSERA_AUDIT_KEY is set.
+fn verify_export(file: &std::path::Path, args: &server::cli::AuditVerifyArgs) -> anyhow::Result<()> {
+    let head = args.head()?;
+    if let Some(raw) = std::env::var("TESSERA_AUDIT_KEY").ok().filter(|k| !k.is_empty()) {
+        server::audit::key::install(&server::configuration::AuditKey::parse(&raw)?)?;
+    }
+    let input = std::fs::File::open(file).with_context(|| format!("--csv: reading {}", file.display()))?;
+    let report = server::audit::csv::verify_export(
+        std::io::BufReader::new(input),
+        server::audit::key::keyed(),
+        head.as_ref().map(|(id, hash)| (*id, hash.as_slice())),
+    )
+    .with_context(|| format!("--csv {}", file.display()))?;
+    print_report(args.json, &report, server::audit::csv::render)?;
+    anyhow::ensure!(
+        report.intact,
+        "the export is not verified: {}",
+        match (report.first_broken, report.problem) {
+            (Some(id), problem) => format!("row {id} ({})", problem.unwrap_or("?")),
+            (None, _) => "its rows are signed and TESSERA_AUDIT_KEY is not set".to_owned(),
+        }
+    );
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(Command::Verify(args)) = &cli.command {
         // Pure computation: needs no configuration, database or Redis.
         print!("{}", args.run()?);
         return Ok(());
+    }
+    if let Some(Command::Audit(AuditCommand::Verify(args))) = &cli.command {
+        if let Some(file) = &args.csv {
+            // Away from the database: no configuration, only the key when one is set.
+            return verify_export(file, args);
+        }
     }
     let settings = Settings::load(cli.config.as_deref())?;
     server::telemetry::init(settings.log_format, &settings.log_filter);
@@ -132,19 +164,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = server::draws::replay::replay(&db, &request).await?;
             print_report(args.json, &report, server::draws::replay::render)?;
         }
-        Command::Audit(AuditCommand::Verify(args)) if args.csv.is_some() => {
-            let file = args.csv.as_deref().expect("matched on Some");
-            let text = std::fs::read_to_string(file).with_context(|| format!("--csv: reading {}", file.display()))?;
-            let report = server::audit::csv::verify_export(&text, server::audit::key::keyed())
-                .with_context(|| format!("--csv {}", file.display()))?;
-            print_report(args.json, &report, server::audit::csv::render)?;
-            anyhow::ensure!(
-                report.intact,
-                "the export's chain is broken at row {} ({})",
-                report.first_broken.unwrap_or_default(),
-                report.problem.unwrap_or("?")
-            );
-        }
+        Command::Audit(AuditCommand::Verify(args)) if args.csv.is_some() => unreachable!("handled above: {args:?}"),
         Command::Audit(AuditCommand::Verify(args)) => {
             let db = server::store::connect(&settings).await?;
             let report = server::audit::store::verify_audit(&db, args.full).await?;

@@ -230,8 +230,8 @@ fn type_html(schema: &Value, schemas: &Map<String, Value>, depth: usize) -> Stri
             }
             "object" if schema.get("properties").is_some() => "object".into(),
             other => match schema.get("format").and_then(Value::as_str) {
-                Some(format) => format!("{other} ({})", text(format)),
-                None => other.to_owned(),
+                Some(format) => format!("{} ({})", text(other), text(format)),
+                None => text(other),
             },
         })
         .collect();

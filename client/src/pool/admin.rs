@@ -343,8 +343,13 @@ impl PoolAdmin {
             }
         };
         let weights = effective_weights(base, &ejected)?;
+        // A peak batch over the largest (a pool stored before writes were checked for it,
+        // PoolSnapshot::check_peak_batches) is cut to the largest rather than failing.
         let batch = BatchSize::new(u64::from(snapshot.batch_size), MAX_BATCH)
-            .and_then(|b| b.scaled(schedule.multiplier_at(now), MAX_BATCH))
+            .and_then(|b| {
+                b.scaled(schedule.multiplier_at(now), MAX_BATCH)
+                    .or_else(|_| BatchSize::new(u64::from(MAX_BATCH), MAX_BATCH))
+            })
             .map_err(|e| PoolError::Invalid(crate::quota::InvalidInput::new("batch_size", e.to_string())))?;
         let (seq, stored) = state;
         let mut apportioner = match stored.and_then(|json| serde_json::from_str::<Apportioner>(&json).ok()) {

@@ -110,6 +110,26 @@ pub struct PoolSnapshot {
 
 impl PoolSnapshot {
     /// Checks every rule, naming the field.
+    /// Whether each peak window's batch (batch_size × multiplier tickets) fits the largest
+    /// batch. Checked where a person writes a pool or its peak windows, not in
+    /// [`Self::validate`]: a pool stored before this rule stays publishable, and its refills
+    /// cut a peak batch to the largest batch.
+    pub fn check_peak_batches(&self) -> Result<(), InvalidInput> {
+        for (i, window) in self.peak_windows.iter().enumerate() {
+            if u64::from(self.batch_size) * u64::from(window.multiplier()) > u64::from(MAX_BATCH) {
+                return Err(InvalidInput::new(
+                    format!("peak_windows[{i}].multiplier"),
+                    format!(
+                        "batch_size × multiplier must be at most {MAX_BATCH} (batch_size {} × {})",
+                        self.batch_size,
+                        window.multiplier()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), InvalidInput> {
         if self.version == 0 {
             return Err(InvalidInput::new("version", "must be at least 1"));
@@ -213,18 +233,6 @@ impl PoolSnapshot {
                 return Err(InvalidInput::new(
                     format!("peak_windows[{i}].multiplier"),
                     format!("must be in 1..={MAX_PEAK_MULTIPLIER}"),
-                ));
-            }
-            // A peak batch is batch_size × multiplier tickets: one over the largest batch
-            // would pass here and fail every refill while the window is open.
-            if u64::from(self.batch_size) * u64::from(window.multiplier()) > u64::from(MAX_BATCH) {
-                return Err(InvalidInput::new(
-                    format!("peak_windows[{i}].multiplier"),
-                    format!(
-                        "batch_size × multiplier must be at most {MAX_BATCH} (batch_size {} × {})",
-                        self.batch_size,
-                        window.multiplier()
-                    ),
                 ));
             }
             // Overrides name the pool's own members (a tiers pool's tiers), nothing else.

@@ -44,6 +44,7 @@ pub(super) async fn proposed(
     edit.clone().apply(&mut after)?;
     after.version = before.version;
     after.validate().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
+    after.check_peak_batches().map_err(|e| ApiError::from(crate::inputs::from_input(e)))?;
     // What reviewers approve is what applies: defaults looked up now are written out.
     let operation = serde_json::to_value(proposal.operation.pinned(&edit, &before))
         .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("operation: {e}")))?;

@@ -74,7 +74,10 @@ impl PoolEdit {
         match self {
             PoolEdit::Weights(weights) => set_weights(s, weights),
             PoolEdit::MemberAdd(add) => add_member(s, add)?,
-            PoolEdit::PeakWindows(windows) => s.peak_windows = windows,
+            PoolEdit::PeakWindows(windows) => {
+                s.peak_windows = windows;
+                s.check_peak_batches().map_err(crate::inputs::from_input)?;
+            }
             PoolEdit::Caps(caps) => s.caps = caps,
             PoolEdit::WindowCaps(window) => s.window_caps = window,
             PoolEdit::Replace(snapshot) => *s = *snapshot,

@@ -475,6 +475,7 @@ pub async fn put_pool(
     body: &Value,
     expected_version: i64,
 ) -> Result<PoolWritten, ChangeError> {
+    parse_pool_body(body)?.check_peak_batches().map_err(from_input)?;
     let mut tx = db.begin().await?;
     lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
     // Creating a pool is not refused; replacing one under an approval policy is.

@@ -157,17 +157,14 @@ async fn bad_audit_queries_are_400_naming_the_parameter() {
     assert_eq!((status, body["field"].as_str()), (400, Some("to")));
 }
 
-/// `tessera audit verify --csv FILE` on an export, with or without the audit key: exit
-/// status and standard output.
-fn verify_csv(file: &std::path::Path, key: Option<&str>, json: bool) -> (bool, String) {
+/// `tessera audit verify --csv FILE [ARGS]` on an export, with or without the audit key:
+/// exit status and standard output and error.
+fn verify_csv(file: &std::path::Path, key: Option<&str>, args: &[&str]) -> (bool, String) {
     // The server's binary beside this test's (scripts/build -- --tests builds both).
     let bin = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("tessera");
     assert!(bin.exists(), "no {}: build it (cargo build --workspace --bin tessera --tests)", bin.display());
     let mut command = std::process::Command::new(bin);
-    command.args(["audit", "verify", "--csv"]).arg(file).env_remove("TESSERA_AUDIT_KEY");
-    if json {
-        command.arg("--json");
-    }
+    command.args(["audit", "verify", "--csv"]).arg(file).args(args).env_remove("TESSERA_AUDIT_KEY");
     if let Some(key) = key {
         command.env("TESSERA_AUDIT_KEY", key);
     }
@@ -180,58 +177,65 @@ fn verify_csv(file: &std::path::Path, key: Option<&str>, json: bool) -> (bool, S
 
 #[tokio::test]
 async fn an_exported_trail_is_verified_away_from_the_database_and_a_rewritten_export_is_not() {
-    // Arrange: the demo's signed rows, then rows whose text a CSV could blur: an empty
-    // reason beside a NULL one, formulas, quotes, commas and a line break (appended by the
-    // server's role, so not signed)
+    // Arrange: the demo's rows (signed), exported; then rows whose text a CSV could blur
+    // (an empty reason beside a NULL one, formulas, quotes, a ';', a line break), appended
+    // by the server's role around the server, so not signed, and exported again
     let app = spawn_app().await;
     server::seed::demo_seed(&app.state.db).await.unwrap();
     let signed: i64 = count(&app, "audit").await;
-    sqlx::query(
-        "insert into audit (actor, source, action, entity, reason, request_id) values
-           ('=bulk', 'system', 'test.csv', 'test:1', '', null),
-           ('bulk', 'system', 'test.csv', 'test:2', null, ''),
-           ('bulk', 'system', 'test.csv', 'test:3', '''=x, \"y\"' || chr(10) || 'z', '-1')",
-    )
-    .execute(&app.state.db)
-    .await
-    .unwrap();
-    let export = app.get("/api/v1/audit.csv").await.text().await.unwrap();
-    let dir = std::env::temp_dir().join(format!("tessera-csv-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("audit.csv");
-    std::fs::write(&file, &export).unwrap();
-
-    // Act + Assert: without the key, hashes and links: intact
-    let (ok, out) = verify_csv(&file, None, false);
-    assert!(ok, "{out}");
-    assert!(out.contains(&format!("{} rows 1 to {} read", signed + 3, signed + 3)) && out.contains("intact"), "{out}");
-    let (ok, out) = verify_csv(&file, None, true);
-    let report: Value = serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap_or(&out)).unwrap();
-    assert!(ok, "{out}");
     let head: String = sqlx::query_scalar("select encode(hash, 'hex') from audit order by id desc limit 1")
         .fetch_one(&app.state.db)
         .await
         .unwrap();
-    assert_eq!((&report["intact"], &report["head"]), (&json!(true), &json!(head)), "{report}");
+    let dir = std::env::temp_dir().join(format!("tessera-csv-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (first, file) = (app.get("/api/v1/audit.csv").await.text().await.unwrap(), dir.join("audit.csv"));
+    sqlx::query(
+        "insert into audit (actor, source, action, entity, reason, request_id) values
+           ('=bulk', 'system', 'test.csv', 'test:1', '', null),
+           ('bulk', 'system', 'test.csv', 'test:2', null, ''),
+           ('bulk', 'system', 'test.csv', 'test:3', '''=x; \"y\"' || chr(10) || 'z', '-1')",
+    )
+    .execute(&app.state.db)
+    .await
+    .unwrap();
+    let second = app.get("/api/v1/audit.csv").await.text().await.unwrap();
+    let key = Some(integration::TEST_AUDIT_KEY);
+    let check = |text: &str, key: Option<&str>, args: &[&str]| {
+        std::fs::write(&file, text).unwrap();
+        verify_csv(&file, key, args)
+    };
 
-    // With the key: the demo's rows are signed, the appended ones are not
-    let (ok, out) = verify_csv(&file, Some(integration::TEST_AUDIT_KEY), false);
-    assert!(!ok && out.contains(&format!("broken at row {}: unsigned", signed + 1)), "{out}");
-    // A wrong key finds no row signed by it
-    let (ok, out) = verify_csv(&file, Some(&"k".repeat(40)), false);
+    // Act + Assert: with the key, hashes, links and signatures: intact, with the head
+    let (ok, out) = check(&first, key, &["--json"]);
+    assert!(ok, "{out}");
+    let report: Value = serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap_or(&out)).unwrap();
+    assert_eq!((&report["intact"], &report["rows"], &report["head"]), (&json!(true), &json!(signed), &json!(head)));
+    let (ok, out) = check(&first, key, &["--head", &format!("{signed}:{head}")]);
+    assert!(ok && out.contains(&format!("{signed} rows 1 to {signed} passed")), "{out}");
+    // Without the key a signed trail is not called intact (its hashes anyone can recompute)
+    let (ok, out) = check(&first, None, &[]);
+    assert!(!ok && out.contains("not verified: the rows are signed"), "{out}");
+    // A wrong key finds no row signed by it; the last row cut off misses the head
+    let (ok, out) = check(&first, Some(&"k".repeat(40)), &[]);
     assert!(!ok && out.contains("broken at row 1: signature"), "{out}");
-
-    // A reason rewritten in the file, or the empty reason turned into NULL, is caught
-    let rewritten = export.replacen("demo data", "demo date", 1);
-    assert_ne!(rewritten, export, "the demo's rows give the reason 'demo data'");
-    std::fs::write(&file, rewritten).unwrap();
-    let (ok, out) = verify_csv(&file, None, false);
+    let cut: String = first.lines().take(signed as usize).map(|l| format!("{l}\n")).collect();
+    let (ok, out) = check(&cut, key, &["--head", &format!("{signed}:{head}")]);
+    assert!(!ok && out.contains(&format!("row {signed} is missing or differs")), "{out}");
+    let (ok, out) = check(&first, key, &["--head", "12:zz"]);
+    assert!(!ok && out.contains("--head: must be ID:HASH"), "{out}");
+    // A reason rewritten in the file is caught
+    let rewritten = first.replacen("demo data", "demo date", 1);
+    assert_ne!(rewritten, first, "the demo's rows give the reason 'demo data'");
+    let (ok, out) = check(&rewritten, key, &[]);
     assert!(!ok && out.contains(": content"), "{out}");
-    // Row signed+1 reads `…,'=bulk,system,test.csv,test:1,,,',,…`: its reason '' becomes NULL.
-    let nulled = export.replacen("test.csv,test:1,,,',", "test.csv,test:1,,,,", 1);
-    assert_ne!(nulled, export, "{export}");
-    std::fs::write(&file, nulled).unwrap();
-    let (ok, out) = verify_csv(&file, None, false);
+    // The appended rows read back exactly (their hashes hold) but carry no signature
+    let (ok, out) = check(&second, key, &[]);
+    assert!(!ok && out.contains(&format!("broken at row {}: unsigned", signed + 1)), "{out}");
+    // Row signed+1 reads `…,"test:1",,,"'",…`: its empty reason made NULL is a changed row
+    let nulled = second.replacen(r#""test:1",,,"'","#, r#""test:1",,,,"#, 1);
+    assert_ne!(nulled, second, "{second}");
+    let (ok, out) = check(&nulled, key, &[]);
     assert!(!ok && out.contains(&format!("broken at row {}: content", signed + 1)), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

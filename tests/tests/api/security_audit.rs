@@ -481,7 +481,8 @@ async fn audit_csv_streams_every_row_across_pages_in_order() {
     let response = app.get("/api/v1/audit.csv").await;
     assert_eq!(response.status(), 200);
     let text = response.text().await.unwrap();
-    let ids: Vec<i64> = text.lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
+    let ids: Vec<i64> =
+        text.lines().skip(1).map(|l| l.split(',').next().unwrap().trim_matches('"').parse().unwrap()).collect();
     assert_eq!(ids, (1..=1522).collect::<Vec<_>>());
     let filtered = app.get("/api/v1/audit.csv?actor=bulk").await.text().await.unwrap();
     assert_eq!(filtered.lines().count(), 1501, "the header and the bulk rows");
