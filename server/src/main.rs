@@ -164,7 +164,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = server::draws::replay::replay(&db, &request).await?;
             print_report(args.json, &report, server::draws::replay::render)?;
         }
-        Command::Audit(AuditCommand::Verify(args)) if args.csv.is_some() => unreachable!("handled above: {args:?}"),
         Command::Audit(AuditCommand::Verify(args)) => {
             let db = server::store::connect(&settings).await?;
             let report = server::audit::store::verify_audit(&db, args.full).await?;

@@ -86,22 +86,34 @@ pub async fn create_user_audited(
 ) -> Result<(), ApiError> {
     let mut tx = db.begin().await?;
     create_user(&mut tx, name, role, password).await?;
-    let after = serde_json::json!({"role": role});
+    audit_user(&mut tx, actor, "user.create", name, &serde_json::json!({"role": role})).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The audit row of a change to user `name` made from the command line or a seed (source
+/// `system`, no reason or request id): `after` says what changed.
+async fn audit_user(
+    tx: &mut sqlx::PgConnection,
+    actor: &str,
+    action: &str,
+    name: &str,
+    after: &serde_json::Value,
+) -> Result<(), ApiError> {
     crate::audit::store::insert_audit(
-        &mut tx,
+        tx,
         &crate::audit::store::NewAudit {
             actor,
             source: crate::audit::store::Source::System,
-            action: "user.create",
+            action,
             entity: &format!("user:{name}"),
             before: None,
-            after: Some(&after),
+            after: Some(after),
             reason: None,
             request_id: None,
         },
     )
     .await?;
-    tx.commit().await?;
     Ok(())
 }
 
@@ -129,20 +141,7 @@ pub async fn reset_password_audited(
     let changed_by = serde_json::json!({"changed_by": actor});
     let actions: &[&str] = if enabled { &["user.password", "user.enable"] } else { &["user.password"] };
     for action in actions {
-        crate::audit::store::insert_audit(
-            &mut tx,
-            &crate::audit::store::NewAudit {
-                actor,
-                source: crate::audit::store::Source::System,
-                action,
-                entity: &format!("user:{name}"),
-                before: None,
-                after: Some(&changed_by),
-                reason: None,
-                request_id: None,
-            },
-        )
-        .await?;
+        audit_user(&mut tx, actor, action, name, &changed_by).await?;
     }
     tx.commit().await?;
     Ok((ended, enabled))
