@@ -1,5 +1,5 @@
 -- record_outcome.lua: adds one report of a channel's outcomes to the channel's bucket of
--- the current minute (what the health evaluation reads, DESIGN §5).
+-- the current minute (what the health evaluation reads, design.md §5).
 -- KEYS[1] health hash  {prefix}:health:{<channel>}; fields per unix minute m:
 --         m:ok  m:fail  m:lat_ms (sum of latencies in ms)  m:lat_n (latencies summed)
 -- ARGV[1] now in ms since the epoch, or "" to read Redis TIME (the one clock)

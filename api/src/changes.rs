@@ -55,6 +55,77 @@ pub struct Review {
     pub at: String,
 }
 
+/// Where a change request is. One definition: the server stores, selects and reports these
+/// names, and the UI filters and decides on them (the `change_request.state` check
+/// constraint lists the same eight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub enum ChangeState {
+    /// Waiting for its approvals.
+    InReview,
+    /// Approved: applied by a person, or scheduled.
+    Approved,
+    /// Approved, and applied at its time by the `change_apply` job.
+    Scheduled,
+    /// Rejected by a reviewer.
+    Rejected,
+    /// Applied: its operation is written.
+    Applied,
+    /// Not applied: what it was made against moved (its outcome says what).
+    Suspended,
+    /// Withdrawn by its author or an admin.
+    Cancelled,
+    /// Its time ran out before it was applied.
+    Expired,
+}
+
+impl ChangeState {
+    /// Every state, in the order the changes page's filter offers them.
+    pub const ALL: [ChangeState; 8] = [
+        ChangeState::InReview,
+        ChangeState::Approved,
+        ChangeState::Scheduled,
+        ChangeState::Rejected,
+        ChangeState::Applied,
+        ChangeState::Suspended,
+        ChangeState::Cancelled,
+        ChangeState::Expired,
+    ];
+    /// The states of a request that may still be applied, edited, cancelled or expire.
+    pub const OPEN: [ChangeState; 4] =
+        [ChangeState::InReview, ChangeState::Approved, ChangeState::Scheduled, ChangeState::Suspended];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeState::InReview => "in_review",
+            ChangeState::Approved => "approved",
+            ChangeState::Scheduled => "scheduled",
+            ChangeState::Rejected => "rejected",
+            ChangeState::Applied => "applied",
+            ChangeState::Suspended => "suspended",
+            ChangeState::Cancelled => "cancelled",
+            ChangeState::Expired => "expired",
+        }
+    }
+
+    /// The state named `name`, if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// The names of `states`, as SQL binds them (`state = any($1)`).
+    pub fn names(states: &[ChangeState]) -> Vec<&'static str> {
+        states.iter().map(|s| s.as_str()).collect()
+    }
+}
+
+impl std::fmt::Display for ChangeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A change request: one operation on one pool, the version it was made against, what it
 /// changes, and where it stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,9 +161,7 @@ pub struct ChangeRequest {
     pub author: String,
     /// Why.
     pub reason: String,
-    /// `in_review`, `approved`, `scheduled`, `rejected`, `applied`, `suspended`, `cancelled`
-    /// or `expired`.
-    pub state: String,
+    pub state: ChangeState,
     /// The policy in force when it was submitted; null when none applied.
     pub policy_scope: Option<String>,
     /// Approvals it needs.

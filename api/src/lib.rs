@@ -1,6 +1,6 @@
 //! The shapes of Tessera's HTTP API, shared by the server (which answers with them), the
 //! client and the UI (which send and read them): the validated names, the exact-integer
-//! limit, the route paths, the session cookie's name, the dependency status, and the
+//! limit, the session cookie's name, the dependency status, and the
 //! replies of the `/api/v1` routes (a module per resource; [`writes`] is the reply every
 //! audited write shares). Timestamps in replies are RFC 3339 strings, as the server
 //! writes them. Every name here parses into a type that can only hold a valid value, and
@@ -12,7 +12,6 @@ pub mod changes;
 pub mod channels;
 pub mod health;
 pub mod names;
-pub mod paths;
 pub mod plans;
 pub mod pools;
 pub mod ramps;

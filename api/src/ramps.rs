@@ -6,14 +6,84 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Where a ramp is. One definition: the server stores, selects and reports these names,
+/// and the UI decides on them (the `ramp.state` check constraint lists the same five).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub enum RampState {
+    /// Evaluated every 10 s: it advances, holds, pauses, steps back or aborts.
+    Running,
+    /// Held where it is (by a person, a breach or no data) until resumed or aborted.
+    Paused,
+    /// A gradual abort under way, back to the baseline.
+    Aborting,
+    /// It reached its target.
+    Completed,
+    /// It is back at its baseline.
+    Aborted,
+}
+
+impl RampState {
+    pub const ALL: [RampState; 5] =
+        [RampState::Running, RampState::Paused, RampState::Aborting, RampState::Completed, RampState::Aborted];
+    /// The states of a ramp still under way (one per pool at most).
+    pub const LIVE: [RampState; 3] = [RampState::Running, RampState::Paused, RampState::Aborting];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RampState::Running => "running",
+            RampState::Paused => "paused",
+            RampState::Aborting => "aborting",
+            RampState::Completed => "completed",
+            RampState::Aborted => "aborted",
+        }
+    }
+
+    /// Whether the ramp is still under way.
+    pub fn is_live(self) -> bool {
+        Self::LIVE.contains(&self)
+    }
+
+    /// The names of `states`, as SQL binds them (`state = any($1)`).
+    pub fn names(states: &[RampState]) -> Vec<&'static str> {
+        states.iter().map(|s| s.as_str()).collect()
+    }
+}
+
+impl std::fmt::Display for RampState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl TryFrom<String> for RampState {
+    type Error = UnknownRampState;
+
+    fn try_from(name: String) -> Result<Self, UnknownRampState> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name).ok_or(UnknownRampState(name))
+    }
+}
+
+/// A stored state that is none of [`RampState`]'s names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownRampState(pub String);
+
+impl std::fmt::Display for UnknownRampState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} is not a ramp state (running, paused, aborting, completed or aborted)", self.0)
+    }
+}
+
+impl std::error::Error for UnknownRampState {}
+
 /// A ramp in a list: where it is and since when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct RampSummary {
     pub id: i64,
     pub pool: String,
-    /// `running`, `paused`, `aborting` (a gradual abort under way), `completed` or `aborted`.
-    pub state: String,
+    pub state: RampState,
     /// The step in force: 0 is the baseline, `steps` the target.
     pub step: i32,
     /// Steps in the plan, the target included.

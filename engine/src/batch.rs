@@ -21,7 +21,7 @@ pub enum BatchSizeError {
 pub struct BatchSize(u32);
 
 impl BatchSize {
-    /// DESIGN §3's default.
+    /// design.md §3's default.
     pub const DEFAULT: BatchSize = BatchSize(1024);
     /// The largest batch any configuration may allow (keeps carries and products small).
     pub const ABSOLUTE_MAX: u32 = 1 << 24;

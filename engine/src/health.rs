@@ -1,4 +1,4 @@
-//! Channel health as a state machine (DESIGN §5): a failing window multiplies a member's
+//! Channel health as a state machine (design.md §5): a failing window multiplies a member's
 //! effective weight by a decay factor, at most once per cool-down; below a threshold share
 //! of its base weight the member is ejected, unless the pool's ejection cap says too much
 //! of the pool is out already, in which case it keeps a minimum weight; after a quiet

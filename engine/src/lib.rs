@@ -1,4 +1,4 @@
-//! Tessera's pure algorithms (the README's architecture section says why they are shaped so;
+//! Tessera's pure algorithms (docs/design.md says why they are shaped so;
 //! ARCHITECTURE.md maps who uses them). No IO, no async: the same code runs in the server,
 //! the client, and the browser (wasm) for previews.
 //!

@@ -4,7 +4,7 @@
 //! back as a sequence of member indices holding exactly those counts.
 //!
 //! `smooth` is a randomised smooth weighted round robin over the batch (the variant
-//! DESIGN §3 measured best): every member earns its count as credit each step, and the
+//! design.md §3 measured best): every member earns its count as credit each step, and the
 //! step's ticket goes, at random in proportion to credit, to one of the members whose
 //! credit is positive — so counts are exact by construction. A demand look-ahead
 //! (earliest-deadline feasibility: if the tickets members *must* receive within the next

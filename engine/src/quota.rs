@@ -1,6 +1,6 @@
 //! Which quota buckets pay for a reservation, and how an overdraft is charged.
 //!
-//! Order (DESIGN §4): bonus buckets first, by priority (lower number first) then soonest
+//! Order (design.md §4): bonus buckets first, by priority (lower number first) then soonest
 //! expiry (no expiry last); then temporary grants by soonest expiry; then the plan bucket.
 //! Remaining ties go by bucket id, so the order is total and the Lua side can mirror it.
 //! A bucket whose expiry is at or before `now` pays nothing, and so does a bucket with

@@ -1,6 +1,6 @@
 //! Tier pools: which tier serves a request when the drawn tier has no available channel.
 //!
-//! The rule (DESIGN §3), in order:
+//! The rule (design.md §3), in order:
 //! 1. the drawn tier, if it is available;
 //! 2. the only available tier, if exactly one is;
 //! 3. the drawn tier's partner if available: G→N, N→G, U→G;

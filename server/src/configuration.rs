@@ -380,7 +380,7 @@ impl Settings {
             Some(raw) => raw.parse::<u32>().ok().filter(|n| (1..=1_000_000).contains(n)).ok_or_else(|| {
                 anyhow::anyhow!("http.door_burst (TESSERA_DOOR_BURST): must be in 1..=1000000, got {raw:?}")
             })?,
-            None => file.http.door_burst.unwrap_or(crate::access::throttle::DEFAULT_ADDRESS_BURST),
+            None => file.http.door_burst.unwrap_or(crate::throttle::DEFAULT_ADDRESS_BURST),
         };
         anyhow::ensure!((1..=1_000_000).contains(&door_burst), "http.door_burst: must be in 1..=1000000");
         let site_root = PathBuf::from(pick(

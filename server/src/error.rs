@@ -4,7 +4,31 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::change::ChangeError;
+/// Why a change was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The entity is at another version than the change expected (someone else changed it).
+    #[error("{entity} is at version {current}, not {expected}")]
+    Conflict { entity: String, expected: i64, current: i64 },
+    /// The body is not a valid snapshot of the entity's kind (or the kind is unknown).
+    #[error("{field}: {rule}")]
+    Invalid { field: String, rule: String },
+    /// The input does not parse (400), naming the field.
+    #[error("{field}: {rule}")]
+    Malformed { field: String, rule: String },
+    /// Something with that identity exists already (and identities are never reused).
+    #[error("{field}: {rule}")]
+    Duplicate { field: String, rule: String },
+    /// The change is not allowed as a direct write (an approval policy applies), naming
+    /// what stands in the way (409).
+    #[error("{field}: {rule}")]
+    Blocked { field: String, rule: String },
+    /// The entity the change is about does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
 
 /// What went wrong, mapped to a status. Unexpected errors are logged with their chain and
 /// answered 500 without internals.
@@ -120,6 +144,67 @@ impl From<ChangeError> for ApiError {
 impl From<client::quota::InvalidInput> for ApiError {
     fn from(e: client::quota::InvalidInput) -> Self {
         Self::BadRequest { field: e.field, rule: e.rule }
+    }
+}
+
+/// A draw that failed: an unknown pool is 404; nothing drawable (exhausted, every member
+/// ejected or capped, Redis unreachable without a fallback) 503; a bad input 400.
+impl From<client::pool::PoolError> for ApiError {
+    fn from(e: client::pool::PoolError) -> Self {
+        use client::pool::PoolError;
+        match e {
+            PoolError::UnknownPool(p) => Self::NotFound(format!("unknown pool {:?}", p.as_str())),
+            e @ (PoolError::Exhausted { .. } | PoolError::Unavailable { .. } | PoolError::NothingDrawable(_)) => {
+                Self::Unavailable(e.to_string())
+            }
+            PoolError::Invalid(e) => e.into(),
+            e => Self::Unexpected(anyhow::Error::new(e)),
+        }
+    }
+}
+
+/// A route that decided nothing: an unknown route is 404, a bad attribute 400; a pool it
+/// chose that cannot be drawn from (unknown included: the route names it) 503, saying which.
+impl From<client::route::RouteFailure> for ApiError {
+    fn from(e: client::route::RouteFailure) -> Self {
+        use client::pool::PoolError;
+        use client::route::RouteFailure;
+        match e {
+            RouteFailure::UnknownRoute(name) => Self::NotFound(format!("unknown route {:?}", name.as_str())),
+            RouteFailure::Invalid(e) => Self::bad_request(e.field, e.rule),
+            e @ RouteFailure::Unavailable { .. } => Self::Unavailable(e.to_string()),
+            RouteFailure::Pool { route, pool, source } => match *source {
+                e @ (PoolError::Exhausted { .. }
+                | PoolError::Unavailable { .. }
+                | PoolError::NothingDrawable(_)
+                | PoolError::UnknownPool(_)) => {
+                    Self::Unavailable(format!("route {:?} chose pool {pool:?}: {e}", route.as_str()))
+                }
+                other => Self::Unexpected(anyhow::Error::new(other)),
+            },
+            other => Self::Unexpected(anyhow::Error::new(other)),
+        }
+    }
+}
+
+/// A quota operation that failed: an unknown tenant is 404; the quota store unreachable
+/// (and the tenant's policy refusing, or the operation not recorded) 503.
+impl From<client::quota::QuotaError> for ApiError {
+    fn from(e: client::quota::QuotaError) -> Self {
+        use client::quota::QuotaError;
+        match e {
+            QuotaError::UnknownTenant(t) => Self::NotFound(format!("unknown tenant {:?}", t.as_str())),
+            QuotaError::Unavailable { tenant, policy, .. } => {
+                Self::Unavailable(format!("quota store unreachable; tenant {:?} is {policy}", tenant.as_str()))
+            }
+            QuotaError::NotRecorded { tenant, reason } => Self::Unavailable(format!(
+                "quota store unreachable and the operation for tenant {:?} could not be recorded, so nothing was \
+                 done: {reason}",
+                tenant.as_str()
+            )),
+            QuotaError::Redis(e) if client::is_unreachable(&e) => Self::Unavailable(format!("redis unreachable: {e}")),
+            other => Self::Unexpected(anyhow::Error::new(other)),
+        }
     }
 }
 

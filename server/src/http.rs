@@ -1,18 +1,12 @@
-//! What every route module shares below the routes: the request id, a change's reason and
-//! expected version, the caller as the audit trail records them, and timestamps as replies
-//! carry them.
+//! What every route module shares below the routes: a change's reason and expected
+//! version, the caller as the audit trail records them, a path's number, a restore body.
 
 use actix_web::HttpRequest;
-use chrono::{DateTime, SecondsFormat, Utc};
 
-use crate::audit::store::Source;
-use crate::change::{ChangeError, Ctx};
-use crate::error::ApiError;
+use crate::change::Actor;
+use crate::error::{ApiError, ChangeError};
+use crate::inputs::request_id;
 use crate::state::AppState;
-
-pub(crate) fn request_id(req: &HttpRequest) -> Option<String> {
-    req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(|v| v.chars().take(200).collect())
-}
 
 /// A change's reason: trimmed, at most 500 characters; `required` refuses a missing one.
 pub(crate) fn reason(raw: &Option<String>, required: bool) -> Result<Option<String>, ApiError> {
@@ -54,25 +48,6 @@ pub(crate) fn malformed(e: impl Into<ChangeError>) -> ApiError {
     }
 }
 
-/// Who made the change and why, for every row it writes.
-pub(crate) struct Actor {
-    pub actor: String,
-    pub source: Source,
-    pub reason: Option<String>,
-    pub request_id: Option<String>,
-}
-
-impl Actor {
-    pub fn ctx(&self) -> Ctx<'_> {
-        Ctx {
-            actor: &self.actor,
-            source: self.source,
-            reason: self.reason.as_deref(),
-            request_id: self.request_id.as_deref(),
-        }
-    }
-}
-
 /// The caller of a write (the guard already checked what they may do) and its reason.
 /// Writes made with a login session are audited as made through the UI.
 pub(crate) fn actor(
@@ -90,24 +65,13 @@ pub(crate) fn actor(
     })
 }
 
-/// A timestamp as the replies carry it: RFC 3339 in UTC with `Z`, and as many fractional
-/// digits as it needs (0, 3, 6 or 9): exactly what chrono's serde writes.
-pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
-}
-
-#[cfg(test)]
-mod tests {
-    use chrono::{TimeZone, Utc};
-
-    #[test]
-    fn a_timestamp_reads_as_chrono_serializes_it() {
-        let second = Utc.with_ymd_and_hms(2026, 3, 1, 12, 30, 5).unwrap();
-        for nanos in [0, 120_000_000, 123_456_000, 123_456_789, 1_000, 1] {
-            let at = second + chrono::TimeDelta::nanoseconds(nanos);
-            assert_eq!(serde_json::to_value(at).unwrap(), serde_json::Value::String(super::rfc3339(at)), "{nanos} ns");
-        }
+/// An optional JSON body: none (or `null`) is the default; anything else must parse, and a
+/// body that does not is a 400 naming the field, never silently the default.
+pub(crate) fn optional_body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
+        return Ok(T::default());
     }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::from_serde_message(&e.to_string()))
 }
 
 /// A restore request (of a pool, a plan or a tenant).

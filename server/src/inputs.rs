@@ -1,10 +1,12 @@
 //! Validated inputs shared by the configuration resources: the names and the exact-integer
 //! limit come from the `api` crate; weights are checked here.
 
+use actix_web::HttpRequest;
+use chrono::{DateTime, SecondsFormat, Utc};
 use client::quota::InvalidInput;
 use serde::{Deserialize, Serialize};
 
-use crate::change::ChangeError;
+use crate::error::ChangeError;
 
 pub use api::{ChannelCode, DisplayName, PlanName, MAX_INTEGER};
 
@@ -110,6 +112,17 @@ impl<'de> Deserialize<'de> for Weight {
     }
 }
 
+/// The caller's request id (`X-Request-Id`, at most 200 characters), for the audit trail.
+pub(crate) fn request_id(req: &HttpRequest) -> Option<String> {
+    req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(|v| v.chars().take(200).collect())
+}
+
+/// A timestamp as the replies carry it: RFC 3339 in UTC with `Z`, and as many fractional
+/// digits as it needs (0, 3, 6 or 9): exactly what chrono's serde writes.
+pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +146,14 @@ mod tests {
         assert_eq!(exact_integer(&n("18446744073709551615")), Some(u64::MAX.into()));
         assert_eq!(exact_integer(&n("4865.5")), None);
         assert_eq!(serde_json::from_str::<Weight>("7.0").unwrap().get(), 7);
+    }
+
+    #[test]
+    fn a_timestamp_reads_as_chrono_serializes_it() {
+        let second = chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 3, 1, 12, 30, 5).unwrap();
+        for nanos in [0, 120_000_000, 123_456_000, 123_456_789, 1_000, 1] {
+            let at = second + chrono::TimeDelta::nanoseconds(nanos);
+            assert_eq!(serde_json::to_value(at).unwrap(), serde_json::Value::String(rfc3339(at)), "{nanos} ns");
+        }
     }
 }

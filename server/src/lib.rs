@@ -2,16 +2,18 @@
 //! store, the jobs and the command line. ARCHITECTURE.md at the repository root maps every
 //! route to its module, store, Lua script and job.
 //!
-//! One folder per resource — [`pools`], [`channels`], [`plans`], [`tenants`] (with grants),
-//! [`quota`], [`health`], [`access`] (guard, sessions, tokens, passwords), [`audit`],
-//! [`probes`], [`samples`], [`routing`] (routes: rules choosing a request's pool) — each with `routes.rs` (HTTP only: parse, authorize, call down) and
-//! `store.rs` (its SQL, and the only SQL). Below the routes: [`http`] (what every route
-//! shares), [`security_headers`] (on every response), [`change`] (one audited transaction
-//! per change), [`publish`] (snapshots to Redis, keyed by a typed entity), [`error`],
-//! [`inputs`], [`schema`]. [`jobs`] holds one
-//! module per scheduled job, named by its id. [`startup`] wires it all; [`cli`], [`seed`],
-//! [`bench`] and [`simulate`] are the command line; [`backend`] is what the UI's server
-//! functions call; [`openapi`] the document.
+//! Six layers, each importing only from itself and below (ARCHITECTURE.md, checked by
+//! `architecture.rs`): foundations ([`error`], [`inputs`], [`schema`], [`configuration`],
+//! [`telemetry`], [`store`], [`metrics`], [`security_headers`], [`throttle`], [`state`]);
+//! the change every write goes through ([`change`], [`audit`], [`gate`]: approval policies
+//! and break-glass flags); resources ([`access`], [`channels`], [`pools`], [`plans`],
+//! [`tenants`] with grants, [`routing`]); services over them ([`publish`], [`health`],
+//! [`tiers`], [`usage`], [`samples`], [`draws`], [`quota`], [`probes`]); workflows
+//! ([`approvals`], [`ramps`], [`adopt`]); delivery ([`http`] and every `routes.rs`, [`jobs`]
+//! (one module per scheduled job, named by its id), [`backend`] (what the UI's server
+//! functions call), [`startup`], [`openapi`], [`reference`], and the command line: [`cli`],
+//! [`seed`], [`simulate`], [`bench`]). A resource folder holds `routes.rs` (HTTP only:
+//! parse, authorize, call down) and `store.rs` (its SQL, and the only SQL).
 #![forbid(unsafe_code)]
 
 pub mod access;
@@ -26,6 +28,7 @@ pub mod cli;
 pub mod configuration;
 pub mod draws;
 pub mod error;
+pub mod gate;
 pub mod health;
 pub mod http;
 pub mod inputs;
@@ -50,6 +53,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tenants;
+pub mod throttle;
 pub mod tiers;
 pub mod usage;
 

@@ -274,8 +274,8 @@ impl WatchMetrics {
                 "Webhook deliveries that failed (each tried again up to its attempts)",
             )?,
         };
-        for state in crate::ramps::LIVE_STATES {
-            watch.ramps.with_label_values(&[state]).set(0);
+        for state in api::ramps::RampState::LIVE {
+            watch.ramps.with_label_values(&[state.as_str()]).set(0);
         }
         for collector in [
             Box::new(watch.pool_share_deviation.clone()) as Box<dyn Collector>,
@@ -477,13 +477,13 @@ fn method_label(method: &actix_web::http::Method) -> &'static str {
 }
 
 /// Counts and times every request by its matched route pattern (not the raw path, which
-/// would give one series per pool name or id).
+/// would give one series per pool name or id), into the app's `web::Data<Metrics>`.
 pub async fn record(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
-    let recorder: Option<Metrics> = req.app_data::<web::Data<crate::state::AppState>>().map(|s| s.metrics.clone());
+    let recorder: Option<Metrics> = req.app_data::<web::Data<Metrics>>().map(|m| m.get_ref().clone());
     let method = method_label(req.method());
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let response = next.call(req).await;

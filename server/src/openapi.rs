@@ -68,10 +68,10 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::audit::routes::list,
         crate::audit::routes::verify,
         crate::audit::routes::export,
-        // ==== ADMIN: every admin handler goes here (routes/admin.rs and any new admin files) ====
+        // ==== ADMIN: every admin handler goes here (each resource's routes.rs) ====
         // Annotate it `#[utoipa::path(tag = "admin", security(("admin_token" = []), ("session_cookie" = [])), ...)]`
-        // above its `#[get/post/put/delete(...)]`, then list it, e.g. `routes::admin::get_pool,`.
-        // Pools (routes/admin.rs).
+        // above its `#[get/post/put/delete(...)]`, then list it, e.g. `crate::pools::routes::get_pool,`.
+        // Pools (pools/routes.rs; versions and restore: pools/history/routes.rs).
         crate::pools::routes::list_pools,
         crate::pools::routes::get_pool,
         crate::pools::routes::put_pool,
@@ -98,9 +98,9 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::approvals::routes::edit_change,
         crate::approvals::routes::schedule_change,
         crate::approvals::routes::cancel_change,
-        crate::approvals::break_glass::routes::list_break_glass,
-        crate::approvals::break_glass::routes::acknowledge_break_glass,
-        // Channels, plans, tenants and grants (routes/config.rs).
+        crate::gate::break_glass::routes::list_break_glass,
+        crate::gate::break_glass::routes::acknowledge_break_glass,
+        // Channels, plans, tenants and grants (channels/, plans/, tenants/ routes.rs).
         crate::channels::routes::list_channels,
         crate::channels::routes::get_channel,
         crate::channels::routes::create_channel,
@@ -141,7 +141,7 @@ pub const SESSION_COOKIE: &str = "session_cookie";
         crate::ramps::routes::resume,
         crate::ramps::routes::step_back,
         crate::ramps::routes::abort,
-        // Health state, pins and policies (routes/channel_health.rs).
+        // Health state, pins and policies (health/routes.rs).
         crate::health::routes::pool_health,
         crate::health::routes::channel_health,
         crate::health::routes::history,

@@ -226,7 +226,7 @@ pub enum GrantKind {
 
 /// What a person may do: `viewer` reads; `operator` also ejects, restores, pins and
 /// rebuilds; `pm` also edits configuration; `auditor` reads and exports the audit trail;
-/// `admin` does all of that and manages users and tokens. Describes `auth::Role`.
+/// `admin` does all of that and manages users and tokens. Describes `access::Role`.
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "lowercase")]
 pub enum Role {
@@ -239,7 +239,7 @@ pub enum Role {
 
 /// An API token's scope: `dataplane` (draws, quota operations, outcome reports, within its
 /// bindings), `admin` (reads, operations and edits of the admin API; not users and tokens)
-/// or `metrics` (`/metrics` and `/readyz/details` only). Describes `auth::Scope`.
+/// or `metrics` (`/metrics` and `/readyz/details` only). Describes `access::Scope`.
 #[derive(utoipa::ToSchema)]
 #[schema(rename_all = "lowercase")]
 pub enum TokenScope {

@@ -10,10 +10,10 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::audit::store::Source;
-use crate::change::ChangeError;
 use crate::change::Ctx;
 use crate::channels::ChannelCode;
 use crate::channels::ChannelSpec;
+use crate::error::ChangeError;
 use crate::plans::PlanName;
 use crate::plans::PlanSpec;
 use crate::tenants::NewGrant;
@@ -127,14 +127,14 @@ async fn seed(db: &PgPool, report: &mut SeedReport) -> anyhow::Result<()> {
         report.record(crate::change::Entity::pool_key(pool), outcome)?;
     }
     // Weight changes on cn-pay need one approval by another pm or an admin.
-    let demo_policy = crate::approvals::policy::store::PolicySpec {
+    let demo_policy = crate::gate::policy::store::PolicySpec {
         required_approvals: 1,
         approver_roles: vec!["pm".into(), "admin".into()],
         expires_after_hours: 72,
         moved_percent_over: None,
         member_share_over: None,
     };
-    match crate::approvals::policy::store::put_policy(db, &CTX, "pool:cn-pay", &demo_policy, 0).await {
+    match crate::gate::policy::store::put_policy(db, &CTX, "pool:cn-pay", &demo_policy, 0).await {
         Ok(_) => report.created.push("policy:pool:cn-pay".into()),
         Err(crate::error::ApiError::Conflict { .. }) => report.kept.push("policy:pool:cn-pay".into()),
         Err(e) => return Err(anyhow::anyhow!("seeding policy:pool:cn-pay: {e}")),

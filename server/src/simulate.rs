@@ -451,15 +451,18 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+
+    /// `tessera simulate`'s arguments, as the command line flattens them.
+    #[derive(clap::Parser)]
+    struct Simulate {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
 
     fn parse(args: &[&str]) -> Result<SimulateArgs, clap::Error> {
-        let mut argv = vec!["tessera", "simulate"];
+        let mut argv = vec!["simulate"];
         argv.extend_from_slice(args);
-        match Cli::try_parse_from(argv)?.command {
-            Some(Command::Simulate(a)) => Ok(a),
-            other => panic!("{other:?}"),
-        }
+        Simulate::try_parse_from(argv).map(|s| s.args)
     }
 
     #[test]

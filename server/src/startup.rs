@@ -175,7 +175,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let state = AppState {
         db,
         auth_db,
-        door: crate::access::throttle::Door::new(settings.door_burst),
+        door: crate::throttle::Door::new(settings.door_burst),
         trusted_proxy_header: settings.trusted_proxy_header.clone(),
         redis,
         keys,
@@ -188,13 +188,11 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         outcomes,
         admin: settings.admin.clone(),
         auth: settings.auth.clone(),
-        tokens: Default::default(),
         sample_retention: settings.sample_retention,
         draw_log_retention: settings.draw_log_retention,
         recent_runs: Default::default(),
         ramps: settings.ramps.clone(),
         known: Default::default(),
-        ui_cache: Default::default(),
         audit_verify: Default::default(),
     };
     let (pools, tenants) = crate::publish::remember_published(&state).await?;
@@ -216,8 +214,11 @@ fn http_server(
         .site_addr(listener.local_addr()?)
         .build();
     let pkg_dir = settings.site_root.join("pkg");
-    let backend: SharedBackend = Arc::new(state.clone());
+    let backend: SharedBackend = Arc::new(crate::backend::UiBackend::new(state.clone()));
+    let metrics = web::Data::new(state.metrics.clone());
     let data = web::Data::new(state);
+    // API tokens verified recently: the guard and the token routes share one cache.
+    let tokens = web::Data::new(crate::access::TokenCache::default());
     let mut server = HttpServer::new(move || {
         let routes = generate_route_list(app::App);
         let options = leptos_options.clone();
@@ -227,6 +228,8 @@ fn http_server(
         };
         actix_web::App::new()
             .app_data(data.clone())
+            .app_data(tokens.clone())
+            .app_data(metrics.clone())
             .app_data(web::PayloadConfig::new(crate::error::MAX_RAW_BODY))
             // Innermost: a raw body over its limit is answered as JSON, as every API error.
             .wrap(from_fn(crate::error::json_payload_errors))
@@ -291,7 +294,7 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
     crate::pools::routes::configure(cfg);
     crate::pools::history::routes::configure(cfg);
     crate::approvals::routes::configure(cfg);
-    crate::approvals::break_glass::routes::configure(cfg);
+    crate::gate::break_glass::routes::configure(cfg);
     crate::channels::routes::configure(cfg);
     crate::plans::routes::configure(cfg);
     crate::tenants::routes::configure(cfg);

@@ -14,7 +14,7 @@ pub struct AppState {
     /// the door cannot take the jobs' and the UI's.
     pub auth_db: PgPool,
     /// Sign-in and unknown-token throttles, per client address and per user name.
-    pub door: crate::access::throttle::Door,
+    pub door: crate::throttle::Door,
     /// The header a trusted reverse proxy puts the client's address in (none: the peer's
     /// address is the client's).
     pub trusted_proxy_header: Option<String>,
@@ -41,8 +41,6 @@ pub struct AppState {
     pub admin: Option<crate::configuration::AdminAccess>,
     /// Sessions, and whether the API is open (development only).
     pub auth: crate::configuration::AuthSettings,
-    /// API tokens verified recently.
-    pub tokens: crate::access::TokenCache,
     /// How long pool samples are kept (the daily prune deletes older ones).
     pub sample_retention: crate::configuration::SampleRetention,
     /// How long the draw log and the recorded outcomes are kept.
@@ -51,11 +49,17 @@ pub struct AppState {
     /// `tessera_pool_longest_run` gauge).
     pub recent_runs: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, engine::runs::RecentRuns>>>,
     /// The pools and tenants the jobs last read from Postgres.
-    pub known: std::sync::Arc<crate::jobs::known::Known>,
+    pub known: std::sync::Arc<Known>,
     /// Where ramps announce what they do.
     pub ramps: crate::configuration::RampSettings,
-    /// What the admin UI keeps between requests (a large fleet's quota overview).
-    pub ui_cache: std::sync::Arc<crate::backend::UiCache>,
     /// Held while a request checks the audit chain: one check at a time per instance.
     pub audit_verify: std::sync::Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The pools and tenants the jobs last read from Postgres (`jobs::known` reads them), shared
+/// by every job of a process.
+#[derive(Debug, Default)]
+pub struct Known {
+    pub(crate) pools: std::sync::Mutex<Vec<client::pool::PoolName>>,
+    pub(crate) tenants: std::sync::Mutex<Vec<client::quota::TenantId>>,
 }

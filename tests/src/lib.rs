@@ -126,6 +126,16 @@ pub async fn hold_jobs(app: &TestApp, jobs: &[&str]) -> HeldJobs {
     HeldJobs(conn)
 }
 
+/// The demo fleet (`tessera seed --demo`) written to `app`'s database and published to its
+/// Redis (the outbox drained, every snapshot delivered): where most tests start. Answers
+/// the seed's report (its users and their passwords).
+pub async fn seed_demo(app: &TestApp) -> server::seed::SeedReport {
+    let report = server::seed::demo_seed(&app.state.db).await.expect("the demo seed");
+    let delivered = server::publish::drain_outbox(&app.state).await.expect("draining the outbox");
+    assert!(delivered.failed.is_empty(), "the demo seed was not all published: {delivered:?}");
+    report
+}
+
 /// Spawns the server with a fresh database and Redis prefix.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await

@@ -36,7 +36,7 @@ pub async fn without_demo_policy(app: &TestApp) {
         reason: Some("direct writes under test"),
         request_id: None,
     };
-    server::approvals::policy::store::delete_policy(&app.state.db, &ctx, "pool:cn-pay", 1).await.unwrap();
+    server::gate::policy::store::delete_policy(&app.state.db, &ctx, "pool:cn-pay", 1).await.unwrap();
 }
 
 pub async fn hydrated(c: &Client) {

@@ -15,12 +15,8 @@ pub const CHANGE_PAGE_SIZE: u32 = 25;
 /// How the change requests may be sorted: the `sort` value and what the page calls it.
 pub const CHANGE_SORTS: [(&str, &str); 2] = [("newest", "Newest first"), ("oldest", "Oldest first")];
 
-/// The states a change request can be in, in the order the filter offers them.
-pub const CHANGE_STATES: [&str; 8] =
-    ["in_review", "approved", "scheduled", "rejected", "applied", "suspended", "cancelled", "expired"];
-
 /// The changes list's query, as the URL holds it: `q` matches part of what a request
-/// changes (`pool:cn-pay`), `state` one of [`CHANGE_STATES`], `author` a user's name
+/// changes (`pool:cn-pay`), `state` one of [`api::changes::ChangeState`]'s names, `author` a user's name
 /// exactly, `sort` one of [`CHANGE_SORTS`], `page` from 1.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeQuery {

@@ -6,11 +6,12 @@
 //! what the reviewer saw. Below, the break-glass operations (made at once under a policy)
 //! that an auditor other than who made them has yet to acknowledge.
 
+use api::changes::ChangeState;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::changes::{
-    list_break_glass, list_change_page, BreakGlass, ChangeList, ChangeQuery, ChangeRequest, CHANGE_SORTS, CHANGE_STATES,
+    list_break_glass, list_change_page, BreakGlass, ChangeList, ChangeQuery, ChangeRequest, CHANGE_SORTS,
 };
 use crate::api::lists::MAX_SEARCH;
 use crate::components::layout::CurrentSession;
@@ -47,7 +48,7 @@ fn filters(query: &ChangeQuery) -> impl IntoView {
             <label>"State "
                 <select name="state" id="changes-filter-state">
                     <option value="" selected=state.is_empty()>"any"</option>
-                    {CHANGE_STATES.into_iter().map(|s| view! { <option value=s selected=s == state>{s}</option> }).collect_view()}
+                    {ChangeState::ALL.into_iter().map(ChangeState::as_str).map(|s| view! { <option value=s selected=s == state>{s}</option> }).collect_view()}
                 </select>
             </label>
             <label>"Author "
@@ -261,14 +262,15 @@ fn ChangeRow(change: ChangeRequest, user: String, role: String, page: Page) -> i
     };
     // The server decides (the pool's policy may have changed); the buttons are offered to
     // those the request names.
-    let reviewable = change.state == "in_review" && change.author != user && change.approver_roles.contains(&role);
-    let approved = change.state == "approved";
+    let reviewable =
+        change.state == ChangeState::InReview && change.author != user && change.approver_roles.contains(&role);
+    let approved = change.state == ChangeState::Approved;
     let roles = change.approver_roles.join(" or ");
     view! {
         <tr data-change=id>
             <td>{id} " " <a href=format!("/audit?entity=change:{id}") id=format!("change-trail-{id}")>"trail"</a></td>
             <td>{entity_link(&change.entity)}</td>
-            <td id=format!("change-state-{id}")>{change.state.clone()}</td>
+            <td id=format!("change-state-{id}")>{change.state.as_str()}</td>
             <td>{change.author.clone()}</td>
             <td>{change.reason.clone()}</td>
             <td><ChangeDetail change=change.clone()/></td>

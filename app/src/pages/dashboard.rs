@@ -79,7 +79,7 @@ fn RampsCard(ramps: Vec<api::ramps::RampSummary>) -> impl IntoView {
                     {ramps.into_iter().map(|r| view! {
                         <tr data-ramp=r.id>
                             <td><a href=format!("/pools/{}/ramp", r.pool)>{r.pool.clone()}</a></td>
-                            <td>{r.state.clone()}</td>
+                            <td>{r.state.as_str()}</td>
                             <td>{r.step} " of " {r.steps}</td>
                             <td>{r.canary.join(", ")} " at " {format!("{}%", r.canary_share)}</td>
                             <td>{r.step_started_at.clone()}</td>

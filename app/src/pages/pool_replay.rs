@@ -213,7 +213,7 @@ fn send(
         }
         busy.set(true);
         leptos::task::spawn_local(async move {
-            let url = api::paths::fill(api::paths::POOL_REPLAY, &[&pool]);
+            let url = format!("/api/v1/pools/{pool}/replay");
             match crate::api::rest::send("POST", &url, &csrf, &body).await {
                 Ok(reply) => match serde_json::from_value::<ReplayReport>(reply) {
                     Ok(r) => report.set(Some(r)),

@@ -13,7 +13,7 @@ use crate::api::ramps::pool_ramp;
 use crate::api::SessionInfo;
 use crate::components::form::{required_reason, Field, ReasonField};
 use crate::components::layout::CurrentSession;
-use api::ramps::{RampDetail, RampSample};
+use api::ramps::{RampDetail, RampSample, RampState};
 
 /// The ramp page.
 #[component]
@@ -41,7 +41,7 @@ pub fn RampPage() -> impl IntoView {
                     (_, None) => view! { <p>"There is no such pool."</p> }.into_any(),
                     (Err(e), _) => view! { <p class="error" role="alert">"Could not load the ramp: " {e.to_string()}</p> }.into_any(),
                     (Ok(detail), Some(pool)) => {
-                        let is_live = detail.as_ref().is_some_and(|d| matches!(d.ramp.state.as_str(), "running" | "paused" | "aborting"));
+                        let is_live = detail.as_ref().is_some_and(|d| d.ramp.state.is_live());
                         live.set(is_live);
                         let may_edit = session.as_ref().is_some_and(|s| s.may_edit);
                         let csrf = session.as_ref().map(|s| s.csrf_token.clone()).unwrap_or_default();
@@ -82,7 +82,7 @@ fn RampView(
         <section class="card" aria-labelledby="ramp-heading">
             <h2 id="ramp-heading">"Ramp " {r.id}</h2>
             <p id="ramp-state">
-                "State " <strong class=format!("ramp-state ramp-{}", r.state) id="ramp-state-value">{r.state.clone()}</strong>
+                "State " <strong class=format!("ramp-state ramp-{}", r.state) id="ramp-state-value">{r.state.as_str()}</strong>
                 ", step " <strong id="ramp-step">{r.step}</strong> " of " {r.steps}
                 ", canary " {r.canary.join(", ")} " at " <strong id="ramp-canary-share">{format!("{}%", r.canary_share)}</strong>
                 ". Started by " {r.created_by.clone()} " at " {r.created_at.clone()} ": " {r.reason.clone()}
@@ -211,18 +211,18 @@ fn Controls(
     reason: RwSignal<String>,
     message: RwSignal<Option<String>>,
 ) -> impl IntoView {
-    let state = detail.ramp.state.clone();
+    let state = detail.ramp.state;
     let may_edit = session.as_ref().is_some_and(|s| s.may_edit);
     let may_halt = session.as_ref().is_some_and(|s| s.may_halt);
     let csrf = session.map(|s| s.csrf_token).unwrap_or_default();
-    let live = matches!(state.as_str(), "running" | "paused");
+    let live = matches!(state, RampState::Running | RampState::Paused);
     let controls: Vec<(&'static str, &'static str, bool)> = vec![
         ("promote", "Promote to the next step", may_edit && live),
         ("promote_to_end", "Promote to the target", may_edit && live),
-        ("pause", "Pause", may_halt && state == "running"),
-        ("resume", "Resume", may_edit && state == "paused"),
+        ("pause", "Pause", may_halt && state == RampState::Running),
+        ("resume", "Resume", may_edit && state == RampState::Paused),
         ("step_back", "Step back", may_halt && live && detail.ramp.step > 0),
-        ("abort", "Abort", may_halt && (live || state == "aborting")),
+        ("abort", "Abort", may_halt && (live || state == RampState::Aborting)),
     ];
     let usable: Vec<_> = controls.into_iter().filter(|c| c.2).collect();
     if usable.is_empty() {

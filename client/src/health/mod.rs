@@ -1,6 +1,6 @@
 //! Outcome reports per channel: applications say how their calls through a channel went
 //! (success or failure, latency), counted per minute in Redis, where the health evaluation
-//! reads them to decay, eject and restore channels (DESIGN §5).
+//! reads them to decay, eject and restore channels (design.md §5).
 //!
 //! Each report is one `EVALSHA` of `lua/record_outcome.lua` on the channel's hash
 //! `{prefix}:health:{<channel>}`, whose fields are `<minute>:ok`, `<minute>:fail`,

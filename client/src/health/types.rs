@@ -59,7 +59,7 @@ impl<'de> Deserialize<'de> for ChannelCode {
 /// [`MAX_CALLS`] and `latency_ms_sum` ≤ [`MAX_COUNT`], there is at
 /// least one outcome (`ok + fail ≥ 1`), `latency_count ≤ ok + fail`, and there is no
 /// latency sum without a latency count: [`OutcomeCounts::new`] and deserializing check
-/// this, and [`Outcomes`] checks it again before anything is sent (the fields are public,
+/// this, and [`crate::Outcomes`] checks it again before anything is sent (the fields are public,
 /// like [`crate::quota::TenantQuota`]'s, for callers that sum counts in place).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct OutcomeCounts {

@@ -1,5 +1,5 @@
 //! Ticket pools: draw the next ticket in one script call, with a degradation chain when
-//! Redis cannot be reached (DESIGN §3).
+//! Redis cannot be reached (design.md §3).
 //!
 //! [`Pools::draw`] pops from the pool's list in Redis. When Redis is unreachable (or has no
 //! ticket to give), the draw is served by a local in-process pool built with the engine from

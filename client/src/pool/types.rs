@@ -277,7 +277,7 @@ impl PoolSnapshot {
 
     /// The tiers of a `tiers` pool left with no channel to draw: every channel with a
     /// weight is ejected, or the tier has none. Their lists must hold no tickets, so that
-    /// draws map their tier tickets to another tier at once (DESIGN §3) rather than skip
+    /// draws map their tier tickets to another tier at once (design.md §3) rather than skip
     /// tickets of ejected channels until the lists drain.
     pub(crate) fn dead_tiers(&self) -> Vec<Tier> {
         if self.kind != PoolKind::Tiers {

@@ -1,4 +1,4 @@
-//! Tenant quotas: reserve an estimate, settle the real use, or release (DESIGN §4).
+//! Tenant quotas: reserve an estimate, settle the real use, or release (design.md §4).
 //!
 //! Every operation is one script call on the tenant's keys (one hash tag, one slot),
 //! idempotent per request id. When Redis cannot be reached, the tenant's fallback policy

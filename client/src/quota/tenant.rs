@@ -85,16 +85,6 @@ impl Quotas {
         }
     }
 
-    /// Removes a tenant's published snapshot (the tenant is then unknown to the data plane).
-    pub async fn unpublish(&self, tenant: &TenantId) -> Result<(), QuotaError> {
-        let mut conn = self.inner.redis.connection().await.map_err(QuotaError::Redis)?;
-        redis::cmd("UNLINK")
-            .arg(self.inner.keys.quota_meta(tenant.as_str()))
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(QuotaError::Redis)
-    }
-
     /// A tenant's open reservations, the soonest deadline first: at most `limit` of them,
     /// read from its concurrency leases (ZRANGE by deadline) and its reservation ledger.
     pub async fn open_reservations(&self, tenant: &TenantId, limit: usize) -> Result<Vec<OpenReservation>, QuotaError> {

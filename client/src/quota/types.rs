@@ -215,7 +215,7 @@ impl<'de> Deserialize<'de> for TokenCount {
     }
 }
 
-/// What a grant is: both kinds pay before the plan (DESIGN §4).
+/// What a grant is: both kinds pay before the plan (design.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum GrantKind {

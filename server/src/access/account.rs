@@ -67,7 +67,7 @@ pub async fn change_password(
     })?;
     // The current password is checked as a sign-in is, counted at the door for this name.
     let address =
-        super::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
+        crate::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
     state.door.sign_in(address, &p.name)?;
     // Counted against the lock-out as a sign-in is: a stolen session guesses no faster.
     let attempt = store::count_attempt(&state.auth_db, &p.name, super::MAX_FAILED_LOGINS, super::LOCK_TIME).await?;

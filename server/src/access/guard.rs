@@ -9,7 +9,7 @@ use actix_web::{HttpMessage, ResponseError};
 use secrecy::ExposeSecret;
 
 use super::sessions::session;
-use super::tokens::verify_token;
+use super::tokens::{verify_token, TokenCache};
 use super::{is_server_fn, requirement, server_fn_requirement, Permission, Principal, Via, CSRF_HEADER};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -56,6 +56,9 @@ pub(crate) fn is_loopback_host(headers: &actix_web::http::header::HeaderMap) -> 
 }
 
 async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Principal>, ApiError> {
+    let Some(tokens) = req.app_data::<actix_web::web::Data<TokenCache>>() else {
+        return Err(ApiError::Unexpected(anyhow::anyhow!("the API token cache is not registered with the app")));
+    };
     if state.auth.open {
         // Served without credentials, so only to this machine: a request whose Host is not a
         // loopback name (a rebound DNS name, a forwarded port) is refused, and a write a
@@ -89,7 +92,7 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
         }
         let unknown = || ApiError::Unauthorized("the bearer token is unknown or revoked".into());
         let address =
-            super::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
+            crate::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
         let hash = super::passwords::sha256(given);
         // Found unknown a moment ago: answered from memory, no database query.
         if state.door.known_unknown(&hash) {
@@ -98,10 +101,10 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
         }
         // An address out of unknown tokens asks the database nothing more until it refills
         // (a token verified within the cache's time never asks it at all).
-        if !state.tokens.is_fresh(&hash) {
+        if !tokens.is_fresh(&hash) {
             state.door.may_ask(address)?;
         }
-        return match verify_token(state, given).await? {
+        return match verify_token(state, tokens, given).await? {
             Some(p) => Ok(Some(p)),
             None => {
                 state.door.unknown_token(address, hash)?;
@@ -112,7 +115,7 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
     if let Some(id) = api::session_cookie(loopback_host(req), |name| cookie_value(req, name)) {
         // Made-up session ids cost a query each: counted against the address like unknown tokens.
         let address =
-            super::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
+            crate::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
         let hash = super::passwords::sha256(&id);
         let ended = || ApiError::Unauthorized("the session has expired or ended: sign in again".into());
         if state.door.known_unknown(&hash) {

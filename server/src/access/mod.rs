@@ -16,7 +16,6 @@ pub mod passwords;
 pub mod routes;
 pub mod sessions;
 pub mod store;
-pub mod throttle;
 pub mod tokens;
 
 pub use guard::guard;
@@ -292,7 +291,7 @@ pub async fn audit_access(
             before: before.as_ref(),
             after: Some(&after),
             reason: None,
-            request_id: crate::http::request_id(req).as_deref(),
+            request_id: crate::inputs::request_id(req).as_deref(),
         },
     )
     .await?;

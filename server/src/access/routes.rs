@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::store;
-use crate::access::{self as auth, LoginError, Role, Scope, Via};
+use crate::access::{self as auth, LoginError, Role, Scope, TokenCache, Via};
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
@@ -66,7 +66,8 @@ pub async fn login(
     state: web::Data<AppState>,
     body: web::Json<LoginBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let address = auth::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
+    let address =
+        crate::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());
     // Before any work: a flood from one address or at one name is answered 429 here, and
     // neither reaches the password hasher nor extends a lock.
     state.door.sign_in(address, &body.name)?;
@@ -92,7 +93,7 @@ pub async fn login(
                 user: opened.user,
                 role: opened.role.as_str().to_owned(),
                 csrf_token: opened.csrf_token,
-                expires_at: crate::http::rfc3339(opened.expires_at),
+                expires_at: crate::inputs::rfc3339(opened.expires_at),
             }))
         }
         // Every failure is answered alike, after the same pause: a lock, an unknown name and
@@ -451,6 +452,7 @@ pub async fn add_token(
 pub async fn revoke_token(
     req: HttpRequest,
     state: web::Data<AppState>,
+    tokens: web::Data<TokenCache>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let p = auth::principal(&req)?;
@@ -464,7 +466,7 @@ pub async fn revoke_token(
         .await?;
     tx.commit().await?;
     // This instance forgets it at once; others within auth::TOKEN_CACHE_TTL.
-    state.tokens.remove(&hash);
+    tokens.remove(&hash);
     Ok(HttpResponse::Ok().json(TokenRevoked { id, revoked: true }))
 }
 
@@ -488,6 +490,7 @@ pub async fn revoke_token(
 pub async fn bind_token(
     req: HttpRequest,
     state: web::Data<AppState>,
+    tokens: web::Data<TokenCache>,
     path: web::Path<String>,
     body: web::Json<TokenBindings>,
 ) -> Result<HttpResponse, ApiError> {
@@ -511,6 +514,6 @@ pub async fn bind_token(
     let (before, after) = (json!({"bindings": before}), json!({"bindings": bound}));
     auth::audit_access(&mut tx, &req, &p, &format!("token:{id}"), "token.bindings", Some(before), after).await?;
     tx.commit().await?;
-    state.tokens.remove(&hash);
+    tokens.remove(&hash);
     Ok(HttpResponse::Ok().json(TokenBound { id, bindings: bound }))
 }

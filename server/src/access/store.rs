@@ -44,9 +44,9 @@ impl From<UserListing> for api::access::User {
         Self {
             name: u.name,
             role: u.role,
-            created_at: crate::http::rfc3339(u.created_at),
-            disabled_at: u.disabled_at.map(crate::http::rfc3339),
-            locked_until: u.locked_until.map(crate::http::rfc3339),
+            created_at: crate::inputs::rfc3339(u.created_at),
+            disabled_at: u.disabled_at.map(crate::inputs::rfc3339),
+            locked_until: u.locked_until.map(crate::inputs::rfc3339),
             can_sign_in: u.can_sign_in,
         }
     }
@@ -60,9 +60,9 @@ impl From<TokenListing> for api::access::ApiToken {
             prefix: t.prefix,
             scope: t.scope,
             created_by: t.created_by,
-            created_at: crate::http::rfc3339(t.created_at),
-            last_used_at: t.last_used_at.map(crate::http::rfc3339),
-            revoked_at: t.revoked_at.map(crate::http::rfc3339),
+            created_at: crate::inputs::rfc3339(t.created_at),
+            last_used_at: t.last_used_at.map(crate::inputs::rfc3339),
+            revoked_at: t.revoked_at.map(crate::inputs::rfc3339),
             tenants: t.tenants,
             pools: t.pools,
             routes: t.routes,

@@ -103,20 +103,24 @@ impl TokenCache {
 /// Verifies an API token: from the cache while fresh; otherwise from Postgres (which also
 /// records its last use); when Postgres cannot be reached, from the cache (for at most
 /// [`TOKEN_TRUST_WHILE_DOWN`] after the last verification).
-pub(crate) async fn verify_token(state: &AppState, raw: &str) -> Result<Option<Principal>, sqlx::Error> {
+pub(crate) async fn verify_token(
+    state: &AppState,
+    tokens: &TokenCache,
+    raw: &str,
+) -> Result<Option<Principal>, sqlx::Error> {
     let hash = sha256(raw);
-    let cached = state.tokens.get(&hash);
+    let cached = tokens.get(&hash);
     if let Some((p, true)) = &cached {
         return Ok(Some(p.clone()));
     }
     match token(&state.auth_db, raw).await {
         Ok(Some(p)) => {
-            state.tokens.put(hash, p.clone());
+            tokens.put(hash, p.clone());
             Ok(Some(p))
         }
         Ok(None) => {
             // Revoked (or never known): never served from the cache again.
-            state.tokens.remove(&hash);
+            tokens.remove(&hash);
             Ok(None)
         }
         // Only when Postgres cannot be reached; any other error is an error.

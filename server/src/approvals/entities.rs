@@ -7,9 +7,10 @@ use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
 
 use super::operation::Operation;
-use crate::change::{ChangeError, Ctx};
+use crate::change::Ctx;
 use crate::channels::{ChannelCode, ChannelSpec};
 use crate::error::ApiError;
+use crate::error::ChangeError;
 use crate::plans::{PlanName, PlanSpec};
 use crate::tenants::TenantSpec;
 use client::pool::PoolName;
@@ -154,10 +155,10 @@ pub(crate) async fn execute(
         }
         (Target::Plan(name), Operation::PlanUpdate { .. }) => {
             let s: PlanSpec = spec(body(&["monthly_tokens", "daily_requests", "concurrency"]))?;
-            crate::plans::store::update_plan_tx(tx, ctx, name, &s, base).await.map(|_| ())
+            crate::tenants::update_plan_tx(tx, ctx, name, &s, base).await.map(|_| ())
         }
         (Target::Plan(name), Operation::PlanRestoreVersion { version }) => {
-            crate::plans::store::restore_plan_tx(tx, ctx, name, *version, base).await.map(|_| ())
+            crate::tenants::restore_plan_tx(tx, ctx, name, *version, base).await.map(|_| ())
         }
         (Target::Tenant(t), Operation::TenantPut { .. }) => {
             let s: TenantSpec = spec(body(&["plan", "reservation_ttl_ms", "retention_days", "fallback"]))?;

@@ -8,21 +8,16 @@
 //! (409 naming the policy); operations that only reduce risk (eject, disable, rebuild) stay
 //! immediate.
 
-pub mod break_glass;
 pub mod diff;
 pub mod entities;
 pub mod list;
 pub mod operation;
-pub mod policy;
 pub mod propose;
 pub mod routes;
 pub mod schedule;
 pub mod store;
 
-use client::pool::PoolName;
-
 use crate::access::{Principal, Via};
-use crate::change::ChangeError;
 use crate::error::ApiError;
 
 /// The role of the person proposing, reviewing or cancelling a request. Only a person
@@ -38,26 +33,6 @@ pub fn person_role(principal: &Principal, what: &str) -> Result<String, ApiError
              one person, so they neither propose nor review change requests"
         ))),
     }
-}
-
-/// 409 naming the policy when one applies to `pool`: its configuration changes through a
-/// change request (`POST /api/v1/changes`). The pool writes call it in their transaction,
-/// after the configuration lock, so a policy made meanwhile is never missed.
-pub async fn refuse_direct_write<'e>(db: impl sqlx::PgExecutor<'e>, pool: &PoolName) -> Result<(), ChangeError> {
-    if let Some(policy) = policy::store::policy_for(db, pool).await? {
-        return Err(ChangeError::Blocked {
-            field: "policy".into(),
-            rule: format!(
-                "approval policy {:?} applies to pool {:?}: propose the change with POST /api/v1/changes \
-                 ({} approval(s) by {})",
-                policy.scope,
-                pool.as_str(),
-                policy.required_approvals,
-                policy.approver_roles.join(" or ")
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// The share of the traffic a change of weights moves: half the sum of the absolute

@@ -77,11 +77,11 @@ pub(super) async fn proposed_for(
         });
     }
     if let Target::Pool(pool) = target {
-        let policy = super::policy::store::policy_for(&mut *tx, pool).await?;
+        let policy = crate::gate::policy::store::policy_for(&mut *tx, pool).await?;
         let (operation, current, hash, diff) = proposed(tx, pool, proposal, reason, policy.as_ref(), revision).await?;
         return Ok((operation, current, hash, diff, policy));
     }
-    let policy = super::policy::store::policy_of(&mut *tx, target.scope()).await?;
+    let policy = crate::gate::policy::store::policy_of(&mut *tx, target.scope()).await?;
     let (current, diff) =
         super::entities::proposed(tx, ctx, target, &proposal.operation, proposal.expected_version).await?;
     let operation = serde_json::to_value(&proposal.operation)

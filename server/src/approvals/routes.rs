@@ -2,17 +2,17 @@
 //! operations (submit, list, read, edit, approve, reject, apply, schedule, cancel).
 
 use actix_web::{delete, get, post, put, web, HttpRequest, HttpResponse};
-use api::changes::{ChangeList, ChangeRequest, Policy, PolicyList};
+use api::changes::{ChangeList, ChangeRequest, ChangeState, Policy, PolicyList};
 use chrono::{DateTime, Utc};
 use client::pool::PoolName;
 use serde::Deserialize;
 
 use super::entities::Target;
 use super::operation::Operation;
-use super::policy::store::{self as policies, PolicySpec};
 use super::store::{self, Proposal};
 use crate::access::Role;
 use crate::error::{ApiError, ConflictBody, ErrorBody};
+use crate::gate::policy::store::{self as policies, PolicySpec};
 use crate::http::{actor, expected};
 use crate::publish::{publish_now, rebuild_if_needed};
 use crate::state::AppState;
@@ -217,9 +217,6 @@ pub struct ChangeQuery {
     author: Option<String>,
 }
 
-const STATES: [&str; 8] =
-    ["in_review", "approved", "scheduled", "rejected", "applied", "suspended", "cancelled", "expired"];
-
 /// `GET /api/v1/changes?state=&pool=&entity=&author=` → change requests, newest first (at most 200).
 #[utoipa::path(
     tag = "admin",
@@ -236,8 +233,9 @@ pub async fn list_changes(
     query: web::Query<ChangeQuery>,
 ) -> Result<HttpResponse, ApiError> {
     if let Some(s) = &query.state {
-        if !STATES.contains(&s.as_str()) {
-            return Err(ApiError::bad_request("state", format!("must be one of {}", STATES.join(", "))));
+        if ChangeState::parse(s).is_none() {
+            let names = ChangeState::names(&ChangeState::ALL).join(", ");
+            return Err(ApiError::bad_request("state", format!("must be one of {names}")));
         }
     }
     let entity = match (&query.pool, &query.entity) {

@@ -2,13 +2,13 @@
 //! write takes the configuration lock first and writes its audit row in the same
 //! transaction: nothing is partly applied.
 
-use api::changes::{ChangeRequest, Review};
+use api::changes::{ChangeRequest, ChangeState, Review};
 
 use super::entities::Target;
 use super::operation::{resolve, Operation};
-use super::policy::store::policy_for;
 use super::propose::proposed_for;
 pub use super::propose::Proposal;
+use crate::gate::policy::store::policy_for;
 use client::pool::{PoolName, ReweightMode};
 use serde_json::{json, Value};
 use sqlx::postgres::PgRow;
@@ -17,7 +17,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use crate::change::store::{audit, lock};
 use crate::change::{Ctx, Entity};
 use crate::error::ApiError;
-use crate::http::rfc3339;
+use crate::inputs::rfc3339;
 use crate::pools::unknown_pool;
 
 pub(super) const REQUEST_COLUMNS: &str =
@@ -72,7 +72,11 @@ pub(super) fn assemble(r: &PgRow, reviews: Vec<Review>) -> Result<ChangeRequest,
         diff: r.try_get("diff")?,
         author: r.try_get("author")?,
         reason: r.try_get("reason")?,
-        state: r.try_get("state")?,
+        state: {
+            let name: String = r.try_get("state")?;
+            ChangeState::parse(&name)
+                .ok_or_else(|| sqlx::Error::Decode(format!("{name:?} is not a change state").into()))?
+        },
         policy_scope: r.try_get("policy_scope")?,
         required_approvals: r.try_get("required_approvals")?,
         approver_roles: r.try_get("approver_roles")?,
@@ -97,20 +101,21 @@ pub(super) async fn set_state(
     tx: &mut PgConnection,
     ctx: &Ctx<'_>,
     id: i64,
-    state: &str,
+    state: ChangeState,
     action: &str,
     outcome: Option<&Value>,
     detail: Value,
 ) -> Result<(), sqlx::Error> {
     let hash: String = sqlx::query_scalar(
         "update change_request set state = $2, outcome = coalesce($3, outcome), updated_at = now(),
-             scheduled_at = case when $2 in ('scheduled', 'applied') then scheduled_at end,
-             scheduled_by = case when $2 in ('scheduled', 'applied') then scheduled_by end
+             scheduled_at = case when $2 = any($4) then scheduled_at end,
+             scheduled_by = case when $2 = any($4) then scheduled_by end
          where id = $1 returning content_hash",
     )
     .bind(id)
-    .bind(state)
+    .bind(state.as_str())
     .bind(outcome)
+    .bind(ChangeState::names(&[ChangeState::Scheduled, ChangeState::Applied]))
     .fetch_one(&mut *tx)
     .await?;
     let mut after = json!({"state": state, "content_hash": hash});
@@ -124,15 +129,14 @@ pub(super) async fn set_state(
 /// A request past its expiry (and still open or suspended) becomes `expired`, audited; answers whether
 /// it did.
 pub(super) async fn expire_if_due(tx: &mut PgConnection, ctx: &Ctx<'_>, id: i64) -> Result<bool, sqlx::Error> {
-    let due: bool = sqlx::query_scalar(
-        "select expires_at <= now() and state in ('in_review', 'approved', 'scheduled', 'suspended')
-         from change_request where id = $1",
-    )
-    .bind(id)
-    .fetch_one(&mut *tx)
-    .await?;
+    let due: bool =
+        sqlx::query_scalar("select expires_at <= now() and state = any($2) from change_request where id = $1")
+            .bind(id)
+            .bind(ChangeState::names(&ChangeState::OPEN))
+            .fetch_one(&mut *tx)
+            .await?;
     if due {
-        set_state(tx, ctx, id, "expired", "change.expire", None, json!({})).await?;
+        set_state(tx, ctx, id, ChangeState::Expired, "change.expire", None, json!({})).await?;
     }
     Ok(due)
 }
@@ -164,7 +168,7 @@ pub async fn submit(
     let id: i64 = sqlx::query_scalar(
         "insert into change_request (entity, operation, base_version, content_hash, diff, author, reason, state,
              policy_scope, required_approvals, approver_roles, expires_at)
-         values ($1, $2, $3, $4, $5, $6, $7, 'in_review', $8, $9, $10, now() + make_interval(hours => $11))
+         values ($1, $2, $3, $4, $5, $6, $7, $12, $8, $9, $10, now() + make_interval(hours => $11))
          returning id",
     )
     .bind(&entity)
@@ -178,9 +182,10 @@ pub async fn submit(
     .bind(required)
     .bind(&roles)
     .bind(hours)
+    .bind(ChangeState::InReview.as_str())
     .fetch_one(&mut *tx)
     .await?;
-    let after = json!({"state": "in_review", "content_hash": content_hash, "entity": entity,
+    let after = json!({"state": ChangeState::InReview, "content_hash": content_hash, "entity": entity,
         "base_version": current, "operation": operation, "policy": scope, "required_approvals": required});
     audit(&mut tx, ctx, &format!("change:{id}"), "change.submit", None, Some(&after)).await?;
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
@@ -227,7 +232,8 @@ pub async fn review_request(
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
     }
     // One rejection blocks: also after enough approvals, until it is applied.
-    let open = request.state == "in_review" || (!approve && matches!(request.state.as_str(), "approved" | "scheduled"));
+    let open = request.state == ChangeState::InReview
+        || (!approve && matches!(request.state, ChangeState::Approved | ChangeState::Scheduled));
     if !open {
         return Err(blocked(format!("change request {id} is {}, not in review", request.state)));
     }
@@ -260,9 +266,9 @@ pub async fn review_request(
     .await?;
     let approvals = request.approvals + i64::from(approve);
     let state = match (approve, approvals >= required) {
-        (false, _) => "rejected",
-        (true, true) => "approved",
-        (true, false) => "in_review",
+        (false, _) => ChangeState::Rejected,
+        (true, true) => ChangeState::Approved,
+        (true, false) => ChangeState::InReview,
     };
     set_state(
         &mut tx,
@@ -296,9 +302,10 @@ pub async fn apply_request(
     // have been moved, edited or cancelled since the job listed it).
     if let Some(now) = due_at {
         let due: bool =
-            sqlx::query_scalar("select state = 'scheduled' and scheduled_at <= $2 from change_request where id = $1")
+            sqlx::query_scalar("select state = $3 and scheduled_at <= $2 from change_request where id = $1")
                 .bind(id)
                 .bind(now)
+                .bind(ChangeState::Scheduled.as_str())
                 .fetch_one(&mut *tx)
                 .await?;
         if !due {
@@ -309,7 +316,7 @@ pub async fn apply_request(
         tx.commit().await?;
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
     }
-    if !matches!(request.state.as_str(), "approved" | "scheduled") {
+    if !matches!(request.state, ChangeState::Approved | ChangeState::Scheduled) {
         return Err(blocked(format!(
             "change request {id} is {}: only an approved request is applied ({} of {} approvals)",
             request.state, request.approvals, request.required_approvals
@@ -324,7 +331,7 @@ pub async fn apply_request(
             roles.join(" or "),
             request.approvals
         );
-        set_state(&mut tx, ctx, id, "in_review", "change.review_again", None, json!({"why": why})).await?;
+        set_state(&mut tx, ctx, id, ChangeState::InReview, "change.review_again", None, json!({"why": why})).await?;
         tx.commit().await?;
         return Err(blocked(format!("{why}: it is in review again")));
     }
@@ -334,12 +341,21 @@ pub async fn apply_request(
             Ok(outcome) => outcome,
             Err((why, current)) => {
                 let outcome = json!({"reason": why, "current_version": current});
-                set_state(&mut tx, ctx, id, "suspended", "change.suspend", Some(&outcome), json!({"why": why})).await?;
+                set_state(
+                    &mut tx,
+                    ctx,
+                    id,
+                    ChangeState::Suspended,
+                    "change.suspend",
+                    Some(&outcome),
+                    json!({"why": why}),
+                )
+                .await?;
                 tx.commit().await?;
                 return Err(ApiError::Conflict { entity: request.entity, expected: request.base_version, current });
             }
         };
-        set_state(&mut tx, ctx, id, "applied", "change.apply", Some(&outcome), outcome.clone()).await?;
+        set_state(&mut tx, ctx, id, ChangeState::Applied, "change.apply", Some(&outcome), outcome.clone()).await?;
         let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
         tx.commit().await?;
         return Ok((request, None));
@@ -363,7 +379,8 @@ pub async fn apply_request(
             .map(|v| json!({"version": v.version, "action": v.action, "actor": v.actor, "at": v.at}))
             .collect();
         let outcome = json!({"reason": why, "current_version": current, "changed_since": since});
-        set_state(&mut tx, ctx, id, "suspended", "change.suspend", Some(&outcome), json!({"why": why})).await?;
+        set_state(&mut tx, ctx, id, ChangeState::Suspended, "change.suspend", Some(&outcome), json!({"why": why}))
+            .await?;
         tx.commit().await?;
         return Err(ApiError::Conflict {
             entity: request.entity,
@@ -381,7 +398,7 @@ pub async fn apply_request(
             crate::ramps::start::start_tx(state, &mut tx, &ramp_ctx, &pool, plan, request.base_version, Some(id), now)
                 .await?;
         let outcome = json!({"ramp": row.id, "version": row.config_version});
-        set_state(&mut tx, ctx, id, "applied", "change.apply", Some(&outcome), outcome.clone()).await?;
+        set_state(&mut tx, ctx, id, ChangeState::Applied, "change.apply", Some(&outcome), outcome.clone()).await?;
         let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
         tx.commit().await?;
         return Ok((request, written));
@@ -407,8 +424,16 @@ pub async fn apply_request(
     )
     .await?;
     let outcome = json!({"version": written.config_version, "published_version": written.written.version});
-    set_state(&mut tx, ctx, id, "applied", "change.apply", Some(&outcome), json!({"version": written.config_version}))
-        .await?;
+    set_state(
+        &mut tx,
+        ctx,
+        id,
+        ChangeState::Applied,
+        "change.apply",
+        Some(&outcome),
+        json!({"version": written.config_version}),
+    )
+    .await?;
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
     tx.commit().await?;
     Ok((request, Some((pool, written, mode))))
@@ -419,7 +444,10 @@ pub async fn cancel_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, role: &str) -> 
     let mut tx = db.begin().await?;
     lock(&mut tx, &format!("change:{id}")).await?;
     let request = request_in(&mut tx, id, true).await?.ok_or_else(|| not_found(id))?;
-    if !matches!(request.state.as_str(), "in_review" | "approved" | "scheduled" | "suspended") {
+    if !matches!(
+        request.state,
+        ChangeState::InReview | ChangeState::Approved | ChangeState::Scheduled | ChangeState::Suspended
+    ) {
         return Err(blocked(format!("change request {id} is {} and cannot be cancelled", request.state)));
     }
     if request.author != ctx.actor && role != "admin" {
@@ -428,7 +456,7 @@ pub async fn cancel_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, role: &str) -> 
             request.author
         )));
     }
-    set_state(&mut tx, ctx, id, "cancelled", "change.cancel", None, json!({})).await?;
+    set_state(&mut tx, ctx, id, ChangeState::Cancelled, "change.cancel", None, json!({})).await?;
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
     tx.commit().await?;
     Ok(request)
@@ -446,7 +474,10 @@ pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Propos
     if request.author != ctx.actor {
         return Err(ApiError::Forbidden(format!("only {} (its author) edits change request {id}", request.author)));
     }
-    if !matches!(request.state.as_str(), "in_review" | "approved" | "scheduled" | "suspended") {
+    if !matches!(
+        request.state,
+        ChangeState::InReview | ChangeState::Approved | ChangeState::Scheduled | ChangeState::Suspended
+    ) {
         return Err(blocked(format!("change request {id} is {} and cannot be edited", request.state)));
     }
     let target = Target::parse(&request.entity)?;
@@ -463,7 +494,7 @@ pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Propos
     let (scope, required, roles, _) = super::terms(policy.as_ref(), &diff);
     sqlx::query(
         "update change_request set operation = $2, base_version = $3, content_hash = $4, diff = $5, reason = $6,
-             state = 'in_review', scheduled_at = null, scheduled_by = null, policy_scope = $7,
+             state = $11, scheduled_at = null, scheduled_by = null, policy_scope = $7,
              required_approvals = $8, approver_roles = $9, revision = $10, outcome = null, updated_at = now()
          where id = $1",
     )
@@ -477,9 +508,10 @@ pub async fn edit_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, proposal: &Propos
     .bind(required)
     .bind(&roles)
     .bind(revision)
+    .bind(ChangeState::InReview.as_str())
     .execute(&mut *tx)
     .await?;
-    let after = json!({"state": "in_review", "content_hash": content_hash, "replaces": request.content_hash,
+    let after = json!({"state": ChangeState::InReview, "content_hash": content_hash, "replaces": request.content_hash,
         "base_version": base_version, "operation": operation});
     audit(&mut tx, ctx, &format!("change:{id}"), "change.edit", None, Some(&after)).await?;
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
@@ -495,7 +527,7 @@ async fn needs_now(tx: &mut PgConnection, request: &ChangeRequest) -> Result<(i6
     let mut roles = request.approver_roles.clone();
     let policy = match Target::parse(&request.entity) {
         Ok(Target::Pool(pool)) => policy_for(&mut *tx, &pool).await?,
-        Ok(other) => super::policy::store::policy_of(&mut *tx, other.scope()).await?,
+        Ok(other) => crate::gate::policy::store::policy_of(&mut *tx, other.scope()).await?,
         Err(_) => None,
     };
     {

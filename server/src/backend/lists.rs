@@ -2,8 +2,9 @@
 //! server, and what every list shares: the search text and the page number checked (errors
 //! name the field), and the number of pages.
 
+use api::changes::ChangeState;
 use app::api::access::{USER_PAGE_SIZE, USER_SORTS};
-use app::api::changes::{ChangeList, ChangeQuery, CHANGE_PAGE_SIZE, CHANGE_SORTS, CHANGE_STATES};
+use app::api::changes::{ChangeList, ChangeQuery, CHANGE_PAGE_SIZE, CHANGE_SORTS};
 use app::api::lists::{ListPage, ListQuery, MAX_SEARCH};
 use app::api::pools::{PoolList, POOL_PAGE_SIZE, POOL_SORTS};
 use app::api::{BackendError, PoolListing, UserView};
@@ -114,8 +115,9 @@ pub(super) async fn changes(state: &AppState, query: ChangeQuery) -> Result<Chan
     let sort = sort(query.sort, &CHANGE_SORTS)?;
     let page = page(query.page)?;
     let wanted_state = text("state", query.state)?;
-    if !wanted_state.is_empty() && !CHANGE_STATES.contains(&wanted_state.as_str()) {
-        return Err(BackendError::invalid("state", format!("must be one of {}", CHANGE_STATES.join(", "))));
+    if !wanted_state.is_empty() && ChangeState::parse(&wanted_state).is_none() {
+        let names = ChangeState::names(&ChangeState::ALL).join(", ");
+        return Err(BackendError::invalid("state", format!("must be one of {names}")));
     }
     let author = text("author", query.author)?;
     if !author.is_empty() {

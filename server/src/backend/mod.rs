@@ -21,8 +21,30 @@ mod tenants;
 
 pub use tenants::UiCache;
 
+/// What the UI's server functions run on: the state every handler shares, and what the
+/// admin UI keeps between requests (its own, so `state` names nothing of the UI's).
+#[derive(Clone)]
+pub struct UiBackend {
+    state: AppState,
+    cache: std::sync::Arc<UiCache>,
+}
+
+impl UiBackend {
+    pub fn new(state: AppState) -> Self {
+        Self { state, cache: Default::default() }
+    }
+}
+
+impl std::ops::Deref for UiBackend {
+    type Target = AppState;
+
+    fn deref(&self) -> &AppState {
+        &self.state
+    }
+}
+
 #[async_trait::async_trait]
-impl app::api::Backend for AppState {
+impl app::api::Backend for UiBackend {
     async fn system_status(&self) -> SystemStatus {
         crate::probes::check(self).await
     }
@@ -342,7 +364,7 @@ impl app::api::Backend for AppState {
     async fn pool_tiers(&self, pool: String) -> Result<Option<api::tiers::AdaptiveTiers>, BackendError> {
         let Ok(pool) = client::pool::PoolName::parse(&pool) else { return Ok(None) };
         crate::tiers::read(&self.db, &pool).await.map_err(|e| match e {
-            crate::change::ChangeError::Db(e) => unavailable(e),
+            crate::error::ChangeError::Db(e) => unavailable(e),
             other => BackendError::Unavailable(other.to_string()),
         })
     }
@@ -374,7 +396,7 @@ impl app::api::Backend for AppState {
     }
 
     async fn break_glass(&self) -> Result<Vec<api::changes::BreakGlass>, BackendError> {
-        crate::approvals::break_glass::store::list(&self.db, Some(false)).await.map_err(unavailable)
+        crate::gate::break_glass::store::list(&self.db, Some(false)).await.map_err(unavailable)
     }
 
     async fn users(
@@ -452,7 +474,7 @@ fn member_views(members: &[crate::health::MemberHealth]) -> Vec<MemberView> {
 }
 
 /// A stored sample as the dashboard's summaries take it.
-fn sample_input(s: &crate::jobs::pool_sampler::PoolSample) -> app::api::dashboard::ssr::SampleInput {
+fn sample_input(s: &crate::samples::sampler::PoolSample) -> app::api::dashboard::ssr::SampleInput {
     app::api::dashboard::ssr::SampleInput {
         at_ms: s.taken_at.timestamp_millis(),
         day: s.day.to_string(),

@@ -19,16 +19,15 @@ pub(super) async fn route(state: &AppState, name: String) -> Result<Option<Route
         Err(_) => Vec::new(),
     };
     let pools = crate::pools::store::list_pools(&state.db).await.map_err(unavailable)?;
-    let policy = crate::approvals::policy::store::policy_of(&state.db, crate::routing::POLICY_SCOPE)
-        .await
-        .map_err(unavailable)?;
+    let policy =
+        crate::gate::policy::store::policy_of(&state.db, crate::routing::POLICY_SCOPE).await.map_err(unavailable)?;
     Ok(Some(RouteView {
         detail: api::routes::RouteDetail {
             name: name.to_string(),
             version,
             route: body,
             described,
-            updated_at: crate::http::rfc3339(updated_at),
+            updated_at: crate::inputs::rfc3339(updated_at),
         },
         pools: pools.into_iter().map(|p| p.name).collect(),
         policy: policy.map(|p| p.scope),

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::samples::store::SamplePage;
-use crate::state::AppState;
 
 /// How far before the newest sample held a render reads again.
 const REREAD: TimeDelta = TimeDelta::seconds(60);
@@ -38,12 +37,12 @@ pub(super) struct Held {
 /// `list_samples_of_every_pool` reads them; held locked (not copied) while the caller
 /// reads them, so that a dashboard arriving meanwhile waits and then reads only what is new.
 pub(super) async fn recent(
-    state: &AppState,
+    state: &super::UiBackend,
     now: DateTime<Utc>,
     since: DateTime<Utc>,
     limit: u32,
 ) -> Result<tokio::sync::MutexGuard<'_, Held>, sqlx::Error> {
-    let mut held = state.ui_cache.samples.held.lock().await;
+    let mut held = state.cache.samples.held.lock().await;
     let due = held.full_read_at.is_none_or(|at| at.elapsed() >= FULL_READ_EVERY);
     // A sample dated ahead of this clock does not hide the ones after it.
     let newest = held.pages.values().filter_map(|p| p.samples.last()).map(|s| s.taken_at.min(now)).max();
@@ -104,7 +103,7 @@ fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::pool_sampler::PoolSample;
+    use crate::samples::sampler::PoolSample;
 
     fn sample(at: i64) -> PoolSample {
         PoolSample {

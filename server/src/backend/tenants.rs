@@ -90,7 +90,7 @@ pub struct UiCache {
 /// Every tenant's usage now (the dashboard's quota overview): the names in one query, the
 /// usage read from Redis 32 tenants at a time; for more than [`CACHE_ABOVE`] tenants, the
 /// reading of the last [`OVERVIEW_FRESH_FOR`].
-pub(super) async fn usage_of_every_tenant(state: &AppState) -> Result<Overview, BackendError> {
+pub(super) async fn usage_of_every_tenant(state: &super::UiBackend) -> Result<Overview, BackendError> {
     let names: Vec<String> = crate::tenants::store::list_tenants(&state.db)
         .await
         .map_err(unavailable)?
@@ -100,7 +100,7 @@ pub(super) async fn usage_of_every_tenant(state: &AppState) -> Result<Overview, 
     if names.len() <= CACHE_ABOVE {
         return Ok(read_usage(state, names).await);
     }
-    let mut cached = state.ui_cache.overview.lock().await;
+    let mut cached = state.cache.overview.lock().await;
     if let Some((at, overview)) = cached.as_ref() {
         if at.elapsed() < OVERVIEW_FRESH_FOR {
             return Ok(overview.clone());

@@ -1,5 +1,5 @@
 //! `tessera bench recover`: how long after Redis lost every key of the deployment all pools
-//! and quotas are served again, and whether any configuration was lost (DESIGN §2: "If
+//! and quotas are served again, and whether any configuration was lost (design.md §2: "If
 //! Redis loses everything, the control plane republishes every snapshot and rebuilds every
 //! pool on its own, within seconds").
 //!

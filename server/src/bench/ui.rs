@@ -96,7 +96,7 @@ async fn measure(state: &AppState, address: &str, token: &str, args: &BenchUiArg
                 state.pools.draw(pool).await.with_context(|| format!("drawing from {pool}"))?;
             }
         }
-        crate::jobs::pool_sampler::run_at(state, start + TimeDelta::seconds(10 * i64::from(round))).await?;
+        crate::samples::sampler::run_at(state, start + TimeDelta::seconds(10 * i64::from(round))).await?;
     }
 
     let mut pages = Vec::new();

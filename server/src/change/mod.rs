@@ -1,35 +1,10 @@
-//! One transaction per change (DESIGN §5): the new snapshot version, its audit row and its
+//! One transaction per change (design.md §5): the new snapshot version, its audit row and its
 //! outbox row are written together, or nothing is.
 
 pub mod store;
 
 use crate::audit::store::Source;
-
-/// Why a change was not written.
-#[derive(Debug, thiserror::Error)]
-pub enum ChangeError {
-    /// The entity is at another version than the change expected (someone else changed it).
-    #[error("{entity} is at version {current}, not {expected}")]
-    Conflict { entity: String, expected: i64, current: i64 },
-    /// The body is not a valid snapshot of the entity's kind (or the kind is unknown).
-    #[error("{field}: {rule}")]
-    Invalid { field: String, rule: String },
-    /// The input does not parse (400), naming the field.
-    #[error("{field}: {rule}")]
-    Malformed { field: String, rule: String },
-    /// Something with that identity exists already (and identities are never reused).
-    #[error("{field}: {rule}")]
-    Duplicate { field: String, rule: String },
-    /// The change is not allowed as a direct write (an approval policy applies), naming
-    /// what stands in the way (409).
-    #[error("{field}: {rule}")]
-    Blocked { field: String, rule: String },
-    /// The entity the change is about does not exist.
-    #[error("{0}")]
-    NotFound(String),
-    #[error(transparent)]
-    Db(#[from] sqlx::Error),
-}
+use crate::error::ChangeError;
 
 /// What a published snapshot is of, as the `snapshot` and `outbox` tables key it
 /// (`pool:<name>`, `tenant:<name>`, `route:<name>`): the one place those prefixes are
@@ -106,8 +81,17 @@ pub fn validate_body(entity: &str, body: &serde_json::Value) -> Result<(), Chang
                 serde_json::from_value(versioned).map_err(|e| invalid("body", e.to_string()))?;
             quota.validate().map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
         }
-        Entity::Route(_) => crate::routing::snapshot_of(1, &versioned).map(|_| ()),
+        Entity::Route(_) => route_snapshot(1, &versioned).map(|_| ()),
     }
+}
+
+/// A route's body as it is stored and published: `{"rules", "default_pool"}` (canonical),
+/// parsed into what the data plane decides with, with its version.
+pub fn route_snapshot(version: i64, body: &serde_json::Value) -> Result<client::route::RouteSnapshot, ChangeError> {
+    let loose: engine::route::Loose = serde_json::from_value(body.clone())
+        .map_err(|e| ChangeError::Invalid { field: "route".into(), rule: e.to_string() })?;
+    client::route::RouteSnapshot::parse(u64::try_from(version).unwrap_or(0), &loose)
+        .map_err(|e| ChangeError::Invalid { field: e.field, rule: e.rule })
 }
 
 /// Who makes a change, from where, and why: shared by every row the change writes.
@@ -117,6 +101,25 @@ pub struct Ctx<'a> {
     pub source: Source,
     pub reason: Option<&'a str>,
     pub request_id: Option<&'a str>,
+}
+
+/// Who made the change and why, for every row it writes.
+pub struct Actor {
+    pub actor: String,
+    pub source: Source,
+    pub reason: Option<String>,
+    pub request_id: Option<String>,
+}
+
+impl Actor {
+    pub fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            actor: &self.actor,
+            source: self.source,
+            reason: self.reason.as_deref(),
+            request_id: self.request_id.as_deref(),
+        }
+    }
 }
 
 /// One entity a change wrote: its new version, its audit row and, when it is published,

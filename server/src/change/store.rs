@@ -35,6 +35,7 @@ use sqlx::{PgConnection, PgPool};
 
 use super::*;
 use crate::audit::store::{insert_audit, NewAudit};
+use crate::error::ChangeError;
 
 /// Makes the transaction the one writer of configuration until it commits. One lock for
 /// every entity: a change reads the rows it depends on (channels, plans) only after taking

@@ -200,7 +200,7 @@ async fn switch_channel(
     let who = actor(&req, state, &body.reason, true)?;
     let expected_version = body.expected_version.map(expected).transpose()?;
     let (written, channel) =
-        store::set_channel_enabled(&state.db, &who.ctx(), &code, enabled, expected_version).await?;
+        crate::pools::store::set_channel_enabled(&state.db, &who.ctx(), &code, enabled, expected_version).await?;
     let published = publish_now(state).await;
     // A pool whose ejected members now hold more than its limit is rebuilt without them.
     let mut rebuilt = Vec::new();

@@ -5,9 +5,9 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::*;
 use crate::change::store::{audit, lock};
-use crate::change::{check_version, ChangeError, Ctx, Written};
+use crate::change::{check_version, Ctx, Written};
+use crate::error::ChangeError;
 use crate::inputs::*;
-use crate::pools::store::*;
 
 // ---------------------------------------------------------------------------------------
 // Channels
@@ -25,8 +25,8 @@ pub(crate) fn channel_row(r: &sqlx::postgres::PgRow) -> Result<Channel, sqlx::Er
         enabled: r.try_get("enabled")?,
         base_weight: r.try_get("base_weight")?,
         version: r.try_get("version")?,
-        created_at: crate::http::rfc3339(r.try_get("created_at")?),
-        updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
+        created_at: crate::inputs::rfc3339(r.try_get("created_at")?),
+        updated_at: crate::inputs::rfc3339(r.try_get("updated_at")?),
         pools: r.try_get("pools")?,
     })
 }
@@ -65,7 +65,7 @@ pub async fn create_channel(
 ) -> Result<(Written, Channel), ChangeError> {
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, "channels").await?;
-    crate::approvals::policy::store::refuse_scope(&mut *tx, "channels").await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, "channels").await?;
     let done = create_channel_tx(&mut tx, ctx, code, spec, enabled).await?;
     tx.commit().await?;
     Ok(done)
@@ -112,7 +112,7 @@ pub async fn update_channel(
 ) -> Result<(Written, Channel), ChangeError> {
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, "channels").await?;
-    crate::approvals::policy::store::refuse_scope(&mut *tx, "channels").await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, "channels").await?;
     let done = update_channel_tx(&mut tx, ctx, code, spec, expected_version).await?;
     tx.commit().await?;
     Ok(done)
@@ -162,21 +162,20 @@ pub(crate) async fn update_channel_tx(
     Ok((Written { entity, action: "channel.update".into(), version: after.version, audit_id, outbox_id: None }, after))
 }
 
-/// Enables or disables a channel everywhere: every pool that holds it is republished with
-/// the channel ejected (disabled) or drawn again (enabled), in the same transaction.
-/// Returns the channel's change first, then each pool's.
-pub async fn set_channel_enabled(
-    db: &PgPool,
+/// Enables or disables a channel, in the caller's transaction: its row, its audit row and,
+/// under a policy on channels, a break-glass flag. The pools that hold it are republished
+/// by `pools::store::set_channel_enabled`, in the same transaction.
+pub(crate) async fn set_enabled_tx(
+    tx: &mut PgConnection,
     ctx: &Ctx<'_>,
     code: &ChannelCode,
     enabled: bool,
     expected_version: Option<i64>,
-) -> Result<(Vec<Written>, Channel), ChangeError> {
+) -> Result<(Written, Channel), ChangeError> {
     let entity = format!("channel:{code}");
     let action = if enabled { "channel.enable" } else { "channel.disable" };
-    let mut tx = db.begin().await?;
-    lock(&mut tx, &entity).await?;
-    let before = channel_in(&mut tx, code.as_str())
+    lock(&mut *tx, &entity).await?;
+    let before = channel_in(&mut *tx, code.as_str())
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown channel {:?}", code.as_str())))?;
     check_version(&entity, expected_version, before.version)?;
@@ -189,25 +188,12 @@ pub async fn set_channel_enabled(
         .bind(enabled)
         .execute(&mut *tx)
         .await?;
-    let after = channel_in(&mut tx, code.as_str()).await?.expect("exists");
+    let after = channel_in(&mut *tx, code.as_str()).await?.expect("exists");
     let audit_id =
-        audit(&mut tx, ctx, &entity, action, Some(&channel_json(&before)), Some(&channel_json(&after))).await?;
+        audit(&mut *tx, ctx, &entity, action, Some(&channel_json(&before)), Some(&channel_json(&after))).await?;
     // Immediate under a policy on channels too: flagged for an auditor.
-    crate::approvals::break_glass::store::flag_scope(&mut tx, ctx, &entity, action, "channels", audit_id).await?;
-    let mut written =
-        vec![Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }];
-    // Pools in name order, so two such changes never wait on each other in a circle.
-    for pool in &after.pools {
-        lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
-        let pool_action = if enabled { "pool.channel_enabled" } else { "pool.channel_disabled" };
-        written.push(republish_pool(&mut tx, ctx, pool, pool_action).await?);
-        // Immediate on a pool under an approval policy too: flagged for an auditor.
-        if let Ok(name) = client::pool::PoolName::parse(pool) {
-            crate::approvals::break_glass::store::flag(&mut tx, ctx, &name, action, audit_id).await?;
-        }
-    }
-    tx.commit().await?;
-    Ok((written, after))
+    crate::gate::break_glass::store::flag_scope(&mut *tx, ctx, &entity, action, "channels", audit_id).await?;
+    Ok((Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }, after))
 }
 
 /// Whether a channel exists.

@@ -1,4 +1,4 @@
-//! Channel health (DESIGN §5): the evaluation job, pins, and what the health endpoints
+//! Channel health (design.md §5): the evaluation job, pins, and what the health endpoints
 //! read. The state machine itself is `engine::health`; this module measures windows from
 //! the outcome buckets in Redis, keeps each member's state in Postgres (`member_health`),
 //! records transitions (`health_transition`) and, when a pool's effective weights change,
@@ -20,9 +20,9 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
 use crate::audit::store::Source;
-use crate::change::ChangeError;
 use crate::change::Ctx;
 use crate::change::Written;
+use crate::error::ChangeError;
 use crate::metrics::{retain_series, WatchMetrics};
 use crate::state::AppState;
 

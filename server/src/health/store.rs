@@ -11,8 +11,9 @@ use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::{at, ms, policy_of};
-use crate::change::{ChangeError, Ctx, Written};
+use crate::change::{Ctx, Written};
 use crate::channels::ChannelCode;
+use crate::error::ChangeError;
 
 /// Every pool's name and raw health policy, by name.
 pub async fn policies(db: &PgPool) -> Result<Vec<(String, Value)>, sqlx::Error> {
@@ -228,7 +229,9 @@ async fn health_rows(db: &PgPool, where_sql: &str, key: &str) -> Result<Vec<Memb
             cap_bound: r.try_get("cap_bound")?,
             success_rate: r.try_get("success_rate")?,
             volume: r.try_get("volume")?,
-            last_transition_at: r.try_get::<Option<DateTime<Utc>>, _>("last_transition_at")?.map(crate::http::rfc3339),
+            last_transition_at: r
+                .try_get::<Option<DateTime<Utc>>, _>("last_transition_at")?
+                .map(crate::inputs::rfc3339),
             last_reason: r.try_get("last_reason")?,
             suggested_weight: base as u64,
             ewma_error: r.try_get("ewma_error")?,
@@ -313,7 +316,7 @@ pub async fn channel_health(db: &PgPool, code: &ChannelCode) -> Result<Option<Ch
             state: r.try_get("state")?,
             reason: r.try_get("reason")?,
             actor: r.try_get("actor")?,
-            pinned_at: crate::http::rfc3339(r.try_get("pinned_at")?),
+            pinned_at: crate::inputs::rfc3339(r.try_get("pinned_at")?),
         }),
         None => None,
     };
@@ -335,7 +338,7 @@ pub async fn history(db: &PgPool, code: &ChannelCode, limit: i64) -> Result<Vec<
         .map(|r| {
             Ok(HealthTransition {
                 pool: r.try_get("pool")?,
-                at: crate::http::rfc3339(r.try_get("at")?),
+                at: crate::inputs::rfc3339(r.try_get("at")?),
                 from: r.try_get("from_state")?,
                 to: r.try_get("to_state")?,
                 factor_before: r.try_get("factor_before")?,
@@ -420,7 +423,7 @@ pub async fn set_pin(
         // request: it stays immediate (an operator's emergency lever), flagged for an auditor.
         let name =
             PoolName::parse(&pool).map_err(|e| ChangeError::Invalid { field: "pool".into(), rule: e.to_string() })?;
-        crate::approvals::break_glass::store::flag(&mut tx, ctx, &name, action, audit_id).await?;
+        crate::gate::break_glass::store::flag(&mut tx, ctx, &name, action, audit_id).await?;
         if let Some(w) = crate::pools::store::republish_pool_if_changed(&mut tx, ctx, &pool, action).await? {
             written.push(w);
         }
@@ -451,7 +454,7 @@ pub async fn set_policy(
     // The health job ejects and decays members by this policy with no request of its own:
     // under an approval policy only an accepted change request may change the pool, so a
     // direct change of its health policy is refused (409 naming the policy), as a tier policy's.
-    crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
+    crate::gate::refuse_direct_write(&mut *tx, pool).await?;
     let stored = serde_json::to_value(policy)
         .map_err(|e| ChangeError::Invalid { field: "health_policy".into(), rule: e.to_string() })?;
     sqlx::query("update pool set health_policy = $2 where name = $1")

@@ -15,13 +15,6 @@ use crate::state::AppState;
 /// How long a job waits for the list before it uses the last one.
 pub const LIST_WITHIN: Duration = Duration::from_millis(500);
 
-/// The last lists read, shared by every job of a process.
-#[derive(Debug, Default)]
-pub struct Known {
-    pools: Mutex<Vec<PoolName>>,
-    tenants: Mutex<Vec<TenantId>>,
-}
-
 /// Every pool in the configuration or published, or the last list read when Postgres is away.
 pub async fn pools(state: &AppState) -> Vec<PoolName> {
     let read = crate::pools::store::pool_names(&state.db);

@@ -197,7 +197,7 @@ where
                 Ok(false) => "skipped",
                 // Postgres cannot say who leads: every job here is safe on several instances
                 // at once (version-guarded publishes, idempotent sweeps), so run it rather
-                // than let the data plane starve (DESIGN §2: Redis keeps serving while
+                // than let the data plane starve (design.md §2: Redis keeps serving while
                 // Postgres is down; the Postgres-reading jobs then fail and retry).
                 Err(e) => {
                     tracing::warn!(

@@ -36,9 +36,9 @@ pub async fn run_once(state: &AppState, now: DateTime<Utc>) -> anyhow::Result<Ou
         }
     }
     let counts = crate::ramps::store::live_ramp_counts(&state.db).await?;
-    for live in crate::ramps::LIVE_STATES {
-        let n = counts.iter().find(|(s, _)| s == live).map_or(0, |(_, n)| *n);
-        state.metrics.watch.ramps.with_label_values(&[live]).set(n);
+    for live in api::ramps::RampState::LIVE {
+        let n = counts.iter().find(|(s, _)| s == live.as_str()).map_or(0, |(_, n)| *n);
+        state.metrics.watch.ramps.with_label_values(&[live.as_str()]).set(n);
     }
     record_canary_shares(state).await?;
     Ok(outcome)

@@ -182,7 +182,7 @@ pub async fn update_plan(
     let expected_version =
         expected(body.expected_version.ok_or_else(|| ApiError::bad_request("expected_version", "is required"))?)?;
     let spec = body.spec()?;
-    let (written, plan) = store::update_plan(&state.db, &who.ctx(), &name, &spec, expected_version).await?;
+    let (written, plan) = crate::tenants::update_plan(&state.db, &who.ctx(), &name, &spec, expected_version).await?;
     let published = publish_now(&state).await;
     Ok(HttpResponse::Ok().json(PlanChanged { write: WriteReply::of(&written, published), plan }))
 }
@@ -238,7 +238,7 @@ pub async fn restore_plan(
     let reason = format!("restores version {}: {}", body.version, who.reason.as_deref().unwrap_or(""));
     let ctx = crate::change::Ctx { reason: Some(&reason), ..who.ctx() };
     let (written, plan, undoes) =
-        store::restore_plan(&state.db, &ctx, &name, body.version, expected(body.expected_version)?).await?;
+        crate::tenants::restore_plan(&state.db, &ctx, &name, body.version, expected(body.expected_version)?).await?;
     let published = publish_now(&state).await;
     Ok(HttpResponse::Ok().json(PlanRestored {
         write: WriteReply::of(&written, published),

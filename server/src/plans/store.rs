@@ -1,13 +1,14 @@
-//! The plan table; a change to a plan republishes every tenant on it.
+//! The plan table. A change to a plan's limits republishes every tenant on it: the
+//! tenants module does that, in the same transaction (`tenants::update_plan`).
 
 use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::*;
 use crate::change::store::{audit, lock};
-use crate::change::{check_version, ChangeError, Ctx, Written};
+use crate::change::{check_version, Ctx, Written};
+use crate::error::ChangeError;
 use crate::inputs::*;
-use crate::tenants::store::*;
 
 // ---------------------------------------------------------------------------------------
 // Plans and tenants
@@ -20,8 +21,8 @@ pub(crate) fn plan_row(r: &sqlx::postgres::PgRow) -> Result<Plan, sqlx::Error> {
         daily_requests: r.try_get("daily_requests")?,
         concurrency: r.try_get("concurrency")?,
         version: r.try_get("version")?,
-        created_at: crate::http::rfc3339(r.try_get("created_at")?),
-        updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
+        created_at: crate::inputs::rfc3339(r.try_get("created_at")?),
+        updated_at: crate::inputs::rfc3339(r.try_get("updated_at")?),
         tenants: r.try_get("tenants")?,
     })
 }
@@ -64,7 +65,7 @@ pub async fn create_plan(
 ) -> Result<(Written, Plan), ChangeError> {
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, "plans").await?;
-    crate::approvals::policy::store::refuse_scope(&mut *tx, "plans").await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, "plans").await?;
     let done = create_plan_tx(&mut tx, ctx, name, spec).await?;
     tx.commit().await?;
     Ok(done)
@@ -95,31 +96,16 @@ pub(crate) async fn create_plan_tx(
     Ok((Written { entity, action: "plan.create".into(), version: 1, audit_id, outbox_id: None }, plan))
 }
 
-/// Changes a plan's limits; every tenant on it is republished in the same transaction.
-pub async fn update_plan(
-    db: &PgPool,
-    ctx: &Ctx<'_>,
-    name: &PlanName,
-    spec: &PlanSpec,
-    expected_version: i64,
-) -> Result<(Vec<Written>, Plan), ChangeError> {
-    let mut tx = db.begin().await?;
-    crate::change::store::lock(&mut tx, "plans").await?;
-    crate::approvals::policy::store::refuse_scope(&mut *tx, "plans").await?;
-    let done = update_plan_tx(&mut tx, ctx, name, spec, expected_version).await?;
-    tx.commit().await?;
-    Ok(done)
-}
-
-/// [`update_plan`] in the caller's transaction (which holds the configuration lock or takes
-/// it here), without the approval policy's check: what an approved change request applies.
+/// Changes a plan's limits in the caller's transaction (which holds the configuration lock
+/// or takes it here), without the approval policy's check and without republishing its
+/// tenants: `tenants::update_plan_tx` does both.
 pub(crate) async fn update_plan_tx(
     tx: &mut PgConnection,
     ctx: &Ctx<'_>,
     name: &PlanName,
     spec: &PlanSpec,
     expected_version: i64,
-) -> Result<(Vec<Written>, Plan), ChangeError> {
+) -> Result<(Written, Plan), ChangeError> {
     let entity = format!("plan:{name}");
     lock(&mut *tx, &entity).await?;
     let before = plan_in(&mut *tx, name.as_str())
@@ -164,33 +150,18 @@ async fn plan_versions(
 }
 
 /// Makes a new version of a plan whose limits equal those of its version `version` (made
-/// against `expected_version`), audited as `plan.restore_version`, every tenant on it
-/// republished: 404 unknown plan or version, 409 a stale version, 422 the current version.
-/// Answers what was written, the plan, and the versions it undoes (oldest first).
-pub async fn restore_plan(
-    db: &PgPool,
-    ctx: &Ctx<'_>,
-    name: &PlanName,
-    version: i64,
-    expected_version: i64,
-) -> Result<(Vec<Written>, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
-    let mut tx = db.begin().await?;
-    crate::change::store::lock(&mut tx, "plans").await?;
-    crate::approvals::policy::store::refuse_scope(&mut *tx, "plans").await?;
-    let done = restore_plan_tx(&mut tx, ctx, name, version, expected_version).await?;
-    tx.commit().await?;
-    Ok(done)
-}
-
-/// [`restore_plan`] in the caller's transaction (which holds the configuration lock or takes
-/// it here), without the approval policy's check: what an approved change request applies.
+/// against `expected_version`), audited as `plan.restore_version`, in the caller's
+/// transaction, without the policy's check and without republishing its tenants
+/// (`tenants::restore_plan_tx` does both): 404 unknown plan or version, 409 a stale
+/// version, 422 the current version. Answers what was written, the plan, and the versions
+/// it undoes (oldest first).
 pub(crate) async fn restore_plan_tx(
     tx: &mut PgConnection,
     ctx: &Ctx<'_>,
     name: &PlanName,
     version: i64,
     expected_version: i64,
-) -> Result<(Vec<Written>, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
+) -> Result<(Written, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
     let entity = format!("plan:{name}");
     lock(&mut *tx, &entity).await?;
     let before = plan_in(&mut *tx, name.as_str())
@@ -214,15 +185,14 @@ pub(crate) async fn restore_plan_tx(
     Ok((written, plan, undoes))
 }
 
-/// Writes `spec` over the plan `before` (locked by the caller), audited as `action`, and
-/// republishes every tenant on it.
+/// Writes `spec` over the plan `before` (locked by the caller), audited as `action`.
 async fn write_plan(
     tx: &mut PgConnection,
     ctx: &Ctx<'_>,
     before: Plan,
     spec: &PlanSpec,
     action: &str,
-) -> Result<(Vec<Written>, Plan), ChangeError> {
+) -> Result<(Written, Plan), ChangeError> {
     let entity = format!("plan:{}", before.name);
     let name = before.name.clone();
     sqlx::query(
@@ -237,15 +207,5 @@ async fn write_plan(
     .await?;
     let after = plan_in(&mut *tx, name.as_str()).await?.expect("exists");
     let audit_id = audit(&mut *tx, ctx, &entity, action, Some(&plan_json(&before)), Some(&plan_json(&after))).await?;
-    let mut written =
-        vec![Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }];
-    let tenants: Vec<String> = sqlx::query_scalar("select name from tenant where plan = $1 order by name")
-        .bind(name.as_str())
-        .fetch_all(&mut *tx)
-        .await?;
-    for tenant in tenants {
-        lock(&mut *tx, &crate::change::Entity::tenant_key(&tenant)).await?;
-        written.push(republish_tenant(&mut *tx, ctx, &tenant, "tenant.plan_changed").await?);
-    }
-    Ok((written, after))
+    Ok((Written { entity, action: action.into(), version: after.version, audit_id, outbox_id: None }, after))
 }

@@ -1,7 +1,7 @@
 //! The pool data plane over HTTP: draw a ticket.
 
 use actix_web::{post, web, HttpResponse};
-use client::pool::{Draw, PoolError, PoolName};
+use client::pool::{Draw, PoolName};
 use serde::Deserialize;
 
 use crate::error::{ApiError, ErrorBody};
@@ -46,11 +46,7 @@ pub async fn draw_ticket(
     crate::access::principal(&req)?.serves(crate::access::bindings::Resource::Pool, pool.as_str())?;
     // No body (or JSON null): an ordinary draw. A body that is not a valid `DrawBody` is a 400, never
     // silently an ordinary draw.
-    let body: DrawBody = if body.iter().all(u8::is_ascii_whitespace) || body.trim_ascii() == b"null" {
-        DrawBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("body", e.to_string()))?
-    };
+    let body: DrawBody = crate::http::optional_body(&body)?;
     let drawn = match &body.sticky_key {
         Some(key) if key.is_empty() || key.len() > 256 => {
             return Err(ApiError::bad_request("sticky_key", "must be 1..=256 bytes"))
@@ -58,13 +54,5 @@ pub async fn draw_ticket(
         Some(key) => state.pools.draw_sticky(&pool, key.as_bytes()).await,
         None => state.pools.draw(&pool).await,
     };
-    match drawn {
-        Ok(draw) => Ok(HttpResponse::Ok().json(draw)),
-        Err(PoolError::UnknownPool(p)) => Err(ApiError::NotFound(format!("unknown pool {:?}", p.as_str()))),
-        Err(e @ (PoolError::Exhausted { .. } | PoolError::Unavailable { .. } | PoolError::NothingDrawable(_))) => {
-            Err(ApiError::Unavailable(e.to_string()))
-        }
-        Err(PoolError::Invalid(e)) => Err(e.into()),
-        Err(e) => Err(ApiError::Unexpected(anyhow::Error::new(e))),
-    }
+    Ok(HttpResponse::Ok().json(drawn?))
 }

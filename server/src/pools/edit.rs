@@ -8,9 +8,9 @@ use client::pool::{PoolKind, PoolSnapshot};
 use engine::{Tier, Weights};
 use sqlx::PgConnection;
 
-use crate::change::ChangeError;
 use crate::channels::ChannelCode;
 use crate::error::ApiError;
+use crate::error::ChangeError;
 
 /// One edit of a pool's configuration.
 #[derive(Debug, Clone)]

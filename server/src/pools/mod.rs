@@ -1,5 +1,5 @@
 //! Pools: weighted ticket pools and their configuration (members, tiers, peak windows,
-//! caps). [`routes`] is the admin API, [`draw`] the data plane, [`samples`] the charts'
+//! caps). [`routes`] is the admin API, [`draw`] the data plane, [`crate::samples`] the charts'
 //! history; [`store`] holds their SQL (rows, compiling and republishing snapshots).
 
 pub mod draw;
@@ -17,15 +17,12 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::audit::store::{AuditRow, Source};
-use crate::change::{validate_body, ChangeError, Entity, Written};
+use crate::change::{validate_body, Entity, Written};
 use crate::error::ApiError;
-use crate::http::Actor;
+use crate::error::ChangeError;
 use crate::inputs::*;
-use crate::publish::{publish_now, rebuild_if_needed};
-use crate::state::AppState;
 use api::pools::PoolWriteReply;
 use api::WriteReply;
-use client::pool::ReweightMode;
 
 // ---------------------------------------------------------------------------------------
 // Pools
@@ -158,30 +155,6 @@ pub(crate) fn pool_reply(w: &crate::pools::PoolWritten, published: bool) -> Pool
     let mut write = WriteReply::of(std::slice::from_ref(&w.written), published);
     write.version = w.config_version;
     PoolWriteReply { write, published_version: w.written.version, mode: None, rebuilt: None, ejected: None }
-}
-
-/// Changes a pool and publishes it; `immediate` (or an ejection past the pool's limit)
-/// then replaces its remaining tickets. Answers what was written.
-#[allow(clippy::too_many_arguments)] // each is one fact of the change
-pub(crate) async fn change_pool(
-    state: &AppState,
-    pool: &PoolName,
-    action: &str,
-    who: &Actor,
-    expected_version: Option<i64>,
-    mode: ReweightMode,
-    edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
-) -> Result<PoolWriteReply, ApiError> {
-    let w = store::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit).await?;
-    let published = publish_now(state).await;
-    // Decided on what the pool publishes: health's ejections count too.
-    let rebuilt = published && rebuild_if_needed(state, pool, &w.published, mode).await;
-    Ok(PoolWriteReply {
-        mode: Some(mode.as_str().to_owned()),
-        rebuilt: Some(rebuilt),
-        ejected: Some(w.published.ejected.iter().cloned().collect()),
-        ..pool_reply(&w, published)
-    })
 }
 
 /// 404 for a pool the configuration does not hold.

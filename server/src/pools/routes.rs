@@ -5,18 +5,19 @@
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use api::pools::{PoolDetail, PoolList, PoolRebuilt, PoolWriteReply};
-use client::pool::{PoolName, ReweightMode};
+use client::pool::{PoolName, PoolSnapshot, ReweightMode};
 use engine::{Tier, Weights};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::edit::{MemberAdd, PoolEdit};
-use super::{change_pool, pool_reply, unknown_pool};
-use crate::change::ChangeError;
+use super::{pool_reply, unknown_pool};
+use crate::change::Actor;
 use crate::channels::ChannelCode;
+use crate::error::ChangeError;
 use crate::error::{ApiError, ConflictBody, ErrorBody};
 use crate::http::{actor, expected};
-use crate::publish::publish_now;
+use crate::publish::{publish_now, rebuild_if_needed};
 use crate::state::AppState;
 
 /// Every admin route, for the app's service list.
@@ -554,7 +555,7 @@ pub async fn rebuild_pool(
         }
         e => ApiError::Unavailable(format!("rebuilding pool {:?} failed: {e}", pool.as_str())),
     })?;
-    crate::approvals::break_glass::store::flag(&mut tx, &who.ctx(), &pool, "pool.rebuild", audit_id).await?;
+    crate::gate::break_glass::store::flag(&mut tx, &who.ctx(), &pool, "pool.rebuild", audit_id).await?;
     tx.commit().await?;
     Ok(HttpResponse::Ok().json(PoolRebuilt {
         entity: crate::change::Entity::pool_key(pool),
@@ -562,4 +563,28 @@ pub async fn rebuild_pool(
         audit_id,
         rebuilt: true,
     }))
+}
+
+/// Changes a pool and publishes it; `immediate` (or an ejection past the pool's limit)
+/// then replaces its remaining tickets. Answers what was written.
+#[allow(clippy::too_many_arguments)] // each is one fact of the change
+async fn change_pool(
+    state: &AppState,
+    pool: &PoolName,
+    action: &str,
+    who: &Actor,
+    expected_version: Option<i64>,
+    mode: ReweightMode,
+    edit: impl FnOnce(&mut PoolSnapshot) -> Result<(), ChangeError>,
+) -> Result<PoolWriteReply, ApiError> {
+    let w = super::store::modify_pool(&state.db, &who.ctx(), pool, action, expected_version, edit).await?;
+    let published = publish_now(state).await;
+    // Decided on what the pool publishes: health's ejections count too.
+    let rebuilt = published && rebuild_if_needed(state, pool, &w.published, mode).await;
+    Ok(PoolWriteReply {
+        mode: Some(mode.as_str().to_owned()),
+        rebuilt: Some(rebuilt),
+        ejected: Some(w.published.ejected.iter().cloned().collect()),
+        ..pool_reply(&w, published)
+    })
 }

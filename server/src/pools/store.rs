@@ -1,4 +1,4 @@
-//! The pool tables (`migrations/0003_config.sql`): every write is one transaction (DESIGN
+//! The pool tables (`migrations/0003_config.sql`): every write is one transaction (design.md
 //! §5) with its audit rows and, for the pool it touches, the snapshot compiled from the rows
 //! plus an outbox row. A snapshot is always exactly what the tables say: disabling a
 //! channel republishes every pool that holds it, with the channel ejected.
@@ -11,7 +11,8 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::*;
 use crate::change::store::{lock, publish};
-use crate::change::{check_version, ChangeError, Ctx, Written};
+use crate::change::{check_version, Ctx, Written};
+use crate::error::ChangeError;
 use crate::inputs::*;
 
 /// The name of every pool the jobs keep: those of the configuration tables and those
@@ -49,7 +50,7 @@ pub async fn list_pools(db: &PgPool) -> Result<Vec<PoolSummary>, sqlx::Error> {
                 members: r.try_get("members")?,
                 ejected: r.try_get("ejected")?,
                 timezone: r.try_get("timezone")?,
-                updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
+                updated_at: crate::inputs::rfc3339(r.try_get("updated_at")?),
             })
         })
         .collect()
@@ -480,7 +481,7 @@ pub async fn put_pool(
     lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
     // Creating a pool is not refused; replacing one under an approval policy is.
     if expected_version != 0 {
-        crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
+        crate::gate::refuse_direct_write(&mut *tx, pool).await?;
     }
     let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.put", body, Some(expected_version)).await?;
     tx.commit().await?;
@@ -502,7 +503,7 @@ pub async fn modify_pool(
     lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
     // Under an approval policy only what reduces risk (a member ejected or back) is direct.
     if !matches!(action, "pool.eject" | "pool.restore") {
-        crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
+        crate::gate::refuse_direct_write(&mut *tx, pool).await?;
     }
     let written = modify_pool_tx(&mut tx, ctx, pool, action, expected_version, edit).await?;
     tx.commit().await?;
@@ -532,7 +533,36 @@ pub(crate) async fn modify_pool_tx(
     let (written, published) = republish_pool_body(&mut *tx, ctx, pool.as_str(), action).await?;
     // Ejecting and restoring a member stay immediate under an approval policy: flagged.
     if matches!(action, "pool.eject" | "pool.restore") {
-        crate::approvals::break_glass::store::flag(&mut *tx, ctx, pool, action, written.audit_id).await?;
+        crate::gate::break_glass::store::flag(&mut *tx, ctx, pool, action, written.audit_id).await?;
     }
     Ok(PoolWritten { written, config_version: config_version + 1, published })
+}
+
+/// Enables or disables a channel everywhere: every pool that holds it is republished with
+/// the channel ejected (disabled) or drawn again (enabled), in the same transaction.
+/// Returns the channel's change first, then each pool's.
+pub async fn set_channel_enabled(
+    db: &PgPool,
+    ctx: &Ctx<'_>,
+    code: &crate::channels::ChannelCode,
+    enabled: bool,
+    expected_version: Option<i64>,
+) -> Result<(Vec<Written>, api::channels::Channel), ChangeError> {
+    let mut tx = db.begin().await?;
+    let (channel, after) =
+        crate::channels::store::set_enabled_tx(&mut tx, ctx, code, enabled, expected_version).await?;
+    let (action, audit_id) = (channel.action.clone(), channel.audit_id);
+    let mut written = vec![channel];
+    // Pools in name order, so two such changes never wait on each other in a circle.
+    for pool in &after.pools {
+        lock(&mut tx, &crate::change::Entity::pool_key(pool)).await?;
+        let pool_action = if enabled { "pool.channel_enabled" } else { "pool.channel_disabled" };
+        written.push(republish_pool(&mut tx, ctx, pool, pool_action).await?);
+        // Immediate on a pool under an approval policy too: flagged for an auditor.
+        if let Ok(name) = PoolName::parse(pool) {
+            crate::gate::break_glass::store::flag(&mut tx, ctx, &name, &action, audit_id).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok((written, after))
 }

@@ -73,7 +73,7 @@ async fn publish_snapshot(
             }
         }
         Entity::Route(route) => {
-            let snapshot = crate::routing::snapshot_of(version, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let snapshot = crate::change::route_snapshot(version, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
             state.route_admin.publish(route, &snapshot).await.with_context(|| format!("publishing {entity}"))?;
         }
         Entity::Tenant(tenant) => {
@@ -223,7 +223,7 @@ pub async fn remember_published(state: &AppState) -> anyhow::Result<(usize, usiz
                 }
                 Err(e) => tracing::warn!(entity, error = %e, "a stored tenant snapshot does not parse; not remembered"),
             },
-            Entity::Route(route) => match crate::routing::snapshot_of(version, &body) {
+            Entity::Route(route) => match crate::change::route_snapshot(version, &body) {
                 Ok(snapshot) => state.routes.remember(&route, snapshot),
                 Err(e) => tracing::warn!(entity, error = %e, "a stored route snapshot does not parse; not remembered"),
             },
@@ -272,7 +272,7 @@ pub(crate) async fn publish_now(state: &AppState) -> bool {
 }
 
 /// [`rebuild_if_needed`] for a pool as it is published now (after a change that was not
-/// made through [`change_pool`]: a channel switch, a pin, a health decision).
+/// made through `pools::routes::change_pool`: a channel switch, a pin, a health decision).
 pub(crate) async fn rebuild_published_if_needed(state: &AppState, pool: &PoolName, mode: ReweightMode) -> bool {
     match crate::pools::store::get_published_pool(&state.db, pool).await {
         Ok(Some(snapshot)) => rebuild_if_needed(state, pool, &snapshot, mode).await,

@@ -4,8 +4,7 @@ use actix_web::{get, post, web, HttpResponse};
 use client::estimate::Estimate;
 use client::estimate::{estimate, DEFAULT_MARGIN};
 use client::quota::{
-    QuotaError, QuotaUsage, ReleaseOutcome, RequestId, Reservation, ReserveOutcome, SettleOutcome, TenantId,
-    TokenCount, Tokens,
+    QuotaUsage, ReleaseOutcome, RequestId, Reservation, ReserveOutcome, SettleOutcome, TenantId, TokenCount, Tokens,
 };
 use serde::{Deserialize, Serialize};
 
@@ -43,21 +42,6 @@ fn tenant(raw: &str) -> Result<TenantId, ApiError> {
 /// 403 unless the caller may use `tenant`'s quota (a data-plane token bound to it).
 fn bound_to(req: &actix_web::HttpRequest, tenant: &TenantId) -> Result<(), ApiError> {
     crate::access::principal(req)?.serves(crate::access::bindings::Resource::Tenant, tenant.as_str())
-}
-
-fn quota_error(e: QuotaError) -> ApiError {
-    match e {
-        QuotaError::UnknownTenant(t) => ApiError::NotFound(format!("unknown tenant {:?}", t.as_str())),
-        QuotaError::Unavailable { tenant, policy, .. } => {
-            ApiError::Unavailable(format!("quota store unreachable; tenant {:?} is {policy}", tenant.as_str()))
-        }
-        QuotaError::NotRecorded { tenant, reason } => ApiError::Unavailable(format!(
-            "quota store unreachable and the operation for tenant {:?} could not be recorded, so nothing was done: {reason}",
-            tenant.as_str()
-        )),
-        QuotaError::Redis(e) if client::is_unreachable(&e) => ApiError::Unavailable(format!("redis unreachable: {e}")),
-        other => ApiError::Unexpected(anyhow::Error::new(other)),
-    }
 }
 
 /// A reserve body: an amount of tokens, or a prompt to estimate from.
@@ -208,7 +192,7 @@ pub async fn reserve_quota(
     let request_id = body.request_id;
     let model = estimated.as_ref().map(|(_, model)| model.as_str());
     let estimated = estimated.as_ref().map(|(e, _)| e.clone());
-    match state.quotas.reserve_for_model(&tenant, &request_id, tokens, model).await.map_err(quota_error)? {
+    match state.quotas.reserve_for_model(&tenant, &request_id, tokens, model).await.map_err(ApiError::from)? {
         ReserveOutcome::Reserved(reservation) => Ok(HttpResponse::Ok().json(ReserveReply {
             result: "reserved",
             request_id,
@@ -273,8 +257,11 @@ pub async fn settle_quota(
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
     bound_to(&req, &tenant)?;
-    let outcome =
-        state.quotas.settle(&tenant, &body.request_id, body.actual_tokens, body.partial).await.map_err(quota_error)?;
+    let outcome = state
+        .quotas
+        .settle(&tenant, &body.request_id, body.actual_tokens, body.partial)
+        .await
+        .map_err(ApiError::from)?;
     if outcome == SettleOutcome::Unknown {
         return Err(ApiError::NotFound(format!("no reservation with request_id {:?}", body.request_id.as_str())));
     }
@@ -313,7 +300,7 @@ pub async fn release_quota(
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
     bound_to(&req, &tenant)?;
-    let outcome = state.quotas.release(&tenant, &body.request_id).await.map_err(quota_error)?;
+    let outcome = state.quotas.release(&tenant, &body.request_id).await.map_err(ApiError::from)?;
     if outcome == ReleaseOutcome::Unknown {
         return Err(ApiError::NotFound(format!("no reservation with request_id {:?}", body.request_id.as_str())));
     }
@@ -335,6 +322,6 @@ pub async fn release_quota(
 #[get("/api/v1/tenants/{tenant}/quota")]
 pub async fn get_quota(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
-    let usage = state.quotas.usage(&tenant).await.map_err(quota_error)?;
+    let usage = state.quotas.usage(&tenant).await.map_err(ApiError::from)?;
     Ok(HttpResponse::Ok().json(usage))
 }

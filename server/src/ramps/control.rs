@@ -1,6 +1,7 @@
 //! A person's controls of a ramp: promote, promote to the end, pause, resume, step back,
 //! abort, each with a reason and audited.
 
+use api::ramps::RampState;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
@@ -30,7 +31,7 @@ pub async fn control(
     let (plan, baseline) = parse_plan(&row)?;
     let before = json!({"state": row.state, "step": row.step});
     let total = plan.steps.len() as i32;
-    let live = matches!(row.state.as_str(), "running" | "paused");
+    let live = matches!(row.state, RampState::Running | RampState::Paused);
     let actor = ctx.actor;
     let reason = ctx.reason.unwrap_or_default();
     let written = match control {
@@ -39,7 +40,7 @@ pub async fn control(
         }
         "promote" | "promote_to_end" => {
             let to = if control == "promote" { row.step + 1 } else { total };
-            row.state = "running".into();
+            row.state = RampState::Running;
             let written = move_to(state, &mut tx, &mut row, &plan, &baseline, to, actor, now, false).await?;
             if written.is_none() {
                 return Err(blocked(format!(
@@ -49,16 +50,16 @@ pub async fn control(
             }
             written
         }
-        "pause" if row.state != "running" => {
+        "pause" if row.state != RampState::Running => {
             return Err(blocked(format!("ramp {id} is {}: only a running ramp is paused", row.state)))
         }
         "pause" => {
-            row.state = "paused".into();
+            row.state = RampState::Paused;
             event(state, &mut tx, &row, now, "pause", actor, &format!("paused by {actor}: {reason}"), None, None)
                 .await?;
             None
         }
-        "resume" if row.state != "paused" => {
+        "resume" if row.state != RampState::Paused => {
             return Err(blocked(format!("ramp {id} is {}: only a paused ramp is resumed", row.state)))
         }
         "resume" => {
@@ -70,7 +71,7 @@ pub async fn control(
                     row.pool, row.config_version
                 )));
             }
-            row.state = "running".into();
+            row.state = RampState::Running;
             row.guard_state = json!({});
             event(state, &mut tx, &row, now, "resume", actor, &format!("resumed by {actor}: {reason}"), None, None)
                 .await?;
@@ -87,16 +88,16 @@ pub async fn control(
                     "ramp {id}: the pool was changed outside the ramp; abort the ramp (it ends without writing)"
                 )));
             }
-            row.state = "paused".into();
+            row.state = RampState::Paused;
             let sentence = format!("stepped back to step {to} by {actor} and paused: {reason}");
             let audit = written.as_ref().map(|(_, w, _)| w.written.audit_id);
             event(state, &mut tx, &row, now, "step_back", actor, &sentence, None, audit).await?;
             written
         }
-        "abort" if !(live || row.state == "aborting") => {
+        "abort" if !(live || row.state == RampState::Aborting) => {
             return Err(blocked(format!("ramp {id} is {}: nothing to abort", row.state)))
         }
-        "abort" if row.state == "aborting" => {
+        "abort" if row.state == RampState::Aborting => {
             // A second abort finishes a gradual one at once.
             let mut immediate = plan.clone();
             immediate.abort_seconds = 0;

@@ -79,7 +79,7 @@ pub async fn measure(state: &AppState, row: &RampRow, plan: &Plan, now: DateTime
                 Some(d) if d != day => Some(state.pool_admin.day_hits(&pool, d).await.context("reading draws")?),
                 _ => None,
             };
-            let hits = crate::jobs::pool_sampler::window_hits(&earlier, earlier_day_now.as_ref(), &today);
+            let hits = crate::samples::sampler::window_hits(&earlier, earlier_day_now.as_ref(), &today);
             draws = Some(hits.values().sum());
         }
         hits_now = Some(json!({"day": day.to_string(), "hits": today}));

@@ -9,7 +9,7 @@ use engine::ramp::{Guard, Metric, NoData};
 use engine::Weights;
 use serde::{Deserialize, Serialize};
 
-use crate::change::ChangeError;
+use crate::error::ChangeError;
 
 /// Most steps before the target.
 pub const MAX_STEPS: usize = 20;

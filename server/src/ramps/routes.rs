@@ -69,7 +69,7 @@ pub async fn start_ramp(
     let now = chrono::Utc::now();
     let mut tx = state.db.begin().await?;
     crate::change::store::lock(&mut tx, &crate::change::Entity::pool_key(&pool)).await?;
-    crate::approvals::refuse_direct_write(&mut *tx, &pool).await?;
+    crate::gate::refuse_direct_write(&mut *tx, &pool).await?;
     let (row, written) =
         super::start::start_tx(&state, &mut tx, &who.ctx(), &pool, &body.plan, expected_version, None, now).await?;
     tx.commit().await?;

@@ -4,6 +4,7 @@
 //! `ramp`; every decision is an event with what was measured and one sentence of why;
 //! announced events go to the webhook's outbox in the same transaction.
 
+use api::ramps::RampState;
 use std::collections::BTreeMap;
 
 use anyhow::Context;
@@ -18,8 +19,9 @@ use super::measure::{verdict_json, verdict_words, Measurement};
 use super::plan::{Hold, OnBreach, Plan};
 use super::store::{self, NewEvent, RampRow};
 use crate::audit::store::Source;
-use crate::change::{ChangeError, Ctx};
+use crate::change::Ctx;
 use crate::error::ApiError;
+use crate::error::ChangeError;
 use crate::pools::PoolWritten;
 use crate::state::AppState;
 
@@ -94,7 +96,7 @@ pub(crate) async fn event(
             "step": row.step,
             "state": row.state,
             "actor": actor,
-            "at": crate::http::rfc3339(at),
+            "at": crate::inputs::rfc3339(at),
             "measured": measured,
         });
         store::insert_notification(&mut *tx, announced, &body).await?;
@@ -129,8 +131,8 @@ pub(crate) async fn move_to(
     let sentence = format!("{what} (canary {} at {}%)", plan.canary.join(", "), canary_share(plan, &weights));
     let pool = pool_name(row)?;
     if n > row.step && row.change_request.is_none() {
-        if let Err(ChangeError::Blocked { rule, .. }) = crate::approvals::refuse_direct_write(&mut *tx, &pool).await {
-            row.state = "paused".into();
+        if let Err(ChangeError::Blocked { rule, .. }) = crate::gate::refuse_direct_write(&mut *tx, &pool).await {
+            row.state = RampState::Paused;
             row.updated_at = now;
             let why = format!("paused before step {n}: {rule}; this ramp was never approved: abort it, or propose the rest as a change request");
             event(state, tx, row, now, "pause", actor, &why, None, None).await?;
@@ -146,7 +148,7 @@ pub(crate) async fn move_to(
             row.guard_state = json!({});
             row.updated_at = now;
             let kind = if n == total {
-                row.state = "completed".into();
+                row.state = RampState::Completed;
                 row.ended_at = Some(now);
                 "complete"
             } else {
@@ -158,7 +160,7 @@ pub(crate) async fn move_to(
             Ok(Some((pool, written, plan.mode)))
         }
         Err(ChangeError::Conflict { current, .. }) => {
-            row.state = "paused".into();
+            row.state = RampState::Paused;
             row.updated_at = now;
             let why = format!(
                 "paused: pool {} was changed outside the ramp (configuration version {current}, the ramp left it at {}); \
@@ -210,7 +212,7 @@ pub(crate) async fn abort(
     if plan.abort_seconds == 0 || row.step == 0 {
         let step = row.step;
         let written = move_to(state, tx, row, plan, baseline, 0, actor, now, true).await?;
-        row.state = "aborted".into();
+        row.state = RampState::Aborted;
         row.ended_at = Some(now);
         row.step = 0;
         let sentence = match &written {
@@ -224,8 +226,8 @@ pub(crate) async fn abort(
         event(state, tx, row, now, "abort", actor, &sentence, None, audit).await?;
         return Ok(written);
     }
-    row.abort_from = Some(json!({"weights": from, "at": crate::http::rfc3339(now), "done": 0}));
-    row.state = "aborting".into();
+    row.abort_from = Some(json!({"weights": from, "at": crate::inputs::rfc3339(now), "done": 0}));
+    row.state = RampState::Aborting;
     let sentence = format!(
         "aborting at step {}: {why}; back to the baseline {baseline} over {} s in {} stages",
         row.step,
@@ -269,7 +271,7 @@ async fn abort_stage(
     let written = match write_weights(tx, row, &pool, actor, &sentence, &weights).await {
         Ok(written) => written,
         Err(ChangeError::Conflict { current, .. }) => {
-            row.state = "aborted".into();
+            row.state = RampState::Aborted;
             row.step = 0;
             row.ended_at = Some(now);
             row.updated_at = now;
@@ -286,7 +288,7 @@ async fn abort_stage(
     row.updated_at = now;
     row.abort_from = Some(json!({"weights": weights_from, "at": from["at"], "done": due}));
     let kind = if due == stages {
-        row.state = "aborted".into();
+        row.state = RampState::Aborted;
         row.step = 0;
         row.ended_at = Some(now);
         "aborted"
@@ -303,8 +305,11 @@ async fn abort_stage(
 pub async fn evaluate(state: &AppState, id: i64, now: DateTime<Utc>) -> anyhow::Result<Option<String>> {
     let Some(row) = store::ramp(&state.db, id).await? else { return Ok(None) };
     let (plan, _) = parse_plan(&row)?;
-    let measured =
-        if row.state == "running" { Some(super::measure::measure(state, &row, &plan, now).await?) } else { None };
+    let measured = if row.state == RampState::Running {
+        Some(super::measure::measure(state, &row, &plan, now).await?)
+    } else {
+        None
+    };
     let mut tx = state.db.begin().await?;
     crate::change::store::lock(&mut tx, &crate::change::Entity::pool_key(&row.pool)).await?;
     let read = row;
@@ -316,12 +321,12 @@ pub async fn evaluate(state: &AppState, id: i64, now: DateTime<Utc>) -> anyhow::
     }
     let (plan, baseline) = parse_plan(&row)?;
     let (mut sample, mut tripped) = (None, false);
-    let (written, said) = match (row.state.as_str(), measured) {
-        ("aborting", _) => {
+    let (written, said) = match (row.state, measured) {
+        (RampState::Aborting, _) => {
             let w = abort_stage(state, &mut tx, &mut row, &plan, &baseline, JOB_ACTOR, now).await?;
             (w, Some(format!("ramp {id}: {}", row.state)))
         }
-        ("running", Some(m)) => {
+        (RampState::Running, Some(m)) => {
             judge(state, &mut tx, &mut row, &plan, &baseline, m, now, &mut sample, &mut tripped).await?
         }
         _ => (None, None),
@@ -436,7 +441,7 @@ async fn judge(
         breaches.iter_mut().for_each(|b| *b = 0);
         match plan.on_breach {
             OnBreach::Pause => {
-                row.state = "paused".into();
+                row.state = RampState::Paused;
                 event(
                     state,
                     tx,
@@ -453,7 +458,7 @@ async fn judge(
             OnBreach::StepBack => {
                 let to = row.step - 1;
                 written = move_to(state, tx, row, plan, baseline, to, JOB_ACTOR, now, true).await?;
-                row.state = "paused".into();
+                row.state = RampState::Paused;
                 if let Some((_, w, _)) = &written {
                     let sentence = format!("stepped back to step {to} on a breach ({why}) and paused");
                     let audit = Some(w.written.audit_id);
@@ -476,7 +481,7 @@ async fn judge(
     } else if !no_data_pause.is_empty() {
         let what: Vec<String> = no_data_pause.iter().map(|&i| words(i)).collect();
         let sentence = format!("paused: {} (no-data policy: pause, never abort)", what.join("; "));
-        row.state = "paused".into();
+        row.state = RampState::Paused;
         event(state, tx, row, now, "pause", JOB_ACTOR, &sentence, Some(&measured), None).await?;
         said = Some(sentence);
     } else {
@@ -511,7 +516,7 @@ async fn judge(
             return Ok((None, said));
         }
     }
-    if row.state == "running" || row.state == "paused" {
+    if row.state == RampState::Running || row.state == RampState::Paused {
         row.guard_state = json!({"breaches": breaches});
     }
     row.updated_at = now;

@@ -1,5 +1,6 @@
 //! The SQL of ramps: their rows, events, samples and the webhook notifications' outbox.
 
+use api::ramps::RampState;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{FromRow, PgConnection, PgPool};
@@ -9,7 +10,8 @@ use sqlx::{FromRow, PgConnection, PgPool};
 pub struct RampRow {
     pub id: i64,
     pub pool: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: RampState,
     pub plan: Value,
     pub baseline: Value,
     pub step: i32,
@@ -45,7 +47,7 @@ pub async fn insert_ramp(tx: &mut PgConnection, new: &NewRamp<'_>) -> Result<Ram
     sqlx::query_as(&format!(
         "insert into ramp (pool, state, plan, baseline, step, config_version, step_started_at, created_by, reason, \
                            change_request, created_at, updated_at)
-         values ($1, 'running', $2, $3, 0, $4, $5, $6, $7, $8, $5, $5) returning {COLUMNS}"
+         values ($1, $9, $2, $3, 0, $4, $5, $6, $7, $8, $5, $5) returning {COLUMNS}"
     ))
     .bind(new.pool)
     .bind(new.plan)
@@ -55,14 +57,16 @@ pub async fn insert_ramp(tx: &mut PgConnection, new: &NewRamp<'_>) -> Result<Ram
     .bind(new.created_by)
     .bind(new.reason)
     .bind(new.change_request)
+    .bind(RampState::Running.as_str())
     .fetch_one(&mut *tx)
     .await
 }
 
 /// The live ramp of a pool, if any.
 pub async fn live_ramp_of(tx: &mut PgConnection, pool: &str) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar("select id from ramp where pool = $1 and state in ('running', 'paused', 'aborting')")
+    sqlx::query_scalar("select id from ramp where pool = $1 and state = any($2)")
         .bind(pool)
+        .bind(RampState::names(&RampState::LIVE))
         .fetch_optional(&mut *tx)
         .await
 }
@@ -81,12 +85,16 @@ pub async fn ramp(db: &PgPool, id: i64) -> Result<Option<RampRow>, sqlx::Error> 
 
 /// The ramps the job evaluates: running and aborting ones.
 pub async fn active_ramps(db: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar("select id from ramp where state in ('running', 'aborting') order by id").fetch_all(db).await
+    sqlx::query_scalar("select id from ramp where state = any($1) order by id")
+        .bind(RampState::names(&[RampState::Running, RampState::Aborting]))
+        .fetch_all(db)
+        .await
 }
 
 /// Live ramps per state.
 pub async fn live_ramp_counts(db: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as("select state, count(*) from ramp where state in ('running', 'paused', 'aborting') group by state")
+    sqlx::query_as("select state, count(*) from ramp where state = any($1) group by state")
+        .bind(RampState::names(&RampState::LIVE))
         .fetch_all(db)
         .await
 }
@@ -108,12 +116,13 @@ pub async fn list_ramps(
     sqlx::query_as(&format!(
         "select {COLUMNS} from ramp
          where ($1::text is null or pool = $1)
-           and (not $2 or state in ('running', 'paused', 'aborting'))
+           and (not $2 or state = any($4))
          order by id desc limit $3"
     ))
     .bind(pool)
     .bind(live_only)
     .bind(limit)
+    .bind(RampState::names(&RampState::LIVE))
     .fetch_all(db)
     .await
 }
@@ -126,7 +135,7 @@ pub async fn save_ramp(tx: &mut PgConnection, r: &RampRow) -> Result<(), sqlx::E
          where id = $1",
     )
     .bind(r.id)
-    .bind(&r.state)
+    .bind(r.state.as_str())
     .bind(r.step)
     .bind(r.config_version)
     .bind(r.step_started_at)
@@ -294,13 +303,6 @@ pub async fn mark_failed(
     .execute(db)
     .await
     .map(|_| ())
-}
-
-/// Notifications not delivered yet (the backlog).
-pub async fn notification_backlog(db: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("select count(*) from notification where delivered_at is null and failed_at is null")
-        .fetch_one(db)
-        .await
 }
 
 /// Deletes ramp samples taken, and notifications delivered or given up, more than `days`

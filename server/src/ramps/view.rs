@@ -1,6 +1,7 @@
 //! Ramps as the API and the UI show them: summaries, the timeline (planned and actual
 //! times), events and the guard charts' samples.
 
+use api::ramps::RampState;
 use std::collections::BTreeMap;
 
 use api::ramps::{RampDetail, RampEvent, RampSample, RampStep, RampSummary, RampWriteReply};
@@ -11,7 +12,7 @@ use super::plan::{describe_guard, Hold, Plan};
 use super::run::{canary_share, parse_plan, weights_of, Written};
 use super::store::{self, RampRow};
 use crate::error::ApiError;
-use crate::http::rfc3339;
+use crate::inputs::rfc3339;
 use crate::state::AppState;
 
 fn map(weights: &Weights) -> BTreeMap<String, u64> {
@@ -22,7 +23,7 @@ pub(crate) fn summary(row: &RampRow, plan: &Plan, baseline: &Weights) -> RampSum
     RampSummary {
         id: row.id,
         pool: row.pool.clone(),
-        state: row.state.clone(),
+        state: row.state,
         step: row.step,
         steps: plan.steps.len() as i32,
         canary: plan.canary.clone(),
@@ -70,7 +71,7 @@ pub(crate) async fn detail(state: &AppState, id: i64) -> Result<Option<RampDetai
     }
     // Planned: from the step in force on, each duration hold after the one before.
     let mut planned: BTreeMap<i32, DateTime<Utc>> = BTreeMap::new();
-    if matches!(row.state.as_str(), "running" | "paused") {
+    if matches!(row.state, RampState::Running | RampState::Paused) {
         let mut at = Some(row.step_started_at);
         for n in row.step.max(1)..=plan.steps.len() as i32 {
             if n > row.step {
@@ -103,16 +104,17 @@ pub(crate) async fn detail(state: &AppState, id: i64) -> Result<Option<RampDetai
             }
         })
         .collect();
-    let held = row.guard_state["held"].as_str().map(str::to_owned).filter(|_| row.state == "running").or_else(|| {
-        let step = plan.steps.get(row.step.max(1) as usize - 1)?;
-        (row.state == "running").then(|| match step.hold {
-            Hold::Seconds { seconds } => {
-                format!("hold until {}", rfc3339(row.step_started_at + TimeDelta::seconds(seconds as i64)))
-            }
-            Hold::Until { at } => format!("hold until {}", rfc3339(at)),
-            Hold::Manual => "held until someone promotes it".into(),
-        })
-    });
+    let held =
+        row.guard_state["held"].as_str().map(str::to_owned).filter(|_| row.state == RampState::Running).or_else(|| {
+            let step = plan.steps.get(row.step.max(1) as usize - 1)?;
+            (row.state == RampState::Running).then(|| match step.hold {
+                Hold::Seconds { seconds } => {
+                    format!("hold until {}", rfc3339(row.step_started_at + TimeDelta::seconds(seconds as i64)))
+                }
+                Hold::Until { at } => format!("hold until {}", rfc3339(at)),
+                Hold::Manual => "held until someone promotes it".into(),
+            })
+        });
     let pool_version = {
         let mut conn = state.db.acquire().await?;
         store::config_version(&mut conn, &row.pool).await?.unwrap_or(0)

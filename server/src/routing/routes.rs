@@ -4,15 +4,16 @@
 
 use actix_web::{get, post, put, web, HttpRequest, HttpResponse};
 use api::routes::{RouteDecision, RouteDetail, RouteDrawn, RouteHistory, RouteList};
-use client::pool::PoolError;
-use client::route::{RouteFailure, RouteName};
-use engine::route::{Attributes, Loose};
+use client::route::RouteName;
+use engine::route::{Attributes, Loose, Route};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::{store, unknown_route};
+use crate::change::{Actor, Entity};
 use crate::error::{ApiError, ErrorBody};
 use crate::http::{actor, expected, RestoreBody};
+use crate::publish::publish_now;
 use crate::state::AppState;
 
 /// Every route, for the app's service list.
@@ -63,7 +64,7 @@ pub async fn get_route(state: web::Data<AppState>, path: web::Path<String>) -> R
         version,
         described: route.rules().iter().map(|r| r.describe()).collect(),
         route: body,
-        updated_at: crate::http::rfc3339(updated_at),
+        updated_at: crate::inputs::rfc3339(updated_at),
     }))
 }
 
@@ -109,7 +110,7 @@ pub async fn put_route(
     let name = route_name(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
     let route = parse_put(&body)?;
-    let reply = super::put_route(&state, &who, &name, &route, expected(body.expected_version)?).await?;
+    let reply = put_and_publish(&state, &who, &name, &route, expected(body.expected_version)?).await?;
     Ok(HttpResponse::Ok().json(reply))
 }
 
@@ -159,7 +160,7 @@ pub async fn restore_route(
 ) -> Result<HttpResponse, ApiError> {
     let name = route_name(&path)?;
     let who = actor(&req, &state, &body.reason, true)?;
-    let reply = super::restore_route(&state, &who, &name, body.version, expected(body.expected_version)?).await?;
+    let reply = restore_and_publish(&state, &who, &name, body.version, expected(body.expected_version)?).await?;
     Ok(HttpResponse::Ok().json(reply))
 }
 
@@ -196,32 +197,6 @@ fn attributes(raw: Option<&Value>) -> Result<Attributes, ApiError> {
     Attributes::parse(&loose).map_err(|e| ApiError::bad_request(e.field, e.rule))
 }
 
-/// An optional JSON body: none (or `null`) is the default; anything else must parse.
-fn optional_body<T: serde::de::DeserializeOwned + Default>(bytes: &web::Bytes) -> Result<T, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::from_serde_message(&e.to_string()))
-}
-
-fn route_failure(e: RouteFailure) -> ApiError {
-    match e {
-        RouteFailure::UnknownRoute(name) => unknown_route(&name),
-        RouteFailure::Invalid(e) => ApiError::bad_request(e.field, e.rule),
-        e @ RouteFailure::Unavailable { .. } => ApiError::Unavailable(e.to_string()),
-        RouteFailure::Pool { route, pool, source } => match *source {
-            e @ (PoolError::Exhausted { .. }
-            | PoolError::Unavailable { .. }
-            | PoolError::NothingDrawable(_)
-            | PoolError::UnknownPool(_)) => {
-                ApiError::Unavailable(format!("route {:?} chose pool {pool:?}: {e}", route.as_str()))
-            }
-            other => ApiError::Unexpected(anyhow::Error::new(other)),
-        },
-        other => ApiError::Unexpected(anyhow::Error::new(other)),
-    }
-}
-
 fn decision_reply(d: &client::route::RouteDecision) -> RouteDecision {
     RouteDecision {
         route: d.route.to_string(),
@@ -254,9 +229,9 @@ pub async fn evaluate_route(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let name = route_name(&path)?;
-    let body: EvaluateBody = optional_body(&body)?;
+    let body: EvaluateBody = crate::http::optional_body(&body)?;
     let attributes = attributes(body.attributes.as_ref())?;
-    let decision = state.routes.decide(&name, &attributes).await.map_err(route_failure)?;
+    let decision = state.routes.decide(&name, &attributes).await.map_err(ApiError::from)?;
     Ok(HttpResponse::Ok().json(decision_reply(&decision)))
 }
 
@@ -284,7 +259,7 @@ pub async fn draw_route(
     let name = route_name(&path)?;
     // The route is what the token is bound to; the pool its rules choose comes with it.
     crate::access::principal(&req)?.serves(crate::access::bindings::Resource::Route, name.as_str())?;
-    let body: RouteDrawBody = optional_body(&body)?;
+    let body: RouteDrawBody = crate::http::optional_body(&body)?;
     if body.sticky_key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 256) {
         return Err(ApiError::bad_request("sticky_key", "must be 1..=256 bytes"));
     }
@@ -293,7 +268,7 @@ pub async fn draw_route(
         .routes
         .draw(&state.pools, &name, &attributes, body.sticky_key.as_deref().map(str::as_bytes))
         .await
-        .map_err(route_failure)?;
+        .map_err(ApiError::from)?;
     let d = &drawn.decision;
     state
         .metrics
@@ -307,4 +282,48 @@ pub async fn draw_route(
         source: drawn.draw.source.name().to_owned(),
         tier: drawn.draw.tier,
     }))
+}
+
+/// Creates (`expected_version` 0) or replaces a route, as one audited change, and
+/// publishes it at once (the outbox delivers it otherwise). 409 where the `routes`
+/// approval policy applies: the change then goes through a change request.
+async fn put_and_publish(
+    state: &AppState,
+    who: &Actor,
+    name: &RouteName,
+    route: &Route,
+    expected_version: i64,
+) -> Result<api::WriteReply, ApiError> {
+    let mut tx = state.db.begin().await?;
+    crate::change::store::lock(&mut tx, &Entity::route_key(name)).await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, super::POLICY_SCOPE).await?;
+    let written = store::put_route_tx(&mut tx, &who.ctx(), name, route, expected_version, "route.put").await?;
+    tx.commit().await?;
+    Ok(published(state, name, written).await)
+}
+
+/// Makes a new version of a route equal to its version `version` (a roll forward),
+/// audited as `route.restore_version`; refused as `PUT` would refuse it (a pool it names
+/// that no longer exists, an approval policy), for the current version (422) and for a
+/// version the history does not hold (404).
+async fn restore_and_publish(
+    state: &AppState,
+    who: &Actor,
+    name: &RouteName,
+    version: i64,
+    expected_version: i64,
+) -> Result<api::WriteReply, ApiError> {
+    let mut tx = state.db.begin().await?;
+    crate::change::store::lock(&mut tx, &Entity::route_key(name)).await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, super::POLICY_SCOPE).await?;
+    let written = super::restore_route_tx(&mut tx, &who.ctx(), name, version, expected_version).await?;
+    tx.commit().await?;
+    Ok(published(state, name, written).await)
+}
+
+/// Publishes what a change wrote and makes this instance's data plane see it at once.
+async fn published(state: &AppState, name: &RouteName, written: crate::change::Written) -> api::WriteReply {
+    let published = publish_now(state).await;
+    state.routes.recheck(name);
+    api::WriteReply::of(std::slice::from_ref(&written), published)
 }

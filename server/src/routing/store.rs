@@ -1,5 +1,5 @@
 //! The route tables (`migrations/0017_routes.sql`): a route and its rules as rows. Every
-//! write is one transaction (DESIGN §5): the rows, the route's next snapshot version with
+//! write is one transaction (design.md §5): the rows, the route's next snapshot version with
 //! its audit row and outbox row (entity `route:<name>`), and the version in
 //! `config_history`, or nothing.
 
@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Row};
 
 use crate::change::store::{lock, publish};
-use crate::change::{check_version, ChangeError, Ctx, Entity, Written};
+use crate::change::{check_version, Ctx, Entity, Written};
+use crate::error::ChangeError;
 use crate::inputs::invalid;
 
 /// Every route, by name.
@@ -34,7 +35,7 @@ pub async fn list_routes(db: &PgPool) -> Result<Vec<api::routes::RouteSummary>, 
                 rules: r.try_get("rules")?,
                 default_pool: r.try_get("default_pool")?,
                 pools: r.try_get("pools")?,
-                updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
+                updated_at: crate::inputs::rfc3339(r.try_get("updated_at")?),
             })
         })
         .collect()
@@ -173,7 +174,7 @@ pub async fn route_history(db: &PgPool, name: &RouteName) -> Result<Option<api::
         .map(|r| {
             Ok(api::routes::RouteVersion {
                 version: r.try_get("config_version")?,
-                at: crate::http::rfc3339(r.try_get("created_at")?),
+                at: crate::inputs::rfc3339(r.try_get("created_at")?),
                 actor: r.try_get("actor")?,
                 action: r.try_get("action")?,
                 route: r.try_get("body")?,

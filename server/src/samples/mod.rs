@@ -1,5 +1,6 @@
-//! Pool samples: what each pool drew per minute, for charts ([`routes`]); written by the
-//! `pool_sampler` job and kept in [`store`].
+//! Pool samples: what each pool drew per minute, for charts ([`routes`]); taken by
+//! [`sampler`] (the `pool_sampler` job runs it) and kept in [`store`].
 
 pub mod routes;
+pub mod sampler;
 pub mod store;

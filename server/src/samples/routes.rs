@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::store::{list_samples, pool_exists};
 use crate::error::{ApiError, ErrorBody};
-use crate::jobs::pool_sampler::PoolSample;
+use crate::samples::sampler::PoolSample;
 use crate::state::AppState;
 
 /// How far back a request without `since` reaches.

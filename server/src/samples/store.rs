@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::configuration::SampleRetention;
-use crate::jobs::pool_sampler::{ListLength, MemberSample, PoolSample, MAX_WINDOW, WINDOW, WINDOW_SLACK};
+use crate::samples::sampler::{ListLength, MemberSample, PoolSample, MAX_WINDOW, WINDOW, WINDOW_SLACK};
 
 /// The pools with at least one snapshot in Postgres (entities `pool:<name>`).
 #[tracing::instrument(skip_all, err)]

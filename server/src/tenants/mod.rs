@@ -9,8 +9,11 @@ use client::quota::{FallbackPolicy, GrantId, GrantKind, Tokens};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::change::ChangeError;
+use crate::change::{Ctx, Written};
+use crate::error::ChangeError;
 use crate::inputs::*;
+use crate::plans::{PlanName, PlanSpec};
+use api::plans::Plan;
 
 pub(crate) fn default_ttl_ms() -> i64 {
     600_000
@@ -78,4 +81,64 @@ pub struct Tenant {
     pub grants: Vec<Value>,
     /// What is published to Redis.
     pub snapshot: Value,
+}
+
+/// Changes a plan's limits and republishes every tenant on it, in one transaction under
+/// the configuration lock; 409 where the `plans` approval policy applies.
+pub async fn update_plan(
+    db: &sqlx::PgPool,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    spec: &PlanSpec,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan), ChangeError> {
+    let mut tx = db.begin().await?;
+    crate::change::store::lock(&mut tx, "plans").await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, "plans").await?;
+    let done = update_plan_tx(&mut tx, ctx, name, spec, expected_version).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`update_plan`] in the caller's transaction, without the policy's check: what an
+/// approved change request applies.
+pub(crate) async fn update_plan_tx(
+    tx: &mut sqlx::PgConnection,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    spec: &PlanSpec,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan), ChangeError> {
+    let (written, plan) = crate::plans::store::update_plan_tx(&mut *tx, ctx, name, spec, expected_version).await?;
+    Ok((store::republish_on_plan(tx, ctx, name.as_str(), vec![written]).await?, plan))
+}
+
+/// Restores a plan's limits of its version `version` (`plans::store::restore_plan_tx`) and
+/// republishes every tenant on it, in one transaction; 409 under the `plans` policy.
+pub async fn restore_plan(
+    db: &sqlx::PgPool,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    version: i64,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
+    let mut tx = db.begin().await?;
+    crate::change::store::lock(&mut tx, "plans").await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, "plans").await?;
+    let done = restore_plan_tx(&mut tx, ctx, name, version, expected_version).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// [`restore_plan`] in the caller's transaction, without the policy's check.
+pub(crate) async fn restore_plan_tx(
+    tx: &mut sqlx::PgConnection,
+    ctx: &Ctx<'_>,
+    name: &PlanName,
+    version: i64,
+    expected_version: i64,
+) -> Result<(Vec<Written>, Plan, Vec<api::pools::PoolVersion>), ChangeError> {
+    let (written, plan, undoes) =
+        crate::plans::store::restore_plan_tx(&mut *tx, ctx, name, version, expected_version).await?;
+    Ok((store::republish_on_plan(tx, ctx, name.as_str(), vec![written]).await?, plan, undoes))
 }

@@ -8,7 +8,8 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::*;
 use crate::change::store::{lock, publish};
-use crate::change::{check_version, ChangeError, Ctx, Written};
+use crate::change::{check_version, Ctx, Written};
+use crate::error::ChangeError;
 use crate::inputs::*;
 use crate::plans::store::plan_in;
 
@@ -69,6 +70,25 @@ pub(crate) async fn compile_tenant(tx: &mut PgConnection, tenant: &str) -> Resul
             "fallback": fallback,
         }),
     )))
+}
+
+/// Republishes every tenant on `plan` (its limits just changed), in name order, in the
+/// caller's transaction: `written` (the plan's own change) and each tenant's, in order.
+pub(crate) async fn republish_on_plan(
+    tx: &mut PgConnection,
+    ctx: &Ctx<'_>,
+    plan: &str,
+    mut written: Vec<Written>,
+) -> Result<Vec<Written>, ChangeError> {
+    let tenants: Vec<String> = sqlx::query_scalar("select name from tenant where plan = $1 order by name")
+        .bind(plan)
+        .fetch_all(&mut *tx)
+        .await?;
+    for tenant in tenants {
+        lock(&mut *tx, &crate::change::Entity::tenant_key(&tenant)).await?;
+        written.push(republish_tenant(&mut *tx, ctx, &tenant, "tenant.plan_changed").await?);
+    }
+    Ok(written)
 }
 
 pub(crate) async fn republish_tenant(
@@ -160,7 +180,7 @@ pub async fn restore_tenant(
 ) -> Result<(Written, Vec<api::pools::PoolVersion>), ChangeError> {
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, "tenants").await?;
-    crate::approvals::policy::store::refuse_scope(&mut *tx, "tenants").await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, "tenants").await?;
     let done = restore_tenant_tx(&mut tx, ctx, tenant, version, expected_version).await?;
     tx.commit().await?;
     Ok(done)
@@ -225,7 +245,7 @@ pub async fn list_tenants(db: &PgPool) -> Result<Vec<TenantSummary>, sqlx::Error
                 name: r.try_get("name")?,
                 plan: r.try_get("plan")?,
                 version: r.try_get("version")?,
-                updated_at: crate::http::rfc3339(r.try_get("updated_at")?),
+                updated_at: crate::inputs::rfc3339(r.try_get("updated_at")?),
                 live_grants: r.try_get("live_grants")?,
             })
         })
@@ -351,7 +371,7 @@ pub async fn put_tenant(
 ) -> Result<Written, ChangeError> {
     let mut tx = db.begin().await?;
     crate::change::store::lock(&mut tx, "tenants").await?;
-    crate::approvals::policy::store::refuse_scope(&mut *tx, "tenants").await?;
+    crate::gate::policy::store::refuse_scope(&mut *tx, "tenants").await?;
     let done = put_tenant_tx(&mut tx, ctx, tenant, spec, expected_version).await?;
     tx.commit().await?;
     Ok(done)

@@ -28,7 +28,8 @@ use serde_json::{json, Value};
 use sqlx::{Acquire, PgConnection, PgPool};
 
 use crate::audit::store::Source;
-use crate::change::{ChangeError, Ctx, Written};
+use crate::change::{Ctx, Written};
+use crate::error::ChangeError;
 use crate::state::AppState;
 
 /// Windows judged at most per channel and run (a job that was away catches up this far).
@@ -148,7 +149,7 @@ pub(crate) async fn rerate(
     let mut registration = None;
     if registered.tier.is_some() {
         pools.extend(store::other_tiers_pools(&mut *tx, channel, pool.as_str()).await?);
-        crate::approvals::policy::store::refuse_scope(&mut *tx, "channels").await?;
+        crate::gate::policy::store::refuse_scope(&mut *tx, "channels").await?;
         let before = crate::channels::store::channel_json(&registered);
         store::set_channel_tier(&mut *tx, channel, to).await?;
         let after = crate::channels::store::channel_in(&mut *tx, channel).await?.expect("the channel exists");
@@ -169,7 +170,7 @@ pub(crate) async fn rerate(
         let name =
             PoolName::parse(name).map_err(|e| ChangeError::Invalid { field: "pool".into(), rule: e.to_string() })?;
         if direct || name != *pool {
-            crate::approvals::refuse_direct_write(&mut *tx, &name).await?;
+            crate::gate::refuse_direct_write(&mut *tx, &name).await?;
         }
         let w = crate::pools::store::modify_pool_tx(&mut *tx, ctx, &name, "pool.tier", None, |s| {
             move_channel(s, channel, to)
@@ -409,7 +410,7 @@ pub async fn set_policy(
     // Moves change the pool's configuration: under an approval policy only a person's
     // accepted change request may, so a policy that finds moves is refused (off is not).
     if policy.mode != TierMode::Off {
-        crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
+        crate::gate::refuse_direct_write(&mut *tx, pool).await?;
     }
     let stored = serde_json::to_value(policy)
         .map_err(|e| ChangeError::Invalid { field: "tier_policy".into(), rule: e.to_string() })?;

@@ -10,7 +10,7 @@ use engine::Tier;
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool, Row};
 
-use crate::http::rfc3339;
+use crate::inputs::rfc3339;
 
 /// Every tiers pool's name and raw tier policy, by name.
 pub async fn policies(db: &PgPool) -> Result<Vec<(String, Value)>, sqlx::Error> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::TimeDelta;
 use client::pool::PoolName;
 use integration::{spawn_app, workspace_root, TestApp};
-use server::jobs::pool_sampler;
+use server::samples::sampler as pool_sampler;
 
 /// The files whose metric names must exist, relative to the workspace root.
 const FILES: [&str; 3] =
@@ -64,9 +64,7 @@ fn unexported(used: &BTreeSet<String>, exported: &BTreeMap<String, String>) -> V
 /// outcome report, a reservation and its settle, a refused reservation, and the scheduler's first runs (job leadership and run outcomes).
 async fn metrics_with_every_series(app: &TestApp) -> String {
     assert_eq!(app.get("/readyz").await.status(), 200);
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
-    assert!(delivered.failed.is_empty(), "{delivered:?}");
+    integration::seed_demo(app).await;
 
     // A refill run (its duration and failure series per pool).
     server::jobs::pool_refill::run_once(&app.state).await.unwrap();

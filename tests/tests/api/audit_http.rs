@@ -4,7 +4,7 @@
 use integration::{spawn_app, TestApp};
 use serde_json::{json, Value};
 use server::audit::store::Source;
-use server::change::ChangeError;
+use server::error::ChangeError;
 use server::pools::{apply_change, Change};
 use sqlx::Connection;
 

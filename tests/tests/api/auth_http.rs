@@ -14,8 +14,7 @@ pub(crate) struct Session {
 
 pub(crate) async fn app() -> (TestApp, HashMap<String, String>) {
     let app = spawn_app_with(|s| s.auth.open = false).await;
-    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    let report = integration::seed_demo(&app).await;
     // What each role may write directly (the demo's approval policy on cn-pay would send
     // weight changes through change requests).
     integration::ui::without_demo_policy(&app).await;

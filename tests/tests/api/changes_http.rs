@@ -18,8 +18,7 @@ async fn login(app: &TestApp, name: &str, password: &str) -> Session {
 /// pm (`pm-two`): the sessions by name.
 async fn app() -> (TestApp, HashMap<String, Session>) {
     let app = spawn_app_with(|s| s.auth.open = false).await;
-    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    let report = integration::seed_demo(&app).await;
     let passwords: HashMap<String, String> = report.users.into_iter().map(|(name, _, p)| (name, p)).collect();
     let mut sessions = HashMap::new();
     for role in ["pm", "admin", "viewer", "operator", "auditor"] {

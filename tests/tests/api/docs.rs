@@ -34,9 +34,7 @@ async fn demo_app() -> (TestApp, HashMap<String, String>) {
         std::process::Command::new("jq").arg("--version").output().is_ok_and(|o| o.status.success()),
         "the examples need jq (Debian: apt install jq; scripts/test installs it)"
     );
-    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
-    let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
-    assert!(delivered.failed.is_empty(), "{delivered:?}");
+    let report = integration::seed_demo(&app).await;
     (app, report.users.into_iter().map(|(name, _, password)| (name, password)).collect())
 }
 
@@ -174,8 +172,8 @@ fn anchors(text: &str) -> Vec<String> {
     found
 }
 
-#[test]
-fn every_relative_link_in_the_docs_leads_to_a_file_and_a_heading_that_exist() {
+/// The markdown a reader is sent to: README, ARCHITECTURE, SECURITY, ops/README, docs/.
+fn markdown_files() -> Vec<std::path::PathBuf> {
     let root = workspace_root();
     let mut files: Vec<std::path::PathBuf> =
         ["README.md", "ARCHITECTURE.md", "SECURITY.md", "ops/README.md"].iter().map(|f| root.join(f)).collect();
@@ -185,9 +183,95 @@ fn every_relative_link_in_the_docs_leads_to_a_file_and_a_heading_that_exist() {
             files.push(path);
         }
     }
+    files
+}
+
+/// The texts between backquotes, each trimmed of the punctuation a sentence adds.
+fn backquoted(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).map(|s| s.trim_end_matches([',', '.', ';', ':'])).collect()
+}
+
+/// Whether `name` (a file path from the repository's root, or a Rust path such as
+/// `server::access::requirement`) names something that exists; `None`: not a path this
+/// check reads (a URL, a pattern, a path relative to something else).
+fn names_what_exists(root: &std::path::Path, name: &str) -> Option<bool> {
+    let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+    if let Some((krate, rest)) = name.split_once("::") {
+        if !["server", "client", "engine", "api", "app"].contains(&krate)
+            || !rest.split("::").all(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        {
+            return None;
+        }
+        // Down the module files as far as they go; then the next name must be defined there.
+        let mut dir = root.join(krate).join("src");
+        let mut file = dir.join("lib.rs");
+        for segment in rest.split("::") {
+            let (as_file, as_dir) = (dir.join(format!("{segment}.rs")), dir.join(segment).join("mod.rs"));
+            if as_file.is_file() || as_dir.is_file() {
+                file = if as_file.is_file() { as_file } else { as_dir };
+                dir = dir.join(segment);
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let defined = ["fn ", "struct ", "enum ", "const ", "type ", "trait ", "mod ", "static ", "macro_rules! "]
+                .iter()
+                .any(|k| text.contains(&format!("{k}{segment}")))
+                || text.contains(&format!("pub use {segment}"))
+                || text.lines().any(|l| l.trim_start().starts_with("pub use ") && l.contains(segment));
+            return Some(defined);
+        }
+        return Some(true);
+    }
+    // What a reader makes (`./tessera.toml`) or a build writes (`target/…`) is not in a clone.
+    let first = name.split('/').next().unwrap_or_default();
+    if !name.contains('/') || !plain(name) || [".", "", "target"].contains(&first) || !root.join(first).exists() {
+        return None;
+    }
+    Some(root.join(name.trim_end_matches('/')).exists())
+}
+
+#[test]
+fn every_path_the_docs_and_scripts_name_exists() {
+    let root = workspace_root();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for name in backquoted(&text) {
+            match names_what_exists(&root, name) {
+                Some(true) => checked += 1,
+                Some(false) => missing.push(format!("{}: `{name}`", file.display())),
+                None => {}
+            }
+        }
+    }
+    // The scripts' comments name modules too (`server::access::requirement`).
+    for script in ["scripts/build", "scripts/conformance", "scripts/lib.sh", "scripts/run", "scripts/test", ".ci/run"] {
+        let text = std::fs::read_to_string(root.join(script)).unwrap_or_else(|e| panic!("{script}: {e}"));
+        for word in text.split(|c: char| c.is_whitespace() || "()`'\",;".contains(c)) {
+            if word.contains("::") {
+                match names_what_exists(&root, word.trim_end_matches('.')) {
+                    Some(true) => checked += 1,
+                    Some(false) => missing.push(format!("{script}: {word}")),
+                    None => {}
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} paths checked: is the pattern right?");
+    assert!(missing.is_empty(), "named but missing:\n{}", missing.join("\n"));
+    // The check sees what it checks.
+    assert_eq!(names_what_exists(&root, "server::db"), Some(false));
+    assert_eq!(names_what_exists(&root, "server/src/db.rs"), Some(false));
+    assert_eq!(names_what_exists(&root, "server::access::requirement"), Some(true));
+    assert_eq!(names_what_exists(&root, "/api/v1/pools"), None);
+}
+
+#[test]
+fn every_relative_link_in_the_docs_leads_to_a_file_and_a_heading_that_exist() {
     let mut broken = Vec::new();
     let mut checked = 0;
-    for file in &files {
+    for file in &markdown_files() {
         let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for target in link_targets(&text) {
             if target.contains("://") || target.starts_with("mailto:") {

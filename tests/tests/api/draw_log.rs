@@ -12,9 +12,7 @@ use server::jobs::{draw_log, sample_prune};
 
 async fn seeded_app() -> TestApp {
     let app = spawn_app().await;
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
-    assert!(delivered.failed.is_empty(), "{delivered:?}");
+    integration::seed_demo(&app).await;
     app
 }
 

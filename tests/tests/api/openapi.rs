@@ -1,6 +1,6 @@
 //! The OpenAPI document at `/api/v1/openapi.json`: valid OpenAPI 3, with every reference
 //! resolved, and in step with the routes. The routes are read from the source: every actix
-//! route attribute in `server/src/` (the handlers live in `server/src/routes/`) and every
+//! route attribute in `server/src/` (the handlers live in each resource's `routes.rs`) and every
 //! `/api/v1` registration (`.route("…")`, `web::resource("…")`, as in `startup.rs`) must be
 //! documented, and every documented operation must be one of them.
 
@@ -528,4 +528,56 @@ async fn the_reference_page_shows_every_operation_and_an_example_of_every_reques
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
         assert!(page.contains(&format!("<h3 id=\"schema-{id}\">")), "schema {name} is not on the page");
     }
+}
+
+/// The `/api/v1…` URLs the UI's source writes (string literals, `format!` ones included),
+/// each as path segments: `None` where a `{…}` fills in a segment.
+fn ui_urls() -> Vec<(String, Vec<Option<String>>)> {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    rust_files(&root.join("app/src"), &mut files);
+    let mut urls = Vec::new();
+    for file in files {
+        let source = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        for (at, _) in source.match_indices("\"/api/v1") {
+            let literal = &source[at + 1..];
+            let literal = &literal[..literal.find('"').unwrap_or(literal.len())];
+            let segments = literal
+                .trim_start_matches('/')
+                .split('/')
+                .map(|s| match s.find('{') {
+                    Some(0) => None,
+                    // A query glued to the last segment (`audit.csv{query}`).
+                    Some(i) => Some(s[..i].to_owned()),
+                    None => Some(s.to_owned()),
+                })
+                .collect();
+            let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+            urls.push((format!("{name}: {literal}"), segments));
+        }
+    }
+    urls
+}
+
+#[tokio::test]
+async fn every_api_url_the_ui_writes_is_a_documented_path() {
+    let doc = fetch_document().await;
+    let paths: Vec<Vec<Option<String>>> = documented(&doc)
+        .into_iter()
+        .map(|(_, p)| {
+            p.trim_start_matches('/').split('/').map(|s| (!s.starts_with('{')).then(|| s.to_owned())).collect()
+        })
+        .collect();
+    let urls = ui_urls();
+    assert!(urls.len() >= 15, "only {} URLs found in app/src: is the pattern right?", urls.len());
+    let unknown: Vec<&String> = urls
+        .iter()
+        .filter(|(_, url)| {
+            !paths
+                .iter()
+                .any(|p| p.len() == url.len() && p.iter().zip(url).all(|(a, b)| a.is_none() || b.is_none() || a == b))
+        })
+        .map(|(at, _)| at)
+        .collect();
+    assert!(unknown.is_empty(), "the UI sends to paths the API does not document:\n{unknown:?}");
 }

@@ -1,4 +1,4 @@
-//! Postgres away (DESIGN §2): the data plane keeps serving from Redis, `/readyz` names
+//! Postgres away (design.md §2): the data plane keeps serving from Redis, `/readyz` names
 //! Postgres, admin writes answer 503 and leave nothing half-written, and everything works
 //! again once Postgres is back. The app reaches Postgres through a proxy the test cuts, so
 //! the shared Postgres keeps serving every other test.
@@ -26,8 +26,7 @@ async fn app_behind(proxy: &Proxy) -> TestApp {
         s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
     })
     .await;
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    integration::seed_demo(&app).await;
     app
 }
 
@@ -211,8 +210,7 @@ async fn with_access_control_on_a_verified_data_plane_token_keeps_drawing_while_
         s.auth.open = false;
     })
     .await;
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    integration::seed_demo(&app).await;
     let (status, minted) = app
         .send(reqwest::Method::POST, "/api/v1/tokens", Some(TOKEN), json!({"name": "gateway", "scope": "dataplane"}))
         .await;

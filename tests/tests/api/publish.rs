@@ -5,7 +5,7 @@ use integration::{spawn_app, spawn_app_with, TestApp};
 use serde_json::json;
 use server::audit::store::Source;
 use server::change::Ctx;
-use server::plans::{store as config, PlanName, PlanSpec};
+use server::plans::{PlanName, PlanSpec};
 
 async fn pending(app: &TestApp) -> i64 {
     sqlx::query_scalar("select count(*) from outbox where delivered_at is null").fetch_one(&app.state.db).await.unwrap()
@@ -35,7 +35,7 @@ async fn the_outbox_delivers_each_change_once_and_a_change_moves_the_published_v
         serde_json::from_value(json!({"monthly_tokens": 60_000_000, "daily_requests": 100_000, "concurrency": 64}))
             .unwrap();
     let (written, _) =
-        config::update_plan(&app.state.db, &ctx, &PlanName::parse("pro").unwrap(), &spec, 1).await.unwrap();
+        server::tenants::update_plan(&app.state.db, &ctx, &PlanName::parse("pro").unwrap(), &spec, 1).await.unwrap();
     assert_eq!(written.iter().map(|w| w.entity.as_str()).collect::<Vec<_>>(), vec!["plan:pro", "tenant:acme"]);
     let delivered = server::publish::drain_outbox(&app.state).await.unwrap();
     assert_eq!(delivered.published, vec!["tenant:acme v3"]);
@@ -101,8 +101,7 @@ async fn with_redis_away_from_the_start_a_known_pool_draws_locally_and_a_configu
 #[tokio::test]
 async fn reconcile_makes_a_wiped_redis_whole_again_and_does_nothing_when_nothing_is_stale() {
     let app = spawn_app().await;
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    integration::seed_demo(&app).await;
     assert!(server::publish::reconcile(&app.state).await.unwrap().published.is_empty(), "nothing is stale");
 
     wipe_prefix(&app).await;

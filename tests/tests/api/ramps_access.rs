@@ -13,8 +13,7 @@ use serde_json::{json, Value};
 async fn app() -> (TestApp, HeldJobs, HashMap<String, Session>) {
     let app = spawn_app_with(|s| s.auth.open = false).await;
     let jobs = hold_jobs(&app, &["ramp_guard"]).await;
-    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    let report = integration::seed_demo(&app).await;
     let passwords: HashMap<String, String> = report.users.into_iter().map(|(name, _, p)| (name, p)).collect();
     let mut sessions = HashMap::new();
     for role in ["pm", "admin", "viewer", "operator", "auditor"] {

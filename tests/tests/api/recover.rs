@@ -1,4 +1,4 @@
-//! Redis loses every key of the deployment under load (DESIGN §2; the issue's target:
+//! Redis loses every key of the deployment under load (design.md §2; the issue's target:
 //! "Redis FLUSHALL under load → all pools and quotas served again within 5 s, with zero
 //! config lost"). The test removes every key of its own prefix — what a FLUSHALL does to
 //! this deployment, without a FLUSHALL on the shared Redis — with the scheduler running.

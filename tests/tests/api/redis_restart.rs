@@ -53,8 +53,7 @@ async fn a_redis_killed_and_restarted_empty_under_http_draws_loses_no_draw_and_s
     let port = free_port();
     let mut redis = OwnRedis::start(port);
     let app = spawn_app_with(|s| integration::use_redis(s, &format!("redis://127.0.0.1:{port}"))).await;
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    integration::seed_demo(&app).await;
     let scheduler = server::jobs::Scheduler::start(app.state.clone()).await.unwrap();
 
     // Draws until the pool is served by Redis (the refiller filled it).

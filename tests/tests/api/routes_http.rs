@@ -281,8 +281,7 @@ async fn a_route_change_is_audited_versioned_and_published_atomically_and_a_rest
 async fn under_the_routes_policy_a_route_changes_only_through_a_reviewed_change_request() {
     // Arrange: access control on, the demo data, a second pm and a policy on routes
     let app = spawn_app_with(|s| s.auth.open = false).await;
-    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    let report = integration::seed_demo(&app).await;
     let passwords: HashMap<String, String> = report.users.into_iter().map(|(name, _, p)| (name, p)).collect();
     let pm = Session::sign_in(&app, "demo-pm", &passwords["demo-pm"]).await;
     let admin = Session::sign_in(&app, "demo-admin", &passwords["demo-admin"]).await;

@@ -10,7 +10,8 @@ use client::Clock;
 use integration::{spawn_app, TestApp};
 use serde_json::Value;
 use server::configuration::SampleRetention;
-use server::jobs::{pool_sampler as sampler, sample_prune};
+use server::jobs::sample_prune;
+use server::samples::sampler;
 
 /// The demo data (pools `cn-pay` and `sea-pay`, tenant `acme`, …), published to Redis as
 /// the outbox delivers it.

@@ -22,8 +22,7 @@ async fn guarded_app() -> (TestApp, HashMap<String, String>) {
         s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "admin".into() });
     })
     .await;
-    let report = server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    let report = integration::seed_demo(&app).await;
     let passwords = report.users.into_iter().map(|(name, _, password)| (name, password)).collect();
     (app, passwords)
 }

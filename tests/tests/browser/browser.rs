@@ -55,13 +55,12 @@ async fn the_dashboard_hydrates_and_fetches_live_status_from_the_browser() {
 async fn no_table_overflows_its_card_at_1280_or_1440_pixels_on_any_page() {
     // Arrange: the demo with draws and a sample, so the dashboard has its share tables
     let app = spawn_app().await;
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    integration::seed_demo(&app).await;
     let cn_pay = client::pool::PoolName::parse("cn-pay").unwrap();
     for _ in 0..200 {
         app.state.pools.draw(&cn_pay).await.unwrap();
     }
-    server::jobs::pool_sampler::run_at(&app.state, chrono::Utc::now()).await.unwrap();
+    server::samples::sampler::run_at(&app.state, chrono::Utc::now()).await.unwrap();
     let browser = Browser::start().await.expect("headless chromium");
     let c = &browser.client;
     // Every card, table box and the page itself: content wider than the box means a
@@ -108,8 +107,7 @@ async fn no_table_overflows_its_card_at_1280_or_1440_pixels_on_any_page() {
 #[ignore = "a measurement: run on purpose with --ignored --nocapture"]
 async fn time_to_interactive_on_loopback() {
     let app = spawn_app().await;
-    server::seed::demo_seed(&app.state.db).await.unwrap();
-    server::publish::drain_outbox(&app.state).await.unwrap();
+    integration::seed_demo(&app).await;
     let wasm = app.settings.site_root.join("pkg/tessera.wasm");
     let size = std::fs::metadata(&wasm).unwrap_or_else(|e| panic!("{}: {e}", wasm.display())).len();
     println!("wasm bundle {}: {} bytes", wasm.display(), size);

@@ -12,7 +12,7 @@ use integration::browser::Browser;
 use integration::ui::{app_with_users, hydrated, screenshot, sign_in, text};
 use integration::{spawn_app, TestApp};
 use serde_json::{json, Value};
-use server::jobs::pool_sampler as sampler;
+use server::samples::sampler;
 
 /// Drives `tessera simulate` for a few seconds against every seeded pool and tenant, with
 /// its refiller on (which also builds each pool's standby batch: a refill to count).

@@ -1,6 +1,6 @@
 //! The SQL of scheduled change requests (`scheduled_at`, `migrations/0012_change_schedule.sql`).
 
-use api::changes::ChangeRequest;
+use api::changes::{ChangeRequest, ChangeState};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -24,7 +24,7 @@ pub async fn schedule_request(
         tx.commit().await?;
         return Err(blocked(format!("change request {id} expired at {}", request.expires_at)));
     }
-    if !matches!(request.state.as_str(), "approved" | "scheduled") {
+    if !matches!(request.state, ChangeState::Approved | ChangeState::Scheduled) {
         return Err(blocked(format!(
             "change request {id} is {}: only an approved request is scheduled",
             request.state
@@ -47,7 +47,16 @@ pub async fn schedule_request(
         .bind(ctx.actor)
         .execute(&mut *tx)
         .await?;
-    set_state(&mut tx, ctx, id, "scheduled", "change.schedule", None, json!({"at": crate::http::rfc3339(at)})).await?;
+    set_state(
+        &mut tx,
+        ctx,
+        id,
+        ChangeState::Scheduled,
+        "change.schedule",
+        None,
+        json!({"at": crate::inputs::rfc3339(at)}),
+    )
+    .await?;
     let request = request_in(&mut tx, id, false).await?.ok_or_else(|| not_found(id))?;
     tx.commit().await?;
     Ok(request)
@@ -62,9 +71,10 @@ pub async fn suspend_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, why: &str) -> 
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-    if state.as_deref() == Some("scheduled") {
+    if state.as_deref() == Some(ChangeState::Scheduled.as_str()) {
         let outcome = json!({"reason": why});
-        set_state(&mut tx, ctx, id, "suspended", "change.suspend", Some(&outcome), json!({"why": why})).await?;
+        set_state(&mut tx, ctx, id, ChangeState::Suspended, "change.suspend", Some(&outcome), json!({"why": why}))
+            .await?;
     }
     tx.commit().await
 }
@@ -73,9 +83,10 @@ pub async fn suspend_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, why: &str) -> 
 pub async fn due_requests(db: &PgPool, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<(i64, String)>, sqlx::Error> {
     sqlx::query_as(
         "select id, coalesce(scheduled_by, author) from change_request
-         where state = 'scheduled' and scheduled_at <= $1 order by scheduled_at, id",
+         where state = $2 and scheduled_at <= $1 order by scheduled_at, id",
     )
     .bind(now)
+    .bind(ChangeState::Scheduled.as_str())
     .fetch_all(db)
     .await
 }
@@ -88,22 +99,27 @@ pub async fn expire_due(
     ctx: &Ctx<'_>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Vec<i64>, sqlx::Error> {
-    const OPEN: &str = "state in ('in_review', 'approved', 'scheduled', 'suspended') and expires_at <= $1";
-    let due: Vec<i64> = sqlx::query_scalar(&format!("select id from change_request where {OPEN} order by id"))
-        .bind(now)
-        .fetch_all(db)
-        .await?;
+    let open = ChangeState::names(&ChangeState::OPEN);
+    let due: Vec<i64> =
+        sqlx::query_scalar("select id from change_request where state = any($2) and expires_at <= $1 order by id")
+            .bind(now)
+            .bind(&open)
+            .fetch_all(db)
+            .await?;
     let mut expired = Vec::new();
     for id in due {
         let mut tx = db.begin().await?;
         lock(&mut tx, &format!("change:{id}")).await?;
-        let still: bool = sqlx::query_scalar(&format!("select {OPEN} from change_request where id = $2 for update"))
-            .bind(now)
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
+        let still: bool = sqlx::query_scalar(
+            "select state = any($3) and expires_at <= $1 from change_request where id = $2 for update",
+        )
+        .bind(now)
+        .bind(id)
+        .bind(&open)
+        .fetch_one(&mut *tx)
+        .await?;
         if still {
-            set_state(&mut tx, ctx, id, "expired", "change.expire", None, json!({})).await?;
+            set_state(&mut tx, ctx, id, ChangeState::Expired, "change.expire", None, json!({})).await?;
             expired.push(id);
         }
         tx.commit().await?;

@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Row};
 
 use crate::change::store::lock;
-use crate::change::{check_version, ChangeError, Ctx};
+use crate::change::{check_version, Ctx};
+use crate::error::ChangeError;
 use crate::inputs::*;
 use crate::pools::store::{compile_pool, put_pool_tx, record_config};
 use crate::pools::{parse_pool_body, PoolWritten};
@@ -18,7 +19,7 @@ use crate::pools::{parse_pool_body, PoolWritten};
 pub(crate) fn version_row(r: &sqlx::postgres::PgRow) -> Result<api::pools::PoolVersion, sqlx::Error> {
     Ok(api::pools::PoolVersion {
         version: r.try_get("config_version")?,
-        at: crate::http::rfc3339(r.try_get("created_at")?),
+        at: crate::inputs::rfc3339(r.try_get("created_at")?),
         actor: r.try_get("actor")?,
         action: r.try_get("action")?,
         snapshot: r.try_get("body")?,
@@ -64,7 +65,7 @@ pub async fn restore_pool(
         .await?
         .ok_or_else(|| ChangeError::NotFound(format!("unknown pool {:?}", pool.as_str())))?;
     check_version(&entity, Some(expected_version), current)?;
-    crate::approvals::refuse_direct_write(&mut *tx, pool).await?;
+    crate::gate::refuse_direct_write(&mut *tx, pool).await?;
     let (body, undoes) = restored(&mut tx, pool, version, current, &current_body).await?;
     let written = put_pool_tx(&mut tx, ctx, pool.as_str(), "pool.restore_version", &body, Some(current)).await?;
     tx.commit().await?;

@@ -9,7 +9,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use crate::change::store::{audit, lock};
 use crate::change::Ctx;
 use crate::error::ApiError;
-use crate::http::rfc3339;
+use crate::inputs::rfc3339;
 
 const COLUMNS: &str =
     "id, audit_id, entity, action, actor, policy_scope, at, acknowledged_by, acknowledged_at, comment";
@@ -39,7 +39,7 @@ pub async fn flag(
     action: &str,
     audit_id: i64,
 ) -> Result<(), sqlx::Error> {
-    let Some(policy) = crate::approvals::policy::store::policy_for(&mut *tx, pool).await? else {
+    let Some(policy) = crate::gate::policy::store::policy_for(&mut *tx, pool).await? else {
         return Ok(());
     };
     insert(tx, ctx, &crate::change::Entity::pool_key(pool), action, &policy.scope, audit_id).await
@@ -55,7 +55,7 @@ pub async fn flag_scope(
     scope: &str,
     audit_id: i64,
 ) -> Result<(), sqlx::Error> {
-    if crate::approvals::policy::store::policy_of(&mut *tx, scope).await?.is_none() {
+    if crate::gate::policy::store::policy_of(&mut *tx, scope).await?.is_none() {
         return Ok(());
     }
     insert(tx, ctx, entity, action, scope, audit_id).await

@@ -9,7 +9,7 @@ use sqlx::{PgPool, Row};
 use crate::change::store::{audit, lock};
 use crate::change::Ctx;
 use crate::error::ApiError;
-use crate::http::rfc3339;
+use crate::inputs::rfc3339;
 
 /// A policy as written by `PUT /api/v1/policies/{scope}`.
 #[derive(Debug, Clone)]
@@ -120,7 +120,7 @@ pub async fn delete_policy(db: &PgPool, ctx: &Ctx<'_>, scope: &str, expected_ver
         return Err(ApiError::Conflict { entity, expected: expected_version, current: before.version });
     }
     let audit_id = audit(&mut tx, ctx, &entity, "policy.delete", Some(&json!(before)), None).await?;
-    crate::approvals::break_glass::store::flag_policy_removal(&mut tx, ctx, scope, audit_id).await?;
+    crate::gate::break_glass::store::flag_policy_removal(&mut tx, ctx, scope, audit_id).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -137,9 +137,9 @@ pub async fn policy_of<'e>(db: impl sqlx::PgExecutor<'e>, scope: &str) -> Result
 /// 409 naming the policy when one applies to `scope` (`channels`, `plans`, `tenants`): its
 /// writes go through change requests. Called in the write's transaction, after the
 /// configuration lock.
-pub async fn refuse_scope<'e>(db: impl sqlx::PgExecutor<'e>, scope: &str) -> Result<(), crate::change::ChangeError> {
+pub async fn refuse_scope<'e>(db: impl sqlx::PgExecutor<'e>, scope: &str) -> Result<(), crate::error::ChangeError> {
     if let Some(p) = policy_of(db, scope).await? {
-        return Err(crate::change::ChangeError::Blocked {
+        return Err(crate::error::ChangeError::Blocked {
             field: "policy".into(),
             rule: format!(
                 "approval policy {scope:?} applies: propose the change with POST /api/v1/changes ({} approval(s) by {})",
