@@ -68,6 +68,7 @@ pub struct ReserveBody {
 /// An estimate reserves at least one token: an empty prompt needs a `max_tokens` above 0.
 #[derive(utoipa::ToSchema)]
 #[serde(untagged)]
+#[allow(dead_code, reason = "the documented shape: utoipa reads it, ReserveBody parses requests")]
 pub enum ReserveRequest {
     Tokens(ReserveTokens),
     Prompt(ReservePrompt),
@@ -77,6 +78,7 @@ pub enum ReserveRequest {
 /// Reserve an amount of tokens.
 #[derive(utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code, reason = "the documented shape: utoipa reads it, ReserveBody parses requests")]
 pub struct ReserveTokens {
     /// The caller's id for this request: a retried reserve with the same id reserves nothing more.
     pub request_id: RequestId,
@@ -88,6 +90,7 @@ pub struct ReserveTokens {
 /// Reserve what a prompt and the most the model may write are estimated to use.
 #[derive(utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code, reason = "the documented shape: utoipa reads it, ReserveBody parses requests")]
 pub struct ReservePrompt {
     /// The caller's id for this request: a retried reserve with the same id reserves nothing more.
     pub request_id: RequestId,
@@ -106,6 +109,7 @@ pub struct ReservePrompt {
 /// Reserve what the model may write after an empty prompt.
 #[derive(utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code, reason = "the documented shape: utoipa reads it, ReserveBody parses requests")]
 pub struct ReserveEmptyPrompt {
     /// The caller's id for this request: a retried reserve with the same id reserves nothing more.
     pub request_id: RequestId,

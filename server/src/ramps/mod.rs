@@ -15,7 +15,7 @@ pub mod start;
 pub mod store;
 pub mod view;
 
-pub use plan::{Hold, OnBreach, Plan, PlanInput, Step};
+pub use plan::PlanInput;
 
 /// Stages a gradual abort walks back through (each a published version).
 pub const ABORT_STAGES: u64 = 5;
