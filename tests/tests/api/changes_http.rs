@@ -972,3 +972,26 @@ async fn a_tenant_request_whose_tenant_moved_is_suspended_and_a_plan_restore_app
     .unwrap();
     assert!(reason.contains("restores version 1"), "{reason}");
 }
+
+/// The states the database's check constraints allow are exactly those of the enums the
+/// server binds and the API and the UI name (one definition; the migration can only
+/// repeat it, so this holds them together).
+#[tokio::test]
+async fn the_states_the_database_allows_are_the_states_the_api_names() {
+    use api::changes::ChangeState;
+    use api::ramps::RampState;
+    let app = integration::spawn_app().await;
+    for (constraint, names) in [
+        ("ramp_state_check", RampState::names(&RampState::ALL)),
+        ("change_request_state_check", ChangeState::names(&ChangeState::ALL)),
+    ] {
+        let definition: String =
+            sqlx::query_scalar("select pg_get_constraintdef(oid) from pg_constraint where conname = $1")
+                .bind(constraint)
+                .fetch_one(&app.state.db)
+                .await
+                .unwrap_or_else(|e| panic!("{constraint}: {e}"));
+        let allowed: std::collections::BTreeSet<&str> = definition.split('\'').skip(1).step_by(2).collect();
+        assert_eq!(allowed, names.into_iter().collect(), "{constraint}: {definition}");
+    }
+}
