@@ -46,6 +46,39 @@ impl Refusal {
     }
 }
 
+/// The pages' one way of writing: sends `body` with `method` to `path` from the browser
+/// ([`send`]), clears `busy` when the answer comes, then hands the reply to `done` or the
+/// refusal to `refused`. On the server (a page being rendered) nothing is sent.
+pub fn write(
+    method: &'static str,
+    path: String,
+    csrf: String,
+    body: serde_json::Value,
+    busy: leptos::prelude::RwSignal<bool>,
+    done: impl FnOnce(serde_json::Value) + 'static,
+    refused: impl FnOnce(Refusal) + 'static,
+) {
+    #[cfg(feature = "hydrate")]
+    leptos::task::spawn_local(async move {
+        use leptos::prelude::Set;
+        let answer = send(method, &path, &csrf, &body).await;
+        busy.set(false);
+        match answer {
+            Ok(reply) => done(reply),
+            Err(refusal) => refused(refusal),
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (method, path, csrf, body, busy, done, refused);
+}
+
+/// Reloads the page (after a write that changes what the whole page shows); nothing on
+/// the server.
+pub fn reload() {
+    #[cfg(feature = "hydrate")]
+    let _ = leptos::prelude::window().location().reload();
+}
+
 /// Sends `body` with `method` (`POST` or `PUT`; `Value::Null`: no body) to `url`, with the
 /// CSRF token; answers the reply's JSON (`null` when it has none) or the refusal.
 #[cfg(feature = "hydrate")]

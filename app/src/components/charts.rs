@@ -6,6 +6,8 @@
 
 use leptos::prelude::*;
 
+use super::number::percent;
+
 /// The line chart's drawing area, in viewBox units.
 const WIDTH: f64 = 600.0;
 const HEIGHT: f64 = 170.0;
@@ -141,10 +143,6 @@ fn points_text(deviation: f64) -> String {
     }
 }
 
-fn percent(share: f64) -> String {
-    format!("{:.1}%", share * 100.0)
-}
-
 /// Actual against expected shares as a table: each row gives the numbers and a bar of the
 /// deviation (right of the centre line: more than expected; left: less). The bars share
 /// one scale, the largest deviation rounded up (at least ±5 pp), named in the caption.
@@ -185,8 +183,8 @@ pub fn DeviationBars(id: String, caption: String, rows: Vec<ShareRow>) -> impl I
                             Some(_) => ("", "even"),
                         };
                         let actual = match (r.actual, r.draws) {
-                            (Some(a), Some((own, all))) => format!("{} ({own} of {all})", percent(a)),
-                            (Some(a), None) => percent(a),
+                            (Some(a), Some((own, all))) => format!("{} ({own} of {all})", percent(a, 1)),
+                            (Some(a), None) => percent(a, 1),
                             (None, _) => "—".to_owned(),
                         };
                         // Half the bar's width is `scale_pp` points.
@@ -200,7 +198,7 @@ pub fn DeviationBars(id: String, caption: String, rows: Vec<ShareRow>) -> impl I
                                 data-actual=r.actual.map(|a| format!("{a:.4}")).unwrap_or_default()
                             >
                                 <th scope="row"><code>{r.member.clone()}</code></th>
-                                <td class="num">{percent(r.expected)}</td>
+                                <td class="num">{percent(r.expected, 1)}</td>
                                 <td class="num">{actual}</td>
                                 <td class=format!("num deviation-{class}")>
                                     {sign}{deviation.map(points_text).unwrap_or_else(|| "—".to_owned())}

@@ -5,6 +5,7 @@
 
 use leptos::prelude::*;
 
+use super::number::percent;
 use crate::api::OutcomeMinute;
 
 const WIDTH: f64 = 640.0;
@@ -114,7 +115,7 @@ pub fn OutcomeCharts(
         .iter()
         .map(|t| {
             let y = n(y_of(t.rate, 1.0, h1));
-            let label = format!("{} threshold {:.1} %", t.label, t.rate * 100.0);
+            let label = format!("{} threshold {}", t.label, percent(t.rate, 1));
             view! {
                 <g class="threshold">
                     <line x1=n(LEFT) y1=y.clone() x2=n(WIDTH - RIGHT) y2=y.clone() stroke-dasharray="6 4"/>

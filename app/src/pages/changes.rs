@@ -312,22 +312,18 @@ fn run_then(
     busy: RwSignal<bool>,
     then: impl Fn() + 'static,
 ) {
-    #[cfg(feature = "hydrate")]
-    leptos::task::spawn_local(async move {
-        match crate::api::rest::send("POST", &path, &page.csrf.get_value(), &body).await {
-            Ok(_) => {
-                page.said.set(Some(said));
-                busy.set(false);
-                then();
-            }
-            Err(refusal) => {
-                page.said.set(Some(format!("Not done: {}", refusal.message())));
-                busy.set(false);
-            }
-        }
-    });
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (page, path, body, said, busy, then);
+    crate::api::rest::write(
+        "POST",
+        path,
+        page.csrf.get_value(),
+        body,
+        busy,
+        move |_| {
+            page.said.set(Some(said));
+            then();
+        },
+        move |refusal| page.said.set(Some(format!("Not done: {}", refusal.message()))),
+    );
 }
 
 /// What a request changes, as its reviewers see it: its kind, each configuration field

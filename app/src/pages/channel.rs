@@ -4,10 +4,14 @@
 //! with every transition marked and numbered, and the same transitions as a table (the
 //! chart's text alternative).
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
 use crate::api::{channel_history, ChannelDetail, PoolDecay};
+use crate::components::detail::{DetailPage, ShowFound};
+use crate::components::number::percent;
 use crate::components::outcome_chart::{Mark, OutcomeCharts, Threshold};
 use crate::components::step_chart::{Step, StepChart};
 
@@ -18,20 +22,10 @@ const MIN_SPAN_MS: i64 = 3_600_000;
 #[component]
 pub fn ChannelPage() -> impl IntoView {
     let params = use_params_map();
-    let code = move || params.with(|p| p.get("code").unwrap_or_default());
-    let detail = Resource::new(code, channel_history);
-    view! {
-        <p><a href="/channels">"← All channels"</a></p>
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match detail.await {
-                    Ok(Some(channel)) => view! { <ChannelView channel/> }.into_any(),
-                    Ok(None) => view! { <h1>"Unknown channel"</h1><p>"There is no channel " <code>{code()}</code> "."</p> }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">"Could not load the channel: " {e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Suspense>
-    }
+    let code = Signal::derive(move || params.with(|p| p.get("code").unwrap_or_default()));
+    let found = Resource::new(move || code.get(), channel_history);
+    let show: ShowFound<ChannelDetail> = Arc::new(|channel, _| view! { <ChannelView channel/> }.into_any());
+    view! { <DetailPage list="/channels" plural="channels" kind="channel" name=code found show/> }
 }
 
 #[component]
@@ -133,7 +127,7 @@ fn PoolHistory(pool: PoolDecay, now: i64) -> impl IntoView {
                             <td class="nowrap">{p.at}</td>
                             <td>{p.from} " → " <strong>{p.to}</strong></td>
                             <td>{p.weight_before} " → " {p.effective_weight}</td>
-                            <td>{p.success_rate.map(|r| format!("{:.1} %", r * 100.0)).unwrap_or_else(|| "–".into())}</td>
+                            <td>{p.success_rate.map(|r| percent(r, 1)).unwrap_or_else(|| "–".into())}</td>
                             <td>{p.reason}</td>
                         </tr>
                     }).collect_view()}

@@ -8,6 +8,7 @@ use engine::Weights;
 use leptos::prelude::*;
 
 use crate::components::form::Field;
+use crate::components::number::percent;
 
 /// The periods offered, in minutes back from now; `custom` takes two local times.
 const PERIODS: [(&str, &str); 5] = [
@@ -18,12 +19,8 @@ const PERIODS: [(&str, &str); 5] = [
     ("10080", "the last 7 days"),
 ];
 
-fn percent(x: f64) -> String {
-    format!("{:.2} %", x * 100.0)
-}
-
 fn rate(x: Option<f64>) -> String {
-    x.map_or_else(|| "—".to_owned(), percent)
+    x.map_or_else(|| "—".to_owned(), |x| percent(x, 2))
 }
 
 /// The traffic-replay section of a pool's page. `typed`: the weights the editor holds now
@@ -140,9 +137,9 @@ fn Report(report: ReplayReport) -> impl IntoView {
                     {report.members.into_iter().map(|m: MemberReplay| { let key = m.member.clone(); view! {
                         <tr data-member=key>
                             <th scope="row"><code>{m.member}</code></th>
-                            <td>{percent(m.expected_share)}</td>
-                            <td class="recorded">{format!("{} ({})", m.recorded_draws, percent(m.recorded_share))}</td>
-                            <td class="replayed">{format!("{} ({})", m.replayed_draws, percent(m.replayed_share))}</td>
+                            <td>{percent(m.expected_share, 2)}</td>
+                            <td class="recorded">{format!("{} ({})", m.recorded_draws, percent(m.recorded_share, 2))}</td>
+                            <td class="replayed">{format!("{} ({})", m.replayed_draws, percent(m.replayed_share, 2))}</td>
                             <td class="cap-hits">{m.cap_hits}</td>
                             <td>{if m.outcomes == 0 { "no outcomes".to_owned() } else { format!("{} of {}", rate(m.success_rate), m.outcomes) }}</td>
                         </tr>

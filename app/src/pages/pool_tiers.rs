@@ -7,16 +7,13 @@ use leptos::prelude::*;
 
 use crate::api::pools::pool_tiers;
 use crate::components::form::{required_reason, ReasonField};
-
-fn percent(rate: f64) -> String {
-    format!("{:.1}%", rate * 100.0)
-}
+use crate::components::number::percent;
 
 fn rates(rates: &[f64]) -> String {
     if rates.is_empty() {
         "—".into()
     } else {
-        rates.iter().map(|r| percent(*r)).collect::<Vec<_>>().join(", ")
+        rates.iter().map(|r| percent(*r, 1)).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -27,9 +24,9 @@ fn mode_text(tiers: &AdaptiveTiers) -> String {
         "Mode {mode}: windows of {} min, at least {} outcomes; G at ≥ {}, N at ≥ {}, margin {}; {} windows in a row to move, at most one move per {} min.",
         p.window_minutes,
         p.min_volume,
-        percent(p.good_at_least),
-        percent(p.normal_at_least),
-        percent(p.margin),
+        percent(p.good_at_least, 1),
+        percent(p.normal_at_least, 1),
+        percent(p.margin, 1),
         p.windows,
         p.cooldown_ms / 60_000
     )
@@ -164,24 +161,19 @@ fn decide(
     };
     busy.set(true);
     message.set(None);
-    let (_pool, _csrf) = target.get_value();
-    let _body = serde_json::json!({"reason": why});
-    let _ = (id, what);
-    #[cfg(feature = "hydrate")]
-    leptos::task::spawn_local(async move {
-        let url = format!("/api/v1/pools/{_pool}/tier_moves/{id}/{what}");
-        match crate::api::rest::send("POST", &url, &_csrf, &_body).await {
-            Ok(_) => {
-                let _ = window().location().reload();
-            }
-            Err(refusal) => {
-                message.set(Some(format!(
-                    "Not {}: {}",
-                    if what == "accept" { "accepted" } else { "dismissed" },
-                    refusal.message()
-                )));
-                busy.set(false);
-            }
-        }
-    });
+    let (pool, csrf) = target.get_value();
+    let body = serde_json::json!({"reason": why});
+    let url = format!("/api/v1/pools/{pool}/tier_moves/{id}/{what}");
+    crate::api::rest::write(
+        "POST",
+        url,
+        csrf,
+        body,
+        busy,
+        |_| crate::api::rest::reload(),
+        move |refusal| {
+            let word = if what == "accept" { "accepted" } else { "dismissed" };
+            message.set(Some(format!("Not {word}: {}", refusal.message())));
+        },
+    );
 }

@@ -3,6 +3,8 @@
 //! and health; pms and admins change its weights (with a preview computed by the engine in
 //! the browser), peak windows and caps here.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
@@ -12,9 +14,10 @@ use engine::{BatchSize, Ordering, WeightError, Weights};
 use crate::api::pools::POOL_SORTS;
 use crate::api::{get_pool, list_pools, MemberView, PoolDetail, PoolList, SessionInfo, WeightEntry};
 use crate::components::charts::grouped;
+use crate::components::detail::{DetailPage, ShowFound};
 use crate::components::form::ReasonField;
-use crate::components::layout::CurrentSession;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
+use crate::components::number::percent;
 use crate::pages::pool_history::PoolHistory;
 use crate::pages::pool_limits::{submit_change, CapsForm, Change, EditTarget, LimitsTable, PeakWindowsForm};
 use crate::pages::pool_replay::PoolReplay;
@@ -89,22 +92,10 @@ fn PoolTable(list: PoolList) -> impl IntoView {
 #[component]
 pub fn PoolPage() -> impl IntoView {
     let params = use_params_map();
-    let name = move || params.with(|p| p.get("name").unwrap_or_default());
-    let pool = Resource::new(name, get_pool);
-    let session = expect_context::<CurrentSession>().0;
-    view! {
-        <p><a href="/pools">"← All pools"</a></p>
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                let session = session.await.ok().flatten();
-                match pool.await {
-                    Ok(Some(pool)) => view! { <PoolView pool session/> }.into_any(),
-                    Ok(None) => view! { <h1>"Unknown pool"</h1><p>"There is no pool " <code>{name()}</code> "."</p> }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">"Could not load the pool: " {e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Suspense>
-    }
+    let name = Signal::derive(move || params.with(|p| p.get("name").unwrap_or_default()));
+    let found = Resource::new(move || name.get(), get_pool);
+    let show: ShowFound<PoolDetail> = Arc::new(|pool, session| view! { <PoolView pool session/> }.into_any());
+    view! { <DetailPage list="/pools" plural="pools" kind="pool" name found show/> }
 }
 
 #[component]
@@ -299,7 +290,7 @@ fn WeightsForm(
                                 Err(e) if error_member(e) == Some(name.as_str()) => Some(e.to_string()),
                                 _ => None,
                             });
-                            let new_share = move || proposed.with(|p| p.as_ref().and_then(|p| p.members.get(i)).map(|m| percent(m.share)).unwrap_or_else(|| "–".into()));
+                            let new_share = move || proposed.with(|p| p.as_ref().and_then(|p| p.members.get(i)).map(|m| percent(m.share, 2)).unwrap_or_else(|| "–".into()));
                             let new_count = move || proposed.with(|p| p.as_ref().and_then(|p| p.members.get(i)).map(batch_count).unwrap_or_else(|| "–".into()));
                             view! {
                                 <tr data-member=member.clone()>
@@ -309,7 +300,7 @@ fn WeightsForm(
                                             prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
                                         <span class="field-error" id=error_id role="alert">{field_error}</span>
                                     </td>
-                                    <td>{now.as_ref().map(|m| percent(m.share))}</td>
+                                    <td>{now.as_ref().map(|m| percent(m.share, 2))}</td>
                                     <td id=format!("preview-share-{member}")>{new_share}</td>
                                     <td>{now.as_ref().map(batch_count)}</td>
                                     <td id=format!("preview-count-{member}")>{new_count}</td>
@@ -370,10 +361,6 @@ fn ordering_name(o: Ordering) -> &'static str {
         Ordering::Shuffle => "shuffle",
         Ordering::Smooth => "smooth",
     }
-}
-
-fn percent(share: f64) -> String {
-    format!("{:.2} %", share * 100.0)
 }
 
 fn batch_count(m: &MemberPreview) -> String {

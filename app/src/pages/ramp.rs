@@ -13,6 +13,7 @@ use crate::api::ramps::pool_ramp;
 use crate::api::SessionInfo;
 use crate::components::form::{required_reason, Field, ReasonField};
 use crate::components::layout::CurrentSession;
+use crate::components::number::percent;
 use api::ramps::{RampDetail, RampSample, RampState};
 
 /// The ramp page.
@@ -63,7 +64,7 @@ fn share_text(weights: &std::collections::BTreeMap<String, u64>) -> String {
     let total: u64 = weights.values().sum();
     weights
         .iter()
-        .map(|(m, w)| format!("{m} {:.2}%", if total == 0 { 0.0 } else { *w as f64 * 100.0 / total as f64 }))
+        .map(|(m, w)| format!("{m} {}", percent(if total == 0 { 0.0 } else { *w as f64 / total as f64 }, 2)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -190,7 +191,7 @@ fn GuardChart(samples: Vec<RampSample>, threshold: Option<f64>) -> impl IntoView
     view! {
         <figure id="ramp-chart">
             <figcaption>"Success rate per member at each evaluation (0–100 %)"
-                {threshold.map(|t| format!("; dashed: the threshold {:.1} %", t * 100.0))}
+                {threshold.map(|t| format!("; dashed: the threshold {}", percent(t, 1)))}
                 "; red: a breach"</figcaption>
             <svg viewBox=format!("0 0 {w} {h}") class="chart" role="img" aria-label="success rate per member">
                 <rect x="0" y="0" width=w height=h fill="none" stroke="#ccc"/>
@@ -243,16 +244,11 @@ fn Controls(
                         Err(e) => { message.set(Some(e)); return; }
                     };
                     busy.set(true);
-                    let _body = serde_json::json!({"reason": why});
-                    let _url = format!("/api/v1/ramps/{id}/{control}");
-                    let _csrf = csrf.get_value();
-                    #[cfg(feature = "hydrate")]
-                    leptos::task::spawn_local(async move {
-                        match crate::api::rest::send("POST", &_url, &_csrf, &_body).await {
-                            Ok(_) => { let _ = window().location().reload(); }
-                            Err(refusal) => { message.set(Some(format!("Not done: {}", refusal.message()))); busy.set(false); }
-                        }
-                    });
+                    let body = serde_json::json!({"reason": why});
+                    let url = format!("/api/v1/ramps/{id}/{control}");
+                    let csrf = csrf.get_value();
+                    crate::api::rest::write("POST", url, csrf, body, busy, |_| crate::api::rest::reload(),
+                        move |refusal| message.set(Some(format!("Not done: {}", refusal.message()))));
                 };
                 view! {
                     <button type="button" id=format!("ramp-{control}") class=if control == "abort" { "danger" } else { "" }

@@ -3,6 +3,8 @@
 //! browser) and, for pm and admin, the editor (the route as JSON, checked by the engine as
 //! it is typed; the tester decides with the edit too, before it is saved).
 
+use std::sync::Arc;
+
 use std::collections::BTreeMap;
 
 use engine::route::{Attributes, Loose, Route};
@@ -11,6 +13,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::api::routes::{get_route, list_routes, RouteSummary, RouteView};
 use crate::api::SessionInfo;
+use crate::components::detail::{DetailPage, ShowFound};
 use crate::components::form::{required_reason, Field, ReasonField};
 use crate::components::layout::CurrentSession;
 
@@ -112,22 +115,10 @@ fn CreateRoute(csrf: String) -> impl IntoView {
 #[component]
 pub fn RoutePage() -> impl IntoView {
     let params = use_params_map();
-    let name = move || params.with(|p| p.get("name").unwrap_or_default());
-    let route = Resource::new(name, get_route);
-    let session = expect_context::<CurrentSession>().0;
-    view! {
-        <p><a href="/routes">"← All routes"</a></p>
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                let session = session.await.ok().flatten();
-                match route.await {
-                    Ok(Some(view)) => view! { <RouteView view session/> }.into_any(),
-                    Ok(None) => view! { <h1>"Unknown route"</h1><p>"There is no route " <code>{name()}</code> "."</p> }.into_any(),
-                    Err(e) => view! { <p class="error" role="alert">"Could not load the route: " {e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Suspense>
-    }
+    let name = Signal::derive(move || params.with(|p| p.get("name").unwrap_or_default()));
+    let found = Resource::new(move || name.get(), get_route);
+    let show: ShowFound<RouteView> = Arc::new(|view, session| view! { <RouteView view session/> }.into_any());
+    view! { <DetailPage list="/routes" plural="routes" kind="route" name found show/> }
 }
 
 /// A route's JSON as typed, parsed by the engine: the route, or the field and rule broken.

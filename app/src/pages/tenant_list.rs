@@ -9,6 +9,7 @@ use crate::api::tenants::TENANT_SORTS;
 use crate::api::{list_tenant_page, TenantList};
 use crate::components::charts::grouped;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
+use crate::components::number::percent;
 
 /// The tenants list: search, sort and pages, all in the URL.
 #[component]
@@ -53,7 +54,7 @@ fn TenantTable(page: TenantList) -> impl IntoView {
         .into_iter()
         .map(|t| {
             let (percent, state) = match &t.usage {
-                Ok(u) => (format!("{:.1} %", u.percent()), u.state().to_owned()),
+                Ok(u) => (percent(u.percent() / 100.0, 1), u.state().to_owned()),
                 Err(why) => ("—".to_owned(), why.clone()),
             };
             view! {

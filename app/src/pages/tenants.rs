@@ -503,27 +503,23 @@ fn save(
     busy: RwSignal<bool>,
     refused: impl FnOnce(Refusal) + 'static,
 ) {
-    #[cfg(feature = "hydrate")]
-    leptos::task::spawn_local(async move {
-        match crate::api::rest::send("POST", &path, &editor.csrf.get_value(), &body).await {
-            Ok(reply) => {
-                let published = if reply["published"].as_bool() == Some(true) {
-                    " Redis has it now."
-                } else {
-                    " It reaches Redis with the next outbox delivery."
-                };
-                editor.done.set(Some(format!("{said}{published}")));
-                busy.set(false);
-                editor.tenant.refetch();
-            }
-            Err(refusal) => {
-                refused(refusal);
-                busy.set(false);
-            }
-        }
-    });
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (editor, path, body, said, busy, refused);
+    crate::api::rest::write(
+        "POST",
+        path,
+        editor.csrf.get_value(),
+        body,
+        busy,
+        move |reply| {
+            let published = if reply["published"].as_bool() == Some(true) {
+                " Redis has it now."
+            } else {
+                " It reaches Redis with the next outbox delivery."
+            };
+            editor.done.set(Some(format!("{said}{published}")));
+            editor.tenant.refetch();
+        },
+        refused,
+    );
 }
 
 #[cfg(test)]

@@ -360,26 +360,22 @@ fn run(
     busy: RwSignal<bool>,
     reveal: impl FnOnce(&serde_json::Value) -> Option<Revealed> + 'static,
 ) {
-    #[cfg(feature = "hydrate")]
-    leptos::task::spawn_local(async move {
-        match crate::api::rest::send(method, &path, &page.csrf.get_value(), &body).await {
-            Ok(reply) => {
-                if let Some(r) = reveal(&reply) {
-                    page.revealed.set(Some(r));
-                }
-                page.done.set(Some(said));
-                busy.set(false);
-                page.editing.set(None);
-                page.access.refetch();
+    crate::api::rest::write(
+        method,
+        path,
+        page.csrf.get_value(),
+        body,
+        busy,
+        move |reply| {
+            if let Some(r) = reveal(&reply) {
+                page.revealed.set(Some(r));
             }
-            Err(refusal) => {
-                error.set(Some(refusal));
-                busy.set(false);
-            }
-        }
-    });
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (page, method, path, body, said, error, busy, reveal);
+            page.done.set(Some(said));
+            page.editing.set(None);
+            page.access.refetch();
+        },
+        move |refusal| error.set(Some(refusal)),
+    );
 }
 
 #[cfg(test)]

@@ -58,7 +58,7 @@ async fn a_pm_accepts_a_suggested_tier_move_on_the_pool_page() {
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("tier-moves")).await.expect("the moves");
     hydrated(c).await;
     let row = cell_text(c, "#tier-moves tbody tr").await;
-    assert!(row.contains("GRAB_G1") && row.contains("G → N") && row.contains("60.0%, 60.0%, 60.0%"), "{row}");
+    assert!(row.contains("GRAB_G1") && row.contains("G → N") && row.contains("60.0 %, 60.0 %, 60.0 %"), "{row}");
     assert!(row.contains("open"), "{row}");
     let policy = cell_text(c, "#tier-policy").await;
     assert!(policy.starts_with("Mode suggest"), "{policy}");
