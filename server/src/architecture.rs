@@ -84,8 +84,8 @@ fn server_sources() -> BTreeMap<String, (PathBuf, String)> {
 /// starts with: `use crate::{a::b, c::{d, e}}`, `crate::a::f(…)`, `super::g` (from a file's
 /// unit tests, `super` is the file itself), `"crate::inputs::integer"` in an attribute.
 fn imports(module: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
-    let code: String = text.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n");
-    let tests_from = code.find("#[cfg(test)]").unwrap_or(code.len());
+    let code: String = text.lines().map(without_comment).collect::<Vec<_>>().join("\n");
+    let tests_from = tests_start(&code);
     let mut found = BTreeSet::new();
     for keyword in ["crate::", "super::"] {
         for (at, _) in code.match_indices(keyword) {
@@ -263,12 +263,34 @@ fn a_planted_upward_import_and_a_planted_cycle_are_named_with_both_files() {
 }
 
 fn is_route_module(text: &str) -> bool {
-    ["#[get(", "#[post(", "#[put(", "#[patch(", "#[delete("].iter().any(|a| text.contains(a))
+    let attributes = ["#[get(", "#[post(", "#[put(", "#[patch(", "#[delete("];
+    without_tests(text).lines().any(|l| attributes.iter().any(|a| l.trim_start().starts_with(a)))
 }
 
-/// The code of a file without its `#[cfg(test)]` part (unit tests come last, by house style).
+/// Where a file's unit tests begin: its `#[cfg(test)] mod …` (last, by house style; a
+/// `#[cfg(test)]` on a single item does not end the code).
+fn tests_start(text: &str) -> usize {
+    text.find("#[cfg(test)]\nmod ").unwrap_or(text.len())
+}
+
+/// The code of a file without its unit tests.
 fn without_tests(text: &str) -> &str {
-    text.find("#[cfg(test)]").map_or(text, |i| &text[..i])
+    &text[..tests_start(text)]
+}
+
+/// A line without its `//` comment (a `//` inside a string, as in `"redis://…"`, is not one).
+fn without_comment(line: &str) -> &str {
+    let mut quoted = false;
+    let mut previous = ' ';
+    for (i, c) in line.char_indices() {
+        match c {
+            '"' if previous != '\\' && previous != '\'' => quoted = !quoted,
+            '/' if !quoted && previous == '/' => return &line[..i - 1],
+            _ => {}
+        }
+        previous = c;
+    }
+    line
 }
 
 /// Whether `text` names module `module` (`crate::pools::routes`, `super::routes`, …).
@@ -352,10 +374,15 @@ fn the_checks_see_what_they_check() {
     assert!(names("use super::routes::x;", "pools::store", "pools::routes"));
     assert!(!names("use super::routes::x;", "health::store", "pools::routes"));
     assert_eq!(without_tests("a\n#[cfg(test)]\nmod tests {}"), "a\n");
+    assert_eq!(without_tests("a\n#[cfg(test)]\nfn b() {}\n"), "a\n#[cfg(test)]\nfn b() {}\n");
+    assert_eq!(without_comment("let u = \"redis://x\"; // crate::y"), "let u = \"redis://x\"; ");
+    assert!(!is_route_module("/// `#[get(\"/x\")]` in a comment"));
     assert!(is_route_module("#[get(\"/x\")]"));
     assert_eq!(use_paths("{a::b,c::{d,e::*}};"), ["a::b", "c::d", "c::e::*"]);
     assert_eq!(use_paths("a::b::f(x);"), ["a::b::f"]);
     let modules: BTreeSet<String> = ["a", "a::b", "a::c", "d"].map(String::from).into();
     let text = "use super::c;\nuse crate::{d, a::b::{x}};\n// crate::e\n#[cfg(test)]\nmod tests { use super::*; }";
+    let strings = "let s = \"a://b\"; crate::d::f();";
+    assert_eq!(imports("a::b", strings, &modules), ["d"].map(String::from).into());
     assert_eq!(imports("a::b", text, &modules), ["a::c", "d"].map(String::from).into());
 }

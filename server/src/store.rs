@@ -212,6 +212,15 @@ pub async fn drop_database(admin: &mut PgConnection, name: &str) -> Result<(), s
     Ok(())
 }
 
+/// State names as a SQL list (`'running', 'paused'`), for a query whose partial index is
+/// defined on those literals: a bound array would keep a generic plan from using the
+/// index. The names are the enums' own identifiers (`RampState`, `ChangeState`), never
+/// input.
+pub(crate) fn sql_names(names: &[&'static str]) -> String {
+    debug_assert!(names.iter().all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
+    names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

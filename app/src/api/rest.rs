@@ -72,11 +72,31 @@ pub fn write(
     let _ = (method, path, csrf, body, busy, done, refused);
 }
 
-/// Reloads the page (after a write that changes what the whole page shows); nothing on
-/// the server.
-pub fn reload() {
+/// [`write`] for a change to what the whole page shows: once done the page is read again,
+/// and `busy` stays set until it is replaced (a second press meanwhile would send the
+/// change twice); a refusal clears `busy` and goes to `refused`.
+pub fn write_then_reload(
+    path: String,
+    csrf: String,
+    body: serde_json::Value,
+    busy: leptos::prelude::RwSignal<bool>,
+    refused: impl FnOnce(Refusal) + 'static,
+) {
     #[cfg(feature = "hydrate")]
-    let _ = leptos::prelude::window().location().reload();
+    leptos::task::spawn_local(async move {
+        use leptos::prelude::Set;
+        match send("POST", &path, &csrf, &body).await {
+            Ok(_) => {
+                let _ = leptos::prelude::window().location().reload();
+            }
+            Err(refusal) => {
+                busy.set(false);
+                refused(refusal);
+            }
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (path, csrf, body, busy, refused);
 }
 
 /// Sends `body` with `method` (`POST` or `PUT`; `Value::Null`: no body) to `url`, with the

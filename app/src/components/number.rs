@@ -2,7 +2,12 @@
 
 /// A fraction (0.253) as a percentage with `decimals` digits after the point: `25.3 %`.
 pub fn percent(fraction: f64, decimals: usize) -> String {
-    format!("{:.decimals$} %", fraction * 100.0)
+    points(fraction * 100.0, decimals)
+}
+
+/// A value already in percent (25.3) written as [`percent`] writes a fraction.
+pub fn points(percent: f64, decimals: usize) -> String {
+    format!("{percent:.decimals$} %")
 }
 
 #[cfg(test)]
@@ -14,5 +19,10 @@ mod tests {
         assert_eq!(percent(0.253, 1), "25.3 %");
         assert_eq!(percent(0.5, 2), "50.00 %");
         assert_eq!(percent(0.0, 0), "0 %");
+        assert_eq!(
+            super::points(0.85, 1),
+            format!("{:.1} %", 0.85),
+            "a value in percent is not divided and multiplied back"
+        );
     }
 }

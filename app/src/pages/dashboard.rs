@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use crate::api::dashboard::{Dashboard as DashboardData, MemberShare, PoolCard, QuotaOverview, TenantQuota, SPAN_MS};
 use crate::api::{get_dashboard, get_system_status, DependencyStatus, SystemStatus};
 use crate::components::charts::{grouped, DeviationBars, LineChart, ShareRow, StateItem, StateStrip};
-use crate::components::number::percent;
+use crate::components::number::points;
 
 /// How often the pools and quotas are read again while the page is visible.
 pub use crate::components::refresh::REFRESH_EVERY;
@@ -267,7 +267,7 @@ fn TenantRow(tenant: TenantQuota) -> impl IntoView {
                     <rect class="used" x="0" y="0" width=format!("{used_w:.2}") height="10"/>
                     <rect class="reserved" x=format!("{used_w:.2}") y="0" width=format!("{reserved_w:.2}") height="10"/>
                 </svg>
-                " " {or_dash(t.percent.map(|p| percent(p / 100.0, 1)))}
+                " " {or_dash(t.percent.map(|p| points(p, 1)))}
             </td>
             <td class="num">{t.open} " of " {t.concurrency}</td>
         </tr>

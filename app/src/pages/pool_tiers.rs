@@ -164,16 +164,8 @@ fn decide(
     let (pool, csrf) = target.get_value();
     let body = serde_json::json!({"reason": why});
     let url = format!("/api/v1/pools/{pool}/tier_moves/{id}/{what}");
-    crate::api::rest::write(
-        "POST",
-        url,
-        csrf,
-        body,
-        busy,
-        |_| crate::api::rest::reload(),
-        move |refusal| {
-            let word = if what == "accept" { "accepted" } else { "dismissed" };
-            message.set(Some(format!("Not {word}: {}", refusal.message())));
-        },
-    );
+    crate::api::rest::write_then_reload(url, csrf, body, busy, move |refusal| {
+        let word = if what == "accept" { "accepted" } else { "dismissed" };
+        message.set(Some(format!("Not {word}: {}", refusal.message())));
+    });
 }

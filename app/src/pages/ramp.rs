@@ -247,7 +247,7 @@ fn Controls(
                     let body = serde_json::json!({"reason": why});
                     let url = format!("/api/v1/ramps/{id}/{control}");
                     let csrf = csrf.get_value();
-                    crate::api::rest::write("POST", url, csrf, body, busy, |_| crate::api::rest::reload(),
+                    crate::api::rest::write_then_reload(url, csrf, body, busy,
                         move |refusal| message.set(Some(format!("Not done: {}", refusal.message()))));
                 };
                 view! {

@@ -9,7 +9,7 @@ use crate::api::tenants::TENANT_SORTS;
 use crate::api::{list_tenant_page, TenantList};
 use crate::components::charts::grouped;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
-use crate::components::number::percent;
+use crate::components::number::points;
 
 /// The tenants list: search, sort and pages, all in the URL.
 #[component]
@@ -54,7 +54,7 @@ fn TenantTable(page: TenantList) -> impl IntoView {
         .into_iter()
         .map(|t| {
             let (percent, state) = match &t.usage {
-                Ok(u) => (percent(u.percent() / 100.0, 1), u.state().to_owned()),
+                Ok(u) => (points(u.percent(), 1), u.state().to_owned()),
                 Err(why) => ("—".to_owned(), why.clone()),
             };
             view! {

@@ -56,9 +56,6 @@ pub(crate) fn is_loopback_host(headers: &actix_web::http::header::HeaderMap) -> 
 }
 
 async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Principal>, ApiError> {
-    let Some(tokens) = req.app_data::<actix_web::web::Data<TokenCache>>() else {
-        return Err(ApiError::Unexpected(anyhow::anyhow!("the API token cache is not registered with the app")));
-    };
     if state.auth.open {
         // Served without credentials, so only to this machine: a request whose Host is not a
         // loopback name (a rebound DNS name, a forwarded port) is refused, and a write a
@@ -90,6 +87,9 @@ async fn identify(req: &ServiceRequest, state: &AppState) -> Result<Option<Princ
                 return Ok(Some(Principal { name: admin.actor.clone(), via: Via::Configured }));
             }
         }
+        let Some(tokens) = req.app_data::<actix_web::web::Data<TokenCache>>() else {
+            return Err(ApiError::Unexpected(anyhow::anyhow!("the API token cache is not registered with the app")));
+        };
         let unknown = || ApiError::Unauthorized("the bearer token is unknown or revoked".into());
         let address =
             crate::throttle::client_address(req.peer_addr(), req.headers(), state.trusted_proxy_header.as_deref());

@@ -64,9 +64,10 @@ pub async fn insert_ramp(tx: &mut PgConnection, new: &NewRamp<'_>) -> Result<Ram
 
 /// The live ramp of a pool, if any.
 pub async fn live_ramp_of(tx: &mut PgConnection, pool: &str) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar("select id from ramp where pool = $1 and state = any($2)")
+    // The states as literals: the predicate of the partial index `ramp_live_per_pool`.
+    let live = crate::store::sql_names(&RampState::names(&RampState::LIVE));
+    sqlx::query_scalar(&format!("select id from ramp where pool = $1 and state in ({live})"))
         .bind(pool)
-        .bind(RampState::names(&RampState::LIVE))
         .fetch_optional(&mut *tx)
         .await
 }

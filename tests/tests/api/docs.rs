@@ -186,9 +186,19 @@ fn markdown_files() -> Vec<std::path::PathBuf> {
     files
 }
 
-/// The texts between backquotes, each trimmed of the punctuation a sentence adds.
-fn backquoted(text: &str) -> Vec<&str> {
-    text.split('`').skip(1).step_by(2).map(|s| s.trim_end_matches([',', '.', ';', ':'])).collect()
+/// The texts between backquotes, each trimmed of the punctuation a sentence adds (code
+/// blocks' fences are left out: their backquotes come in threes).
+fn backquoted(text: &str) -> Vec<String> {
+    let prose = text.replace("```", "");
+    assert!(prose.matches('`').count().is_multiple_of(2), "an odd number of backquotes: a quote is not closed");
+    prose.split('`').skip(1).step_by(2).map(|s| s.trim_end_matches([',', '.', ';', ':']).to_owned()).collect()
+}
+
+/// The folders a clone does not have (`/target`, `/.tools`, `/data`: what `.gitignore`
+/// names at the root): what a path into them names is made by a run, not kept.
+fn ignored_folders(root: &std::path::Path) -> Vec<String> {
+    let ignore = std::fs::read_to_string(root.join(".gitignore")).unwrap_or_default();
+    ignore.lines().filter_map(|l| l.strip_prefix('/')).map(|l| l.trim_end_matches('/').to_owned()).collect()
 }
 
 /// Whether `name` (a file path from the repository's root, or a Rust path such as
@@ -213,18 +223,22 @@ fn names_what_exists(root: &std::path::Path, name: &str) -> Option<bool> {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap_or_default();
-            let defined = ["fn ", "struct ", "enum ", "const ", "type ", "trait ", "mod ", "static ", "macro_rules! "]
-                .iter()
-                .any(|k| text.contains(&format!("{k}{segment}")))
-                || text.contains(&format!("pub use {segment}"))
-                || text.lines().any(|l| l.trim_start().starts_with("pub use ") && l.contains(segment));
+            let word =
+                |line: &str| line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| w == segment);
+            let kinds = ["fn ", "struct ", "enum ", "const ", "type ", "trait ", "mod ", "static ", "macro_rules! "];
+            let defined = text.lines().any(|l| {
+                let l = l.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+                let l = l.trim_start_matches("async ");
+                (kinds.iter().any(|k| l.starts_with(k)) || l.starts_with("use ")) && word(l)
+            });
             return Some(defined);
         }
         return Some(true);
     }
-    // What a reader makes (`./tessera.toml`) or a build writes (`target/…`) is not in a clone.
+    // What a reader makes (`./tessera.toml`) or a run writes (`target/…`, `data/…`) is not in a clone.
     let first = name.split('/').next().unwrap_or_default();
-    if !name.contains('/') || !plain(name) || [".", "", "target"].contains(&first) || !root.join(first).exists() {
+    let made = [".", ""].contains(&first) || ignored_folders(root).iter().any(|f| f == first);
+    if !name.contains('/') || !plain(name) || made || !root.join(first).exists() {
         return None;
     }
     Some(root.join(name.trim_end_matches('/')).exists())
@@ -238,7 +252,7 @@ fn every_path_the_docs_and_scripts_name_exists() {
     for file in markdown_files() {
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for name in backquoted(&text) {
-            match names_what_exists(&root, name) {
+            match names_what_exists(&root, &name) {
                 Some(true) => checked += 1,
                 Some(false) => missing.push(format!("{}: `{name}`", file.display())),
                 None => {}

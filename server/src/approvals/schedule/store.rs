@@ -81,12 +81,13 @@ pub async fn suspend_request(db: &PgPool, ctx: &Ctx<'_>, id: i64, why: &str) -> 
 
 /// The scheduled requests due at `now`, oldest time first, with who scheduled each.
 pub async fn due_requests(db: &PgPool, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<(i64, String)>, sqlx::Error> {
-    sqlx::query_as(
+    // The state as a literal: the predicate of the partial index `change_request_due_idx`.
+    sqlx::query_as(&format!(
         "select id, coalesce(scheduled_by, author) from change_request
-         where state = $2 and scheduled_at <= $1 order by scheduled_at, id",
-    )
+         where state = {} and scheduled_at <= $1 order by scheduled_at, id",
+        crate::store::sql_names(&[ChangeState::Scheduled.as_str()])
+    ))
     .bind(now)
-    .bind(ChangeState::Scheduled.as_str())
     .fetch_all(db)
     .await
 }
