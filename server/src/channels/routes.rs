@@ -156,7 +156,7 @@ pub struct ChannelBody {
         (status = 200, description = "Changed", body = ChannelWritten),
         (status = 400, description = "A malformed channel code in the path or a malformed body, naming the field, or a negative `expected_version`", body = ErrorBody),
         (status = 404, description = "Unknown channel", body = ErrorBody),
-        (status = 409, description = "The channel is at another version than `expected_version`", body = ConflictBody),
+        (status = 409, description = "The channel is at another version than `expected_version` (a `ConflictBody`), or the `channels` approval policy applies (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "A tier the channel does not serve in a tiers pool that holds it", body = ErrorBody),
     ),
 )]

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{store, PlanName, PlanSpec};
-use crate::error::{ApiError, ConflictBody, ErrorBody};
+use crate::error::{ApiError, ErrorBody};
 use crate::http::{actor, expected, malformed};
 use crate::publish::publish_now;
 use crate::state::AppState;
@@ -164,7 +164,7 @@ pub async fn create_plan(
         (status = 200, description = "Changed, and every tenant on the plan republished", body = PlanChanged),
         (status = 400, description = "A malformed body, naming the field: a malformed plan name in the path, a `name` other than the path's, a missing or negative `expected_version`, a limit out of range", body = ErrorBody),
         (status = 404, description = "Unknown plan", body = ErrorBody),
-        (status = 409, description = "The plan is at another version than `expected_version`", body = ConflictBody),
+        (status = 409, description = "The plan is at another version than `expected_version` (a `ConflictBody`), or the `plans` approval policy applies (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
     ),
 )]
 #[put("/api/v1/plans/{plan}")]
@@ -219,7 +219,7 @@ pub async fn plan_versions(state: web::Data<AppState>, path: web::Path<String>) 
         (status = 200, description = "Restored and republished", body = PlanRestored),
         (status = 400, description = "A malformed plan name or body, a version below 1, a negative `expected_version`, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown plan, or a version its history does not hold", body = ErrorBody),
-        (status = 409, description = "The plan is at another version than `expected_version`", body = ConflictBody),
+        (status = 409, description = "The plan is at another version than `expected_version` (a `ConflictBody`), or the `plans` approval policy applies (an `ErrorBody` naming `policy`)", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "The version is the current one (field `version`)", body = ErrorBody),
     ),
 )]

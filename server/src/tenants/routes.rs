@@ -81,7 +81,7 @@ pub struct TenantBody {
     responses(
         (status = 200, description = "Created or changed, and its quota republished", body = WriteReply),
         (status = 400, description = "A malformed tenant name or body, naming the field: an unknown field, a missing `expected_version`, a `reason` that is not a string", body = ErrorBody),
-        (status = 409, description = "The tenant is at another version than `expected_version` (0: it exists already)", body = ConflictBody),
+        (status = 409, description = "The tenant is at another version than `expected_version` (0: it exists already) (a `ConflictBody`), or the `tenants` approval policy applies (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "An unknown plan, or a setting out of range (`reservation_ttl_ms`, `retention_days`)", body = ErrorBody),
     ),
 )]
@@ -353,7 +353,7 @@ pub async fn tenant_versions(state: web::Data<AppState>, path: web::Path<String>
         (status = 200, description = "Restored and republished", body = TenantRestored),
         (status = 400, description = "A malformed tenant name or body, a version below 1, a negative `expected_version`, or a missing reason", body = ErrorBody),
         (status = 404, description = "Unknown tenant, or a version its history does not hold", body = ErrorBody),
-        (status = 409, description = "The tenant is at another version than `expected_version`", body = ConflictBody),
+        (status = 409, description = "The tenant is at another version than `expected_version` (a `ConflictBody`), or the `tenants` approval policy applies (an `ErrorBody` naming `policy`)", body = crate::schema::ConflictOrDuplicateBody),
         (status = 422, description = "The version is the current one (field `version`), or names a plan that no longer exists (field `plan`)", body = ErrorBody),
     ),
 )]

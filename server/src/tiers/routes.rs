@@ -64,6 +64,7 @@ pub struct TierPolicyBody {
         (status = 200, description = "Stored and audited (nothing is published: the next window is judged under it)", body = TierPolicyStored),
         (status = 400, description = "A malformed pool name or body, a missing reason, or a policy that does not parse (an unknown field or a wrong type; field `tier_policy`)", body = ErrorBody),
         (status = 404, description = "Unknown pool", body = ErrorBody),
+        (status = 409, description = "An approval policy applies to the pool and the mode is not off (naming `policy`): moves would change its configuration without a review; set the mode through a change request or keep it off", body = ErrorBody),
         (status = 422, description = "A field out of range, `normal_at_least` less than twice the margin below `good_at_least`, `good_at_least` above 1 − margin, or `normal_at_least` not above the margin (naming `tier_policy.<field>`); a mode other than off for a pool that is not of kind tiers (`tier_policy.mode`)", body = ErrorBody),
     ),
 )]
