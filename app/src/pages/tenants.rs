@@ -312,7 +312,7 @@ fn GrantForm(tenant: String, editor: Editor) -> impl IntoView {
                         <option value="bonus">"bonus: pays first"</option>
                     </select>
                 </Field>
-                {input("amount", "Tokens", "text", amount, "1 to 9007199254740991")}
+                {input("amount", "Tokens", "text", amount, "e.g. 500000")}
                 <Field id=field("priority") label="Priority (bonus only; lower pays first)" error=Signal::derive(error_of("priority"))>
                     <input id=priority_id type="text" inputmode="numeric" placeholder="0"
                         disabled=move || kind.get() != "bonus" aria-describedby=priority_error
