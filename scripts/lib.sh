@@ -10,6 +10,7 @@ cd "$ROOT"
 # Versions the build needs. wasm-bindgen-cli must equal the wasm-bindgen crate in Cargo.lock.
 APP_OUTPUT_NAME="tessera"  # app::OUTPUT_NAME: the wasm, js and css under the site's pkg/
 BINARYEN_NPM_VERSION="132"
+AXE_NPM_VERSION="4.10.2"
 TOOLS="$ROOT/.tools"
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/tessera}"
@@ -87,6 +88,15 @@ ensure_wasm_opt() {
   say "installing wasm-opt (npm binaryen@$BINARYEN_NPM_VERSION) into .tools/"
   mkdir -p "$TOOLS/npm"
   npm install --silent --no-audit --no-fund --prefix "$TOOLS/npm" "binaryen@$BINARYEN_NPM_VERSION" >/dev/null
+}
+
+# axe-core, the accessibility checker the browser tests inject into every page.
+ensure_axe() {
+  if grep -qs "\"version\": \"$AXE_NPM_VERSION\"" "$TOOLS/npm/node_modules/axe-core/package.json"; then return; fi
+  command -v npm >/dev/null || apt_install nodejs npm
+  say "installing axe-core@$AXE_NPM_VERSION (npm) into .tools/ (browser tests)"
+  mkdir -p "$TOOLS/npm"
+  npm install --silent --no-audit --no-fund --prefix "$TOOLS/npm" "axe-core@$AXE_NPM_VERSION" >/dev/null
 }
 
 ensure_chromium() {

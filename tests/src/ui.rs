@@ -118,6 +118,11 @@ impl Session {
         Self { cookie, csrf }
     }
 
+    /// A GET with the cookie: its status and JSON body.
+    pub async fn get(&self, app: &TestApp, path: &str) -> (u16, serde_json::Value) {
+        crate::json_reply(app.request(reqwest::Method::GET, path).header("cookie", &self.cookie)).await
+    }
+
     /// Sends a request with the cookie, the CSRF token and the app's own origin.
     pub async fn send(
         &self,
@@ -162,4 +167,64 @@ pub async fn wait_for_text(c: &Client, id: &str) -> String {
         .text()
         .await
         .unwrap()
+}
+
+/// Moves the pointer over `element` (its centre), as a person hovering it: CSS `:hover`
+/// applies, which a script's synthetic events would not do.
+pub async fn hover(c: &Client, element: &fantoccini::elements::Element) {
+    use fantoccini::actions::{InputSource, MouseActions, PointerAction};
+    let actions = MouseActions::new("mouse".to_owned()).then(PointerAction::MoveToElement {
+        element: element.clone(),
+        duration: None,
+        x: 0.0,
+        y: 0.0,
+    });
+    c.perform_actions(actions).await.expect("moving the pointer");
+}
+
+/// axe-core's serious and critical violations on the page shown (the npm package, which
+/// scripts/test installs under `.tools/`), each as `rule: help — the first elements`.
+pub async fn axe_violations(c: &Client) -> Vec<String> {
+    let path = crate::workspace_root().join(".tools/npm/node_modules/axe-core/axe.min.js");
+    let source = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/test installs axe-core there)", path.display()));
+    c.execute(&format!("{source}\nreturn typeof axe;"), vec![]).await.expect("injecting axe-core");
+    let run = "const done = arguments[arguments.length - 1];
+        axe.run(document, { resultTypes: ['violations'] }).then(r => done(r.violations
+            .filter(v => v.impact === 'serious' || v.impact === 'critical')
+            .map(v => v.id + ' (' + v.impact + '): ' + v.help + ' — '
+                + v.nodes.slice(0, 4).map(n => n.target.join(' ')).join(', '))),
+            e => done(['axe failed: ' + e]));";
+    let found = c.execute_async(run, vec![]).await.expect("running axe-core");
+    serde_json::from_value(found).expect("axe's answer is a list of strings")
+}
+
+/// What does not fit on the page shown: the page scrolling sideways, a card wider than its
+/// box, a chart's text (ticks, labels, marks, titles) outside its chart or time ticks that
+/// overlap, and any SVG text outside its figure (or its SVG, outside a figure). Empty when everything fits.
+pub async fn overflows(c: &Client) -> Vec<String> {
+    let script = "const bad = [];
+        const visible = e => getComputedStyle(e).display !== 'none' && e.getClientRects().length > 0;
+        const outside = (r, box) => r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1;
+        const d = document.documentElement;
+        if (d.scrollWidth > d.clientWidth + 1) bad.push('the page scrolls sideways: ' + d.scrollWidth + ' > ' + d.clientWidth);
+        document.querySelectorAll('.card').forEach(e => {
+            if (e.scrollWidth > e.clientWidth + 1) {
+                const right = e.getBoundingClientRect().right;
+                const wide = [...e.querySelectorAll('*')].filter(k => k.getBoundingClientRect().right > right + 1)
+                    .slice(0, 3).map(k => k.tagName.toLowerCase() + (k.id ? '#' + k.id : '') + (k.className && k.className.baseVal === undefined ? '.' + k.className : ''));
+                bad.push('card ' + (e.id || e.getAttribute('aria-labelledby') || e.className) + ': ' + e.scrollWidth + ' > ' + e.clientWidth + ' (' + wide.join(', ') + ')');
+            } });
+        document.querySelectorAll('figure.plot').forEach(f => {
+            const box = f.getBoundingClientRect();
+            f.querySelectorAll('.plot-tick, .plot-rule-label, .plot-mark, .plot-axis-title, figcaption').forEach(t => {
+                if (visible(t) && outside(t.getBoundingClientRect(), box)) bad.push(f.id + ': \"' + t.textContent + '\" outside its chart'); });
+            const ticks = [...f.querySelectorAll('.plot-x .plot-tick')].filter(visible).map(t => t.getBoundingClientRect());
+            for (let i = 1; i < ticks.length; i++) if (ticks[i].left < ticks[i - 1].right) bad.push(f.id + ': time ticks overlap');
+        });
+        document.querySelectorAll('svg text').forEach(t => {
+            const box = (t.closest('figure') || t.ownerSVGElement).getBoundingClientRect();
+            if (visible(t) && outside(t.getBoundingClientRect(), box)) bad.push('svg text \"' + t.textContent + '\" outside its figure'); });
+        return bad;";
+    serde_json::from_value(c.execute(script, vec![]).await.expect("measuring the page")).unwrap()
 }

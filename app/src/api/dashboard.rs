@@ -33,6 +33,8 @@ pub struct Dashboard {
     /// Every pool, by name.
     pub pools: Vec<PoolCard>,
     pub quotas: QuotaOverview,
+    /// What needs attention now, the critical first (see [`super::attention`]).
+    pub attention: Vec<super::attention::Concern>,
 }
 
 /// One point of a pool's list length.
@@ -146,8 +148,27 @@ pub struct QuotaOverview {
 /// The dashboard now, for any signed-in user. A GET: it is read every few seconds.
 #[server(prefix = "/sfn", endpoint = "dashboard", input = GetUrl)]
 pub async fn get_dashboard() -> Result<Dashboard, ServerFnError> {
-    super::session::ssr::require_session().await?;
-    super::backend()?.dashboard().await.map_err(ServerFnError::new)
+    let session = super::session::ssr::require_session().await?;
+    let backend = super::backend()?;
+    let mut dashboard = backend.dashboard().await.map_err(ServerFnError::new)?;
+    // What the strip needs beyond the cards: live ramps, the requests in review and the
+    // flags not yet acknowledged.
+    let ramps = backend.live_ramps().await.map_err(ServerFnError::new)?;
+    let in_review = super::changes::ChangeQuery {
+        state: Some(api::changes::ChangeState::InReview.as_str().to_owned()),
+        ..Default::default()
+    };
+    let changes = backend.change_list(in_review).await.map_err(ServerFnError::new)?;
+    let flags = backend.break_glass().await.map_err(ServerFnError::new)?;
+    dashboard.attention = super::attention::concerns(
+        &dashboard.pools,
+        &dashboard.quotas.tenants,
+        &ramps,
+        &changes.list.rows,
+        &flags,
+        Some((&session.user, &session.role)),
+    );
+    Ok(dashboard)
 }
 
 /// What the server hands over to build the dashboard from, and the pure functions that

@@ -3,6 +3,7 @@
 //! crate never talks to Postgres or Redis itself.
 
 pub mod access;
+pub mod attention;
 pub mod audit;
 pub mod changes;
 pub mod channels;

@@ -1,29 +1,11 @@
-//! Small SVG charts of our own: a line chart of a series over time, deviation bars of
-//! actual against expected shares, and a strip of states. Each scales with its container
-//! (a `viewBox`, no fixed size), renders the same on the server and in the browser, and
-//! carries its numbers as text: a caption and a summary for the line chart, a table
-//! around the bars, a word (and a symbol) beside every colour.
+//! Figures beside the charts of `plot`: deviation bars of actual against expected shares
+//! (a table, each row with a bar), a strip of states, and numbers grouped for reading.
+//! Each carries its numbers as text: a table around the bars, a word (and a symbol)
+//! beside every colour.
 
 use leptos::prelude::*;
 
 use super::number::percent;
-
-/// The line chart's drawing area, in viewBox units.
-const WIDTH: f64 = 600.0;
-const HEIGHT: f64 = 170.0;
-const LEFT: f64 = 52.0;
-const RIGHT: f64 = 8.0;
-const TOP: f64 = 8.0;
-const BOTTOM: f64 = 22.0;
-
-/// The shortest span a time axis shows, so that a few samples do not stretch across it.
-const MIN_SPAN_MS: i64 = 5 * 60 * 1000;
-
-/// `HH:MM:SS` (UTC) of a time in milliseconds since the epoch.
-pub fn clock(at_ms: i64) -> String {
-    let s = at_ms.div_euclid(1000).rem_euclid(86_400);
-    format!("{:02}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60)
-}
 
 /// A count with thousands separated by commas (`52,000,000`), for tables of large numbers.
 pub fn grouped(n: u64) -> String {
@@ -36,88 +18,6 @@ pub fn grouped(n: u64) -> String {
         out.push(d);
     }
     out
-}
-
-/// An axis maximum at or above `max` that reads well: 1, 2 or 5 times a power of ten.
-fn nice_ceiling(max: u64) -> u64 {
-    let mut step = 1u64;
-    loop {
-        for m in [1, 2, 5] {
-            if step.saturating_mul(m) >= max {
-                return step.saturating_mul(m).max(1);
-            }
-        }
-        step = step.saturating_mul(10);
-    }
-}
-
-/// A series' values over time as a line, oldest first: `points` are (time in ms since
-/// the epoch, value). The axis runs from the first point (at most `span_ms` before
-/// `now_ms`, at least a few minutes) to `now_ms`. `id` prefixes the caption's and the
-/// summary's ids; the summary says how many points, the lowest, highest and newest value.
-#[component]
-pub fn LineChart(
-    id: String,
-    caption: String,
-    /// What a value counts, e.g. "tickets".
-    unit: &'static str,
-    points: Vec<(i64, u64)>,
-    now_ms: i64,
-    span_ms: i64,
-) -> impl IntoView {
-    let caption_id = format!("{id}-caption");
-    let summary_id = format!("{id}-summary");
-    let newest_at = points.last().map_or(now_ms, |p| p.0).max(now_ms);
-    let oldest_at = points.first().map_or(newest_at, |p| p.0);
-    let from = oldest_at.max(newest_at - span_ms).min(newest_at - MIN_SPAN_MS);
-    let to = newest_at;
-    let shown: Vec<(i64, u64)> = points.into_iter().filter(|p| p.0 >= from).collect();
-    let max = shown.iter().map(|p| p.1).max().unwrap_or(0);
-    let min = shown.iter().map(|p| p.1).min().unwrap_or(0);
-    let y_max = nice_ceiling(max);
-    let (plot_w, plot_h) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
-    let x = move |at: i64| LEFT + (at - from) as f64 / (to - from).max(1) as f64 * plot_w;
-    let y = move |v: u64| TOP + plot_h - v as f64 / y_max as f64 * plot_h;
-    let line: Vec<String> = shown.iter().map(|p| format!("{:.1},{:.1}", x(p.0), y(p.1))).collect();
-    let drawn = shown.len();
-    let summary = match (shown.first(), shown.last()) {
-        (Some(&(first, _)), Some(&(last, newest))) => format!(
-            "{drawn} points from {} to {} UTC: lowest {min}, highest {max}, newest {newest} {unit}.",
-            clock(first),
-            clock(last)
-        ),
-        _ => "No samples yet.".to_owned(),
-    };
-    let grid = [0, y_max / 2, y_max];
-    let baseline = format!("{:.1}", TOP + plot_h);
-    view! {
-        <figure class="chart line-chart" id=id.clone()>
-            <figcaption id=caption_id.clone()>{caption}</figcaption>
-            <svg
-                viewBox=format!("0 0 {WIDTH} {HEIGHT}")
-                role="img"
-                aria-labelledby=caption_id
-                aria-describedby=summary_id.clone()
-                data-points=drawn.to_string()
-            >
-                {grid.into_iter().map(|v| {
-                    let gy = format!("{:.1}", y(v));
-                    view! {
-                        <line class="grid" x1=format!("{LEFT}") x2=format!("{}", WIDTH - RIGHT) y1=gy.clone() y2=gy.clone()/>
-                        <text class="tick" x=format!("{}", LEFT - 6.0) y=gy text-anchor="end" dominant-baseline="middle">{v}</text>
-                    }
-                }).collect_view()}
-                <text class="tick" x=format!("{LEFT}") y=format!("{}", HEIGHT - 4.0) text-anchor="start">{clock(from)}</text>
-                <text class="tick" x=format!("{}", WIDTH - RIGHT) y=format!("{}", HEIGHT - 4.0) text-anchor="end">{clock(to)} " UTC"</text>
-                <line class="axis" x1=format!("{LEFT}") x2=format!("{}", WIDTH - RIGHT) y1=baseline.clone() y2=baseline/>
-                <polyline class="series" points=line.join(" ")/>
-                {shown.last().map(|p| view! {
-                    <circle class="series-end" cx=format!("{:.1}", x(p.0)) cy=format!("{:.1}", y(p.1)) r="3"/>
-                })}
-            </svg>
-            <p class="chart-summary" id=summary_id>{summary}</p>
-        </figure>
-    }
 }
 
 /// One row of deviation bars: a member's expected and actual share (0..=1).
@@ -272,17 +172,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn axis_maxima_are_round_numbers_at_or_above_the_data() {
-        assert_eq!(nice_ceiling(0), 1);
-        assert_eq!(nice_ceiling(7), 10);
-        assert_eq!(nice_ceiling(1024), 2000);
-        assert_eq!(nice_ceiling(2000), 2000);
-        assert_eq!(nice_ceiling(2001), 5000);
-    }
-
-    #[test]
-    fn clock_times_are_utc_and_deviations_are_signed_in_points() {
-        assert_eq!(clock(1_764_500_000_000), "10:53:20");
+    fn deviations_are_signed_in_points_and_counts_grouped() {
         assert_eq!(points_text(0.0123), "+1.2 pp");
         assert_eq!(points_text(-0.004), "−0.4 pp");
         assert_eq!(points_text(0.0001), "±0.0 pp");

@@ -7,6 +7,6 @@ pub mod layout;
 pub mod list;
 pub mod number;
 pub mod outcome_chart;
+pub mod plot;
 pub mod refresh;
-pub mod step_chart;
 pub mod time;

@@ -12,8 +12,8 @@ use leptos_router::hooks::use_params_map;
 use crate::api::{channel_history, ChannelDetail, PoolDecay};
 use crate::components::detail::{DetailPage, ShowFound};
 use crate::components::number::percent;
-use crate::components::outcome_chart::{Mark, OutcomeCharts, Threshold};
-use crate::components::step_chart::{Step, StepChart};
+use crate::components::outcome_chart::OutcomeCharts;
+use crate::components::plot::{Mark, Plot, Point, Rule, Series, Shape, Unit};
 
 /// How far back a chart reaches when the channel has no older transition.
 const MIN_SPAN_MS: i64 = 3_600_000;
@@ -32,10 +32,13 @@ pub fn ChannelPage() -> impl IntoView {
 fn ChannelView(channel: ChannelDetail) -> impl IntoView {
     let now = channel.now_ms;
     let start = now - 3_600_000;
-    let thresholds: Vec<Threshold> = channel
+    let thresholds: Vec<Rule> = channel
         .pools
         .iter()
-        .map(|p| Threshold { label: format!("pool {}", p.pool), rate: p.min_success_rate })
+        .map(|p| Rule {
+            label: format!("pool {} threshold {}", p.pool, percent(p.min_success_rate, 1)),
+            value: p.min_success_rate,
+        })
         .collect();
     let marks: Vec<Mark> = {
         let mut marks: Vec<Mark> = channel
@@ -83,25 +86,30 @@ fn ChannelView(channel: ChannelDetail) -> impl IntoView {
 #[component]
 fn PoolHistory(pool: PoolDecay, now: i64) -> impl IntoView {
     let start = pool.points.first().map(|p| p.at_ms.min(now - MIN_SPAN_MS)).unwrap_or(now - MIN_SPAN_MS);
-    let steps: Vec<Step> = pool
+    // The weight before the first transition, then after each.
+    let first = pool.points.first().map_or(pool.effective_weight, |p| p.weight_before);
+    let mut points =
+        vec![Point { at_ms: start, value: first as f64, note: Some("before the first transition shown".to_owned()) }];
+    points.extend(pool.points.iter().map(|p| Point {
+        at_ms: p.at_ms,
+        value: p.effective_weight as f64,
+        note: Some(format!("{} → {}", p.from, p.to)),
+    }));
+    let marks: Vec<Mark> = pool
         .points
         .iter()
-        .map(|p| Step {
-            x: p.at_ms,
-            before: p.weight_before as f64,
-            after: p.effective_weight as f64,
-            label: format!("{} → {} at {}", p.from, p.to, p.at),
-        })
+        .map(|p| Mark { at_ms: p.at_ms, label: format!("{} → {} at {}", p.from, p.to, p.at) })
         .collect();
     let id = format!("decay-{}", pool.pool);
-    let title = format!(
-        "Effective weight of this channel in pool {} over time, base weight {}: {} transitions, now {} ({})",
-        pool.pool,
-        pool.base_weight,
-        steps.len(),
+    let title = format!("Effective weight in pool {} (base weight {})", pool.pool, pool.base_weight);
+    let summary = format!(
+        "{} transitions; the effective weight is {} of {} now ({}).",
+        marks.len(),
         pool.effective_weight,
+        pool.base_weight,
         pool.state
     );
+    let series = vec![Series { name: "effective weight".to_owned(), shape: Shape::Step, tone: "accent", points }];
     let heading = format!("history-{}-heading", pool.pool);
     let labelled_by = heading.clone();
     let key = pool.pool.clone();
@@ -140,7 +148,7 @@ fn PoolHistory(pool: PoolDecay, now: i64) -> impl IntoView {
         <section class="card" aria-labelledby=labelled_by data-pool=key>
             <h2 id=heading>"In pool " <a href=format!("/pools/{}", pool.pool)><code>{pool.pool.clone()}</code></a></h2>
             <p>"Now " <strong>{pool.state.clone()}</strong> ", effective weight " {pool.effective_weight} " of " {pool.base_weight} "."</p>
-            <StepChart id title steps start end=now y_max=pool.base_weight as f64 current=pool.effective_weight as f64/>
+            <Plot id title unit=Unit::Count("weight") series from_ms=start to_ms=now y_max=(pool.base_weight as f64).max(1.0) marks summary/>
             {rows}
         </section>
     }

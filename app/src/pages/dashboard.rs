@@ -4,10 +4,12 @@
 
 use leptos::prelude::*;
 
+use crate::api::attention::{Concern, Severity, BUDGET_THRESHOLD_PERCENT};
 use crate::api::dashboard::{Dashboard as DashboardData, MemberShare, PoolCard, QuotaOverview, TenantQuota, SPAN_MS};
 use crate::api::{get_dashboard, get_system_status, DependencyStatus, SystemStatus};
-use crate::components::charts::{grouped, DeviationBars, LineChart, ShareRow, StateItem, StateStrip};
+use crate::components::charts::{grouped, DeviationBars, ShareRow, StateItem, StateStrip};
 use crate::components::number::points;
+use crate::components::plot::{Plot, PlotLoading, Point, Series, Shape, Unit};
 
 /// How often the pools and quotas are read again while the page is visible.
 pub use crate::components::refresh::REFRESH_EVERY;
@@ -26,6 +28,14 @@ pub fn Dashboard() -> impl IntoView {
     crate::components::refresh::every_while_visible(refreshes, || true);
     view! {
         <h1>"Dashboard"</h1>
+        <Transition fallback=|| view! { <section class="card attention" aria-busy="true"><p>"Looking for what needs attention…"</p></section> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(d) => view! { <AttentionStrip concerns=d.attention/> }.into_any(),
+                    Err(_) => ().into_any(),
+                }
+            })}
+        </Transition>
         <section class="card" aria-labelledby="system-heading">
             <div class="card-head">
                 <h2 id="system-heading">"System"</h2>
@@ -53,7 +63,12 @@ pub fn Dashboard() -> impl IntoView {
                 }
             })}
         </Transition>
-        <Transition fallback=|| view! { <section class="card"><p>"Loading the pools…"</p></section> }>
+        <Transition fallback=|| view! {
+            <section class="card" aria-busy="true">
+                <p>"Loading the pools…"</p>
+                <PlotLoading title="Tickets in the list and standby batch, last hour"/>
+            </section>
+        }>
             {move || Suspend::new(async move {
                 match data.await {
                     Ok(d) => view! { <Overview data=d refreshes=refreshes.get_untracked()/> }.into_any(),
@@ -65,6 +80,59 @@ pub fn Dashboard() -> impl IntoView {
                 }
             })}
         </Transition>
+    }
+}
+
+/// What needs attention now, the critical first, each linking to the page that fixes it and
+/// naming the alert that fires if it lasts; when nothing does, it says so.
+#[component]
+fn AttentionStrip(concerns: Vec<Concern>) -> impl IntoView {
+    let critical = concerns.iter().filter(|c| c.severity == Severity::Critical).count();
+    let count = concerns.len().to_string();
+    let class = if critical > 0 {
+        "card attention attention-critical"
+    } else if concerns.is_empty() {
+        "card attention attention-clear"
+    } else {
+        "card attention attention-warning"
+    };
+    let heading = match (concerns.len(), critical) {
+        (0, _) => "Nothing needs attention now".to_owned(),
+        (1, _) => "1 thing needs attention".to_owned(),
+        (n, 0) => format!("{n} things need attention"),
+        (n, c) => format!("{n} things need attention, {c} critical"),
+    };
+    view! {
+        <section class=class id="attention" aria-labelledby="attention-heading" data-count=count>
+            <h2 id="attention-heading">{heading}</h2>
+            {if concerns.is_empty() {
+                view! {
+                    <p id="attention-clear">
+                        "Every member is drawn near its share and healthy, no ramp is held, nothing waits for your review, "
+                        "every break-glass flag is acknowledged and no tenant is over "
+                        {BUDGET_THRESHOLD_PERCENT} " % of its tokens."
+                    </p>
+                }.into_any()
+            } else {
+                view! {
+                    <ul class="attention-list">
+                        {concerns.into_iter().map(|c| {
+                            let (symbol, word) = match c.severity {
+                                Severity::Critical => ("✕", "critical"),
+                                Severity::Warning => ("!", "warning"),
+                            };
+                            view! {
+                                <li class=format!("concern concern-{word}") data-kind=c.kind.clone()>
+                                    <span class="concern-severity"><span aria-hidden="true">{symbol}" "</span>{word}</span>
+                                    " "<a href=c.href.clone()>{c.text.clone()}</a>
+                                    {c.alert.map(|a| view! { <span class="detail">" Alert: "<code>{a}</code></span> })}
+                                </li>
+                            }
+                        }).collect_view()}
+                    </ul>
+                }.into_any()
+            }}
+        </section>
     }
 }
 
@@ -82,7 +150,7 @@ fn RampsCard(ramps: Vec<api::ramps::RampSummary>) -> impl IntoView {
                             <td><a href=format!("/pools/{}/ramp", r.pool)>{r.pool.clone()}</a></td>
                             <td>{r.state.as_str()}</td>
                             <td>{r.step} " of " {r.steps}</td>
-                            <td>{r.canary.join(", ")} " at " {format!("{}%", r.canary_share)}</td>
+                            <td>{r.canary.join(", ")} " at " {points(r.canary_share, 1)}</td>
                             <td>{r.step_started_at.clone()}</td>
                         </tr>
                     }).collect_view()}
@@ -115,6 +183,24 @@ fn Overview(data: DashboardData, refreshes: u32) -> impl IntoView {
 
 fn or_dash<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "—".to_owned(), |v| v.to_string())
+}
+
+/// The list length in words: how many samples, the lowest, highest and newest length.
+fn length_summary(length: &[crate::api::dashboard::LengthPoint]) -> String {
+    let (Some(first), Some(last)) = (length.first(), length.last()) else {
+        return "No samples yet.".to_owned();
+    };
+    let min = length.iter().map(|p| p.length).min().unwrap_or(0);
+    let max = length.iter().map(|p| p.length).max().unwrap_or(0);
+    format!(
+        "{} samples from {} to {}: lowest {}, highest {}, newest {} tickets.",
+        length.len(),
+        crate::components::plot::utc_text(first.at_ms),
+        crate::components::plot::utc_text(last.at_ms),
+        grouped(min),
+        grouped(max),
+        grouped(last.length)
+    )
 }
 
 #[component]
@@ -150,7 +236,8 @@ fn PoolCardView(pool: PoolCard, now_ms: i64) -> impl IntoView {
         draws: pool.draws_hour.map(|all| (s.draws_hour, all)),
     });
     let (minute_rows, hour_rows): (Vec<ShareRow>, Vec<ShareRow>) = (minute_rows.collect(), hour_rows.collect());
-    let points: Vec<(i64, u64)> = pool.length.iter().map(|p| (p.at_ms, p.length)).collect();
+    let length_summary = length_summary(&pool.length);
+    let points: Vec<Point> = pool.length.iter().map(|p| Point::new(p.at_ms, p.length as f64)).collect();
     view! {
         <section class="card pool-card" id=format!("pool-card-{name}") data-pool=name.clone() aria-labelledby=heading.clone()>
             <div class="card-head">
@@ -158,13 +245,15 @@ fn PoolCardView(pool: PoolCard, now_ms: i64) -> impl IntoView {
                 <span class="detail">{pool.kind}" pool"</span>
             </div>
             <div class="pool-grid">
-                <LineChart
+                <Plot
                     id=format!("length-{name}")
-                    caption="Tickets in the list and standby batch, last hour".to_owned()
-                    unit="tickets"
-                    points
-                    now_ms
-                    span_ms=SPAN_MS
+                    title="Tickets in the list and standby batch, last hour"
+                    unit=Unit::Count("tickets")
+                    series=vec![Series { name: "list and standby batch".to_owned(), shape: Shape::Line, tone: "accent", points }]
+                    from_ms=now_ms - SPAN_MS
+                    to_ms=now_ms
+                    summary=length_summary
+                    empty="No samples yet: the sampler takes one every 10 s."
                 />
                 <dl class="facts stats">
                     <dt>"Draws from Redis, last minute"</dt>

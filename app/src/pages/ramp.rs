@@ -14,6 +14,8 @@ use crate::api::SessionInfo;
 use crate::components::form::{required_reason, Field, ReasonField};
 use crate::components::layout::CurrentSession;
 use crate::components::number::percent;
+use crate::components::plot::{Mark, Plot, Point, Rule, Series, Shape, Unit};
+use crate::components::time::parse_utc;
 use api::ramps::{RampDetail, RampSample, RampState};
 
 /// The ramp page.
@@ -139,68 +141,68 @@ fn RampView(
     }
 }
 
-/// Each member's success rate per evaluation (0..100 %), the first guard's threshold as a
-/// dashed line, and the evaluations where a guard was breached marked in red; the numbers
-/// are in each point's title.
+/// Each member's success rate per evaluation (0..100 %) on a time axis, the first guard's
+/// threshold dashed and the evaluations where a guard was breached numbered; hovering an
+/// evaluation shows every member's rate and outcomes there.
 #[component]
 fn GuardChart(samples: Vec<RampSample>, threshold: Option<f64>) -> impl IntoView {
     if samples.is_empty() {
         return view! { <p id="ramp-chart-empty">"No evaluations yet: the guard job measures every 10 s."</p> }
             .into_any();
     }
-    let (w, h) = (600.0f64, 160.0f64);
-    let n = samples.len().max(2) as f64 - 1.0;
-    let x = move |i: usize| i as f64 / n * w;
-    let y = move |rate: f64| h - rate.clamp(0.0, 1.0) * h;
+    let at = |s: &RampSample| parse_utc(&s.at).map(|(ms, _)| ms);
+    let timed: Vec<(i64, &RampSample)> = samples.iter().filter_map(|s| at(s).map(|ms| (ms, s))).collect();
+    let from = timed.first().map_or(0, |t| t.0);
+    let to = timed.last().map_or(0, |t| t.0).max(from + 60_000);
     let mut members: Vec<String> = samples.iter().flat_map(|s| s.members.keys().cloned()).collect();
     members.sort();
     members.dedup();
-    let colours = ["#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2"];
-    let lines = members
+    let tones = ["c1", "c2", "c3", "c4", "c5"];
+    let series: Vec<Series> = members
         .iter()
         .enumerate()
-        .map(|(k, m)| {
-            let points: Vec<String> = samples
+        .map(|(k, m)| Series {
+            name: m.clone(),
+            shape: Shape::Line,
+            tone: tones[k % tones.len()],
+            points: timed
                 .iter()
-                .enumerate()
-                .filter_map(|(i, s)| {
-                    s.members.get(m)?["success_rate"].as_f64().map(|r| format!("{:.1},{:.1}", x(i), y(r)))
+                .filter_map(|(ms, s)| {
+                    let member = s.members.get(m)?;
+                    let rate = member["success_rate"].as_f64()?;
+                    let outcomes = member["ok"].as_u64().unwrap_or(0) + member["fail"].as_u64().unwrap_or(0);
+                    Some(Point { at_ms: *ms, value: rate, note: Some(format!("of {outcomes}, step {}", s.step)) })
                 })
-                .collect();
-            let colour = colours[k % colours.len()];
-            view! {
-                <polyline points=points.join(" ") fill="none" stroke=colour stroke-width="2">
-                    <title>{format!("{m}: success rate per evaluation")}</title>
-                </polyline>
-            }
+                .collect(),
         })
-        .collect_view();
-    let breaches = samples
+        .collect();
+    let marks: Vec<Mark> = timed
         .iter()
-        .enumerate()
         .filter(|(_, s)| s.guards.iter().any(|g| g["verdict"] == "breach"))
-        .map(|(i, s)| {
-            view! { <line class="breach" x1=x(i) x2=x(i) y1="0" y2=h stroke="#dc2626" stroke-width="2"><title>{format!("breach at {}", s.at)}</title></line> }
-        })
-        .collect_view();
-    let legend = members
-        .iter()
-        .enumerate()
-        .map(|(k, m)| view! { <li><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" height="10" fill=colours[k % colours.len()]></rect></svg>{m.clone()}</li> })
-        .collect_view();
+        .map(|(ms, s)| Mark { at_ms: *ms, label: format!("a guard breached at {} (step {})", s.at, s.step) })
+        .collect();
+    let rules: Vec<Rule> =
+        threshold.map(|t| Rule { value: t, label: format!("threshold {}", percent(t, 1)) }).into_iter().collect();
+    let summary = format!(
+        "{} evaluations of {} member(s) from {} to {}; {} with a guard breached.",
+        samples.len(),
+        members.len(),
+        samples.first().map(|s| s.at.clone()).unwrap_or_default(),
+        samples.last().map(|s| s.at.clone()).unwrap_or_default(),
+        marks.len()
+    );
     view! {
-        <figure id="ramp-chart">
-            <figcaption>"Success rate per member at each evaluation (0–100 %)"
-                {threshold.map(|t| format!("; dashed: the threshold {}", percent(t, 1)))}
-                "; red: a breach"</figcaption>
-            <svg viewBox=format!("0 0 {w} {h}") class="chart" role="img" aria-label="success rate per member">
-                <rect x="0" y="0" width=w height=h fill="none" stroke="#ccc"/>
-                {threshold.map(|t| view! { <line class="threshold" x1="0" x2=w y1=y(t) y2=y(t) stroke="#555" stroke-dasharray="6 4"/> })}
-                {breaches}
-                {lines}
-            </svg>
-            <ul class="legend">{legend}</ul>
-        </figure>
+        <Plot
+            id="ramp-chart".to_owned()
+            title="Success rate per member at each evaluation"
+            unit=Unit::Percent
+            series
+            from_ms=from
+            to_ms=to
+            rules
+            marks
+            summary
+        />
     }
     .into_any()
 }

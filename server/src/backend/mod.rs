@@ -350,6 +350,7 @@ impl app::api::Backend for UiBackend {
             now_ms: now.timestamp_millis(),
             read_at: now.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
             pools: cards,
+            attention: Vec::new(),
             quotas,
         })
     }

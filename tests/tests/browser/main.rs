@@ -8,6 +8,7 @@ mod ui_changes;
 mod ui_channels;
 mod ui_dashboard;
 mod ui_grants;
+mod ui_pages;
 mod ui_pool_edit;
 mod ui_ramps;
 mod ui_replay;

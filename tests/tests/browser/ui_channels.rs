@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{api_session, app_with_users, hydrated, screenshot, sign_in, sign_out, text};
+use integration::ui::{api_session, app_with_users, hover, hydrated, screenshot, sign_in, sign_out, text};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
@@ -169,35 +169,69 @@ async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_li
     let chart = c
         .wait()
         .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css("svg#decay-cn-pay"))
+        .for_element(Locator::Css("figure#decay-cn-pay"))
         .await
         .expect("the decay chart of cn-pay");
-    assert_eq!(chart.attr("data-steps").await.unwrap().as_deref(), Some("2"), "both transitions are marked");
-    assert!(c.find(Locator::Css("svg#decay-cn-pay > title")).await.is_ok(), "the chart has a text alternative");
+    assert_eq!(chart.attr("data-marks").await.unwrap().as_deref(), Some("2"), "both transitions are marked");
+    assert!(c.find(Locator::Css("figure#decay-cn-pay > figcaption")).await.is_ok(), "the chart has a caption");
     let table = text(c, "transitions-cn-pay").await;
     assert!(table.contains("healthy → decaying"), "{table}");
     assert!(table.contains("45 → "), "the first change starts from the base weight 45: {table}");
-    assert_eq!(c.find_all(Locator::Css("svg#decay-cn-pay .marker")).await.unwrap().len(), 2);
+    assert_eq!(c.find_all(Locator::Css("#decay-cn-pay .plot-mark")).await.unwrap().len(), 2);
+    // Hovering the newest step shows the weight the API gives after the last transition.
+    let viewer = integration::ui::Session::sign_in(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    let (status, history) = viewer.get(&app, "/api/v1/channels/ALIPAY_A/health/history?limit=10").await;
+    assert_eq!(status, 200, "{history}");
+    let newest = history["transitions"].as_array().and_then(|t| t.iter().find(|t| t["pool"] == "cn-pay")).cloned();
+    let newest = newest.unwrap_or_else(|| panic!("a cn-pay transition: {history}"));
+    let factor = newest["factor_after"].as_f64().unwrap_or_else(|| panic!("{newest}"));
+    let weight = engine::health::effective_weight(45, factor, newest["to"] == "ejected");
+    let bands = c.find_all(Locator::Css("#decay-cn-pay .plot-band")).await.unwrap();
+    assert_eq!(bands.len(), 3, "before the first transition, and one per transition");
+    hover(c, bands.last().unwrap()).await;
+    let tip = c.find(Locator::Css("#decay-cn-pay .plot-band:last-child .plot-tip-box")).await.unwrap();
+    let tip_text = tip.text().await.unwrap();
+    assert!(tip.is_displayed().await.unwrap(), "the value shows on hover");
+    assert!(tip_text.contains(&format!("effective weight: {weight} weight")), "{tip_text} against {newest}");
     // The outcome reports of the last hour on one time axis: the two failing minutes, the
     // pool's threshold, and both transitions marked on the success-rate chart.
-    let outcomes = c.find(Locator::Css("figure#outcomes-ALIPAY_A")).await.expect("the outcome charts");
+    let outcomes = c.find(Locator::Css("#outcomes-ALIPAY_A")).await.expect("the outcome charts");
     assert_eq!(outcomes.attr("data-minutes").await.unwrap().as_deref(), Some("2"));
     assert_eq!(outcomes.attr("data-marks").await.unwrap().as_deref(), Some("2"));
-    let rates = c.find_all(Locator::Css("svg#outcomes-ALIPAY_A-rate circle.point")).await.unwrap();
-    assert_eq!(rates.len(), 2, "a point per minute with reports");
-    let threshold = c.find(Locator::Css("svg#outcomes-ALIPAY_A-rate .threshold title")).await.unwrap();
-    assert!(threshold.html(true).await.unwrap().contains("pool cn-pay threshold 90.0 %"));
-    assert_eq!(c.find_all(Locator::Css("svg#outcomes-ALIPAY_A-rate .marker")).await.unwrap().len(), 2);
-    let volume = c.find_all(Locator::Css("svg#outcomes-ALIPAY_A-volume g.volume[data-fail='80']")).await.unwrap();
-    assert_eq!(volume.len(), 2, "80 failed of 100 in each minute");
-    let caption = c.find(Locator::Css("figure#outcomes-ALIPAY_A figcaption")).await.unwrap().text().await.unwrap();
+    let rate = c.find(Locator::Css("figure#outcomes-ALIPAY_A-rate")).await.unwrap();
+    assert_eq!(rate.attr("data-points").await.unwrap().as_deref(), Some("2"), "a point per minute with reports");
+    let threshold =
+        c.find(Locator::Css("#outcomes-ALIPAY_A-rate .plot-rule-label")).await.unwrap().text().await.unwrap();
+    assert!(threshold.contains("pool cn-pay threshold 90.0 %"), "{threshold}");
+    assert_eq!(c.find_all(Locator::Css("#outcomes-ALIPAY_A-rate .plot-mark")).await.unwrap().len(), 2);
+    let failed = c.find_all(Locator::Css("#outcomes-ALIPAY_A-volume rect.plot-bar.tone-bad")).await.unwrap();
+    assert_eq!(failed.len(), 2, "a failed bar per minute");
+    // Hover values are the reports as recorded (20 ok and 80 failed in each minute).
+    for chart in ["rate", "volume"] {
+        let band = c.find(Locator::Css(&format!("#outcomes-ALIPAY_A-{chart} .plot-band"))).await.unwrap();
+        hover(c, &band).await;
+        let tip = c.find(Locator::Css(&format!("#outcomes-ALIPAY_A-{chart} .plot-band .plot-tip-box"))).await.unwrap();
+        assert!(tip.is_displayed().await.unwrap(), "{chart}: the values show on hover");
+        let shown = tip.text().await.unwrap();
+        let expected: &[&str] = if chart == "rate" {
+            &["success rate: 20.0 % (of 100)"]
+        } else {
+            &["ok: 20 outcomes", "failed: 80 outcomes"]
+        };
+        for e in expected {
+            assert!(shown.contains(e), "{chart}: {shown:?} lacks {e:?}");
+        }
+        assert!(shown.contains("UTC"), "the exact UTC time on hover: {shown}");
+    }
+    let caption = c.find(Locator::Css("#outcomes-ALIPAY_A > .chart-summary")).await.unwrap().text().await.unwrap();
     assert!(caption.contains("200 outcomes") && caption.contains("20.0 % successful"), "{caption}");
     screenshot(c, "channel-history").await;
 
     // A healthy channel: a flat line and a sentence, no table.
     c.goto(&format!("{}/channels/WECHAT_B", app.address)).await.unwrap();
-    let flat = c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css("svg#decay-cn-pay")).await.unwrap();
-    assert_eq!(flat.attr("data-steps").await.unwrap().as_deref(), Some("0"));
+    let flat =
+        c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css("figure#decay-cn-pay")).await.unwrap();
+    assert_eq!(flat.attr("data-marks").await.unwrap().as_deref(), Some("0"));
     assert!(c.find(Locator::Id("transitions-cn-pay")).await.is_err());
 
     browser.close().await;

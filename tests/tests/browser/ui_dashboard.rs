@@ -14,6 +14,19 @@ use integration::{spawn_app, TestApp};
 use serde_json::{json, Value};
 use server::samples::sampler;
 
+/// A count as the UI writes it: thousands separated by commas.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
 /// Drives `tessera simulate` for a few seconds against every seeded pool and tenant, with
 /// its refiller on (which also builds each pool's standby batch: a refill to count).
 async fn simulate(app: &TestApp) -> server::simulate::Totals {
@@ -72,15 +85,32 @@ async fn the_dashboard_charts_a_running_simulation_and_brings_in_new_samples_wit
     hydrated(c).await;
 
     // The list length: one point per sample, the numbers in the summary beside it.
-    let chart = c.find(Locator::Css("#length-cn-pay svg")).await.unwrap();
+    let chart = c.find(Locator::Css("#length-cn-pay svg.plot-shapes")).await.unwrap();
     assert_eq!(chart.attr("data-points").await.unwrap().as_deref(), Some("7"));
     assert_eq!(polyline_points(c, "length-cn-pay").await, 7);
     let summary = text(c, "length-cn-pay-summary").await;
     assert!(
-        summary.starts_with("7 points") && summary.contains(&format!("newest {} tickets", newest.length)),
+        summary.starts_with("7 samples") && summary.contains(&format!("newest {} tickets", grouped(newest.length))),
         "{summary}"
     );
-    assert_eq!(chart.attr("aria-describedby").await.unwrap().as_deref(), Some("length-cn-pay-summary"));
+    let figure = c.find(Locator::Id("length-cn-pay")).await.unwrap();
+    assert_eq!(figure.attr("aria-describedby").await.unwrap().as_deref(), Some("length-cn-pay-summary"));
+    // Hovering the newest sample shows its length as the samples API gives it.
+    let viewer = integration::ui::Session::sign_in(&app, "demo-viewer", &passwords["demo-viewer"]).await;
+    let (status, samples) = viewer.get(&app, "/api/v1/pools/cn-pay/samples").await;
+    assert_eq!(status, 200, "{samples}");
+    let api_newest =
+        samples["samples"].as_array().and_then(|s| s.last()).cloned().unwrap_or_else(|| panic!("{samples}"));
+    let band = c.find(Locator::Css("#length-cn-pay .plot-band:last-child")).await.unwrap();
+    integration::ui::hover(c, &band).await;
+    let tip = c.find(Locator::Css("#length-cn-pay .plot-band:last-child .plot-tip-box")).await.unwrap();
+    assert!(tip.is_displayed().await.unwrap(), "the value shows on hover");
+    let shown = tip.text().await.unwrap();
+    let length = api_newest["length"].as_u64().unwrap_or_else(|| panic!("{api_newest}"));
+    assert!(
+        shown.contains(&format!("list and standby batch: {} tickets", grouped(length))),
+        "{shown} against {api_newest}"
+    );
 
     // The last minute's shares: every member, measured, as numbers and bars.
     let rows = c.find_all(Locator::Css("#shares-minute-cn-pay tbody tr")).await.unwrap();
@@ -123,7 +153,7 @@ async fn the_dashboard_charts_a_running_simulation_and_brings_in_new_samples_wit
     sampler::run_at(&app.state, now + TimeDelta::seconds(10)).await.unwrap();
     c.wait()
         .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#length-cn-pay svg[data-points='8']"))
+        .for_element(Locator::Css("#length-cn-pay svg.plot-shapes[data-points='8']"))
         .await
         .expect("the chart shows the new sample without a reload");
     assert_eq!(polyline_points(c, "length-cn-pay").await, 8);
@@ -220,4 +250,73 @@ async fn one_dashboard_read_covers_twenty_pools_of_ten_channels_with_their_sampl
     // Generous for a debug build on a busy machine; it takes well under a second.
     eprintln!("dashboard with 20 pools, 200 channels, 1200 samples: {elapsed:?}");
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn the_attention_strip_lists_what_is_wrong_first_and_links_to_where_it_is_fixed() {
+    // Arrange: the demo, nothing wrong yet
+    let (app, passwords) = app_with_users(true).await;
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+    sign_in(c, &app, "demo-admin", &passwords["demo-admin"]).await;
+    let strip = c.find(Locator::Id("attention")).await.expect("the strip on top");
+    assert_eq!(strip.attr("data-count").await.unwrap().as_deref(), Some("0"));
+    assert_eq!(text(c, "attention-heading").await, "Nothing needs attention now");
+    assert!(text(c, "attention-clear").await.contains("no tenant is over 80 %"));
+    let first_card = js(c, "return document.querySelector('main .card').id").await;
+    assert_eq!(first_card, json!("attention"), "the strip is the first thing on the page");
+
+    // Act: the operator ejects UNION_C under cn-pay's approval policy (a break-glass
+    // operation), and the pm proposes new weights (a change request the admin may review)
+    let session = |name: &'static str| integration::ui::Session::sign_in(&app, name, &passwords[name]);
+    let (operator, pm) = (session("demo-operator").await, session("demo-pm").await);
+    let (status, pool) = pm.get(&app, "/api/v1/pools/cn-pay").await;
+    assert_eq!(status, 200, "{pool}");
+    let version = pool["version"].as_i64().unwrap_or_else(|| panic!("{pool}"));
+    let eject = json!({"reason": "probe failing", "expected_version": version});
+    let (status, body) =
+        operator.send(&app, reqwest::Method::POST, "/api/v1/pools/cn-pay/members/UNION_C/eject", eject).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, pool) = pm.get(&app, "/api/v1/pools/cn-pay").await;
+    let proposal = json!({
+        "pool": "cn-pay",
+        "operation": {"kind": "pool.weights", "mode": "drain",
+                      "weights": [{"member": "ALIPAY_A", "weight": 50}, {"member": "WECHAT_B", "weight": 30}, {"member": "UNION_C", "weight": 25}]},
+        "reason": "gray release step",
+        "expected_version": pool["version"],
+    });
+    let (status, change) = pm.send(&app, reqwest::Method::POST, "/api/v1/changes", proposal).await;
+    assert_eq!(status, 201, "{change}");
+
+    // Assert: on the next read, each on its own line with a link to where it is fixed
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#attention li[data-kind='review']"))
+        .await
+        .expect("the review waiting for the admin");
+    let items = c.find_all(Locator::Css("#attention li")).await.unwrap();
+    let mut seen = Vec::new();
+    for item in &items {
+        let kind = item.attr("data-kind").await.unwrap().unwrap();
+        let href = item.find(Locator::Css("a")).await.unwrap().attr("href").await.unwrap().unwrap();
+        seen.push((kind, href, item.text().await.unwrap()));
+    }
+    let find = |kind: &str| seen.iter().find(|s| s.0 == kind).unwrap_or_else(|| panic!("no {kind} in {seen:?}"));
+    let review = find("review");
+    assert_eq!(review.1, "/changes?state=in_review");
+    assert!(review.2.contains(&format!("#{}", change["id"])) && review.2.contains("demo-pm"), "{review:?}");
+    let flag = find("break_glass");
+    assert!(flag.2.contains("1 break-glass operation") && flag.1 == "/changes#break-glass", "{flag:?}");
+    let heading = text(c, "attention-heading").await;
+    assert!(heading.ends_with("need attention") || heading.contains("critical"), "{heading}");
+    screenshot(c, "attention").await;
+    // The author does not see their own request as waiting for them.
+    integration::ui::sign_out(c).await;
+    sign_in(c, &app, "demo-pm", &passwords["demo-pm"]).await;
+    assert!(c.find(Locator::Css("#attention li[data-kind='review']")).await.is_err(), "not the author's own request");
+    // The link goes where it is fixed.
+    c.find(Locator::Css("#attention li[data-kind='break_glass'] a")).await.unwrap().click().await.unwrap();
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("break-glass")).await.expect("the flags' table");
+
+    browser.close().await;
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
 use integration::hold_jobs;
-use integration::ui::{app_with_users, hydrated, screenshot, sign_in, wait_text, without_demo_policy};
+use integration::ui::{app_with_users, hover, hydrated, screenshot, sign_in, wait_text, without_demo_policy};
 
 async fn fill(c: &Client, id: &str, text: &str) {
     let field = c.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}"));
@@ -41,6 +41,14 @@ async fn a_pm_starts_a_ramp_sees_it_advance_aborts_it_with_a_reason_and_finds_it
     wait_text(c, "ramp-step", "1").await;
     wait_text(c, "ramp-canary-share", "30%").await;
 
+    // Outcomes for the guard to measure (90 of 100 calls through each channel succeed)
+    let outcomes = client::Outcomes::new(app.state.redis.clone(), app.state.keys.clone(), client::Clock::Redis, None);
+    for channel in ["ALIPAY_A", "WECHAT_B", "UNION_C"] {
+        let code = client::health::ChannelCode::parse(channel).unwrap();
+        let counts = client::health::OutcomeCounts { ok: 90, fail: 10, latency_ms_sum: 2_000, latency_count: 100 };
+        outcomes.record_counts(&code, &counts).await.unwrap();
+    }
+
     // The guard job moves it on; the page shows the new step without a reload
     let moved = server::jobs::ramp_guard::run_once(&app.state, chrono::Utc::now() + chrono::Duration::seconds(1))
         .await
@@ -51,6 +59,24 @@ async fn a_pm_starts_a_ramp_sees_it_advance_aborts_it_with_a_reason_and_finds_it
     let started =
         c.find(Locator::Css("#ramp-timeline tr[data-step='2'] td.started")).await.unwrap().text().await.unwrap();
     assert_ne!(started, "—", "step 2's start is shown");
+    // The guard's evaluation charted: hovering it shows each member's success rate as the
+    // ramp's API gives it.
+    let pm = integration::ui::Session::sign_in(&app, "demo-pm", &passwords["demo-pm"]).await;
+    let (status, ramp) = pm.get(&app, "/api/v1/ramps/1").await;
+    assert_eq!(status, 200, "{ramp}");
+    let sample = ramp["samples"].as_array().and_then(|s| s.last()).cloned().unwrap_or_else(|| panic!("{ramp}"));
+    let chart = c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css("figure#ramp-chart")).await;
+    chart.expect("the guard chart");
+    let band = c.find(Locator::Css("#ramp-chart .plot-band:last-child")).await.unwrap();
+    hover(c, &band).await;
+    let tip = c.find(Locator::Css("#ramp-chart .plot-band:last-child .plot-tip-box")).await.unwrap();
+    assert!(tip.is_displayed().await.unwrap(), "the values show on hover");
+    let shown = tip.text().await.unwrap();
+    for member in ["ALIPAY_A", "WECHAT_B", "UNION_C"] {
+        let rate = sample["members"][member]["success_rate"].as_f64().unwrap_or_else(|| panic!("{member}: {sample}"));
+        let expected = format!("{member}: {:.1} %", rate * 100.0);
+        assert!(shown.contains(&expected), "{shown:?} lacks {expected:?} ({sample})");
+    }
     screenshot(c, "ramp-advanced").await;
 
     // Abort it with a reason
