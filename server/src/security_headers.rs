@@ -4,6 +4,8 @@
 //! when the request came over TLS (directly or through a proxy that says so in
 //! `Forwarded` / `X-Forwarded-Proto`). Pages carry their own Content-Security-Policy with the
 //! response's nonce (`app::security`); any other response gets one that allows nothing.
+//! Everything but the static bundle is `Cache-Control: private, no-store` unless it says
+//! otherwise: pages, server functions and the API answer per person.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -26,8 +28,13 @@ pub async fn security_headers(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let over_tls = req.connection_info().scheme() == "https";
+    let asset = req.path().starts_with("/pkg/") || req.path() == "/favicon.ico";
     let mut response = next.call(req).await?;
     add(response.headers_mut(), over_tls);
+    // Pages, server functions and the API answer per person: no shared cache keeps them.
+    if !asset && !response.headers().contains_key(header::CACHE_CONTROL) {
+        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    }
     Ok(response)
 }
 

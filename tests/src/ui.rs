@@ -182,6 +182,30 @@ pub async fn hover(c: &Client, element: &fantoccini::elements::Element) {
     c.perform_actions(actions).await.expect("moving the pointer");
 }
 
+/// What shows when the pointer rests on the element `band` (CSS): the text of `tip` (CSS)
+/// once it is displayed. Tried again for up to 10 s, as pages that read themselves again
+/// every few seconds may replace the chart between the move and the read.
+pub async fn hover_text(c: &Client, band: &str, tip: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let attempt = async {
+            let target = c.find(Locator::Css(band)).await.ok()?;
+            hover(c, &target).await;
+            let shown = c.find(Locator::Css(tip)).await.ok()?;
+            if shown.is_displayed().await.ok()? {
+                shown.text().await.ok()
+            } else {
+                None
+            }
+        };
+        if let Some(text) = attempt.await {
+            return text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{tip} did not show on hovering {band}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// axe-core's serious and critical violations on the page shown (the npm package, which
 /// scripts/test installs under `.tools/`), each as `rule: help — the first elements`.
 pub async fn axe_violations(c: &Client) -> Vec<String> {

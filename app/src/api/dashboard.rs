@@ -145,28 +145,58 @@ pub struct QuotaOverview {
     pub swept_here: u64,
 }
 
+/// The most pages of requests in review the attention strip reads (25 a page).
+#[cfg(feature = "ssr")]
+const MAX_REVIEW_PAGES: u32 = 20;
+
 /// The dashboard now, for any signed-in user. A GET: it is read every few seconds.
 #[server(prefix = "/sfn", endpoint = "dashboard", input = GetUrl)]
 pub async fn get_dashboard() -> Result<Dashboard, ServerFnError> {
     let session = super::session::ssr::require_session().await?;
     let backend = super::backend()?;
     let mut dashboard = backend.dashboard().await.map_err(ServerFnError::new)?;
-    // What the strip needs beyond the cards: live ramps, the requests in review and the
-    // flags not yet acknowledged.
-    let ramps = backend.live_ramps().await.map_err(ServerFnError::new)?;
-    let in_review = super::changes::ChangeQuery {
-        state: Some(api::changes::ChangeState::InReview.as_str().to_owned()),
-        ..Default::default()
-    };
-    let changes = backend.change_list(in_review).await.map_err(ServerFnError::new)?;
-    let flags = backend.break_glass().await.map_err(ServerFnError::new)?;
+    // What the strip needs beyond the cards: live ramps, every request in review and the
+    // flags not yet acknowledged. One that cannot be read is named in the strip; the
+    // cards still show.
+    let mut unread = Vec::new();
+    let ramps = backend.live_ramps().await.unwrap_or_else(|_| {
+        unread.push("the ramps".to_owned());
+        Vec::new()
+    });
+    let mut changes = Vec::new();
+    for page in 1..=MAX_REVIEW_PAGES {
+        let in_review = super::changes::ChangeQuery {
+            state: Some(api::changes::ChangeState::InReview.as_str().to_owned()),
+            page: Some(page),
+            ..Default::default()
+        };
+        match backend.change_list(in_review).await {
+            Ok(list) => {
+                let last = list.list.page >= list.list.pages;
+                changes.extend(list.list.rows);
+                if last {
+                    break;
+                }
+            }
+            Err(_) => {
+                unread.push("the change requests".to_owned());
+                break;
+            }
+        }
+    }
+    let flags = backend.break_glass().await.unwrap_or_else(|_| {
+        unread.push("the break-glass flags".to_owned());
+        Vec::new()
+    });
     dashboard.attention = super::attention::concerns(
+        dashboard.now_ms,
         &dashboard.pools,
         &dashboard.quotas.tenants,
         &ramps,
-        &changes.list.rows,
+        &changes,
         &flags,
         Some((&session.user, &session.role)),
+        &unread,
     );
     Ok(dashboard)
 }

@@ -60,6 +60,13 @@ pub fn OutcomeCharts(
         points: minutes.iter().filter_map(|m| m.latency_ms.map(|l| Point::new(mid(m), l))).collect(),
     };
     let none = "No outcome reported in the last hour.";
+    // The thresholds in words too (the chart's labels are for the eye only).
+    let rate_summary = if thresholds.is_empty() {
+        summary.clone()
+    } else {
+        let each: Vec<String> = thresholds.iter().map(|t| t.label.clone()).collect();
+        format!("{summary} Thresholds: {}.", each.join("; "))
+    };
     let latency_summary = if lat_n > 0.0 {
         format!("Mean latency over the hour {:.0} ms.", lat_sum / lat_n)
     } else {
@@ -78,7 +85,7 @@ pub fn OutcomeCharts(
                 to_ms=end
                 rules=thresholds
                 marks=marks.clone()
-                summary=summary.clone()
+                summary=rate_summary
                 empty=none
             />
             <Plot

@@ -15,8 +15,10 @@ use super::charts::grouped;
 /// The SVG's coordinate space: a square of this side, stretched to the plot area.
 const UNIT: f64 = 1000.0;
 
-/// The most hover bands a chart carries (more points share one band each).
-const MAX_BANDS: usize = 120;
+/// The most hover bands a chart carries by default (more points share one band each): an
+/// hour of minutes. Each band carries its values in the page, so a page of many charts
+/// asks for fewer (`bands`).
+pub const MAX_BANDS: usize = 60;
 
 /// How a series is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +158,7 @@ pub fn time_ticks(from: i64, to: i64) -> Vec<i64> {
     let step = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080]
         .into_iter()
         .map(|m| m * MIN)
-        .find(|s| span / s <= 5)
+        .find(|s| span / s < 5)
         .unwrap_or(span);
     let first = (from + step - 1).div_euclid(step) * step;
     (0..).map(|k| first + k * step).take_while(|t| *t <= to).collect()
@@ -247,6 +249,9 @@ pub fn Plot(
     #[prop(optional)] rules: Vec<Rule>,
     #[prop(optional)] marks: Vec<Mark>,
     #[prop(default = 60_000)] bar_ms: i64,
+    /// The most hover bands (see [`hover_bands`]).
+    #[prop(default = MAX_BANDS)]
+    bands: usize,
     #[prop(into)] summary: String,
     #[prop(into, default = "No data yet.".to_owned())] empty: String,
 ) -> impl IntoView {
@@ -383,7 +388,7 @@ pub fn Plot(
             }
         })
         .collect_view();
-    let bands = hover_bands(&series, from_ms, to_ms, bar_ms)
+    let bands = hover_bands(&series, from_ms, to_ms, bar_ms, bands)
         .into_iter()
         .map(|band| {
             let (left, right) = (x(band.from), x(band.to));
@@ -499,9 +504,10 @@ pub struct Band {
     pub values: Vec<(String, f64, Option<String>)>,
 }
 
-/// One band per distinct time (a bar's at its middle), at most [`MAX_BANDS`]: beyond, the
+/// One band per distinct time (a bar's at its middle), at most `most`: beyond, the
 /// newest point of each run of neighbours speaks for it. Bands meet halfway between times.
-pub fn hover_bands(series: &[Series], from_ms: i64, to_ms: i64, bar_ms: i64) -> Vec<Band> {
+pub fn hover_bands(series: &[Series], from_ms: i64, to_ms: i64, bar_ms: i64, most: usize) -> Vec<Band> {
+    let most = most.max(1);
     let mut times: Vec<i64> = series
         .iter()
         .flat_map(|s| {
@@ -512,8 +518,8 @@ pub fn hover_bands(series: &[Series], from_ms: i64, to_ms: i64, bar_ms: i64) -> 
         .collect();
     times.sort_unstable();
     times.dedup();
-    if times.len() > MAX_BANDS {
-        let every = times.len().div_ceil(MAX_BANDS);
+    if times.len() > most {
+        let every = times.len().div_ceil(most);
         let newest = *times.last().unwrap_or(&to_ms);
         let mut kept: Vec<i64> = times.iter().copied().rev().step_by(every).collect();
         kept.reverse();
@@ -583,7 +589,7 @@ mod tests {
             },
             Series { name: "w".into(), shape: Shape::Step, tone: "c1", points: vec![Point::new(0, 5.0)] },
         ];
-        let bands = hover_bands(&series, 0, 200, 60_000);
+        let bands = hover_bands(&series, 0, 200, 60_000, MAX_BANDS);
         assert_eq!(bands.len(), 2);
         assert_eq!((bands[0].from, bands[0].to, bands[1].from, bands[1].to), (0, 50, 50, 200));
         assert_eq!(bands[1].values, vec![("a".into(), 2.0, None), ("w".into(), 5.0, None)]);
@@ -593,8 +599,9 @@ mod tests {
             tone: "accent",
             points: (0..361).map(|i| Point::new(i * 10, i as f64)).collect(),
         }];
-        let bands = hover_bands(&many, 0, 3600, 0);
+        let bands = hover_bands(&many, 0, 3600, 0, MAX_BANDS);
         assert!(bands.len() <= MAX_BANDS);
+        assert!(hover_bands(&many, 0, 3600, 0, 30).len() <= 30);
         assert_eq!(bands.last().unwrap().at_ms, 3600, "the newest point keeps its band");
     }
 

@@ -103,7 +103,7 @@ fn ChangePassword(csrf: StoredValue<String>) -> impl IntoView {
         <section class="card" aria-labelledby="password-heading">
             <h2 id="password-heading">"Change your password"</h2>
             <p>"Your other sessions end; this one goes on."</p>
-            <form id="password-form" class="inline-form" on:submit=submit>
+            <form id="password-form" class="inline-form form-grid" on:submit=submit>
                 <fieldset disabled=move || !hydrated.get() || busy.get()>
                     <legend class="visually-hidden">"Change your password"</legend>
                     <Field id="password-current" label="Current password" error=field_error("current")>

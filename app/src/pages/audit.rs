@@ -136,11 +136,11 @@ fn Filters(query: AuditQuery) -> impl IntoView {
     };
     view! {
         <form class="card filters" method="get" action="/audit" aria-label="Filters">
-            {field("entity", "Entity", query.entity, "pool:eu")}
-            {field("actor", "Actor", query.actor, "demo-pm")}
-            {field("action", "Action", query.action, "pool.weights")}
-            {field("from", "From (UTC)", query.from, "2026-11-30T00:00")}
-            {field("to", "To (UTC)", query.to, "2026-12-01")}
+            {field("entity", "Entity", query.entity, "e.g. pool:cn-pay")}
+            {field("actor", "Actor", query.actor, "e.g. demo-pm")}
+            {field("action", "Action", query.action, "e.g. pool.weights")}
+            {field("from", "From (UTC)", query.from, "e.g. 2026-11-30T00:00")}
+            {field("to", "To (UTC)", query.to, "e.g. 2026-12-01")}
             <div class="field actions">
                 <button type="submit" id="apply-filters">"Apply"</button>
                 <a href="/audit">"Clear"</a>

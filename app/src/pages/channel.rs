@@ -31,7 +31,9 @@ pub fn ChannelPage() -> impl IntoView {
 #[component]
 fn ChannelView(channel: ChannelDetail) -> impl IntoView {
     let now = channel.now_ms;
-    let start = now - 3_600_000;
+    // The outcome charts end with the minute under way (a minute is drawn at its middle).
+    let end = (now.div_euclid(60_000) + 1) * 60_000;
+    let start = end - 3_600_000;
     let thresholds: Vec<Rule> = channel
         .pools
         .iter()
@@ -56,7 +58,7 @@ fn ChannelView(channel: ChannelDetail) -> impl IntoView {
     };
     let outcomes = match channel.outcomes {
         Ok(minutes) => view! {
-            <OutcomeCharts id=format!("outcomes-{}", channel.code) minutes thresholds marks=marks.clone() start end=now/>
+            <OutcomeCharts id=format!("outcomes-{}", channel.code) minutes thresholds marks=marks.clone() start end/>
             {(!marks.is_empty()).then(|| view! {
                 <ol class="marks">{marks.iter().map(|m| view! { <li>{m.label.clone()}</li> }).collect_view()}</ol>
             })}

@@ -185,6 +185,10 @@ fn or_dash<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "—".to_owned(), |v| v.to_string())
 }
 
+/// Hover bands per pool chart: every two minutes of the hour (a page of 20 pools carries
+/// them all).
+const DASHBOARD_BANDS: usize = 30;
+
 /// The list length in words: how many samples, the lowest, highest and newest length.
 fn length_summary(length: &[crate::api::dashboard::LengthPoint]) -> String {
     let (Some(first), Some(last)) = (length.first(), length.last()) else {
@@ -254,6 +258,7 @@ fn PoolCardView(pool: PoolCard, now_ms: i64) -> impl IntoView {
                     to_ms=now_ms
                     summary=length_summary
                     empty="No samples yet: the sampler takes one every 10 s."
+                    bands=DASHBOARD_BANDS
                 />
                 <dl class="facts stats">
                     <dt>"Draws from Redis, last minute"</dt>

@@ -48,7 +48,7 @@ pub fn PoolHistory(target: EditTarget, may_edit: bool) -> impl IntoView {
                                     let current = n == h.version;
                                     let restore = move |_| {
                                         let fields = Ok(fields_of("version", n.into()));
-                                        submit_change(&target.get_value(), Change { method: "POST", what: "restore" }, fields, reason, message, busy);
+                                        submit_change(&target.get_value(), Change { method: "POST", what: "restore", refusal: None }, fields, reason, message, busy);
                                     };
                                     view! {
                                         <tr data-version=n>

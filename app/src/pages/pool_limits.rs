@@ -7,6 +7,7 @@ use engine::peak::{parse_local_time, PeakSchedule, PeakWindow};
 use engine::Weights;
 use leptos::prelude::*;
 
+use crate::api::rest::Refusal;
 use crate::api::PeakWindowView;
 use crate::components::form::{required_reason, Field, ReasonField};
 
@@ -177,10 +178,17 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
         ev.prevent_default();
         let fields =
             checked.with_untracked(|(_, s)| s.clone()).map(|windows| fields_of("peak_windows", windows.into()));
-        submit_change(&target, Change { method: "PUT", what: "peak_windows" }, fields, reason, message, busy);
+        submit_change(
+            &target,
+            Change { method: "PUT", what: "peak_windows", refusal: None },
+            fields,
+            reason,
+            message,
+            busy,
+        );
     };
     view! {
-        <form id="peak-form" on:submit=submit>
+        <form id="peak-form" class="form-grid" on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend>"Peak windows (local time in " {timezone} "; a window ending before it starts crosses midnight)"</legend>
                 <table class="grid" id="peak-windows">
@@ -193,13 +201,13 @@ pub fn PeakWindowsForm(target: EditTarget, timezone: String, windows: Vec<PeakWi
                                     <tr data-window=key>
                                         <td>
                                             <label class="visually-hidden" for=format!("peak-start-{key}")>"From (HH:MM)"</label>
-                                            <input id=format!("peak-start-{key}") type="text" size="6" placeholder="HH:MM" aria-describedby=format!("peak-start-error-{key}")
+                                            <input id=format!("peak-start-{key}") type="text" size="6" placeholder="e.g. 19:00" aria-describedby=format!("peak-start-error-{key}")
                                                 prop:value=move || start.get() on:input=move |ev| start.set(event_target_value(&ev))/>
                                             <span class="field-error" id=format!("peak-start-error-{key}")>{error_of(key, |e| e.start.clone())}</span>
                                         </td>
                                         <td>
                                             <label class="visually-hidden" for=format!("peak-end-{key}")>"To (HH:MM)"</label>
-                                            <input id=format!("peak-end-{key}") type="text" size="6" placeholder="HH:MM" aria-describedby=format!("peak-end-error-{key}")
+                                            <input id=format!("peak-end-{key}") type="text" size="6" placeholder="e.g. 23:30" aria-describedby=format!("peak-end-error-{key}")
                                                 prop:value=move || end.get() on:input=move |ev| end.set(event_target_value(&ev))/>
                                             <span class="field-error" id=format!("peak-end-error-{key}")>{error_of(key, |e| e.end.clone())}</span>
                                         </td>
@@ -282,10 +290,10 @@ pub fn CapsForm(target: EditTarget, channels: Vec<String>, caps: Vec<(String, u6
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let fields = checked.get_untracked().map(|caps| fields_of("caps", caps));
-        submit_change(&target, Change { method: "PUT", what: "caps" }, fields, reason, message, busy);
+        submit_change(&target, Change { method: "PUT", what: "caps", refusal: None }, fields, reason, message, busy);
     };
     view! {
-        <form id="caps-form" on:submit=submit>
+        <form id="caps-form" class="form-grid" on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend>"Daily caps: the most draws a channel serves in a local day (empty: no cap)"</legend>
                 {rows.into_iter().map(|(channel, value)| {
@@ -311,6 +319,9 @@ pub fn CapsForm(target: EditTarget, channels: Vec<String>, caps: Vec<(String, u6
 pub struct Change {
     pub method: &'static str,
     pub what: &'static str,
+    /// Where a refusal naming a field goes, for the form to show under that field (the
+    /// rest goes to the message); `None`: every refusal goes to the message.
+    pub refusal: Option<RwSignal<Option<Refusal>>>,
 }
 
 /// The submit step every pool form shares: the form's checked fields (or why they are not
@@ -343,6 +354,9 @@ pub fn submit_change(
     body.insert("expected_version".into(), target.version.into());
     busy.set(true);
     message.set(None);
+    if let Some(refusal) = change.refusal {
+        refusal.set(None);
+    }
     let (_target, _body) = (target.clone(), serde_json::Value::Object(body));
     #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(async move {
@@ -387,6 +401,12 @@ pub fn submit_change(
                 message.set(Some(text));
                 busy.set(false);
             }
+            Err(refusal) if refusal.field.is_some() && change.refusal.is_some() => {
+                if let Some(shown) = change.refusal {
+                    shown.set(Some(refusal));
+                }
+                busy.set(false);
+            }
             Err(refusal) => {
                 let text = match refusal.conflict_version() {
                     Some(now) => crate::api::rest::pool_conflict(&_target.pool, _target.version, now).await,
@@ -398,7 +418,7 @@ pub fn submit_change(
         }
     });
     #[cfg(not(feature = "hydrate"))]
-    let _ = (change.method, change.what);
+    let _ = (change.method, change.what, change.refusal);
 }
 
 /// One field as the body's only member.

@@ -261,7 +261,14 @@ fn WeightsForm(
             fields.insert("mode".into(), mode.get_untracked().into());
             fields
         });
-        submit_change(&target, Change { method: "POST", what: "weights" }, fields, reason, message, busy);
+        submit_change(
+            &target,
+            Change { method: "POST", what: "weights", refusal: None },
+            fields,
+            reason,
+            message,
+            busy,
+        );
     };
     let current_for_rows = current.clone();
     view! {

@@ -10,8 +10,9 @@ use leptos_router::hooks::use_params_map;
 use super::pool_limits::{submit_change, Change, EditTarget};
 use crate::api::pools::get_pool;
 use crate::api::ramps::pool_ramp;
+use crate::api::rest::Refusal;
 use crate::api::SessionInfo;
-use crate::components::form::{required_reason, Field, ReasonField};
+use crate::components::form::{described_by, required_reason, Field, ReasonField};
 use crate::components::layout::CurrentSession;
 use crate::components::number::percent;
 use crate::components::plot::{Mark, Plot, Point, Rule, Series, Shape, Unit};
@@ -183,13 +184,18 @@ fn GuardChart(samples: Vec<RampSample>, threshold: Option<f64>) -> impl IntoView
         .collect();
     let rules: Vec<Rule> =
         threshold.map(|t| Rule { value: t, label: format!("threshold {}", percent(t, 1)) }).into_iter().collect();
+    let breaches: Vec<String> = marks.iter().enumerate().map(|(i, m)| format!("{}: {}", i + 1, m.label)).collect();
     let summary = format!(
-        "{} evaluations of {} member(s) from {} to {}; {} with a guard breached.",
+        "{} evaluations of {} member(s) from {} to {}; {}",
         samples.len(),
         members.len(),
         samples.first().map(|s| s.at.clone()).unwrap_or_default(),
         samples.last().map(|s| s.at.clone()).unwrap_or_default(),
-        marks.len()
+        if breaches.is_empty() {
+            "no guard breached.".to_owned()
+        } else {
+            format!("breaches: {}.", breaches.join("; "))
+        }
     );
     view! {
         <Plot
@@ -280,6 +286,7 @@ fn StartForm(target: EditTarget, weights: String) -> impl IntoView {
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
     let target = StoredValue::new(target);
+    let refusal = RwSignal::new(None::<Refusal>);
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let fields = plan_fields(
@@ -290,40 +297,82 @@ fn StartForm(target: EditTarget, weights: String) -> impl IntoView {
             &on_breach.get_untracked(),
             &abort_seconds.get_untracked(),
         );
-        submit_change(&target.get_value(), Change { method: "POST", what: "ramps" }, fields, reason, message, busy);
+        let fields = match fields {
+            Ok(fields) => fields,
+            Err(wrong) => {
+                message.set(None);
+                refusal.set(Some(wrong));
+                return;
+            }
+        };
+        let change = Change { method: "POST", what: "ramps", refusal: Some(refusal) };
+        submit_change(&target.get_value(), change, Ok(fields), reason, message, busy);
     };
-    let field = |id: &'static str, label: &'static str, signal: RwSignal<String>| {
-        view! {
-            <Field id=id label=label>
-                <input id=id type="text" prop:value=move || signal.get() on:input=move |ev| signal.set(event_target_value(&ev))/>
-            </Field>
-        }
+    // A refusal about one of the fields goes under it; any other, to the message.
+    let error_of = move |id: &'static str| {
+        Signal::derive(move || {
+            refusal.get().filter(|r| r.field.as_deref().map(form_field) == Some(Some(id))).map(|r| r.text)
+        })
     };
+    let general = move || {
+        message.get().or_else(|| {
+            refusal
+                .get()
+                .filter(|r| r.field.as_deref().and_then(form_field).is_none())
+                .map(|r| format!("Not saved: {}", r.text))
+        })
+    };
+    let field =
+        |id: &'static str, label: &'static str, help: &'static str, example: &'static str, signal: RwSignal<String>| {
+            view! {
+                <Field id=id label=label help=help error=error_of(id)>
+                    <input id=id type="text" placeholder=example aria-describedby=described_by(id)
+                        prop:value=move || signal.get() on:input=move |ev| signal.set(event_target_value(&ev))/>
+                </Field>
+            }
+        };
     view! {
         <section class="card" aria-labelledby="start-heading">
             <h2 id="start-heading">"Start a ramp"</h2>
-            <form id="ramp-start" on:submit=submit>
-                {field("ramp-target", "Target weights (member=weight, …)", target_text)}
-                {field("ramp-shares", "Canary share at each step, % (the target follows)", shares)}
-                {field("ramp-hold", "Hold per step, seconds", hold)}
-                {field("ramp-min-success", "Lowest success rate of the canary, %", min_success)}
-                <Field id="ramp-on-breach" label="On a breach">
-                    <select id="ramp-on-breach" on:change=move |ev| on_breach.set(event_target_value(&ev)) prop:value=move || on_breach.get()>
+            <form id="ramp-start" class="form-grid" on:submit=submit>
+                {field("ramp-target", "Target weights", "member=weight for every member, separated by commas", "e.g. ALIPAY_A=45, WECHAT_B=30, UNION_C=50", target_text)}
+                {field("ramp-shares", "Canary share at each step, %", "the canary's share of the draws at each step; the target follows the last", "e.g. 5, 20, 50", shares)}
+                {field("ramp-hold", "Hold per step, seconds", "how long each step runs before the next, if the guard holds", "e.g. 600", hold)}
+                {field("ramp-min-success", "Lowest success rate of the canary, %", "below it the guard is breached; 0 for no guard", "e.g. 95", min_success)}
+                <Field id="ramp-on-breach" label="On a breach" help="what the ramp does when the guard is breached" error=error_of("ramp-on-breach")>
+                    <select id="ramp-on-breach" aria-describedby=described_by("ramp-on-breach")
+                        on:change=move |ev| on_breach.set(event_target_value(&ev)) prop:value=move || on_breach.get()>
                         <option value="abort">"abort"</option>
                         <option value="step_back">"step back"</option>
                         <option value="pause">"pause"</option>
                     </select>
                 </Field>
-                {field("ramp-abort-seconds", "Abort over, seconds (0: at once)", abort_seconds)}
+                {field("ramp-abort-seconds", "Abort over, seconds", "how gradually an abort returns to the baseline; 0 for at once", "e.g. 300", abort_seconds)}
                 <ReasonField id="ramp-start-reason" reason/>
                 <button type="submit" id="ramp-start-button" disabled=move || !hydrated.get() || busy.get()>"Start the ramp"</button>
-                <p id="ramp-start-message" class="notice" role="status" aria-live="polite">{move || message.get()}</p>
+                <p id="ramp-start-message" class="notice" role="status" aria-live="polite">{general}</p>
             </form>
         </section>
     }
 }
 
-/// The start form's fields as the body's `plan`, or what is wrong with them.
+/// The start form's field for a field the API names in a refusal (`plan.steps[1].share`
+/// is the shares field).
+fn form_field(api: &str) -> Option<&'static str> {
+    let root = api.split(['[', '.']).take(2).collect::<Vec<_>>();
+    match root.as_slice() {
+        ["plan", "target"] => Some("ramp-target"),
+        ["plan", "steps"] => Some("ramp-shares"),
+        ["plan", "hold_seconds"] => Some("ramp-hold"),
+        ["plan", "guards"] => Some("ramp-min-success"),
+        ["plan", "on_breach"] => Some("ramp-on-breach"),
+        ["plan", "abort_seconds"] => Some("ramp-abort-seconds"),
+        _ => None,
+    }
+}
+
+/// The start form's fields as the body's `plan`, or what is wrong with them, naming the
+/// field as the API does.
 fn plan_fields(
     target: &str,
     shares: &str,
@@ -331,26 +380,35 @@ fn plan_fields(
     min_success: &str,
     on_breach: &str,
     abort_seconds: &str,
-) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    let weights = engine::Weights::parse_spec(target).map_err(|e| format!("target weights: {e}"))?;
+) -> Result<serde_json::Map<String, serde_json::Value>, Refusal> {
+    let weights = engine::Weights::parse_spec(target).map_err(|e| Refusal::field("plan.target", e.to_string()))?;
     let target: Vec<serde_json::Value> =
         weights.iter().map(|(m, w)| serde_json::json!({"member": m, "weight": w})).collect();
     let mut steps = Vec::new();
     for part in shares.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let share: f64 = part.trim_end_matches('%').parse().map_err(|_| format!("share {part:?} is not a number"))?;
+        let share: f64 = part.trim_end_matches('%').trim().parse().map_err(|_| {
+            Refusal::field("plan.steps", format!("{part:?} is not a number: give percentages, e.g. 5, 20, 50"))
+        })?;
         steps.push(serde_json::json!({"share": share}));
     }
-    let number = |what: &str, raw: &str| -> Result<u64, String> {
-        raw.trim().parse::<u64>().map_err(|_| format!("{what} must be a whole number, got {raw:?}"))
+    let number = |field: &str, raw: &str| -> Result<u64, Refusal> {
+        raw.trim().parse::<u64>().map_err(|_| Refusal::field(field, format!("a whole number of seconds, not {raw:?}")))
     };
-    let min: f64 =
-        min_success.trim().parse().map_err(|_| format!("lowest success rate {min_success:?} is not a number"))?;
+    let min: f64 = min_success
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| Refusal::field("plan.guards", format!("a percentage from 0 to 100, not {min_success:?}")))?;
+    if !(0.0..=100.0).contains(&min) {
+        return Err(Refusal::field("plan.guards", format!("a percentage from 0 to 100, not {min}")));
+    }
     let mut plan = serde_json::json!({
         "target": target,
         "steps": steps,
-        "hold_seconds": number("hold", hold)?,
+        "hold_seconds": number("plan.hold_seconds", hold)?,
         "on_breach": on_breach,
-        "abort_seconds": number("abort", abort_seconds)?,
+        "abort_seconds": number("plan.abort_seconds", abort_seconds)?,
     });
     if min > 0.0 {
         plan["guards"] = serde_json::json!([{"metric": "success_rate", "threshold": min / 100.0, "min_samples": 20}]);

@@ -214,7 +214,7 @@ fn RevokeGrant(tenant: String, grant: String, editor: Editor) -> impl IntoView {
     view! {
         <div class="row-actions">
             <label class="visually-hidden" for=reason_id.clone()>"Reason to revoke " {grant.clone()} " (required, audited)"</label>
-            <input id=reason_id type="text" maxlength="500" placeholder="reason (required)" aria-describedby=message_id.clone()
+            <input id=reason_id type="text" maxlength="500" placeholder="e.g. granted by mistake" aria-describedby=message_id.clone()
                 disabled=move || !hydrated.get() || busy.get()
                 prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))/>
             <button type="button" class="danger" id=button_id aria-label=format!("Revoke grant {grant}")
@@ -290,7 +290,7 @@ fn GrantForm(tenant: String, editor: Editor) -> impl IntoView {
                       hint: &'static str| {
         let (input_id, error_id) = (field(key), format!("{}-error", field(key)));
         view! {
-            <Field id=input_id.clone() label=label error=Signal::derive(error_of(key))>
+            <Field id=input_id.clone() label=label error=Signal::derive(error_of(key)) wide=key == "reason">
                 <input id=input_id type=input_type placeholder=hint aria-describedby=error_id
                     aria-invalid=move || error_of(key)().is_some().to_string()
                     prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
@@ -301,7 +301,7 @@ fn GrantForm(tenant: String, editor: Editor) -> impl IntoView {
     let (kind_id, kind_error) = (field("kind"), format!("{}-error", field("kind")));
     let (priority_id, priority_error) = (field("priority"), format!("{}-error", field("priority")));
     view! {
-        <form class="grant-form" id=format!("grant-form-{tenant}") on:submit=submit>
+        <form class="grant-form form-grid" id=format!("grant-form-{tenant}") on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend>"Add a grant to " {tenant.clone()}</legend>
                 {input("id", "Grant id (never reused)", "text", id, "e.g. spring-bonus")}
@@ -314,13 +314,13 @@ fn GrantForm(tenant: String, editor: Editor) -> impl IntoView {
                 </Field>
                 {input("amount", "Tokens", "text", amount, "e.g. 500000")}
                 <Field id=field("priority") label="Priority (bonus only; lower pays first)" error=Signal::derive(error_of("priority"))>
-                    <input id=priority_id type="text" inputmode="numeric" placeholder="0"
+                    <input id=priority_id type="text" inputmode="numeric" placeholder="e.g. 1"
                         disabled=move || kind.get() != "bonus" aria-describedby=priority_error
                         prop:value=move || priority.get() on:input=move |ev| priority.set(event_target_value(&ev))/>
                 </Field>
-                {input("starts_at", "Starts (UTC; empty: now)", "text", starts, "2026-12-01T09:00 or RFC 3339")}
-                {input("expires_at", "Expires (UTC; empty: never)", "text", expires, "2027-01-01T00:00 or RFC 3339")}
-                {input("reason", "Reason (required, for the audit trail)", "text", reason, "why, for the audit trail")}
+                {input("starts_at", "Starts (UTC; empty: now)", "text", starts, "e.g. 2026-12-01T09:00")}
+                {input("expires_at", "Expires (UTC; empty: never)", "text", expires, "e.g. 2027-01-01T00:00")}
+                {input("reason", "Reason (required, for the audit trail)", "text", reason, "e.g. launch campaign bonus")}
                 <button type="submit" id=field("submit")>"Add grant"</button>
             </fieldset>
             <p class="field-error" id=field("message") role="alert">{general}</p>

@@ -301,7 +301,7 @@ fn NewUserForm(page: Page) -> impl IntoView {
         error.get().filter(|r| !matches!(r.field.as_deref(), Some("name" | "role" | "password"))).map(|r| r.text)
     };
     view! {
-        <form id="new-user-form" class="inline-form" on:submit=submit>
+        <form id="new-user-form" class="inline-form form-grid" on:submit=submit>
             <fieldset disabled=move || !hydrated.get() || busy.get()>
                 <legend>"Add a user"</legend>
                 <Field id="new-user-name" label="Name" error=field_error("name")>

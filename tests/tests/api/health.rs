@@ -123,7 +123,10 @@ async fn every_response_carries_the_security_headers_and_a_page_its_nonce_policy
         assert_eq!(header(r, "x-frame-options"), "DENY", "{what}");
         assert_eq!(header(r, "referrer-policy"), "same-origin", "{what}");
         assert!(header(r, "content-security-policy").contains("frame-ancestors 'none'"), "{what}");
+        assert_eq!(header(r, "cache-control"), "private, no-store", "{what}: answered per person, cached by nobody");
     }
+    let dashboard = app.get("/sfn/dashboard").await;
+    assert_eq!(header(&dashboard, "cache-control"), "private, no-store", "a server function's answer");
     assert_eq!(refused.status(), 404);
     assert_eq!(header(&api, "content-security-policy"), server::security_headers::DEFAULT_POLICY);
     assert_eq!(header(&page, "strict-transport-security"), "", "no HSTS over plain HTTP");

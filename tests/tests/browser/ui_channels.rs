@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
-use integration::ui::{api_session, app_with_users, hover, hydrated, screenshot, sign_in, sign_out, text};
+use integration::ui::{api_session, app_with_users, hover_text, hydrated, screenshot, sign_in, sign_out, text};
 use integration::TestApp;
 
 async fn app() -> (TestApp, HashMap<String, String>) {
@@ -188,10 +188,8 @@ async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_li
     let weight = engine::health::effective_weight(45, factor, newest["to"] == "ejected");
     let bands = c.find_all(Locator::Css("#decay-cn-pay .plot-band")).await.unwrap();
     assert_eq!(bands.len(), 3, "before the first transition, and one per transition");
-    hover(c, bands.last().unwrap()).await;
-    let tip = c.find(Locator::Css("#decay-cn-pay .plot-band:last-child .plot-tip-box")).await.unwrap();
-    let tip_text = tip.text().await.unwrap();
-    assert!(tip.is_displayed().await.unwrap(), "the value shows on hover");
+    let tip_text =
+        hover_text(c, "#decay-cn-pay .plot-band:last-child", "#decay-cn-pay .plot-band:last-child .plot-tip-box").await;
     assert!(tip_text.contains(&format!("effective weight: {weight} weight")), "{tip_text} against {newest}");
     // The outcome reports of the last hour on one time axis: the two failing minutes, the
     // pool's threshold, and both transitions marked on the success-rate chart.
@@ -208,11 +206,8 @@ async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_li
     assert_eq!(failed.len(), 2, "a failed bar per minute");
     // Hover values are the reports as recorded (20 ok and 80 failed in each minute).
     for chart in ["rate", "volume"] {
-        let band = c.find(Locator::Css(&format!("#outcomes-ALIPAY_A-{chart} .plot-band"))).await.unwrap();
-        hover(c, &band).await;
-        let tip = c.find(Locator::Css(&format!("#outcomes-ALIPAY_A-{chart} .plot-band .plot-tip-box"))).await.unwrap();
-        assert!(tip.is_displayed().await.unwrap(), "{chart}: the values show on hover");
-        let shown = tip.text().await.unwrap();
+        let band = format!("#outcomes-ALIPAY_A-{chart} .plot-band");
+        let shown = hover_text(c, &band, &format!("{band} .plot-tip-box")).await;
         let expected: &[&str] = if chart == "rate" {
             &["success rate: 20.0 % (of 100)"]
         } else {

@@ -101,11 +101,12 @@ async fn the_dashboard_charts_a_running_simulation_and_brings_in_new_samples_wit
     assert_eq!(status, 200, "{samples}");
     let api_newest =
         samples["samples"].as_array().and_then(|s| s.last()).cloned().unwrap_or_else(|| panic!("{samples}"));
-    let band = c.find(Locator::Css("#length-cn-pay .plot-band:last-child")).await.unwrap();
-    integration::ui::hover(c, &band).await;
-    let tip = c.find(Locator::Css("#length-cn-pay .plot-band:last-child .plot-tip-box")).await.unwrap();
-    assert!(tip.is_displayed().await.unwrap(), "the value shows on hover");
-    let shown = tip.text().await.unwrap();
+    let shown = integration::ui::hover_text(
+        c,
+        "#length-cn-pay .plot-band:last-child",
+        "#length-cn-pay .plot-band:last-child .plot-tip-box",
+    )
+    .await;
     let length = api_newest["length"].as_u64().unwrap_or_else(|| panic!("{api_newest}"));
     assert!(
         shown.contains(&format!("list and standby batch: {} tickets", grouped(length))),
@@ -313,6 +314,11 @@ async fn the_attention_strip_lists_what_is_wrong_first_and_links_to_where_it_is_
     // The author does not see their own request as waiting for them.
     integration::ui::sign_out(c).await;
     sign_in(c, &app, "demo-pm", &passwords["demo-pm"]).await;
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#attention li[data-kind='break_glass']"))
+        .await
+        .expect("the strip as the pm sees it");
     assert!(c.find(Locator::Css("#attention li[data-kind='review']")).await.is_err(), "not the author's own request");
     // The link goes where it is fixed.
     c.find(Locator::Css("#attention li[data-kind='break_glass'] a")).await.unwrap().click().await.unwrap();

@@ -7,12 +7,26 @@ use std::time::Duration;
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
 use integration::hold_jobs;
-use integration::ui::{app_with_users, hover, hydrated, screenshot, sign_in, wait_text, without_demo_policy};
+use integration::ui::{app_with_users, hover_text, hydrated, screenshot, sign_in, wait_text, without_demo_policy};
 
 async fn fill(c: &Client, id: &str, text: &str) {
     let field = c.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}"));
     field.clear().await.unwrap();
     field.send_keys(text).await.unwrap();
+}
+
+/// Waits (up to 10 s) until the element `id` has text containing `part` (any text when
+/// `part` is empty).
+async fn wait_text_contains(c: &Client, id: &str, part: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = c.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}")).text().await.unwrap();
+        if !shown.is_empty() && shown.contains(part) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "#{id} reads {shown:?}, not {part:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]
@@ -31,8 +45,24 @@ async fn a_pm_starts_a_ramp_sees_it_advance_aborts_it_with_a_reason_and_finds_it
     c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("ramp-start")).await.expect("the start form");
     hydrated(c).await;
     fill(c, "ramp-target", "ALIPAY_A=45,WECHAT_B=30,UNION_C=50").await;
+    fill(c, "ramp-start-reason", "UnionPay C takes more").await;
+    // Errors go under the field they name: one the form finds, then one the API finds
+    // (a first step beyond the target's share: `plan.steps[0].share`); nothing starts.
     fill(c, "ramp-shares", "30, 35").await;
+    fill(c, "ramp-hold", "ten").await;
+    c.find(Locator::Id("ramp-start-button")).await.unwrap().click().await.unwrap();
+    wait_text_contains(c, "ramp-hold-error", "whole number").await;
     fill(c, "ramp-hold", "0").await;
+    fill(c, "ramp-shares", "80").await;
+    c.find(Locator::Id("ramp-start-button")).await.unwrap().click().await.unwrap();
+    wait_text_contains(c, "ramp-shares-error", "").await;
+    assert_eq!(
+        c.find(Locator::Id("ramp-hold-error")).await.unwrap().text().await.unwrap(),
+        "",
+        "the old error is gone"
+    );
+    assert!(c.find(Locator::Id("ramp-timeline")).await.is_err(), "no ramp started");
+    fill(c, "ramp-shares", "30, 35").await;
     fill(c, "ramp-min-success", "0").await;
     fill(c, "ramp-start-reason", "UnionPay C takes more").await;
     c.find(Locator::Id("ramp-start-button")).await.unwrap().click().await.unwrap();
@@ -67,11 +97,8 @@ async fn a_pm_starts_a_ramp_sees_it_advance_aborts_it_with_a_reason_and_finds_it
     let sample = ramp["samples"].as_array().and_then(|s| s.last()).cloned().unwrap_or_else(|| panic!("{ramp}"));
     let chart = c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css("figure#ramp-chart")).await;
     chart.expect("the guard chart");
-    let band = c.find(Locator::Css("#ramp-chart .plot-band:last-child")).await.unwrap();
-    hover(c, &band).await;
-    let tip = c.find(Locator::Css("#ramp-chart .plot-band:last-child .plot-tip-box")).await.unwrap();
-    assert!(tip.is_displayed().await.unwrap(), "the values show on hover");
-    let shown = tip.text().await.unwrap();
+    let shown =
+        hover_text(c, "#ramp-chart .plot-band:last-child", "#ramp-chart .plot-band:last-child .plot-tip-box").await;
     for member in ["ALIPAY_A", "WECHAT_B", "UNION_C"] {
         let rate = sample["members"][member]["success_rate"].as_f64().unwrap_or_else(|| panic!("{member}: {sample}"));
         let expected = format!("{member}: {:.1} %", rate * 100.0);

@@ -161,7 +161,7 @@ fn BindingsForm(token: TokenView, page: Page, editing: RwSignal<Option<TokenView
                     let input_id = format!("bind-token-{field}");
                     view! {
                         <Field id=input_id.clone() label=*label error=field_error(field)>
-                            <input id=input_id type="text" autocomplete="off" placeholder="acme, globex"
+                            <input id=input_id type="text" autocomplete="off" placeholder="e.g. acme, globex"
                                 prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
                         </Field>
                     }
@@ -273,7 +273,7 @@ pub(super) fn NewTokenForm(page: Page) -> impl IntoView {
                     let input_id = format!("new-token-{field}");
                     view! {
                         <Field id=input_id.clone() label=*label error=field_error(field)>
-                            <input id=input_id type="text" autocomplete="off" placeholder="acme, globex (or *)"
+                            <input id=input_id type="text" autocomplete="off" placeholder="e.g. acme, globex (or *)"
                                 disabled=move || scope.get() != "dataplane"
                                 prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
                         </Field>
