@@ -2,6 +2,7 @@
 
 pub mod charts;
 pub mod detail;
+pub mod dialog;
 pub mod form;
 pub mod layout;
 pub mod list;

@@ -9,6 +9,7 @@ use leptos_router::hooks::use_query_map;
 use crate::api::channels::CHANNEL_SORTS;
 use crate::api::{list_channels, ChannelList, ChannelView, SessionInfo};
 use crate::components::charts::grouped;
+use crate::components::dialog::{return_focus_on_close, trap_tab};
 use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
@@ -153,6 +154,7 @@ fn ChangeDialog(
     editing: RwSignal<Option<ChannelView>>,
 ) -> impl IntoView {
     let code = channel.code.clone();
+    return_focus_on_close(format!("change-{code}"));
     let heading = format!("dialog-{code}-heading");
     let labelled_by = heading.clone();
     let state = format!(
@@ -163,7 +165,13 @@ fn ChangeDialog(
     view! {
         <div class="dialog-backdrop">
             <section class="dialog card" role="dialog" aria-modal="true" aria-labelledby=labelled_by id="change-dialog"
-                on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" { editing.set(None) }>
+                on:keydown=move |ev: leptos::ev::KeyboardEvent| {
+                    if ev.key() == "Escape" {
+                        editing.set(None)
+                    } else {
+                        trap_tab(&ev, "change-dialog")
+                    }
+                }>
                 <h2 id=heading>"Change " <code>{code.clone()}</code></h2>
                 <p>{channel.name.clone()} ": " {state}</p>
                 <ChannelActions code=code.clone() enabled=channel.enabled pin=channel.pin.clone() csrf resource done editing/>

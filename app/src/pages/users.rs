@@ -10,6 +10,7 @@ use leptos_router::hooks::use_query_map;
 use crate::api::access::USER_SORTS;
 use crate::api::rest::Refusal;
 use crate::api::{list_access, AccessView, UserView};
+use crate::components::dialog::{return_focus_on_close, trap_tab};
 use crate::components::form::Field;
 use crate::components::layout::CurrentSession;
 use crate::components::list::{neighbours, query_of, summary, Paging, SearchForm};
@@ -229,10 +230,17 @@ fn UserDialog(user: UserView, page: Page) -> impl IntoView {
     let (heading, labelled_by) = (id("user-dialog-heading"), id("user-dialog-heading"));
     let role_id = id("role");
     let close = move || page.editing.set(None);
+    return_focus_on_close(format!("change-user-{}", user.name));
     view! {
         <div class="dialog-backdrop">
             <section class="dialog card" role="dialog" aria-modal="true" aria-labelledby=labelled_by id="user-dialog"
-                on:keydown=move |ev: leptos::ev::KeyboardEvent| if ev.key() == "Escape" { close() }>
+                on:keydown=move |ev: leptos::ev::KeyboardEvent| {
+                    if ev.key() == "Escape" {
+                        close()
+                    } else {
+                        trap_tab(&ev, "user-dialog")
+                    }
+                }>
                 <h2 id=heading>"Change " <code>{user.name.clone()}</code></h2>
                 <p>"Now " {user.role.clone()} "; " {user_state(&user)}</p>
                 <form class="row-actions" id=id("user-actions") on:submit=|ev: leptos::ev::SubmitEvent| ev.prevent_default()>

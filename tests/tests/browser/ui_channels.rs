@@ -279,3 +279,50 @@ async fn two_hundred_channels_are_searched_sorted_and_paged_on_the_server() {
 
     browser.close().await;
 }
+
+#[tokio::test]
+async fn the_change_dialog_works_from_the_keyboard_alone_and_keeps_the_focus_inside() {
+    use fantoccini::key::Key;
+    let (app, passwords) = app().await;
+    let browser = Browser::start().await.expect("headless chromium");
+    let c = &browser.client;
+    sign_in(c, &app, "demo-operator", &passwords["demo-operator"]).await;
+    channels_page(c, &app).await;
+    let inside = "return document.getElementById('change-dialog').contains(document.activeElement)";
+    let focused_id = "return document.activeElement ? document.activeElement.id : ''";
+
+    // Enter on the row's button opens the dialog, its reason field focused
+    let opener = c.find(Locator::Id("change-ALIPAY_A")).await.unwrap();
+    opener.send_keys(&Key::Enter.to_string()).await.unwrap();
+    c.wait().at_most(Duration::from_secs(5)).for_element(Locator::Id("change-dialog")).await.expect("the dialog");
+    assert_eq!(c.execute(focused_id, vec![]).await.unwrap(), "reason-ALIPAY_A");
+
+    // Tab and Shift+Tab go round inside it, however many times they are pressed
+    let focusable: u64 = c
+        .execute("return document.getElementById('change-dialog').querySelectorAll('button:not([disabled]), input:not([disabled]), select:not([disabled]), a[href]').length", vec![])
+        .await
+        .unwrap()
+        .as_u64()
+        .unwrap();
+    assert!(focusable >= 3, "{focusable}");
+    for press in 0..focusable * 2 + 1 {
+        c.active_element().await.unwrap().send_keys(&Key::Tab.to_string()).await.unwrap();
+        assert_eq!(c.execute(inside, vec![]).await.unwrap(), true, "Tab {press} left the dialog");
+    }
+    for press in 0..focusable + 1 {
+        let shift_tab = format!("{}{}", Key::Shift, Key::Tab);
+        c.active_element().await.unwrap().send_keys(&shift_tab).await.unwrap();
+        assert_eq!(c.execute(inside, vec![]).await.unwrap(), true, "Shift+Tab {press} left the dialog");
+    }
+
+    // Escape closes it and the focus is back on the button that opened it
+    c.active_element().await.unwrap().send_keys(&Key::Escape.to_string()).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(5))
+        .for_element(Locator::XPath("//body[not(.//*[@id='change-dialog'])]"))
+        .await
+        .expect("the dialog closes");
+    assert_eq!(c.execute(focused_id, vec![]).await.unwrap(), "change-ALIPAY_A", "the focus returns to the opener");
+
+    browser.close().await;
+}
