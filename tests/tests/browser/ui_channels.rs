@@ -220,6 +220,12 @@ async fn a_channels_health_history_is_charted_with_its_transitions_marked_and_li
     }
     let caption = c.find(Locator::Css("#outcomes-ALIPAY_A > .chart-summary")).await.unwrap().text().await.unwrap();
     assert!(caption.contains("200 outcomes") && caption.contains("20.0 % successful"), "{caption}");
+    // With its transitions marked, the page fits a phone and passes axe-core.
+    for width in [390, 1440] {
+        c.set_window_size(width, 900).await.unwrap();
+        assert_eq!(integration::ui::overflows(c).await, Vec::<String>::new(), "the channel page at {width} px");
+        assert_eq!(integration::ui::axe_violations(c).await, Vec::<String>::new(), "the channel page at {width} px");
+    }
     screenshot(c, "channel-history").await;
 
     // A healthy channel: a flat line and a sentence, no table.

@@ -1,4 +1,4 @@
-//! Every page, as ops would see it with traffic flowing, at a desktop's width (1440 px)
+//! Every page (and the sign-in page), as ops would see it with traffic flowing, at a desktop's width (1440 px)
 //! and a phone's (390 px): nothing scrolls sideways or spills out of its card, no chart's
 //! text leaves its chart, and axe-core finds no serious or critical violation. The
 //! screenshots are kept under `target/screenshots/pages/` (CI keeps them as artefacts).
@@ -32,6 +32,13 @@ async fn every_page_fits_a_desktop_and_a_phone_and_passes_axe() {
     let now = app.state.pool_admin.now().await.unwrap();
     server::samples::sampler::run_at(&app.state, now).await.unwrap();
     server::health::run_once(&app.state, now).await.unwrap();
+    let admin = integration::ui::Session::sign_in(&app, "demo-admin", &passwords["demo-admin"]).await;
+    let route = serde_json::json!({"rules": [
+            {"name": "small", "when": {"amount": {"lt": "1000"}}, "pool": "cn-pay"},
+            {"name": "big-usd", "when": {"amount": {"gte": "1000"}, "currency": {"in": ["USD"]}}, "pool": "sea-pay"}
+        ], "default_pool": "cn-pay", "expected_version": 0, "reason": "route checkout"});
+    let (status, reply) = admin.send(&app, reqwest::Method::PUT, "/api/v1/routes/checkout", route).await;
+    assert_eq!(status, 200, "{reply}");
     let browser = Browser::start().await.expect("headless chromium");
     let c = &browser.client;
     sign_in(c, &app, "demo-admin", &passwords["demo-admin"]).await;
@@ -44,6 +51,7 @@ async fn every_page_fits_a_desktop_and_a_phone_and_passes_axe() {
         ("pool", "/pools/cn-pay"),
         ("ramp", "/pools/cn-pay/ramp"),
         ("routes", "/routes"),
+        ("route", "/routes/checkout"),
         ("channels", "/channels"),
         ("channel", "/channels/WECHAT_B"),
         ("tenants", "/tenants"),
@@ -76,6 +84,17 @@ async fn every_page_fits_a_desktop_and_a_phone_and_passes_axe() {
             for violation in axe_violations(c).await {
                 failures.push(format!("{page} at {width} px: axe: {violation}"));
             }
+        }
+    }
+    // Signed out: the sign-in page.
+    integration::ui::sign_out(c).await;
+    for width in [1440, 390] {
+        c.set_window_size(width, 900).await.unwrap();
+        c.goto(&format!("{}/login", app.address)).await.unwrap();
+        hydrated(c).await;
+        std::fs::write(dir.join(format!("login-{width}.png")), c.screenshot().await.unwrap()).unwrap();
+        for problem in overflows(c).await.into_iter().chain(axe_violations(c).await) {
+            failures.push(format!("/login at {width} px: {problem}"));
         }
     }
     assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));

@@ -7,7 +7,10 @@ use std::time::Duration;
 use fantoccini::{Client, Locator};
 use integration::browser::Browser;
 use integration::hold_jobs;
-use integration::ui::{app_with_users, hover_text, hydrated, screenshot, sign_in, wait_text, without_demo_policy};
+use integration::ui::{
+    app_with_users, axe_violations, hover_text, hydrated, overflows, screenshot, sign_in, wait_text,
+    without_demo_policy,
+};
 
 async fn fill(c: &Client, id: &str, text: &str) {
     let field = c.find(Locator::Id(id)).await.unwrap_or_else(|e| panic!("#{id}: {e}"));
@@ -103,6 +106,12 @@ async fn a_pm_starts_a_ramp_sees_it_advance_aborts_it_with_a_reason_and_finds_it
         let rate = sample["members"][member]["success_rate"].as_f64().unwrap_or_else(|| panic!("{member}: {sample}"));
         let expected = format!("{member}: {:.1} %", rate * 100.0);
         assert!(shown.contains(&expected), "{shown:?} lacks {expected:?} ({sample})");
+    }
+    // The live ramp's page fits a phone too, and passes axe-core, chart and all.
+    for width in [390, 1440] {
+        c.set_window_size(width, 900).await.unwrap();
+        assert_eq!(overflows(c).await, Vec::<String>::new(), "the ramp page at {width} px");
+        assert_eq!(axe_violations(c).await, Vec::<String>::new(), "the ramp page at {width} px");
     }
     screenshot(c, "ramp-advanced").await;
 
