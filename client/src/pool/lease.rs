@@ -84,16 +84,14 @@ impl Pools {
     /// hold ends or on [`Self::return_leases`]).
     pub fn set_ticket_leases(&self, settings: Option<LeaseSettings>) {
         let settings = settings.map(|s| LeaseSettings { max: s.max.max(1), ..s });
-        if settings.is_some() {
-            self.inner.ever_leased.store(true, AtomicOrdering::Relaxed);
-        }
-        *self.inner.lease_settings.lock().expect("lease settings lock") = settings;
+        let mut current = self.inner.lease_settings.lock().expect("lease settings lock");
+        *current = settings;
+        self.inner.leases_on.store(settings.is_some(), AtomicOrdering::Relaxed);
     }
 
     /// Whether ticket leases are on now.
     pub(super) fn leases_on(&self) -> bool {
-        self.inner.ever_leased.load(AtomicOrdering::Relaxed)
-            && self.inner.lease_settings.lock().expect("lease settings lock").is_some()
+        self.inner.leases_on.load(AtomicOrdering::Relaxed)
     }
 
     /// Draws served from leases since the client was made.
@@ -101,14 +99,16 @@ impl Pools {
         self.inner.leased.load(AtomicOrdering::Relaxed)
     }
 
-    /// Tickets held in leases now, over every pool.
+    /// Tickets held in leases now, over every pool (the count draws read without a lock;
+    /// the tests hold it to the tickets served and returned).
     pub fn tickets_leased(&self) -> usize {
-        self.inner.leases.lock().expect("leases lock").values().map(|l| l.tickets.len()).sum()
+        self.inner.tickets_held.load(AtomicOrdering::Acquire)
     }
 
     /// The next ticket of `pool`'s lease, if it holds one within its hold time.
     pub(super) fn next_leased(&self, pool: &PoolName) -> Leased {
-        if !self.inner.ever_leased.load(AtomicOrdering::Relaxed) {
+        // No ticket held anywhere (leases off, or served out and returned): no lock taken.
+        if self.inner.tickets_held.load(AtomicOrdering::Acquire) == 0 {
             return Leased::Nothing;
         }
         let settings = *self.inner.lease_settings.lock().expect("lease settings lock");
@@ -117,6 +117,7 @@ impl Pools {
         let age = lease.taken_at.elapsed();
         if let Some(s) = settings.filter(|s| age <= s.hold) {
             let Some(draw) = lease.tickets.pop_front() else { return Leased::Nothing };
+            self.inner.tickets_held.fetch_sub(1, AtomicOrdering::AcqRel);
             if lease.tickets.is_empty() && age <= s.hold / 2 {
                 // Served out within half the hold: the next lease may be larger.
                 lease.size = (lease.size * 2).min(s.max);
@@ -128,7 +129,7 @@ impl Pools {
             self.lease_gauge(pool, lease.tickets.len());
             return Leased::Ticket(draw);
         }
-        match take_unserved(pool, lease) {
+        match self.take_unserved(pool, lease) {
             Some(unserved) => {
                 self.lease_gauge(pool, 0);
                 Leased::Expired(unserved)
@@ -141,7 +142,7 @@ impl Pools {
     /// a lease: 0 with leases off, for a pool not known as a `channels` pool without caps,
     /// or while the pool's lease still holds tickets.
     pub(super) fn lease_extra(&self, pool: &PoolName) -> usize {
-        if !self.inner.ever_leased.load(AtomicOrdering::Relaxed) {
+        if !self.leases_on() {
             return 0;
         }
         let Some(settings) = *self.inner.lease_settings.lock().expect("lease settings lock") else { return 0 };
@@ -183,6 +184,7 @@ impl Pools {
                 return None;
             }
             lease.tickets = tickets.iter().cloned().collect();
+            self.inner.tickets_held.fetch_add(lease.tickets.len(), AtomicOrdering::AcqRel);
             lease.counted = Some(counted.clone());
             lease.taken_at = Instant::now();
             lease.id = self.inner.lease_ids.fetch_add(1, AtomicOrdering::Relaxed) + 1;
@@ -198,7 +200,7 @@ impl Pools {
             tokio::time::sleep(hold).await;
             let unserved = {
                 let mut leases = this.inner.leases.lock().expect("leases lock");
-                leases.get_mut(&pool).filter(|l| l.id == id).and_then(|l| take_unserved(&pool, l))
+                leases.get_mut(&pool).filter(|l| l.id == id).and_then(|l| this.take_unserved(&pool, l))
             };
             if let Some(unserved) = unserved {
                 this.lease_gauge(&pool, 0);
@@ -217,7 +219,7 @@ impl Pools {
     pub async fn return_leases(&self) -> Result<usize, PoolError> {
         let all: Vec<Unserved> = {
             let mut leases = self.inner.leases.lock().expect("leases lock");
-            leases.iter_mut().filter_map(|(pool, l)| take_unserved(pool, l)).collect()
+            leases.iter_mut().filter_map(|(pool, l)| self.take_unserved(pool, l)).collect()
         };
         let mut returned = 0;
         let mut failed = None;
@@ -292,20 +294,24 @@ impl Pools {
         Ok(returned)
     }
 
+    /// Empties a lease into what must go back (`None` when it held nothing); the next lease
+    /// asks for half as many tickets. The tickets leave the count of tickets held: call it
+    /// under the leases lock.
+    fn take_unserved(&self, pool: &PoolName, lease: &mut Lease) -> Option<Unserved> {
+        if lease.tickets.is_empty() {
+            return None;
+        }
+        lease.size = (lease.size / 2).max(1);
+        let tickets: Vec<Draw> = lease.tickets.drain(..).collect();
+        self.inner.tickets_held.fetch_sub(tickets.len(), AtomicOrdering::AcqRel);
+        // Tickets without their day cannot be given back (none are kept without one).
+        let counted = lease.counted.clone()?;
+        Some(Unserved { pool: pool.clone(), counted, tickets })
+    }
+
     fn lease_gauge(&self, pool: &PoolName, held: usize) {
         if let Some(m) = &self.inner.metrics {
             m.tickets_leased.with_label_values(&[pool.as_str()]).set(held as i64);
         }
     }
-}
-
-/// Empties a lease into what must go back (`None` when it held nothing); the next lease
-/// asks for half as many tickets.
-fn take_unserved(pool: &PoolName, lease: &mut Lease) -> Option<Unserved> {
-    if lease.tickets.is_empty() {
-        return None;
-    }
-    lease.size = (lease.size / 2).max(1);
-    let counted = lease.counted.clone()?;
-    Some(Unserved { pool: pool.clone(), counted, tickets: lease.tickets.drain(..).collect() })
 }

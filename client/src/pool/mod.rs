@@ -153,6 +153,9 @@ struct Cached {
     local: Option<LocalPool>,
     ring: Option<(u64, Arc<HashRing>)>,
     level: Option<DrawSource>,
+    /// The draw counters of this pool's members by source, looked up once each (a
+    /// labelled counter's lookup hashes its three labels under a lock).
+    counters: Vec<(String, DrawSource, prometheus::IntCounter)>,
 }
 
 struct Inner {
@@ -176,8 +179,11 @@ struct Inner {
     missing_notify: tokio::sync::Notify,
     /// Ticket leases: off (`None`) unless turned on.
     lease_settings: Mutex<Option<LeaseSettings>>,
-    /// Whether leases were ever turned on (draws skip the lease locks until then).
-    ever_leased: std::sync::atomic::AtomicBool,
+    /// Whether leases are on now (the shared calls' `lease_extra` reads no lock when not).
+    leases_on: std::sync::atomic::AtomicBool,
+    /// Tickets held in every lease now, kept under the leases lock: a draw reads no lock
+    /// when there are none (leases off, or served out and returned).
+    tickets_held: std::sync::atomic::AtomicUsize,
     leases: Mutex<HashMap<PoolName, lease::Lease>>,
     lease_ids: AtomicU64,
     /// Draws served from leases.
@@ -222,7 +228,8 @@ impl Pools {
                 missing: Mutex::new(HashSet::new()),
                 missing_notify: tokio::sync::Notify::new(),
                 lease_settings: Mutex::new(None),
-                ever_leased: Default::default(),
+                leases_on: Default::default(),
+                tickets_held: Default::default(),
                 leases: Mutex::new(HashMap::new()),
                 lease_ids: AtomicU64::new(0),
                 leased: AtomicU64::new(0),
@@ -375,7 +382,14 @@ impl Pools {
             entry.level = Some(draw.source);
         }
         if let Some(m) = &self.inner.metrics {
-            m.draws.with_label_values(&[draw.pool.as_str(), &draw.member, draw.source.name()]).inc();
+            match entry.counters.iter().find(|(member, source, _)| *source == draw.source && *member == draw.member) {
+                Some((_, _, counter)) => counter.inc(),
+                None => {
+                    let counter = m.draws.with_label_values(&[draw.pool.as_str(), &draw.member, draw.source.name()]);
+                    counter.inc();
+                    entry.counters.push((draw.member.clone(), draw.source, counter));
+                }
+            }
         }
         draw
     }
