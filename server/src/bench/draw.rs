@@ -75,6 +75,13 @@ pub struct Report {
     pub leased_from_memory: f64,
     /// Redis time per draw with leases (`INFO commandstats`, as `redis_us_per_draw`).
     pub redis_us_per_draw_leased: f64,
+    /// Client draws per second, coalesced, with the pool's draw log on (every other phase
+    /// runs with it off), and the Redis time per draw then (the log's stream entry is
+    /// written inside the script); the same with one script call per draw.
+    pub logged_ops: f64,
+    pub redis_us_per_draw_logged: f64,
+    pub logged_single_ops: f64,
+    pub redis_us_per_draw_single_logged: f64,
     /// Leased tickets given back after the phase (none may be lost).
     pub leased_returned: u64,
     /// The slowest script call Redis ran during the whole run (its slow log, every primary),
@@ -219,6 +226,22 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
     let leased_spent = super::spent::read(&state.redis).await?.since(spent_single);
     let from_memory = (state.pools.leased_draws() - leased_before) as f64 / leased.latencies.len().max(1) as f64;
 
+    // The draw log's share: the same pool with its draw log on (one stream entry per script
+    // call, inside the script, so its cost is in the scripts' time), coalesced and single.
+    // Every other phase runs with it off.
+    let logged_snapshot = PoolSnapshot { version: 2, draw_log: true, ..snapshot.clone() };
+    state.pool_admin.publish(&pool, &logged_snapshot).await?;
+    state.pool_admin.refill(&pool).await?;
+    let spent_logged_before = super::spent::read(&state.redis).await?;
+    let logged = phase(args.concurrency, duration, draws.clone()).await?;
+    let spent_logged = super::spent::read(&state.redis).await?;
+    let logged_spent = spent_logged.since(spent_logged_before);
+    state.pools.set_coalescing(1);
+    let logged_single = phase(args.concurrency, duration, draws.clone()).await;
+    state.pools.set_coalescing(client::pool::DEFAULT_COALESCE);
+    let logged_single = logged_single?;
+    let logged_single_spent = super::spent::read(&state.redis).await?.since(spent_logged);
+
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency as usize).build()?;
     let url = format!("{address}/api/v1/pools/bench/draw");
     // A data-plane token, as an application would send (revoked when the phase is done).
@@ -298,6 +321,10 @@ async fn measure(state: &crate::state::AppState, address: &str, args: &BenchQuot
         leased_p99_us: q(&leased.latencies, 0.99),
         leased_from_memory: from_memory,
         redis_us_per_draw_leased: leased_spent.script_us_per(leased.latencies.len() as u64),
+        logged_ops: logged.ops,
+        redis_us_per_draw_logged: logged_spent.script_us_per(logged.latencies.len() as u64),
+        logged_single_ops: logged_single.ops,
+        redis_us_per_draw_single_logged: logged_single_spent.script_us_per(logged_single.latencies.len() as u64),
         leased_returned: leased_returned as u64,
     })
 }
@@ -390,6 +417,10 @@ pub fn render(r: &Report) -> String {
         r.leased_from_memory * 100.0,
         r.redis_us_per_draw_leased,
         r.leased_returned
+    ));
+    out.push_str(&format!(
+        "draw log on: {:.0} draws/s coalesced, {:.2} µs of scripts per draw; {:.0} draws/s one call each, {:.2} µs\n",
+        r.logged_ops, r.redis_us_per_draw_logged, r.logged_single_ops, r.redis_us_per_draw_single_logged
     ));
     out.push_str(&match r.redis_max_script_ms {
         Some(ms) => format!("slowest script call in Redis: {ms:.3} ms (target <= 1; 0: none over 0.1 ms)\n"),
