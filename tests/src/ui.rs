@@ -85,7 +85,17 @@ pub async fn sign_in(c: &Client, app: &TestApp, name: &str, password: &str) {
 pub async fn sign_out(c: &Client) {
     hydrated(c).await;
     c.find(Locator::Id("sign-out")).await.unwrap().click().await.unwrap();
-    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Id("login-form")).await.expect("back at sign-in");
+    // Polled by hand: a look-up made while the browser is between the sign-out and the
+    // sign-in page fails with "aborted by navigation" (once in a clean-clone run), which
+    // WebDriver waits treat as final; any failure is tried again until the deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.find(Locator::Id("login-form")).await {
+            Ok(_) => break,
+            Err(e) if std::time::Instant::now() >= deadline => panic!("back at sign-in: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
     // The sign-in page loaded anew: settled before the test navigates on (see sign_in).
     hydrated(c).await;
 }
