@@ -11,6 +11,7 @@
 use leptos::prelude::*;
 
 use super::charts::grouped;
+use super::time::civil_from_days;
 
 /// The SVG's coordinate space: a square of this side, stretched to the plot area.
 const UNIT: f64 = 1000.0;
@@ -180,26 +181,13 @@ pub fn utc_text(at_ms: i64) -> String {
     let seconds = at_ms.div_euclid(1000);
     let days = seconds.div_euclid(86_400);
     let s = seconds.rem_euclid(86_400);
-    let (y, m, d) = civil(days);
+    let (y, m, d) = civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", s / 3600, s % 3600 / 60, s % 60)
-}
-
-/// (year, month, day) of days since 1970-01-01.
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 fn utc_parts(at_ms: i64) -> (i64, i64, i64, i64) {
     let seconds = at_ms.div_euclid(1000);
-    let (_, m, d) = civil(seconds.div_euclid(86_400));
+    let (_, m, d) = civil_from_days(seconds.div_euclid(86_400));
     let s = seconds.rem_euclid(86_400);
     (m, d, s / 3600, s % 3600 / 60)
 }

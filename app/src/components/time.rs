@@ -138,11 +138,8 @@ pub fn When(#[prop(into)] at: String) -> impl IntoView {
     view! { <time datetime=datetime title=exact>{text}</time> }.into_any()
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` of ms since 1970.
-fn rfc3339(ms: i64) -> String {
-    let seconds = ms.div_euclid(1_000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    // The inverse of `days_from_civil`.
+/// (year, month, day) of days since 1970-01-01: the inverse of `days_from_civil`.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -151,7 +148,14 @@ fn rfc3339(ms: i64) -> String {
     let mp = (5 * doy + 2) / 153;
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` of ms since 1970.
+fn rfc3339(ms: i64) -> String {
+    let seconds = ms.div_euclid(1_000);
+    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         second_of_day / 3_600,
