@@ -147,16 +147,19 @@ async fn a_job_lock_in_one_database_does_not_contend_with_the_same_job_in_anothe
     // Two deployments (two test apps): one database each.
     let one = spawn_app().await;
     let other = spawn_app().await;
-    let in_one = Leadership::new(one.state.db.clone(), "outbox");
-    let in_other = Leadership::new(other.state.db.clone(), "outbox");
-    let rival_in_one = Leadership::new(one.state.db.clone(), "outbox");
+    // A job no scheduler runs: the apps' own schedulers contend for theirs (the outbox's
+    // took its lock between a resign and the rival's try, once in a cluster pass).
+    const JOB: &str = "lock-test";
+    let in_one = Leadership::new(one.state.db.clone(), JOB);
+    let in_other = Leadership::new(other.state.db.clone(), JOB);
+    let rival_in_one = Leadership::new(one.state.db.clone(), JOB);
 
     assert!(in_one.ensure().await.unwrap());
     assert!(in_other.ensure().await.unwrap(), "the same key in another database is another lock");
     assert!(!rival_in_one.ensure().await.unwrap(), "within one database the key is contended");
 
     // Postgres records each lock with its database.
-    let key = lock_key("outbox");
+    let key = lock_key(JOB);
     let databases: Vec<String> = sqlx::query_scalar(
         "select d.datname::text from pg_locks l join pg_database d on d.oid = l.database
          where l.locktype = 'advisory' and l.granted and l.objsubid = 1
