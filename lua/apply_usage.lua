@@ -21,16 +21,19 @@ local meta = read_meta()
 -- generation; a marker of the month's hash went with its counters). A marker that outlived
 -- its counters (they were lost and rebuilt, the marker was not) proves nothing.
 if ARGV[9] ~= '' then
-  local done = find_done(ARGV[9])
+  local done = find_done(ARGV[9], meta)
   if done and (done.gen == nil or done.gen == gen) then return {'counted'} end
 end
 if gen == ARGV[5] then
   if ARGV[10] ~= '1' then return {'counted'} end
   -- An instance's own record of this generation is proven only by its done marker, which
-  -- expires done_days after the settle: a record that old was counted by this copy of
-  -- the counters long ago (charging it again would charge it twice).
-  local days = done_days(meta)
-  if ARGV[11] ~= '' and NOW - tonumber(ARGV[11]) >= days * 86400000 then return {'counted'} end
+  -- lives at least the idempotency window after the settle (an old marker, a key of its
+  -- own: done_days): a record that old was counted by this copy of the counters long ago
+  -- (charging it again would charge it twice).
+  local life = window_ms(meta)
+  local legacy = tonumber(redis.call('HGET', KEYS[2], 'legacy_until') or '0')
+  if legacy == 0 or legacy > NOW then life = math.max(life, done_days(meta) * 86400000) end
+  if ARGV[11] ~= '' and NOW - tonumber(ARGV[11]) >= life then return {'counted'} end
 end
 -- Records counted before the counters were adopted (no generation then) are theirs.
 if ARGV[5] == '' and redis.call('HGET', KEYS[2], 'adopted') == '1' then return {'counted'} end

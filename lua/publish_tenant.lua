@@ -46,7 +46,9 @@ if not redis.call('HGET', KEYS[2], 'gen') then
     if r.previous_expires_ms and redis.call('EXISTS', KEYS[4]) == 1 then
       redis.call('PEXPIREAT', KEYS[4], string.format('%.0f', r.previous_expires_ms))
     end
-    redis.call('HSET', KEYS[2], 'gen', ARGV[2], 'restored_upto', string.format('%.0f', r.upto or 0))
+    -- legacy_until 1: no done marker of the form before windows can exist for these counters.
+    redis.call('HSET', KEYS[2], 'gen', ARGV[2], 'restored_upto', string.format('%.0f', r.upto or 0),
+      'legacy_until', '1')
     -- Only a ledger with rows means Redis lost something (a new tenant has none).
     if (r.upto or 0) > 0 and r.at then
       redis.call('HSET', KEYS[2], 'restored_at', string.format('%.0f', r.at))

@@ -17,12 +17,12 @@
 --   KEYS[6] previous hash  the previous period (reservations made before the month turned)
 --   KEYS[7] usage    stream every settle, release and expiry, as it changed the counters,
 --                          for the Postgres usage ledger (drained by the leader)
---   KEYS[8] done     the prefix of the done markers: KEYS[8] .. <request id> is a string
---                          key holding the outcome of that finished reservation, expiring
---                          the tenant's retention (at most 400 days) after it was written. These keys are not
+--   KEYS[8] done     the prefix of the done markers (see "Done markers" below): hashes
+--                          KEYS[8] .. "#<gen>#<window>#<bucket>". These keys are not
 --                          declared one by one (a script does not know them in advance);
 --                          they share the tenant's hash tag, so they live in the slot of
---                          every declared key of the call.
+--                          every declared key of the call. (Before the idempotency window,
+--                          KEYS[8] .. <request id> was a string key per marker.)
 -- and the same first three ARGV:
 --   ARGV[1] the current period "YYYY-MM" the caller assumes (UTC)
 --   ARGV[2] the previous period "YYYY-MM"
@@ -94,7 +94,7 @@ end
 
 local function read_meta()
   local m = redis.call('HMGET', KEYS[1], 'version', 'monthly_tokens', 'daily_requests',
-    'concurrency', 'grants', 'reservation_ttl_ms', 'retention_days')
+    'concurrency', 'grants', 'reservation_ttl_ms', 'retention_days', 'idempotency_window_ms')
   if not m[1] then return nil end
   return {
     version = tonumber(m[1]),
@@ -104,6 +104,8 @@ local function read_meta()
     grants = cjson.decode(m[5] or '[]'),
     reservation_ttl_ms = tonumber(m[6]),
     retention_days = tonumber(m[7]),
+    -- Snapshots published before the window was a setting: the default hour.
+    window_ms = tonumber(m[8] or '3600000'),
   }
 end
 
@@ -138,11 +140,14 @@ local function hincr(key, field, delta)
   return entry.value
 end
 
--- Removes a counter (it reads 0 from now on).
+-- Removes a counter (it reads 0 from now on), without reading it first.
 local function hdrop(key, field)
-  local entry = cached(key, field)
-  entry.value = 0
-  entry.dirty, entry.drop = true, true
+  local fields = CACHE[key]
+  if not fields then
+    fields = {}
+    CACHE[key] = fields
+  end
+  fields[field] = {value = 0, dirty = true, drop = true}
 end
 
 -- Values per HSET or HDEL that flush() writes at once (an even number: field, value).
@@ -334,9 +339,48 @@ local function decode_entry(s)
     model = model}
 end
 
--- A finished reservation: "state|amount|deadline|parts|actual|charged|gen", gen being the
--- generation of the counters that counted it (absent from markers written before markers
--- had keys of their own: those lived in the period's hash, lost together with its counters).
+-- Done markers. The outcome of a finished reservation is kept for the tenant's
+-- idempotency window W (meta.window_ms, an hour by default): a repeated reserve, settle or
+-- release within it is answered from here; after it, the caller answers from the usage
+-- ledger in Postgres, which holds every outcome for the tenant's retention.
+--
+-- A marker is field <request id> of one bucket of the window it was written in: the hash
+-- KEYS[8] .. "#<gen>#<n>#<b>", n = floor(now / W), b = a hash of the id modulo the
+-- window's bucket count. The hash expires whole when window n + 1 ends, so a marker lives
+-- between W and 2W. A window's bucket count is fixed by its first marker (about
+-- BUCKET_TARGET markers per bucket at the previous window's count), so buckets stay small
+-- enough for Redis's compact hash encoding: memory per marker is about the id and a
+-- value of some 20 bytes, not a key of its own. The counters' generation is in the key:
+-- a marker found was written with the counters of this generation (after counters were
+-- lost and restored, the old markers are not found, and the ledger answers).
+--
+-- The state hash keeps, per window, db:<n> (its bucket count) and dn:<n> (its markers),
+-- for the last two windows only, and dw (the last window that had a marker).
+--
+-- A marker's value: "<s|r|e><amount>|<deadline - n*W>|<parts>|<actual>|<charged>", where
+-- parts "=" is "plan:<amount>" and charged "=" is "plan:<actual>" (no grant involved).
+local BUCKET_TARGET = 64
+local MAX_BUCKETS = 65536
+local STATE_LETTER = {settled = 's', released = 'r', expired = 'e'}
+local LETTER_STATE = {s = 'settled', r = 'released', e = 'expired'}
+
+local function window_ms(meta)
+  return (meta and meta.window_ms) or 3600000
+end
+
+-- A hash of a request id (0 .. 2^24), the same in every script.
+local function id_hash(rid)
+  local h = 0
+  for i = 1, #rid do h = (h * 31 + string.byte(rid, i)) % 16777213 end
+  return h
+end
+
+local function bucket_key(gen, n, buckets, rid)
+  return KEYS[8] .. '#' .. gen .. '#' .. fmt(n) .. '#' .. fmt(id_hash(rid) % buckets)
+end
+
+-- A finished reservation as an old marker held it: "state|amount|deadline|parts|actual|
+-- charged|gen" (gen absent from markers written in the month's hash).
 local function decode_done(s)
   local state, amount, deadline, parts, actual, charged, sep, gen =
     string.match(s, '^([^|]*)|(%d+)|(%d+)|([^|]*)|(%d*)|([^|]*)(|?)(.*)$')
@@ -345,9 +389,63 @@ local function decode_done(s)
     actual = tonumber(actual), charged = charged, gen = gen}
 end
 
--- The done marker of a request id: its own key, else a field of the current or previous
--- period's hash (where markers were kept before they had keys of their own).
-local function find_done(rid)
+local function decode_marker(s, start, gen)
+  local letter, amount, deadline, parts, actual, charged =
+    string.match(s, '^(%a)(%d+)|(-?%d+)|([^|]*)|(%d*)|(.*)$')
+  if parts == '=' then parts = 'plan:' .. amount end
+  if charged == '=' then charged = 'plan:' .. actual end
+  return {state = LETTER_STATE[letter], amount = tonumber(amount), deadline = tonumber(deadline) + start,
+    parts = parts, actual = tonumber(actual), charged = charged, gen = gen}
+end
+
+-- How long an old marker (a key per request id) lived: the tenant's retention (62 days
+-- for a tenant no longer published), at most 400 days.
+local MAX_DONE_DAYS = 400
+local function done_days(meta)
+  return math.min((meta and meta.retention_days) or 62, MAX_DONE_DAYS)
+end
+
+-- The state fields every marker look-up or write needs (and the generation), read in one
+-- HMGET once per call.
+local MARKERS_READ = false
+local function prefetch_markers(n)
+  if MARKERS_READ then return end
+  MARKERS_READ = true
+  local names = {'db:' .. fmt(n), 'db:' .. fmt(n - 1), 'dn:' .. fmt(n), 'dn:' .. fmt(n - 1), 'dw',
+    'legacy_until'}
+  local values = redis.call('HMGET', KEYS[2], 'gen', unpack(names))
+  if STATE_STRINGS.gen == nil then STATE_STRINGS.gen = values[1] or false end
+  local fields = CACHE[KEYS[2]]
+  if not fields then
+    fields = {}
+    CACHE[KEYS[2]] = fields
+  end
+  for i, name in ipairs(names) do
+    if not fields[name] then
+      fields[name] = {value = tonumber(values[i + 1] or '0') or 0, dirty = false, drop = false}
+    end
+  end
+end
+
+-- The done marker of a request id, or nil: in this window or the one before, else (for a
+-- tenant whose counters predate windows, within an old marker's life) its own key or a
+-- field of the current or previous period's hash.
+local function find_done(rid, meta)
+  local w = window_ms(meta)
+  local n = math.floor(NOW / w)
+  prefetch_markers(n)
+  local gen = state_string('gen') or ''
+  for k = n, n - 1, -1 do
+    local buckets = hnum(KEYS[2], 'db:' .. fmt(k))
+    if buckets > 0 then
+      local raw = redis.call('HGET', bucket_key(gen, k, buckets, rid), rid)
+      if raw then return decode_marker(raw, k * w, gen) end
+    end
+  end
+  -- legacy_until: absent (0) for counters older than windows, until their first marker
+  -- sets it; 1 for counters restored or created since (no old marker can exist).
+  local legacy = hnum(KEYS[2], 'legacy_until')
+  if legacy ~= 0 and legacy <= NOW then return nil end
   local raw = redis.call('GET', KEYS[8] .. rid)
   if not raw then raw = redis.call('HGET', KEYS[5], 'done:' .. rid) end
   if not raw then raw = redis.call('HGET', KEYS[6], 'done:' .. rid) end
@@ -355,23 +453,45 @@ local function find_done(rid)
   return nil
 end
 
--- How long a done marker lives: the tenant's retention (62 days for a tenant no longer
--- published), at most 400 days, whatever the retention of its counters: one key per
--- request id, so memory follows the requests of at most 400 days.
-local MAX_DONE_DAYS = 400
-local function done_days(meta)
-  return math.min((meta and meta.retention_days) or 62, MAX_DONE_DAYS)
-end
-
--- Writes the done marker of a finished reservation, "state|amount|deadline|parts|actual|
--- charged|gen", in a key of its own that expires done_days from now: memory follows the
--- requests of the retention, never the whole history. `actual` is nil for a release or an
--- expiry.
+-- Writes the done marker of a finished reservation (see above). `actual` is nil for a
+-- release or an expiry.
 local function write_done(meta, rid, state, amount, deadline, parts, actual, charged)
-  local days = done_days(meta)
+  local w = window_ms(meta)
+  local n = math.floor(NOW / w)
+  prefetch_markers(n)
   local gen = state_string('gen') or ''
-  redis.call('SET', KEYS[8] .. rid, table.concat({state, fmt(amount), fmt(deadline), parts,
-    actual and fmt(actual) or '', charged, gen}, '|'), 'PXAT', fmt(NOW + days * 86400000))
+  local field = 'db:' .. fmt(n)
+  local buckets = hnum(KEYS[2], field)
+  if buckets == 0 then
+    -- The window's first marker: its bucket count, from the window before; the fields of
+    -- windows before that go.
+    local last = hnum(KEYS[2], 'dw')
+    local before = 0
+    if last == n - 1 then before = hnum(KEYS[2], 'dn:' .. fmt(n - 1)) end
+    buckets = math.max(1, math.min(MAX_BUCKETS, math.ceil(before / BUCKET_TARGET)))
+    hincr(KEYS[2], field, buckets)
+    if last > 0 then
+      for _, k in ipairs({last, last - 1}) do
+        if k < n - 1 then
+          hdrop(KEYS[2], 'db:' .. fmt(k))
+          hdrop(KEYS[2], 'dn:' .. fmt(k))
+        end
+      end
+    end
+    hincr(KEYS[2], 'dw', n - last)
+    if hnum(KEYS[2], 'legacy_until') == 0 then
+      hincr(KEYS[2], 'legacy_until', NOW + done_days(meta) * 86400000)
+    end
+  end
+  hincr(KEYS[2], 'dn:' .. fmt(n), 1)
+  local parts_text = parts
+  if parts == 'plan:' .. fmt(amount) then parts_text = '=' end
+  local charged_text = charged
+  if actual and charged == 'plan:' .. fmt(actual) then charged_text = '=' end
+  local key = bucket_key(gen, n, buckets, rid)
+  redis.call('HSET', key, rid, table.concat({STATE_LETTER[state] .. fmt(amount), fmt(deadline - n * w),
+    parts_text, actual and fmt(actual) or '', charged_text}, '|'))
+  EXPIRE_AT[key] = (n + 2) * w
 end
 
 -- `plans` (optional) adds up the plan charges per period, for the usage record.
@@ -413,18 +533,22 @@ end
 
 -- Appends one finished reservation to the usage stream, in the same script that changed
 -- the counters (so the stream holds exactly what the counters hold), and returns the
--- record's fields as the reply carries them: {plans, reserved_at, at, gen, model}.
--- outcome "settled" | "released" | "expired"; actual '' for a release or an expiry.
-local function record_usage(rid, outcome, late, reserved, actual, charged, plans, at_reserve, model)
+-- record's fields as the reply carries them: {plans, reserved_at, at, gen, model, parts,
+-- deadline}. outcome "settled" | "released" | "expired"; actual '' for a release or an
+-- expiry; parts and deadline: the reservation's ('' when there was none), so the usage
+-- ledger can answer a repeated reserve once the done marker is gone.
+local function record_usage(rid, outcome, late, reserved, actual, charged, plans, at_reserve, model, parts,
+                            deadline)
   local plan_text = encode_plans(plans)
   local gen = state_string('gen') or ''
+  local deadline_text = deadline and fmt(deadline) or ''
   -- Capped far above what a drain running every second leaves (a Postgres outage of hours
   -- at thousands of settles a second); settles are also kept by the instances that made them.
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', '1000000', '*', 'rid', rid, 'outcome', outcome, 'late', late and '1' or '0',
     'reserved', fmt(reserved), 'actual', actual and fmt(actual) or '', 'charged', charged,
     'plans', plan_text, 'reserved_at', fmt(at_reserve), 'at', fmt(NOW), 'gen', gen,
-    'model', model or '')
-  return {plan_text, fmt(at_reserve), fmt(NOW), gen, model or ''}
+    'model', model or '', 'parts', parts or '', 'deadline', deadline_text)
+  return {plan_text, fmt(at_reserve), fmt(NOW), gen, model or '', parts or '', deadline_text}
 end
 
 -- Closes an open reservation (meta may be nil for a release of an unpublished tenant's
@@ -464,6 +588,20 @@ local function finish(meta, rid, entry, actual, state)
   -- An overdraft may have written the current period's hash first: give it its expiry.
   if meta then touch_period(meta) end
   local record = record_usage(rid, state, false, entry.amount, actual, encoded, plans,
-    reserved_at(meta, entry.deadline), entry.model)
+    reserved_at(meta, entry.deadline), entry.model, entry.parts, entry.deadline)
   return encoded, excess, record
+end
+
+-- Settles a request whose reservation the sweeper returned (done: its amount, deadline
+-- and parts): the use happened, so it is charged now, late. Returns settle_quota's reply.
+local function settle_after_expiry(meta, rid, done, actual)
+  local plans = {}
+  local charged = encode_parts(charge_now(meta, actual, plans))
+  write_done(meta, rid, 'settled', done.amount, done.deadline, done.parts, actual, charged)
+  touch_period(meta)
+  local over = actual - done.amount
+  if over < 0 then over = 0 end
+  local r = record_usage(rid, 'settled', true, done.amount, actual, charged, plans,
+    reserved_at(meta, done.deadline), '', done.parts, done.deadline)
+  return {'settled', meta.version, done.amount, actual, over, charged, 1, r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
 end

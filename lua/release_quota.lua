@@ -19,7 +19,7 @@ if open then
   finish(meta, rid, entry, nil, 'released')
   return {'released', meta.version, entry.amount}
 end
-local done = find_done(rid)
+local done = find_done(rid, meta)
 if not done then return {'unknown'} end
 if done.state == 'settled' then
   return {'already_settled', meta.version, done.amount, done.actual, done.charged}

@@ -29,7 +29,7 @@ local function reserve_one(rid, tokens_arg, force_arg, model)
     local e = decode_entry(open)
     return {'reserved', meta.version, e.amount, e.deadline, e.parts, 1, 'open'}
   end
-  local done = find_done(rid)
+  local done = find_done(rid, meta)
   if done then
     return {'reserved', meta.version, done.amount, done.deadline, done.parts, 1, done.state}
   end

@@ -6,13 +6,13 @@
 -- turn exactly as alone.
 -- Returns one of:
 --   {"settled", version, reserved, actual, overdraft, charged, late 0|1, plans,
---    reserved_at, at, gen, model}
+--    reserved_at, at, gen, model, parts, deadline}
 --       charged "bucket:amount,..."; overdraft: actual beyond the reservation; late = 1
 --       when the reservation had expired (swept) or is not known within a reservation's TTL
 --       of a restore (lost with a Redis that restarted empty: reserved 0) and the use is
 --       charged now; plans "period:amount,..."
---       the plan charges per period; reserved_at, at (ms), gen and model ('' unknown) as in
---       the usage record
+--       the plan charges per period; reserved_at, at (ms), gen, model ('' unknown), parts
+--       and deadline (the reservation's; '' when none) as in the usage record
 --   {"already_settled", version, reserved, actual, charged}
 --   {"already_released", version, reserved}
 --   {"unknown"} (no reservation, and the counters were not restored lately)
@@ -34,9 +34,10 @@ local function settle_one(rid, actual_arg)
   if open then
     local entry = decode_entry(open)
     local charged, excess, r = finish(meta, rid, entry, actual, 'settled')
-    return {'settled', meta.version, entry.amount, actual, excess, charged, 0, r[1], r[2], r[3], r[4], r[5]}
+    return {'settled', meta.version, entry.amount, actual, excess, charged, 0, r[1], r[2], r[3], r[4], r[5], r[6],
+      r[7]}
   end
-  local done = find_done(rid)
+  local done = find_done(rid, meta)
   if not done then
     -- No reservation and no trace of one. Within a reservation's TTL after the counters
     -- were restored (Redis lost them, with the open reservations), it is one the loss took:
@@ -49,22 +50,14 @@ local function settle_one(rid, actual_arg)
     write_done(meta, rid, 'settled', 0, NOW, '', actual, charged)
     touch_period(meta)
     local r = record_usage(rid, 'settled', true, 0, actual, charged, plans, NOW)
-    return {'settled', meta.version, 0, actual, actual, charged, 1, r[1], r[2], r[3], r[4], r[5]}
+    return {'settled', meta.version, 0, actual, actual, charged, 1, r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
   end
   if done.state == 'settled' then
     return {'already_settled', meta.version, done.amount, done.actual, done.charged}
   end
   if done.state == 'expired' then
     -- Swept before the caller settled: the use happened, so it is charged now.
-    local plans = {}
-    local charged = encode_parts(charge_now(meta, actual, plans))
-    write_done(meta, rid, 'settled', done.amount, done.deadline, done.parts, actual, charged)
-    touch_period(meta)
-    local over = actual - done.amount
-    if over < 0 then over = 0 end
-    local r = record_usage(rid, 'settled', true, done.amount, actual, charged, plans,
-      reserved_at(meta, done.deadline))
-    return {'settled', meta.version, done.amount, actual, over, charged, 1, r[1], r[2], r[3], r[4], r[5]}
+    return settle_after_expiry(meta, rid, done, actual)
   end
   return {'already_released', meta.version, done.amount}
 end

@@ -175,11 +175,20 @@ impl Keys {
         format!("{}:quota:{{{tenant}}}:usage", self.prefix)
     }
 
-    /// The prefix of a tenant's done markers: `<this><request id>` holds the outcome of one
-    /// finished reservation (its own key, expiring the tenant's retention after it was
-    /// written), so a repeated settle or release answers as the first one did.
+    /// The prefix of a tenant's done markers (the outcome of each finished reservation, so a
+    /// repeated call answers as the first one did): the hashes
+    /// [`Keys::quota_done_bucket`] for the tenant's idempotency window; before windows,
+    /// `<this><request id>` was a key per request.
     pub fn quota_done(&self, tenant: &str) -> String {
         format!("{}:quota:{{{tenant}}}:done:", self.prefix)
+    }
+
+    /// One bucket of a tenant's done markers: field `<request id>` of the markers written in
+    /// idempotency window `window` (now / window length) by the counters of generation
+    /// `gen`, for the request ids whose [`marker_bucket`] it is (`lua/quota_lib.lua`
+    /// writes and reads them; `#` is in no request id).
+    pub fn quota_done_bucket(&self, tenant: &str, gen: &str, window: i64, bucket: u64) -> String {
+        format!("{}#{gen}#{window}#{bucket}", self.quota_done(tenant))
     }
 
     /// The tenant named by one of its quota keys under this prefix.
@@ -193,6 +202,12 @@ impl Keys {
     pub fn health(&self, channel: &str) -> String {
         format!("{}:health:{{{channel}}}", self.prefix)
     }
+}
+
+/// The bucket of a window's done markers that holds `request`'s, of `buckets` (the window's
+/// count): the same hash of the id as `id_hash` in `lua/quota_lib.lua`.
+pub fn marker_bucket(request: &str, buckets: u64) -> u64 {
+    request.bytes().fold(0u64, |h, b| (h * 31 + u64::from(b)) % 16_777_213) % buckets.max(1)
 }
 
 #[cfg(test)]

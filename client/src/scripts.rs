@@ -44,6 +44,7 @@ pub fn pool() -> &'static PoolScripts {
 pub struct QuotaScripts {
     pub reserve: Script,
     pub settle: Script,
+    pub settle_expired: Script,
     pub release: Script,
     pub sweep: Script,
     pub read: Script,
@@ -65,6 +66,7 @@ pub fn quota() -> &'static QuotaScripts {
     SCRIPTS.get_or_init(|| QuotaScripts {
         reserve: with_lib(include_str!("../../lua/reserve_quota.lua")),
         settle: with_lib(include_str!("../../lua/settle_quota.lua")),
+        settle_expired: with_lib(include_str!("../../lua/settle_expired.lua")),
         release: with_lib(include_str!("../../lua/release_quota.lua")),
         sweep: with_lib(include_str!("../../lua/sweep_quota.lua")),
         read: with_lib(include_str!("../../lua/read_quota.lua")),

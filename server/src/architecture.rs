@@ -21,6 +21,7 @@ const LAYERS: [(&str, &[&str]); 6] = [
         "foundations",
         &[
             "error",
+            "batch",
             "inputs",
             "schema",
             "configuration",

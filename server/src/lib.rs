@@ -3,7 +3,7 @@
 //! route to its module, store, Lua script and job.
 //!
 //! Six layers, each importing only from itself and below (ARCHITECTURE.md, checked by
-//! `architecture.rs`): foundations ([`error`], [`inputs`], [`schema`], [`configuration`],
+//! `architecture.rs`): foundations ([`error`], [`batch`], [`inputs`], [`schema`], [`configuration`],
 //! [`telemetry`], [`store`], [`metrics`], [`security_headers`], [`throttle`], [`state`]);
 //! the change every write goes through ([`change`], [`audit`], [`gate`]: approval policies
 //! and break-glass flags); resources ([`access`], [`channels`], [`pools`], [`plans`],
@@ -21,6 +21,7 @@ pub mod adopt;
 pub(crate) mod approvals;
 pub mod audit;
 pub(crate) mod backend;
+pub mod batch;
 pub mod bench;
 pub mod change;
 pub mod channels;

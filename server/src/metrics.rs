@@ -51,6 +51,10 @@ pub struct Metrics {
     pub usage_restores: IntCounter,
     /// Ledger rows of a request id used again after its done marker expired.
     pub usage_reused_request_ids: IntCounter,
+    /// Repeat look-ups in the usage ledger (a reserve before Redis; a settle or release
+    /// Redis did not know), by `operation` and `result`: `found` (answered from the ledger),
+    /// `none`, `failed` (Postgres slow or away: a reserve went on without it).
+    pub quota_ledger_lookups: IntCounterVec,
     /// Tokens the counters hold beyond the ledger (negative: fewer), per tenant and bucket,
     /// as the last compensation measured them.
     pub usage_drift: IntGaugeVec,
@@ -379,6 +383,14 @@ impl Metrics {
             "Ledger rows of a request id used again after its done marker expired (written as rows of their own)",
         )
         .expect("valid metric");
+        let quota_ledger_lookups = IntCounterVec::new(
+            Opts::new(
+                "tessera_quota_ledger_lookups_total",
+                "Repeated quota calls looked up in the usage ledger, by operation and result (found, none, failed)",
+            ),
+            &["operation", "result"],
+        )
+        .expect("valid metric");
         let usage_drift = IntGaugeVec::new(
             Opts::new("tessera_usage_drift_tokens", "Tokens the Redis counters hold beyond the usage ledger"),
             &["tenant", "bucket"],
@@ -389,6 +401,7 @@ impl Metrics {
             Box::new(usage_records_waiting.clone()),
             Box::new(usage_restores.clone()),
             Box::new(usage_reused_request_ids.clone()),
+            Box::new(quota_ledger_lookups.clone()),
             Box::new(usage_drift.clone()),
             Box::new(http_requests.clone()),
             Box::new(http_duration.clone()),
@@ -441,6 +454,7 @@ impl Metrics {
             usage_records_waiting,
             usage_restores,
             usage_reused_request_ids,
+            quota_ledger_lookups,
             usage_drift,
             watch,
         }

@@ -279,6 +279,11 @@ pub struct TenantSettings {
     /// Days a period's counters are kept after it ends, 1..=3660 (default 62).
     #[schema(value_type = i64, required = false, minimum = 1, maximum = 3660)]
     pub retention_days: Option<i64>,
+    /// How long Redis itself answers a repeated reserve, settle or release of a finished
+    /// reservation, 60000..=34560000000 ms (default 3600000, an hour); after it, the usage
+    /// ledger answers.
+    #[schema(value_type = i64, required = false, minimum = 60000, maximum = 34560000000_i64)]
+    pub idempotency_window_ms: Option<i64>,
     /// What clients do while Redis is unreachable: `{"policy": "fail_closed"}` (the
     /// default) or `{"policy": "fail_open_limited", "allowance": <tokens>}`.
     #[schema(value_type = Fallback, required = false)]

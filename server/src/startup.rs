@@ -172,6 +172,11 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
     let outcomes =
         client::Outcomes::new(redis.clone(), keys.clone(), client::Clock::Redis, Some(metrics.outcomes.clone()));
     let auth_db = crate::store::connect_auth(settings)?;
+    let ledger = db.clone();
+    let earlier = crate::batch::Batcher::start(move |asked| {
+        let db = ledger.clone();
+        async move { crate::usage::store::earlier(&db, &asked).await.map_err(|e| e.to_string()) }
+    });
     let state = AppState {
         db,
         auth_db,
@@ -194,6 +199,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         ramps: settings.ramps.clone(),
         known: Default::default(),
         audit_verify: Default::default(),
+        earlier,
     };
     let (pools, tenants) = crate::publish::remember_published(&state).await?;
     tracing::info!(pools, tenants, "last published snapshots loaded: the data plane degrades from its first request");

@@ -54,6 +54,9 @@ pub struct AppState {
     pub ramps: crate::configuration::RampSettings,
     /// Held while a request checks the audit chain: one check at a time per instance.
     pub audit_verify: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// How finished reservations ended, from the usage ledger, batched: the answer to a
+    /// repeated reserve, settle or release once Redis no longer holds its done marker.
+    pub earlier: crate::batch::Batcher<(client::quota::TenantId, client::quota::RequestId), client::quota::Earlier>,
 }
 
 /// The pools and tenants the jobs last read from Postgres (`jobs::known` reads them), shared

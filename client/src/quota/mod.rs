@@ -19,6 +19,7 @@
 
 mod call;
 mod counters;
+mod earlier;
 mod journal;
 mod offline;
 mod release;
@@ -38,18 +39,20 @@ use redis::Value;
 use serde::Serialize;
 
 pub use self::counters::{Correction, Counters, MAX_TAIL};
+pub use self::earlier::Earlier;
 pub use self::journal::JournalDisk;
 use self::offline::Offline;
 pub use self::offline::{OfflineSummary, MAX_WAITING, MAX_WAITING_PER_TENANT};
 pub use self::release::ReleaseOutcome;
 pub use self::replay::WaitingOp;
 pub use self::reserve::{Dimension, Refusal, Reservation, ReserveOutcome};
-pub use self::settle::SettleOutcome;
+pub use self::settle::{Expired, SettleOutcome};
 pub use self::sweep::SweepOutcome;
 pub use self::tenant::{BucketUsage, OpenReservation, QuotaUsage};
 pub use self::types::{
     exact_integer, FallbackPolicy, Grant, GrantId, GrantKind, InvalidInput, RequestId, TenantId, TenantQuota,
-    TokenCount, Tokens, MAX_RESERVATION_TTL,
+    TokenCount, Tokens, DEFAULT_IDEMPOTENCY_WINDOW, MAX_IDEMPOTENCY_WINDOW, MAX_RESERVATION_TTL,
+    MIN_IDEMPOTENCY_WINDOW,
 };
 pub use self::usage::{Applied, Published, Restore, UsageOutcome, UsageRecord, MAX_UNCONFIRMED, USAGE_GROUP};
 use crate::clock::Clock;
@@ -92,6 +95,9 @@ pub enum Source {
     Redis,
     /// In this process while Redis was unreachable, under a `fail_open_limited` policy.
     Fallback,
+    /// From the usage ledger in Postgres: a repeated call after the tenant's idempotency
+    /// window, when Redis no longer holds the request's done marker.
+    Ledger,
 }
 
 impl Source {
@@ -99,6 +105,7 @@ impl Source {
         match self {
             Self::Redis => "redis",
             Self::Fallback => "fallback",
+            Self::Ledger => "ledger",
         }
     }
 }

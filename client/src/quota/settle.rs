@@ -12,6 +12,17 @@ use super::{RequestId, TenantId, TokenCount};
 use crate::reply::Fields;
 use crate::scripts;
 
+/// A reservation the sweeper returned, as the usage ledger holds it (for
+/// [`Quotas::settle_expired`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub tokens: u64,
+    /// Its deadline (ms since the epoch).
+    pub deadline_ms: i64,
+    /// The buckets that held it, in paying order.
+    pub parts: Vec<Part>,
+}
+
 /// What `settle` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
@@ -67,7 +78,49 @@ impl Quotas {
                 Err(other) => return Err(other.into_quota_error()),
             },
         };
-        let f = Fields::new("settle_quota", &reply);
+        self.settle_reply("settle_quota", tenant, request, &reply)
+    }
+
+    /// Settles `request` whose reservation the sweeper returned longer ago than the
+    /// tenant's idempotency window (the usage ledger holds its expiry, Redis no longer
+    /// its done marker): charged now, late, as a settle after the sweep within the window
+    /// is. When Redis does hold the request id (a marker, an open reservation), settles it
+    /// as [`Quotas::settle`] does.
+    #[tracing::instrument(level = "debug", skip_all, fields(tenant = %tenant, request_id = %request, actual = actual.get()), err)]
+    pub async fn settle_expired(
+        &self,
+        tenant: &TenantId,
+        request: &RequestId,
+        actual: TokenCount,
+        partial: bool,
+        expired: &Expired,
+    ) -> Result<SettleOutcome, QuotaError> {
+        let extra = vec![
+            request.as_str().to_owned(),
+            actual.get().to_string(),
+            expired.tokens.to_string(),
+            expired.deadline_ms.to_string(),
+            expired.parts.iter().map(|p| format!("{}:{}", p.bucket, p.tokens)).collect::<Vec<_>>().join(","),
+        ];
+        let reply = self
+            .call("settle_expired", &scripts::quota().settle_expired, tenant, &extra)
+            .await
+            .map_err(CallError::into_quota_error)?;
+        if Fields::new("settle_expired", &reply).str(0)? == "known" {
+            return self.settle(tenant, request, actual, partial).await;
+        }
+        self.settle_reply("settle_expired", tenant, request, &reply)
+    }
+
+    /// What a settle script's reply says (the usage record kept for a settle that charged).
+    fn settle_reply(
+        &self,
+        script: &'static str,
+        tenant: &TenantId,
+        request: &RequestId,
+        reply: &[redis::Value],
+    ) -> Result<SettleOutcome, QuotaError> {
+        let f = Fields::new(script, reply);
         let outcome = match f.str(0)? {
             "settled" => {
                 let (reserved, actual, charged, late) = (f.uint(2)?, f.uint(3)?, parts(&f, 5)?, f.int(6)? == 1);

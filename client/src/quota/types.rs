@@ -280,8 +280,23 @@ pub struct TenantQuota {
     pub reservation_ttl: Duration,
     /// Days a period's counters are kept after the period ends.
     pub retention_days: u32,
+    /// How long Redis answers a repeated reserve, settle or release of a finished
+    /// reservation itself (its done marker); after that, the usage ledger answers.
+    #[serde(with = "millis", default = "default_idempotency_window")]
+    pub idempotency_window: Duration,
     /// What clients do while Redis is unreachable.
     pub fallback: FallbackPolicy,
+}
+
+/// The idempotency window unless a tenant sets its own: an hour.
+pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(3600);
+/// The shortest idempotency window: a minute.
+pub const MIN_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(60);
+/// The longest idempotency window: 400 days.
+pub const MAX_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(400 * 86_400);
+
+fn default_idempotency_window() -> Duration {
+    DEFAULT_IDEMPOTENCY_WINDOW
 }
 
 mod millis {
@@ -312,6 +327,16 @@ impl TenantQuota {
         }
         if self.retention_days == 0 || self.retention_days > 3660 {
             return Err(InvalidInput::new("retention_days", "must be in 1..=3660"));
+        }
+        if self.idempotency_window < MIN_IDEMPOTENCY_WINDOW || self.idempotency_window > MAX_IDEMPOTENCY_WINDOW {
+            return Err(InvalidInput::new(
+                "idempotency_window_ms",
+                format!(
+                    "must be in {}..={} (a minute to 400 days)",
+                    MIN_IDEMPOTENCY_WINDOW.as_millis(),
+                    MAX_IDEMPOTENCY_WINDOW.as_millis()
+                ),
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for (i, grant) in self.grants.iter().enumerate() {
@@ -361,6 +386,7 @@ impl TenantQuota {
             ("grants", serde_json::Value::Array(grants).to_string()),
             ("reservation_ttl_ms", (self.reservation_ttl.as_millis() as u64).to_string()),
             ("retention_days", self.retention_days.to_string()),
+            ("idempotency_window_ms", (self.idempotency_window.as_millis() as u64).to_string()),
             ("policy", self.fallback.name().to_owned()),
             ("fallback_allowance", allowance.to_string()),
         ]

@@ -80,6 +80,11 @@ pub struct UsageRecord {
     pub generation: String,
     /// The model the request was for, when its reservation said.
     pub model: Option<String>,
+    /// What the reservation took from each bucket, in paying order (empty when there was
+    /// no reservation, or for a record written before reservations' parts were kept).
+    pub reserved_parts: Vec<Part>,
+    /// The reservation's deadline (ms since the epoch, Redis clock), when it had one.
+    pub deadline_ms: Option<i64>,
     /// The stream entry id, for a record read from the stream.
     pub entry: Option<String>,
 }
@@ -492,6 +497,9 @@ fn record_of(tenant: &TenantId, entry: Option<String>, m: &HashMap<&str, &str>) 
     let actual = field("actual")?;
     let charged_value = Value::BulkString(field("charged")?.as_bytes().to_vec());
     let charged = parts(&Fields::new("usage record", std::slice::from_ref(&charged_value)), 0).map_err(|e| e.detail)?;
+    let parts_value = Value::BulkString(m.get("parts").copied().unwrap_or_default().as_bytes().to_vec());
+    let reserved_parts =
+        parts(&Fields::new("usage record", std::slice::from_ref(&parts_value)), 0).map_err(|e| e.detail)?;
     let mut plan_periods = Vec::new();
     for p in field("plans")?.split(',').filter(|s| !s.is_empty()) {
         let (period, n) = p.split_once(':').ok_or("plan part without ':'")?;
@@ -510,11 +518,17 @@ fn record_of(tenant: &TenantId, entry: Option<String>, m: &HashMap<&str, &str>) 
         at_ms: number("at")?,
         generation: field("gen")?.to_owned(),
         model: m.get("model").filter(|s| !s.is_empty()).map(|s| (*s).to_owned()),
+        reserved_parts,
+        deadline_ms: match m.get("deadline").filter(|s| !s.is_empty()) {
+            Some(d) => Some(d.parse().map_err(|_| "usage record deadline not an integer")?),
+            None => None,
+        },
         entry,
     })
 }
 
-/// The record of a settle from its reply fields 7.. (`plans, reserved_at, at, gen, model`).
+/// The record of a settle from its reply fields 7.. (`plans, reserved_at, at, gen, model,
+/// parts, deadline`; a reply of a script from before parts were kept ends after the model).
 pub(super) fn settle_record(
     tenant: &TenantId,
     request: &str,
@@ -542,6 +556,8 @@ pub(super) fn settle_record(
         at_ms: f.int(9)?,
         generation: f.str(10)?.to_owned(),
         model: f.str(11).ok().filter(|s| !s.is_empty()).map(str::to_owned),
+        reserved_parts: if f.str(12).is_ok() { parts(f, 12)? } else { Vec::new() },
+        deadline_ms: f.str(13).ok().filter(|s| !s.is_empty()).map(|_| f.int(13)).transpose()?,
         entry: None,
     })
 }

@@ -105,6 +105,7 @@ impl Traffic {
             grants: Vec::new(),
             reservation_ttl: Duration::from_secs(600),
             retention_days: 30,
+            idempotency_window: client::quota::DEFAULT_IDEMPOTENCY_WINDOW,
             fallback: FallbackPolicy::FailOpenLimited { allowance },
         };
         assert!(quotas.publish(&t, &quota).await.expect("publish the tenant").0);

@@ -121,8 +121,9 @@ pub(crate) async fn adopt_one(
                 FallbackPolicy::FailOpenLimited { allowance } => ("fail_open_limited", Some(allowance.get() as i64)),
             };
             sqlx::query(
-                "insert into tenant (name, plan, reservation_ttl_ms, retention_days, fallback_policy, fallback_allowance, version)
-                 values ($1, $2, $3, $4, $5, $6, $7)",
+                "insert into tenant (name, plan, reservation_ttl_ms, retention_days, fallback_policy, fallback_allowance, version,
+                     idempotency_window_ms)
+                 values ($1, $2, $3, $4, $5, $6, $7, $8)",
             )
             .bind(tenant)
             .bind(&plan)
@@ -131,6 +132,7 @@ pub(crate) async fn adopt_one(
             .bind(policy)
             .bind(allowance)
             .bind(version)
+            .bind(quota.idempotency_window.as_millis() as i64)
             .execute(&mut *tx)
             .await?;
             for grant in &quota.grants {

@@ -161,7 +161,8 @@ pub(crate) async fn execute(
             crate::tenants::restore_plan_tx(tx, ctx, name, *version, base).await.map(|_| ())
         }
         (Target::Tenant(t), Operation::TenantPut { .. }) => {
-            let s: TenantSpec = spec(body(&["plan", "reservation_ttl_ms", "retention_days", "fallback"]))?;
+            let s: TenantSpec =
+                spec(body(&["plan", "reservation_ttl_ms", "retention_days", "idempotency_window_ms", "fallback"]))?;
             crate::tenants::store::put_tenant_tx(tx, ctx, t, &s, base).await.map(|_| ())
         }
         (Target::Tenant(t), Operation::TenantRestoreVersion { version }) => {

@@ -169,6 +169,13 @@ pub enum Operation {
             skip_serializing_if = "Option::is_none"
         )]
         retention_days: Option<i64>,
+        #[schema(minimum = 60000, maximum = 34560000000_i64)]
+        #[serde(
+            default,
+            deserialize_with = "crate::inputs::optional_integer",
+            skip_serializing_if = "Option::is_none"
+        )]
+        idempotency_window_ms: Option<i64>,
         #[schema(value_type = Option<crate::schema::Fallback>)]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fallback: Option<Value>,

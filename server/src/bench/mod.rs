@@ -2,6 +2,7 @@
 //! baseline measured in the same run, under a key prefix of its own that is removed after.
 
 pub mod draw;
+pub mod markers;
 pub mod publish;
 pub mod quota;
 pub mod recover;

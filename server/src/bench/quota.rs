@@ -51,11 +51,16 @@ pub struct Report {
     pub oversold: u64,
     /// used + reserved in Redis equals the sum of the charges, nothing left reserved.
     pub ledger_ok: bool,
+    /// Redis bytes per finished request for its done marker (`bench/markers.rs`).
+    #[serde(flatten)]
+    pub markers: super::markers::MarkerReport,
 }
 
 const OVERSELL_WORKERS: u32 = 64;
+/// Finished requests per window in the done-marker phase.
+const MARKERS_PER_WINDOW: u64 = 10_000;
 
-fn tenant_quota(tokens: u64) -> TenantQuota {
+pub(super) fn tenant_quota(tokens: u64) -> TenantQuota {
     TenantQuota {
         version: 1,
         monthly_tokens: TokenCount::parse("monthly_tokens", tokens as i128).expect("valid"),
@@ -64,6 +69,7 @@ fn tenant_quota(tokens: u64) -> TenantQuota {
         grants: Vec::new(),
         reservation_ttl: Duration::from_secs(600),
         retention_days: 1,
+        idempotency_window: client::quota::DEFAULT_IDEMPOTENCY_WINDOW,
         fallback: FallbackPolicy::FailClosed,
     }
 }
@@ -178,6 +184,7 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
     let charged = charged.load(Ordering::Relaxed);
     let oversold = charged.max(plan.used + plan.reserved).saturating_sub(quota);
     let ledger_ok = plan.used == charged && plan.reserved == 0 && usage.leases == 0;
+    let markers = super::markers::measure(redis, keys, MARKERS_PER_WINDOW).await?;
 
     Ok(Report {
         concurrency: args.concurrency,
@@ -200,6 +207,7 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
         oversell_refused: refused.load(Ordering::Relaxed),
         oversold,
         ledger_ok,
+        markers,
     })
 }
 
@@ -257,7 +265,9 @@ pub fn render(report: &Report) -> String {
          the same, one call each {:>10.0} pairs/s   ratio {:.3} (ceiling 0.5)\n\
          oversell run            quota {}  admitted {}  refused {}  oversold {}  ledger {}\n\
          redis per pair          {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 10); \
-         main-thread CPU {:.2} µs; {:.1} operations per script call\n",
+         main-thread CPU {:.2} µs; {:.1} operations per script call\n\
+         done markers            {:.1} bytes per finished request ({:.1} in a tenant's first window; \
+         a key per request: {:.1}); {} windows held\n",
         report.concurrency,
         report.seconds,
         report.baseline_ops,
@@ -274,5 +284,9 @@ pub fn render(report: &Report) -> String {
         report.redis_us_per_pair_single,
         report.redis_cpu_us_per_pair,
         report.ops_per_script_call,
+        report.markers.marker_bytes_per_request,
+        report.markers.marker_bytes_per_request_first_window,
+        report.markers.legacy_marker_bytes_per_request,
+        report.markers.windows_held,
     )
 }

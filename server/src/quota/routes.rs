@@ -196,6 +196,14 @@ pub async fn reserve_quota(
     let request_id = body.request_id;
     let model = estimated.as_ref().map(|(_, model)| model.as_str());
     let estimated = estimated.as_ref().map(|(e, _)| e.clone());
+    if let Some(reservation) = super::repeat::reserve_from_ledger(&state, &tenant, &request_id).await {
+        return Ok(HttpResponse::Ok().json(ReserveReply {
+            result: "reserved",
+            request_id,
+            reservation,
+            estimate: estimated,
+        }));
+    }
     match state.quotas.reserve_for_model(&tenant, &request_id, tokens, model).await.map_err(ApiError::from)? {
         ReserveOutcome::Reserved(reservation) => Ok(HttpResponse::Ok().json(ReserveReply {
             result: "reserved",
@@ -261,11 +269,15 @@ pub async fn settle_quota(
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
     bound_to(&req, &tenant)?;
-    let outcome = state
+    let mut outcome = state
         .quotas
         .settle(&tenant, &body.request_id, body.actual_tokens, body.partial)
         .await
         .map_err(ApiError::from)?;
+    if outcome == SettleOutcome::Unknown {
+        outcome =
+            super::repeat::settle_unknown(&state, &tenant, &body.request_id, body.actual_tokens, body.partial).await?;
+    }
     if outcome == SettleOutcome::Unknown {
         return Err(ApiError::NotFound(format!("no reservation with request_id {:?}", body.request_id.as_str())));
     }
@@ -304,7 +316,10 @@ pub async fn release_quota(
 ) -> Result<HttpResponse, ApiError> {
     let tenant = tenant(&path)?;
     bound_to(&req, &tenant)?;
-    let outcome = state.quotas.release(&tenant, &body.request_id).await.map_err(ApiError::from)?;
+    let mut outcome = state.quotas.release(&tenant, &body.request_id).await.map_err(ApiError::from)?;
+    if outcome == ReleaseOutcome::Unknown {
+        outcome = super::repeat::release_unknown(&state, &tenant, &body.request_id).await?;
+    }
     if outcome == ReleaseOutcome::Unknown {
         return Err(ApiError::NotFound(format!("no reservation with request_id {:?}", body.request_id.as_str())));
     }

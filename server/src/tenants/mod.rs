@@ -23,6 +23,13 @@ pub(crate) fn default_retention() -> i64 {
     62
 }
 
+const MIN_WINDOW_MS: i64 = client::quota::MIN_IDEMPOTENCY_WINDOW.as_millis() as i64;
+const MAX_WINDOW_MS: i64 = client::quota::MAX_IDEMPOTENCY_WINDOW.as_millis() as i64;
+
+pub(crate) fn default_idempotency_window_ms() -> i64 {
+    client::quota::DEFAULT_IDEMPOTENCY_WINDOW.as_millis() as i64
+}
+
 pub(crate) fn default_fallback() -> FallbackPolicy {
     FallbackPolicy::FailClosed
 }
@@ -37,6 +44,10 @@ pub struct TenantSpec {
     /// Days a period's counters are kept after it ends, 1..=3660.
     #[serde(default = "default_retention", deserialize_with = "crate::inputs::integer")]
     pub retention_days: i64,
+    /// How long Redis itself answers a repeated call of a finished reservation,
+    /// 60000..=34560000000 ms (a minute to 400 days); after it, the usage ledger does.
+    #[serde(default = "default_idempotency_window_ms", deserialize_with = "crate::inputs::integer")]
+    pub idempotency_window_ms: i64,
     /// What clients do while Redis is unreachable (default `fail_closed`).
     #[serde(default = "default_fallback")]
     pub fallback: FallbackPolicy,
@@ -49,6 +60,12 @@ impl TenantSpec {
         }
         if !(1..=3660).contains(&self.retention_days) {
             return Err(invalid("retention_days", "must be in 1..=3660"));
+        }
+        if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&self.idempotency_window_ms) {
+            return Err(invalid(
+                "idempotency_window_ms",
+                format!("must be in {MIN_WINDOW_MS}..={MAX_WINDOW_MS} (a minute to 400 days)"),
+            ));
         }
         Ok(())
     }
@@ -74,6 +91,7 @@ pub struct Tenant {
     pub plan: String,
     pub reservation_ttl_ms: i64,
     pub retention_days: i32,
+    pub idempotency_window_ms: i64,
     pub fallback: Value,
     pub version: i64,
     pub updated_at: DateTime<Utc>,

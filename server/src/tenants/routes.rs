@@ -82,7 +82,7 @@ pub struct TenantBody {
         (status = 200, description = "Created or changed, and its quota republished", body = WriteReply),
         (status = 400, description = "A malformed tenant name or body, naming the field: an unknown field, a missing `expected_version`, a `reason` that is not a string", body = ErrorBody),
         (status = 409, description = "The tenant is at another version than `expected_version` (0: it exists already) (a `ConflictBody`), or the `tenants` approval policy applies (an `ErrorBody` naming `policy`): propose the change with `POST /api/v1/changes`", body = crate::schema::ConflictOrDuplicateBody),
-        (status = 422, description = "An unknown plan, or a setting out of range (`reservation_ttl_ms`, `retention_days`)", body = ErrorBody),
+        (status = 422, description = "An unknown plan, or a setting out of range (`reservation_ttl_ms`, `retention_days`, `idempotency_window_ms`)", body = ErrorBody),
     ),
 )]
 #[put("/api/v1/tenants/{tenant}")]
@@ -107,12 +107,20 @@ pub async fn put_tenant(
         }
         None => return Err(ApiError::bad_request("expected_version", "is required (0 to create)")),
     };
-    const KNOWN: [&str; 4] = ["plan", "reservation_ttl_ms", "retention_days", "fallback"];
+    const KNOWN: [&str; 5] = ["plan", "reservation_ttl_ms", "retention_days", "idempotency_window_ms", "fallback"];
     if let Some(unknown) = fields.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ApiError::bad_request(
             unknown.clone(),
             format!("unknown field; expected one of {KNOWN:?}, expected_version, reason"),
         ));
+    }
+    // The integer settings, named in their refusal (serde's own message names no field).
+    for name in ["reservation_ttl_ms", "retention_days", "idempotency_window_ms"] {
+        if let Some(value) = fields.get(name) {
+            if value.as_number().and_then(exact_integer).is_none() {
+                return Err(ApiError::bad_request(name, format!("must be an integer, got {value}")));
+            }
+        }
     }
     let spec: TenantSpec = serde_json::from_value(serde_json::Value::Object(fields))
         .map_err(|e| ApiError::from_serde_message(&e.to_string()))?;

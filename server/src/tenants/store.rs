@@ -35,7 +35,8 @@ pub(crate) fn grant_json(r: &sqlx::postgres::PgRow, with_state: bool) -> Result<
 /// Compiles a tenant's published quota (without `version`) from its rows.
 pub(crate) async fn compile_tenant(tx: &mut PgConnection, tenant: &str) -> Result<Option<(i64, Value)>, sqlx::Error> {
     let Some(row) = sqlx::query(
-        "select t.reservation_ttl_ms, t.retention_days, t.fallback_policy, t.fallback_allowance, t.version,
+        "select t.reservation_ttl_ms, t.retention_days, t.idempotency_window_ms, t.fallback_policy,
+                t.fallback_allowance, t.version,
                 p.monthly_tokens, p.daily_requests, p.concurrency
          from tenant t join plan p on p.name = t.plan where t.name = $1",
     )
@@ -67,6 +68,7 @@ pub(crate) async fn compile_tenant(tx: &mut PgConnection, tenant: &str) -> Resul
             "grants": grants,
             "reservation_ttl": row.try_get::<i64, _>("reservation_ttl_ms")?,
             "retention_days": row.try_get::<i32, _>("retention_days")?,
+            "idempotency_window": row.try_get::<i64, _>("idempotency_window_ms")?,
             "fallback": fallback,
         }),
     )))
@@ -110,7 +112,7 @@ pub(crate) async fn republish_tenant(
     sqlx::query(
         "insert into config_history (entity, config_version, body, actor, action)
          select $1, $2, jsonb_build_object('plan', plan, 'reservation_ttl_ms', reservation_ttl_ms,
-                 'retention_days', retention_days,
+                 'retention_days', retention_days, 'idempotency_window_ms', idempotency_window_ms,
                  'fallback', case when fallback_allowance is null then jsonb_build_object('policy', fallback_policy)
                      else jsonb_build_object('policy', fallback_policy, 'allowance', fallback_allowance) end),
              $3, $4
@@ -335,7 +337,8 @@ pub async fn get_tenant(db: &PgPool, tenant: &TenantId) -> Result<Option<Tenant>
         return Ok(None);
     };
     let row = sqlx::query(
-        "select name, plan, reservation_ttl_ms, retention_days, fallback_policy, fallback_allowance, updated_at
+        "select name, plan, reservation_ttl_ms, retention_days, idempotency_window_ms, fallback_policy,
+                fallback_allowance, updated_at
          from tenant where name = $1",
     )
     .bind(tenant.as_str())
@@ -353,6 +356,7 @@ pub async fn get_tenant(db: &PgPool, tenant: &TenantId) -> Result<Option<Tenant>
         plan: row.try_get("plan")?,
         reservation_ttl_ms: row.try_get("reservation_ttl_ms")?,
         retention_days: row.try_get("retention_days")?,
+        idempotency_window_ms: row.try_get("idempotency_window_ms")?,
         fallback: snapshot["fallback"].clone(),
         version,
         updated_at: row.try_get("updated_at")?,
@@ -419,10 +423,12 @@ async fn write_tenant(
         FallbackPolicy::FailOpenLimited { allowance } => ("fail_open_limited", Some(allowance.get() as i64)),
     };
     sqlx::query(
-        "insert into tenant (name, plan, reservation_ttl_ms, retention_days, fallback_policy, fallback_allowance, version)
-         values ($1, $2, $3, $4, $5, $6, 1)
+        "insert into tenant (name, plan, reservation_ttl_ms, retention_days, fallback_policy, fallback_allowance, version,
+             idempotency_window_ms)
+         values ($1, $2, $3, $4, $5, $6, 1, $7)
          on conflict (name) do update set plan = excluded.plan, reservation_ttl_ms = excluded.reservation_ttl_ms,
-             retention_days = excluded.retention_days, fallback_policy = excluded.fallback_policy,
+             retention_days = excluded.retention_days, idempotency_window_ms = excluded.idempotency_window_ms,
+             fallback_policy = excluded.fallback_policy,
              fallback_allowance = excluded.fallback_allowance, updated_at = now()",
     )
     .bind(tenant.as_str())
@@ -431,6 +437,7 @@ async fn write_tenant(
     .bind(spec.retention_days as i32)
     .bind(policy)
     .bind(allowance)
+    .bind(spec.idempotency_window_ms)
     .execute(&mut *tx)
     .await?;
     republish_tenant(tx, ctx, tenant.as_str(), action).await

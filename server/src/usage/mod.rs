@@ -245,6 +245,8 @@ mod tests {
             at_ms,
             generation: "g1".into(),
             model: None,
+            reserved_parts: vec![],
+            deadline_ms: None,
             entry: None,
         }
     }

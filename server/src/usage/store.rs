@@ -6,10 +6,10 @@
 //! see gets a larger id than every row it sees, so `restored_upto` splits the rows the
 //! restored counters hold from those still to be charged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveDate, Utc};
-use client::quota::{Restore, TenantId, UsageRecord};
+use client::quota::{Earlier, RequestId, Restore, TenantId, UsageOutcome, UsageRecord};
 use serde_json::{Map, Value};
 use sqlx::{PgPool, Row};
 
@@ -75,10 +75,11 @@ pub async fn insert(
         let row: Option<(i64, Option<i64>)> = sqlx::query_as(
             "insert into usage_ledger
                (tenant, request_id, outcome, late, reserved, actual, charged, plan_periods, reserved_at, at, source, model,
-                generation, charge_pending, reuse_of)
+                generation, charge_pending, reuse_of, reserved_parts, deadline)
              select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $3 = 'settled',
                     (select max(id) from usage_ledger
-                      where tenant = $1 and request_id = $2 and outcome = $3 and reserved_at <> $9)
+                      where tenant = $1 and request_id = $2 and outcome = $3 and reserved_at <> $9),
+                    $14, $15
              where not ($3 = 'settled' and exists
                           (select 1 from usage_ledger
                             where tenant = $1 and request_id = $2 and outcome = 'settled'
@@ -100,6 +101,8 @@ pub async fn insert(
         .bind(source.name())
         .bind(r.model.as_deref().map(|m| m.replace('\0', "")))
         .bind(&r.generation)
+        .bind(if r.reserved_parts.is_empty() { None } else { Some(parts_text(&r.reserved_parts)) })
+        .bind(r.deadline_ms.map(at))
         .fetch_optional(&mut *tx)
         .await?;
         if let Some((id, reuse_of)) = row {
@@ -112,6 +115,81 @@ pub async fn insert(
     }
     tx.commit().await?;
     Ok((written, reused))
+}
+
+/// `bucket:amount,...`, as the scripts write a reservation's parts.
+fn parts_text(parts: &[client::quota::Part]) -> String {
+    parts.iter().map(|p| format!("{}:{}", p.bucket, p.tokens)).collect::<Vec<_>>().join(",")
+}
+
+/// The parts `parts_text` wrote (an entry that does not parse is left out).
+fn parse_parts(text: &str) -> Vec<client::quota::Part> {
+    text.split(',')
+        .filter_map(|p| {
+            let (bucket, tokens) = p.split_once(':')?;
+            Some(client::quota::Part { bucket: bucket.to_owned(), tokens: tokens.parse().ok()? })
+        })
+        .collect()
+}
+
+/// The latest reservation of each `(tenant, request id)` that the ledger holds as finished
+/// and that was made within the tenant's retention, in one query: its settle row if it has
+/// one, else its release or expiry. Request ids the ledger does not hold are absent.
+pub async fn earlier(
+    db: &PgPool,
+    asked: &[(TenantId, RequestId)],
+) -> Result<HashMap<(TenantId, RequestId), Earlier>, sqlx::Error> {
+    if asked.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let tenants: Vec<&str> = asked.iter().map(|(t, _)| t.as_str()).collect();
+    let ids: Vec<&str> = asked.iter().map(|(_, r)| r.as_str()).collect();
+    let rows = sqlx::query(
+        "select distinct on (l.tenant, l.request_id)
+                l.tenant, l.request_id, l.outcome, l.reserved, l.actual, l.charged, l.reserved_parts, l.deadline,
+                l.reserved_at
+           from unnest($1::text[], $2::text[]) as a (tenant, request_id)
+           join usage_ledger l on l.tenant = a.tenant and l.request_id = a.request_id
+           join tenant t on t.name = l.tenant
+          where l.reserved_at >= now() - make_interval(days => t.retention_days)
+          order by l.tenant, l.request_id, l.reserved_at desc,
+                   case l.outcome when 'settled' then 0 when 'released' then 1 else 2 end",
+    )
+    .bind(&tenants)
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for r in rows {
+        let (Ok(tenant), Ok(request)) =
+            (TenantId::parse(r.try_get::<&str, _>("tenant")?), RequestId::parse(r.try_get::<&str, _>("request_id")?))
+        else {
+            continue;
+        };
+        let Some(outcome) = UsageOutcome::parse(r.try_get("outcome")?) else { continue };
+        let charged = r
+            .try_get::<Value, _>("charged")?
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter_map(|(k, n)| Some(client::quota::Part { bucket: k.clone(), tokens: n.as_u64()? }))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.insert(
+            (tenant, request),
+            Earlier {
+                outcome,
+                reserved: r.try_get::<i64, _>("reserved")?.max(0) as u64,
+                actual: r.try_get::<Option<i64>, _>("actual")?.unwrap_or(0).max(0) as u64,
+                charged,
+                reserved_parts: r.try_get::<Option<&str>, _>("reserved_parts")?.map(parse_parts),
+                deadline_ms: r.try_get::<Option<DateTime<Utc>>, _>("deadline")?.map(|d| d.timestamp_millis()),
+                reserved_at_ms: r.try_get::<DateTime<Utc>, _>("reserved_at")?.timestamp_millis(),
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// Clears the `charge_pending` mark of rows whose charge to the counters was decided.
@@ -127,7 +205,7 @@ pub async fn charge_decided(db: &PgPool, ids: &[i64]) -> Result<(), sqlx::Error>
 pub async fn pending_charges(db: &PgPool, limit: i64) -> Result<Vec<(i64, UsageRecord, bool)>, sqlx::Error> {
     let rows = sqlx::query(
         "select id, tenant, request_id, late, reserved, actual, charged, plan_periods, reserved_at, at, source,
-                model, coalesce(generation, '') as generation
+                model, coalesce(generation, '') as generation, reserved_parts, deadline
            from usage_ledger where charge_pending order by id limit $1",
     )
     .bind(limit)
@@ -158,6 +236,8 @@ pub async fn pending_charges(db: &PgPool, limit: i64) -> Result<Vec<(i64, UsageR
             at_ms: r.try_get::<DateTime<Utc>, _>("at")?.timestamp_millis(),
             generation: r.try_get("generation")?,
             model: r.try_get("model")?,
+            reserved_parts: parse_parts(r.try_get::<Option<&str>, _>("reserved_parts")?.unwrap_or_default()),
+            deadline_ms: r.try_get::<Option<DateTime<Utc>>, _>("deadline")?.map(|d| d.timestamp_millis()),
             entry: None,
         };
         out.push((r.try_get("id")?, record, r.try_get::<&str, _>("source")? == "instance"));

@@ -25,6 +25,7 @@ mod postgres_down; // single: Postgres cut through a proxy
 mod postgres_sessions; // single: Postgres sessions
 mod publish; // cluster
 mod quota_http; // cluster
+mod quota_repeats; // cluster
 mod ramps_access; // single: who may control a ramp
 mod ramps_http; // cluster
 mod recover; // cluster

@@ -23,6 +23,7 @@ fn quota(monthly: u64, concurrency: u32, ttl: Duration) -> TenantQuota {
         }],
         reservation_ttl: ttl,
         retention_days: 40,
+        idempotency_window: client::quota::DEFAULT_IDEMPOTENCY_WINDOW,
         fallback: FallbackPolicy::FailClosed,
     }
 }

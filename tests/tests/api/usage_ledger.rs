@@ -360,6 +360,8 @@ async fn a_ledger_row_whose_charge_was_never_decided_is_retried_until_charged_on
         at_ms: now.timestamp_millis(),
         generation,
         model: None,
+        reserved_parts: vec![client::quota::Part { bucket: "plan".into(), tokens: 100 }],
+        deadline_ms: Some(now.timestamp_millis() + 599_000),
         entry: None,
     };
     let (written, _) =
@@ -395,13 +397,15 @@ async fn a_request_id_used_again_after_its_done_marker_expired_is_a_named_row_of
     reserve(&app, "r-1", 500).await;
     settle(&app, "r-1", 420).await;
     server::jobs::usage_drain::run_once(&app.state).await.unwrap();
-    // The done marker expires with the tenant's retention: the request id is new to Redis,
-    // and a caller that uses it again makes a new reservation, charged by the counters.
-    let marker = format!("{}r-1", app.state.keys.quota_done("acme"));
-    let mut conn = app.state.redis.connection().await.unwrap();
-    let removed: i64 = redis::cmd("DEL").arg(&marker).query_async(&mut conn).await.unwrap();
-    assert_eq!(removed, 1, "the marker was there");
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    // The done marker expires with the idempotency window and the ledger's answer with the
+    // tenant's retention: the request id is new again, and a caller that uses it again
+    // makes a new reservation, charged by the counters.
+    server::usage::confirm(&app.state, Duration::ZERO).await.unwrap();
+    integration::forget_done_marker(&app, "acme", "r-1").await;
+    sqlx::query("update usage_ledger set reserved_at = reserved_at - interval '63 days' where request_id = 'r-1'")
+        .execute(&app.state.db)
+        .await
+        .unwrap();
     reserve(&app, "r-1", 100).await;
     settle(&app, "r-1", 80).await;
     assert_eq!(plan_used(&app).await, 500);

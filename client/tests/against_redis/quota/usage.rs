@@ -301,7 +301,8 @@ async fn an_instances_own_record_is_charged_when_the_counters_lost_it_in_the_sam
     let kept_by_redis = h.quotas.apply_usage(5, &record, false, true).await.unwrap();
     let mut conn = raw_connection();
     let period = h.keys().quota_period("acme", "2030-03");
-    redis::cmd("DEL").arg(format!("{}s1", h.keys().quota_done("acme"))).query::<()>(&mut conn).unwrap();
+    let marker = super::marker_key(&h, "acme", "s1", noon(), 3_600_000).expect("the marker's window");
+    redis::cmd("HDEL").arg(marker).arg("s1").query::<()>(&mut conn).unwrap();
     redis::cmd("HINCRBY").arg(&period).arg("plan_used").arg(-40).query::<()>(&mut conn).unwrap();
 
     // Act: from the stream (same generation: trusted), then from the instance (checked).
@@ -320,26 +321,28 @@ async fn an_instances_own_record_is_charged_when_the_counters_lost_it_in_the_sam
 #[tokio::test]
 async fn an_instances_own_record_older_than_a_done_marker_lives_is_never_charged_again() {
     // Arrange: a settle, its record kept by the instance (the ledger never confirmed it),
-    // and the tenant's retention (30 days) passing: the done marker expires with it.
+    // and two idempotency windows (an hour each) passing: the done marker is gone.
     let h = harness(Clock::manual(noon()));
     let t = tenant("acme");
     publish(&h, &t, &plan(1000)).await;
     reserved(h.quotas.reserve(&t, &rid("s1"), tokens(60)).await.unwrap());
     h.quotas.settle(&t, &rid("s1"), count(40), false).await.unwrap();
     let record = h.quotas.take_records(Duration::ZERO).remove(0);
-    let done = format!("{}s1", h.keys().quota_done("acme"));
     let march = h.keys().quota_period("acme", "2030-03");
     let mut conn = raw_connection();
-    let expires_at: i64 = redis::cmd("PEXPIRETIME").arg(&done).query(&mut conn).unwrap();
-    // Redis's own clock does not move with the manual one: the expiry is made to happen.
-    redis::cmd("DEL").arg(&done).query::<()>(&mut conn).unwrap();
-    h.clock.set(noon() + chrono::Duration::days(30));
+    let marker = super::marker_key(&h, "acme", "s1", noon(), 3_600_000).expect("the marker's window");
+    let expires_at: i64 = redis::cmd("PEXPIRETIME").arg(&marker).query(&mut conn).unwrap();
+    h.clock.set(noon() + chrono::Duration::hours(2));
 
     // Act
     let applied = h.quotas.apply_usage(5, &record, false, true).await.unwrap();
 
     // Assert: counted by this copy of the counters (same generation) long ago.
-    assert_eq!(expires_at, (noon() + chrono::Duration::days(30)).timestamp_millis(), "the marker lives the retention");
+    assert_eq!(
+        expires_at,
+        (noon() + chrono::Duration::hours(2)).timestamp_millis(),
+        "the marker's hash lives to the end of the window after its own"
+    );
     assert_eq!(applied, Applied::Counted);
     let used: i64 = redis::cmd("HGET").arg(&march).arg("plan_used").query(&mut conn).unwrap();
     assert_eq!(used, 40, "March was charged once");

@@ -1,0 +1,221 @@
+//! Done markers kept for the tenant's idempotency window only, in compact per-window
+//! hashes (`lua/quota_lib.lua`, "Done markers"): what a repeated call finds, for how long,
+//! and what they cost in Redis memory.
+
+use super::*;
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// A request id shaped like the UUIDs clients send (36 characters), the `i`-th of a run.
+fn uuid_like(i: u64) -> String {
+    let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        x >> 32,
+        (x >> 16) & 0xffff,
+        x & 0xfff,
+        (x >> 20) & 0xfff,
+        i.wrapping_mul(0x2545_F491_4F6C_DD1D) & 0xffff_ffff_ffff
+    )
+}
+
+/// Reserves and settles `n` requests named by `name(i)`, `from` onwards.
+async fn finish(h: &Harness, t: &TenantId, from: u64, n: u64, name: impl Fn(u64) -> String) {
+    for i in from..from + n {
+        let id = rid(&name(i));
+        reserved(h.quotas.reserve(t, &id, tokens(10)).await.unwrap());
+        assert!(matches!(h.quotas.settle(t, &id, count(7), false).await.unwrap(), SettleOutcome::Settled { .. }));
+    }
+}
+
+/// The bucket hashes of the window holding `at`, from the state hash's record of it.
+fn window_keys(h: &Harness, tenant: &str, at: DateTime<Utc>, window_ms: i64) -> Vec<String> {
+    let n = at.timestamp_millis().div_euclid(window_ms);
+    let mut conn = raw_connection();
+    let (gen, buckets): (String, Option<u64>) = redis::cmd("HMGET")
+        .arg(h.keys().quota_state(tenant))
+        .arg("gen")
+        .arg(format!("db:{n}"))
+        .query(&mut conn)
+        .unwrap();
+    (0..buckets.unwrap_or(0)).map(|b| h.keys().quota_done_bucket(tenant, &gen, n, b)).collect()
+}
+
+/// Redis's bytes for `keys` (`MEMORY USAGE`, every element sampled) and their fields.
+fn bytes_and_fields(keys: &[String]) -> (u64, u64) {
+    let mut conn = raw_connection();
+    let mut bytes = 0;
+    let mut fields = 0;
+    for key in keys {
+        let used: Option<u64> =
+            redis::cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0).query(&mut conn).unwrap();
+        bytes += used.unwrap_or(0);
+        fields += redis::cmd("HLEN").arg(key).query::<u64>(&mut conn).unwrap();
+    }
+    (bytes, fields)
+}
+
+#[tokio::test]
+async fn a_finished_request_is_answered_by_redis_for_its_window_and_forgotten_two_windows_on() {
+    // Arrange: a settle, a release and an expiry at noon (windows of an hour: 12:00-13:00)
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    for r in ["settled", "released", "expired"] {
+        reserved(h.quotas.reserve(&t, &rid(r), tokens(40)).await.unwrap());
+    }
+    h.quotas.settle(&t, &rid("settled"), count(25), false).await.unwrap();
+    h.quotas.release(&t, &rid("released")).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::seconds(61));
+    assert_eq!(h.quotas.sweep(&t, 100).await.unwrap().released, 1);
+    let before = h.quotas.usage(&t).await.unwrap();
+
+    // Act: the same calls again in the next window (13:59:59), then in the one after (14:00)
+    h.clock.set(noon() + chrono::Duration::milliseconds(2 * HOUR_MS - 1000));
+    let settle_again = h.quotas.settle(&t, &rid("settled"), count(99), false).await.unwrap();
+    let release_again = h.quotas.release(&t, &rid("released")).await.unwrap();
+    let reserve_again = reserved(h.quotas.reserve(&t, &rid("settled"), tokens(40)).await.unwrap());
+    let expired_again = reserved(h.quotas.reserve(&t, &rid("expired"), tokens(40)).await.unwrap());
+    let within = h.quotas.usage(&t).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::milliseconds(2 * HOUR_MS));
+    let settle_after = h.quotas.settle(&t, &rid("settled"), count(99), false).await.unwrap();
+    let release_after = h.quotas.release(&t, &rid("released")).await.unwrap();
+
+    // Assert: within the window after its own, every marker answers and nothing changes
+    let plan25 = parts(&[("plan", 25)]);
+    assert_eq!(settle_again, SettleOutcome::AlreadySettled { reserved: 40, actual: 25, charged: plan25.clone() });
+    assert_eq!(release_again, ReleaseOutcome::AlreadyReleased { reserved: 40 });
+    assert_eq!(
+        (reserve_again.replayed, reserve_again.state, reserve_again.tokens),
+        (true, ReservationState::Settled, 40)
+    );
+    assert_eq!(reserve_again.parts, parts(&[("plan", 40)]));
+    assert_eq!(reserve_again.deadline_ms, noon().timestamp_millis() + 60_000);
+    assert_eq!((expired_again.replayed, expired_again.state), (true, ReservationState::Expired));
+    assert_eq!((within.requests_today, bucket(&within, "plan").used), (before.requests_today, 25));
+    // Two windows on, Redis no longer knows them (the server then asks the usage ledger).
+    assert_eq!((settle_after, release_after), (SettleOutcome::Unknown, ReleaseOutcome::Unknown));
+}
+
+#[tokio::test]
+async fn a_tenants_own_window_sets_how_long_its_markers_answer() {
+    // Arrange: a one-minute window
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &TenantQuota { idempotency_window: Duration::from_secs(60), ..plan(1000) }).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
+    h.quotas.release(&t, &rid("r1")).await.unwrap();
+    let marker = marker_key(&h, "acme", "r1", noon(), 60_000).expect("the marker's window");
+    let expires: i64 = redis::cmd("PEXPIRETIME").arg(&marker).query(&mut raw_connection()).unwrap();
+
+    // Act
+    h.clock.set(noon() + chrono::Duration::seconds(119));
+    let within = h.quotas.release(&t, &rid("r1")).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::seconds(120));
+    let after = h.quotas.release(&t, &rid("r1")).await.unwrap();
+
+    // Assert
+    assert_eq!(expires, noon().timestamp_millis() + 120_000);
+    assert_eq!(within, ReleaseOutcome::AlreadyReleased { reserved: 40 });
+    assert_eq!(after, ReleaseOutcome::Unknown);
+}
+
+#[test]
+fn a_window_is_valid_only_within_a_minute_and_400_days() {
+    for (window, ok) in [(59, false), (60, true), (400 * 86_400, true), (400 * 86_400 + 1, false)] {
+        let quota = TenantQuota { idempotency_window: Duration::from_secs(window), ..plan(1000) };
+        match quota.validate() {
+            Ok(()) => assert!(ok, "{window} s is valid"),
+            Err(e) => {
+                assert!(!ok, "{window} s was refused: {e}");
+                assert_eq!(e.field, "idempotency_window_ms", "{e}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn markers_cost_at_most_64_bytes_per_finished_request_and_only_two_windows_are_kept() {
+    // Arrange: 1,000 finished requests (UUID-shaped ids) in each of four hourly windows
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1_000_000_000)).await;
+    let mut per_window = Vec::new();
+
+    // Act
+    for w in 0..4 {
+        let at = noon() + chrono::Duration::hours(w);
+        h.clock.set(at);
+        finish(&h, &t, w as u64 * 1000, 1000, uuid_like).await;
+        let keys = window_keys(&h, "acme", at, HOUR_MS);
+        let (bytes, fields) = bytes_and_fields(&keys);
+        per_window.push((keys, bytes, fields));
+        // A request of the first window: answered in the window after it, not in the next.
+        let again = h.quotas.settle(&t, &rid(&uuid_like(5)), count(1), false).await.unwrap();
+        match w {
+            0 | 1 => {
+                assert!(matches!(again, SettleOutcome::AlreadySettled { reserved: 10, actual: 7, .. }), "{again:?}")
+            }
+            _ => assert_eq!(again, SettleOutcome::Unknown, "window {w}"),
+        }
+    }
+
+    // Assert: every marker is there, each window's hashes expire when the next window ends,
+    // and from the second window on (sized by the one before) a marker costs <= 64 bytes.
+    let mut conn = raw_connection();
+    for (w, (keys, bytes, fields)) in per_window.iter().enumerate() {
+        assert_eq!(*fields, 1000, "window {w}");
+        let end = (noon() + chrono::Duration::hours(w as i64 + 2)).timestamp_millis();
+        for key in keys {
+            let expires: i64 = redis::cmd("PEXPIRETIME").arg(key).query(&mut conn).unwrap();
+            assert_eq!(expires, end, "window {w}: {key}");
+        }
+        if w > 0 {
+            assert!(keys.len() >= 16, "window {w} has {} buckets", keys.len());
+            assert!(bytes / fields <= 64, "window {w}: {bytes} bytes for {fields} markers");
+        }
+    }
+    // The state hash keeps the record of the last two windows only.
+    let fields: Vec<String> = redis::cmd("HKEYS").arg(h.keys().quota_state("acme")).query(&mut conn).unwrap();
+    let mut windows: Vec<&String> = fields.iter().filter(|f| f.starts_with("db:") || f.starts_with("dn:")).collect();
+    windows.sort();
+    let n = (noon() + chrono::Duration::hours(3)).timestamp_millis() / HOUR_MS;
+    assert_eq!(
+        windows,
+        [format!("db:{}", n - 1), format!("db:{n}"), format!("dn:{}", n - 1), format!("dn:{n}")]
+            .iter()
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn counters_from_before_windows_honour_their_old_markers_for_an_old_markers_life() {
+    // Arrange: a tenant whose counters predate windowed markers, with a marker of the old
+    // kind (a key of its own)
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    let mut conn = raw_connection();
+    redis::cmd("HDEL").arg(h.keys().quota_state("acme")).arg("legacy_until").query::<()>(&mut conn).unwrap();
+    let deadline = noon().timestamp_millis() + 60_000;
+    redis::cmd("SET")
+        .arg(format!("{}old", h.keys().quota_done("acme")))
+        .arg(format!("released|40|{deadline}|plan:40||"))
+        .query::<()>(&mut conn)
+        .unwrap();
+
+    // Act: a new request writes the first windowed marker; then the old one is asked for,
+    // within the retention (30 days) and after it
+    reserved(h.quotas.reserve(&t, &rid("new"), tokens(10)).await.unwrap());
+    h.quotas.release(&t, &rid("new")).await.unwrap();
+    let until: i64 = redis::cmd("HGET").arg(h.keys().quota_state("acme")).arg("legacy_until").query(&mut conn).unwrap();
+    h.clock.set(noon() + chrono::Duration::days(29));
+    let within = h.quotas.release(&t, &rid("old")).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::days(30));
+    let after = h.quotas.release(&t, &rid("old")).await.unwrap();
+
+    // Assert
+    assert_eq!(until, (noon() + chrono::Duration::days(30)).timestamp_millis());
+    assert_eq!(within, ReleaseOutcome::AlreadyReleased { reserved: 40 });
+    assert_eq!(after, ReleaseOutcome::Unknown);
+}

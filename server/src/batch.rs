@@ -1,0 +1,131 @@
+//! Look-ups made by many requests at once, answered in batches: one query for every key
+//! asked while the previous query ran (at most [`MAX_BATCH`]), so a flood of requests
+//! costs a few queries, not one each.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+/// The most keys one query asks for.
+pub const MAX_BATCH: usize = 500;
+/// The most look-ups waiting for a query: beyond it, a look-up fails at once (`Full`).
+pub const MAX_WAITING: usize = 10_000;
+
+/// Why a look-up has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("{MAX_WAITING} look-ups are waiting already")]
+    Full,
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the look-up failed: {0}")]
+    Failed(String),
+}
+
+type Reply<V> = oneshot::Sender<Result<Option<V>, LookupError>>;
+
+/// Batched look-ups of `K` → `V` (absent keys: `None`).
+pub struct Batcher<K, V> {
+    tx: mpsc::Sender<(K, Reply<V>)>,
+}
+
+impl<K, V> Clone for Batcher<K, V> {
+    fn clone(&self) -> Self {
+        Self { tx: self.tx.clone() }
+    }
+}
+
+impl<K, V> Batcher<K, V>
+where
+    K: Eq + Hash + Clone + Send + 'static,
+    V: Clone + Send + 'static,
+{
+    /// Starts the task that runs `query` for each batch (on the current Tokio runtime); it
+    /// ends when every `Batcher` clone is dropped.
+    pub fn start<F, Fut>(query: F) -> Self
+    where
+        F: Fn(Vec<K>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<HashMap<K, V>, String>> + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::channel::<(K, Reply<V>)>(MAX_WAITING);
+        let query = Arc::new(query);
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                let mut keys: Vec<K> = batch.iter().map(|(k, _)| k.clone()).collect();
+                let mut seen = std::collections::HashSet::with_capacity(keys.len());
+                keys.retain(|k| seen.insert(k.clone()));
+                let answer = query(keys).await;
+                for (key, reply) in batch {
+                    let _ = reply.send(match &answer {
+                        Ok(found) => Ok(found.get(&key).cloned()),
+                        Err(e) => Err(LookupError::Failed(e.clone())),
+                    });
+                }
+            }
+        });
+        Self { tx }
+    }
+
+    /// The value of `key`, answered with the other keys asked meanwhile, within `timeout`.
+    pub async fn get(&self, key: K, timeout: Duration) -> Result<Option<V>, LookupError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.try_send((key, reply)).map_err(|_| LookupError::Full)?;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(LookupError::Failed("the look-up task stopped".into())),
+            Err(_) => Err(LookupError::Timeout(timeout)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn concurrent_look_ups_share_queries_and_each_gets_its_own_answer() {
+        let queries = Arc::new(AtomicUsize::new(0));
+        let counted = queries.clone();
+        let batcher = Batcher::start(move |keys: Vec<u32>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(keys.into_iter().filter(|k| k % 2 == 0).map(|k| (k, k * 10)).collect())
+            }
+        });
+        let asks = (0..200u32).map(|k| {
+            let b = batcher.clone();
+            tokio::spawn(async move { (k, b.get(k, Duration::from_secs(5)).await) })
+        });
+        for ask in asks.collect::<Vec<_>>() {
+            let (k, answer) = ask.await.unwrap();
+            assert_eq!(answer, Ok(if k % 2 == 0 { Some(k * 10) } else { None }), "key {k}");
+        }
+        let n = queries.load(Ordering::SeqCst);
+        assert!((1..200).contains(&n), "{n} queries for 200 look-ups");
+    }
+
+    #[tokio::test]
+    async fn a_failed_query_fails_its_look_ups_by_name_and_a_slow_one_times_out() {
+        let failing = Batcher::start(|_: Vec<u32>| async { Err::<HashMap<u32, u32>, _>("no database".to_owned()) });
+        assert_eq!(failing.get(1, Duration::from_secs(5)).await, Err(LookupError::Failed("no database".into())));
+        let slow = Batcher::start(|_: Vec<u32>| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(HashMap::<u32, u32>::new())
+        });
+        let limit = Duration::from_millis(50);
+        assert_eq!(slow.get(1, limit).await, Err(LookupError::Timeout(limit)));
+    }
+}
