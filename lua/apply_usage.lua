@@ -27,11 +27,12 @@ end
 if gen == ARGV[5] then
   if ARGV[10] ~= '1' then return {'counted'} end
   -- An instance's own record of this generation is proven only by its done marker, which
-  -- lives at least the idempotency window after the settle (an old marker, a key of its
-  -- own: done_days): a record that old was counted by this copy of the counters long ago
-  -- (charging it again would charge it twice).
-  local life = window_ms(meta)
-  local legacy = tonumber(redis.call('HGET', KEYS[2], 'legacy_until') or '0')
+  -- lives at least the idempotency window after the settle (the shorter window while W
+  -- changes; an old marker, a key of its own: done_days): a record that old was counted
+  -- by this copy of the counters long ago (charging it again would charge it twice; a
+  -- record the counters did lose is put right by the daily compensation from the ledger).
+  local life = marker_life(meta)
+  local legacy = hnum(KEYS[2], 'legacy_until')
   if legacy == 0 or legacy > NOW then life = math.max(life, done_days(meta) * 86400000) end
   if ARGV[11] ~= '' and NOW - tonumber(ARGV[11]) >= life then return {'counted'} end
 end

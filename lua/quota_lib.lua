@@ -344,25 +344,28 @@ end
 -- release within it is answered from here; after it, the caller answers from the usage
 -- ledger in Postgres, which holds every outcome for the tenant's retention.
 --
--- A marker is field <request id> of one bucket of the window it was written in: the hash
--- KEYS[8] .. "#<gen>#<n>#<b>", n = floor(now / W), b = a hash of the id modulo the
--- window's bucket count. The hash expires whole when window n + 1 ends, so a marker lives
--- between W and 2W. A window's bucket count is fixed by its first marker (about
--- BUCKET_TARGET markers per bucket at the previous window's count), so buckets stay small
--- enough for Redis's compact hash encoding: memory per marker is about the id and a
--- value of some 20 bytes, not a key of its own. The counters' generation is in the key:
--- a marker found was written with the counters of this generation (after counters were
--- lost and restored, the old markers are not found, and the ledger answers).
+-- Markers are written in windows: a window starts at a multiple of W (or where the one
+-- before ended, after W changed) and lasts W. A marker is field <request id> of one bucket
+-- of the window it was written in, the hash KEYS[8] .. "#<gen>#<start>#<b>" (b = a hash of
+-- the id modulo the window's bucket count), which expires at start + 2W. Look-ups read the
+-- current window and the one before, so a marker answers for at least W (for at least the
+-- shorter window's length after W changed). A window's bucket count is fixed when it
+-- starts, for about BUCKET_TARGET markers per bucket at the previous window's rate, so
+-- buckets stay small enough for Redis's compact hash encoding: memory per marker is about
+-- the id and a value of some 20 bytes, not a key of its own. The counters' generation is
+-- in the key: a marker found was written with the counters of this generation (after
+-- counters were lost and restored, the old markers are not found, and the ledger answers).
 --
--- The state hash keeps, per window, db:<n> (its bucket count) and dn:<n> (its markers),
--- for the last two windows only, and dw (the last window that had a marker).
+-- The state hash keeps the two windows: wc_start, wc_len, wc_b (its buckets), wc_n (its
+-- markers) for the current one, wp_start, wp_len, wp_b for the one before.
 --
--- A marker's value: "<s|r|e><amount>|<deadline - n*W>|<parts>|<actual>|<charged>", where
+-- A marker's value: "<s|r|e><amount>|<deadline - start>|<parts>|<actual>|<charged>", where
 -- parts "=" is "plan:<amount>" and charged "=" is "plan:<actual>" (no grant involved).
 local BUCKET_TARGET = 64
 local MAX_BUCKETS = 65536
 local STATE_LETTER = {settled = 's', released = 'r', expired = 'e'}
 local LETTER_STATE = {s = 'settled', r = 'released', e = 'expired'}
+local WINDOW_FIELDS = {'wc_start', 'wc_len', 'wc_b', 'wc_n', 'wp_start', 'wp_len', 'wp_b', 'legacy_until'}
 
 local function window_ms(meta)
   return (meta and meta.window_ms) or 3600000
@@ -375,8 +378,8 @@ local function id_hash(rid)
   return h
 end
 
-local function bucket_key(gen, n, buckets, rid)
-  return KEYS[8] .. '#' .. gen .. '#' .. fmt(n) .. '#' .. fmt(id_hash(rid) % buckets)
+local function bucket_key(gen, start, buckets, rid)
+  return KEYS[8] .. '#' .. gen .. '#' .. fmt(start) .. '#' .. fmt(id_hash(rid) % buckets)
 end
 
 -- A finished reservation as an old marker held it: "state|amount|deadline|parts|actual|
@@ -405,41 +408,58 @@ local function done_days(meta)
   return math.min((meta and meta.retention_days) or 62, MAX_DONE_DAYS)
 end
 
--- The state fields every marker look-up or write needs (and the generation), read in one
--- HMGET once per call.
+-- The state fields of the windows (and the generation), read in one HMGET once per call.
 local MARKERS_READ = false
-local function prefetch_markers(n)
+local function prefetch_markers()
   if MARKERS_READ then return end
   MARKERS_READ = true
-  local names = {'db:' .. fmt(n), 'db:' .. fmt(n - 1), 'dn:' .. fmt(n), 'dn:' .. fmt(n - 1), 'dw',
-    'legacy_until'}
-  local values = redis.call('HMGET', KEYS[2], 'gen', unpack(names))
+  local values = redis.call('HMGET', KEYS[2], 'gen', unpack(WINDOW_FIELDS))
   if STATE_STRINGS.gen == nil then STATE_STRINGS.gen = values[1] or false end
   local fields = CACHE[KEYS[2]]
   if not fields then
     fields = {}
     CACHE[KEYS[2]] = fields
   end
-  for i, name in ipairs(names) do
+  for i, name in ipairs(WINDOW_FIELDS) do
     if not fields[name] then
       fields[name] = {value = tonumber(values[i + 1] or '0') or 0, dirty = false, drop = false}
     end
   end
 end
 
--- The done marker of a request id, or nil: in this window or the one before, else (for a
--- tenant whose counters predate windows, within an old marker's life) its own key or a
--- field of the current or previous period's hash.
+-- Sets a counter of the state hash (written by flush()).
+local function hset_num(key, field, value)
+  local entry = cached(key, field)
+  entry.value = value
+  entry.dirty, entry.drop = true, false
+end
+
+-- How long a marker written now is answered at least: the shorter of the windows'
+-- lengths (they differ for a while after W changed).
+local function marker_life(meta)
+  prefetch_markers()
+  local life = window_ms(meta)
+  for _, field in ipairs({'wc_len', 'wp_len'}) do
+    local len = hnum(KEYS[2], field)
+    if len > 0 and len < life then life = len end
+  end
+  return life
+end
+
+-- The done marker of a request id, or nil: in the current window or the one before, else
+-- (for counters from before windows, within an old marker's life) its own key or a field
+-- of the current or previous period's hash.
 local function find_done(rid, meta)
-  local w = window_ms(meta)
-  local n = math.floor(NOW / w)
-  prefetch_markers(n)
+  prefetch_markers()
   local gen = state_string('gen') or ''
-  for k = n, n - 1, -1 do
-    local buckets = hnum(KEYS[2], 'db:' .. fmt(k))
-    if buckets > 0 then
-      local raw = redis.call('HGET', bucket_key(gen, k, buckets, rid), rid)
-      if raw then return decode_marker(raw, k * w, gen) end
+  for _, w in ipairs({'wc_', 'wp_'}) do
+    local buckets = hnum(KEYS[2], w .. 'b')
+    local start = hnum(KEYS[2], w .. 'start')
+    -- A window's hashes expire at start + 2 * its length (also by the scripts' clock,
+    -- which may be set by hand).
+    if buckets > 0 and NOW < start + 2 * hnum(KEYS[2], w .. 'len') then
+      local raw = redis.call('HGET', bucket_key(gen, start, buckets, rid), rid)
+      if raw then return decode_marker(raw, start, gen) end
     end
   end
   -- legacy_until: absent (0) for counters older than windows, until their first marker
@@ -456,42 +476,42 @@ end
 -- Writes the done marker of a finished reservation (see above). `actual` is nil for a
 -- release or an expiry.
 local function write_done(meta, rid, state, amount, deadline, parts, actual, charged)
-  local w = window_ms(meta)
-  local n = math.floor(NOW / w)
-  prefetch_markers(n)
+  prefetch_markers()
   local gen = state_string('gen') or ''
-  local field = 'db:' .. fmt(n)
-  local buckets = hnum(KEYS[2], field)
-  if buckets == 0 then
-    -- The window's first marker: its bucket count, from the window before; the fields of
-    -- windows before that go.
-    local last = hnum(KEYS[2], 'dw')
-    local before = 0
-    if last == n - 1 then before = hnum(KEYS[2], 'dn:' .. fmt(n - 1)) end
-    buckets = math.max(1, math.min(MAX_BUCKETS, math.ceil(before / BUCKET_TARGET)))
-    hincr(KEYS[2], field, buckets)
-    if last > 0 then
-      for _, k in ipairs({last, last - 1}) do
-        if k < n - 1 then
-          hdrop(KEYS[2], 'db:' .. fmt(k))
-          hdrop(KEYS[2], 'dn:' .. fmt(k))
-        end
-      end
+  local start, len, buckets = hnum(KEYS[2], 'wc_start'), hnum(KEYS[2], 'wc_len'), hnum(KEYS[2], 'wc_b')
+  if buckets == 0 or NOW >= start + len then
+    -- A new window: at a multiple of W, not before the current one ends; its buckets for
+    -- the current one's rate (when it ended within W); the current one becomes the one
+    -- before.
+    local w = window_ms(meta)
+    local ended = start + len
+    local next_start = math.max(math.floor(NOW / w) * w, ended)
+    local expected = 0
+    if buckets > 0 and len > 0 and next_start - ended < w then
+      expected = hnum(KEYS[2], 'wc_n') * w / len
     end
-    hincr(KEYS[2], 'dw', n - last)
+    local next_buckets = math.max(1, math.min(MAX_BUCKETS, math.ceil(expected / BUCKET_TARGET)))
+    hset_num(KEYS[2], 'wp_start', start)
+    hset_num(KEYS[2], 'wp_len', len)
+    hset_num(KEYS[2], 'wp_b', buckets)
+    hset_num(KEYS[2], 'wc_start', next_start)
+    hset_num(KEYS[2], 'wc_len', w)
+    hset_num(KEYS[2], 'wc_b', next_buckets)
+    hset_num(KEYS[2], 'wc_n', 0)
+    start, len, buckets = next_start, w, next_buckets
     if hnum(KEYS[2], 'legacy_until') == 0 then
-      hincr(KEYS[2], 'legacy_until', NOW + done_days(meta) * 86400000)
+      hset_num(KEYS[2], 'legacy_until', NOW + done_days(meta) * 86400000)
     end
   end
-  hincr(KEYS[2], 'dn:' .. fmt(n), 1)
+  hincr(KEYS[2], 'wc_n', 1)
   local parts_text = parts
   if parts == 'plan:' .. fmt(amount) then parts_text = '=' end
   local charged_text = charged
   if actual and charged == 'plan:' .. fmt(actual) then charged_text = '=' end
-  local key = bucket_key(gen, n, buckets, rid)
-  redis.call('HSET', key, rid, table.concat({STATE_LETTER[state] .. fmt(amount), fmt(deadline - n * w),
+  local key = bucket_key(gen, start, buckets, rid)
+  redis.call('HSET', key, rid, table.concat({STATE_LETTER[state] .. fmt(amount), fmt(deadline - start),
     parts_text, actual and fmt(actual) or '', charged_text}, '|'))
-  EXPIRE_AT[key] = (n + 2) * w
+  EXPIRE_AT[key] = start + 2 * len
 end
 
 -- `plans` (optional) adds up the plan charges per period, for the usage record.

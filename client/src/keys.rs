@@ -184,12 +184,16 @@ impl Keys {
     }
 
     /// One bucket of a tenant's done markers: field `<request id>` of the markers written in
-    /// idempotency window `window` (now / window length) by the counters of generation
-    /// `gen`, for the request ids whose [`marker_bucket`] it is (`lua/quota_lib.lua`
-    /// writes and reads them; `#` is in no request id).
-    pub fn quota_done_bucket(&self, tenant: &str, gen: &str, window: i64, bucket: u64) -> String {
-        format!("{}#{gen}#{window}#{bucket}", self.quota_done(tenant))
+    /// the idempotency window starting at `window_start` (ms since the epoch) by the
+    /// counters of generation `gen`, for the request ids whose [`marker_bucket`] it is
+    /// (`lua/quota_lib.lua` writes and reads them; `#` is in no request id).
+    pub fn quota_done_bucket(&self, tenant: &str, gen: &str, window_start: i64, bucket: u64) -> String {
+        format!("{}#{gen}#{window_start}#{bucket}", self.quota_done(tenant))
     }
+
+    /// The state fields naming a tenant's two windows of done markers, current and previous:
+    /// each `(start, buckets)` field pair (`lua/quota_lib.lua`, "Done markers").
+    pub const QUOTA_MARKER_WINDOWS: [(&'static str, &'static str); 2] = [("wc_start", "wc_b"), ("wp_start", "wp_b")];
 
     /// The tenant named by one of its quota keys under this prefix.
     pub fn tenant_of_quota_key<'k>(&self, key: &'k str) -> Option<&'k str> {

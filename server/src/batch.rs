@@ -62,6 +62,11 @@ where
                         Err(_) => break,
                     }
                 }
+                // Look-ups whose caller stopped waiting (timed out) are not asked for.
+                batch.retain(|(_, reply)| !reply.is_closed());
+                if batch.is_empty() {
+                    continue;
+                }
                 let mut keys: Vec<K> = batch.iter().map(|(k, _)| k.clone()).collect();
                 let mut seen = std::collections::HashSet::with_capacity(keys.len());
                 keys.retain(|k| seen.insert(k.clone()));

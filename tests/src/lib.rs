@@ -230,25 +230,24 @@ fn serve(
     }
 }
 
-/// Removes the done marker of `rid` (tenant `tenant`, the default idempotency window of an
-/// hour) from Redis, as the end of its window does; fails the test when it was not there.
+/// Removes the done marker of `rid` (tenant `tenant`) from Redis, as the end of its
+/// idempotency window does; fails the test when it was not there.
 pub async fn forget_done_marker(app: &TestApp, tenant: &str, rid: &str) {
     let keys = &app.state.keys;
     let mut conn = app.state.redis.connection().await.expect("redis");
-    let (seconds, _): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await.expect("redis TIME");
-    let n = seconds * 1000 / 3_600_000;
-    let (gen, now, before): (String, Option<u64>, Option<u64>) = redis::cmd("HMGET")
-        .arg(keys.quota_state(tenant))
-        .arg("gen")
-        .arg(format!("db:{n}"))
-        .arg(format!("db:{}", n - 1))
-        .query_async(&mut conn)
-        .await
-        .expect("the tenant's state");
+    let gen: String =
+        redis::cmd("HGET").arg(keys.quota_state(tenant)).arg("gen").query_async(&mut conn).await.expect("gen");
     let mut removed = 0;
-    for (window, buckets) in [(n, now), (n - 1, before)] {
-        let Some(buckets) = buckets else { continue };
-        let key = keys.quota_done_bucket(tenant, &gen, window, client::keys::marker_bucket(rid, buckets));
+    for (start_field, buckets_field) in client::Keys::QUOTA_MARKER_WINDOWS {
+        let (start, buckets): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
+            .arg(keys.quota_state(tenant))
+            .arg(start_field)
+            .arg(buckets_field)
+            .query_async(&mut conn)
+            .await
+            .expect("the tenant's windows");
+        let (Some(start), Some(buckets)) = (start, buckets) else { continue };
+        let key = keys.quota_done_bucket(tenant, &gen, start, client::keys::marker_bucket(rid, buckets));
         removed += redis::cmd("HDEL").arg(key).arg(rid).query_async::<i64>(&mut conn).await.expect("HDEL");
     }
     assert_eq!(removed, 1, "{rid}'s marker was there");

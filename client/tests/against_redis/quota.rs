@@ -128,19 +128,32 @@ fn bucket<'u>(usage: &'u QuotaUsage, id: &str) -> &'u client::quota::BucketUsage
     usage.buckets.iter().find(|b| b.id == id).unwrap_or_else(|| panic!("no bucket {id:?} in {usage:?}"))
 }
 
-/// The hash holding the done marker `tenant` wrote for `rid` in the window of `at`
-/// (`window_ms` long), as the scripts name it; `None` when that window has no marker.
-fn marker_key(h: &Harness, tenant: &str, rid: &str, at: DateTime<Utc>, window_ms: i64) -> Option<String> {
-    let n = at.timestamp_millis().div_euclid(window_ms);
+/// The bucket hashes of the window of `tenant`'s done markers that started at the
+/// multiple of `window_ms` holding `at`: `None` when neither of its two windows did.
+fn window_buckets(h: &Harness, tenant: &str, at: DateTime<Utc>, window_ms: i64) -> Option<Vec<String>> {
+    let start = at.timestamp_millis().div_euclid(window_ms) * window_ms;
     let mut conn = raw_connection();
-    let (gen, buckets): (Option<String>, Option<u64>) = redis::cmd("HMGET")
-        .arg(h.keys().quota_state(tenant))
-        .arg("gen")
-        .arg(format!("db:{n}"))
-        .query(&mut conn)
-        .unwrap();
-    let bucket = client::keys::marker_bucket(rid, buckets?);
-    Some(h.keys().quota_done_bucket(tenant, &gen.unwrap_or_default(), n, bucket))
+    let gen: String = redis::cmd("HGET").arg(h.keys().quota_state(tenant)).arg("gen").query(&mut conn).unwrap();
+    for (start_field, buckets_field) in Keys::QUOTA_MARKER_WINDOWS {
+        let (found, buckets): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
+            .arg(h.keys().quota_state(tenant))
+            .arg(start_field)
+            .arg(buckets_field)
+            .query(&mut conn)
+            .unwrap();
+        if found == Some(start) {
+            return Some((0..buckets?).map(|b| h.keys().quota_done_bucket(tenant, &gen, start, b)).collect());
+        }
+    }
+    None
+}
+
+/// The hash holding the done marker `tenant` wrote for `rid` in the window of `at`
+/// (`window_ms` long), as the scripts name it; `None` when that window is not kept.
+fn marker_key(h: &Harness, tenant: &str, rid: &str, at: DateTime<Utc>, window_ms: i64) -> Option<String> {
+    let buckets = window_buckets(h, tenant, at, window_ms)?;
+    let bucket = client::keys::marker_bucket(rid, buckets.len() as u64);
+    Some(buckets[bucket as usize].clone())
 }
 
 async fn publish(h: &Harness, t: &TenantId, quota: &TenantQuota) {

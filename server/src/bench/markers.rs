@@ -44,16 +44,16 @@ async fn memory_of(conn: &mut client::RedisConnection, keys: &[String]) -> anyho
     Ok(total)
 }
 
-/// The bucket hashes of window `n` of `tenant`.
-async fn window_keys(
-    conn: &mut client::RedisConnection,
-    keys: &Keys,
-    tenant: &str,
-    n: i64,
-) -> anyhow::Result<Vec<String>> {
-    let (gen, buckets): (String, Option<u64>) =
-        redis::cmd("HMGET").arg(keys.quota_state(tenant)).arg("gen").arg(format!("db:{n}")).query_async(conn).await?;
-    Ok((0..buckets.unwrap_or(0)).map(|b| keys.quota_done_bucket(tenant, &gen, n, b)).collect())
+/// The bucket hashes of `tenant`'s current window of markers.
+async fn window_keys(conn: &mut client::RedisConnection, keys: &Keys, tenant: &str) -> anyhow::Result<Vec<String>> {
+    let (gen, start, buckets): (String, i64, u64) = redis::cmd("HMGET")
+        .arg(keys.quota_state(tenant))
+        .arg("gen")
+        .arg(Keys::QUOTA_MARKER_WINDOWS[0].0)
+        .arg(Keys::QUOTA_MARKER_WINDOWS[0].1)
+        .query_async(conn)
+        .await?;
+    Ok((0..buckets).map(|b| keys.quota_done_bucket(tenant, &gen, start, b)).collect())
 }
 
 /// Finishes `per_window` requests in each of two windows (a day ahead of now, by a hand-set
@@ -66,6 +66,7 @@ pub async fn measure(redis: &RedisHandle, keys: &Keys, per_window: u64) -> anyho
     quotas.publish(&tenant, &super::quota::tenant_quota(u64::MAX >> 12)).await?;
     let mut conn = redis.connection().await.context("connecting to redis")?;
     let mut bytes = Vec::new();
+    let mut first = Vec::new();
     for window in 0..2u64 {
         clock.set(start + chrono::Duration::hours(window as i64));
         let mut workers = Vec::new();
@@ -90,8 +91,10 @@ pub async fn measure(redis: &RedisHandle, keys: &Keys, per_window: u64) -> anyho
         for worker in workers {
             worker.await.context("marker worker panicked")??;
         }
-        let n = (start.timestamp_millis() + window as i64 * WINDOW_MS) / WINDOW_MS;
-        let hashes = window_keys(&mut conn, keys, tenant.as_str(), n).await?;
+        let hashes = window_keys(&mut conn, keys, tenant.as_str()).await?;
+        if window == 0 {
+            first = hashes.clone();
+        }
         bytes.push(memory_of(&mut conn, &hashes).await? as f64 / per_window as f64);
     }
     // The markers of before: a key per request, holding "state|amount|deadline|parts|actual|
@@ -111,7 +114,6 @@ pub async fn measure(redis: &RedisHandle, keys: &Keys, per_window: u64) -> anyho
     }
     let legacy_bytes = memory_of(&mut conn, &legacy).await? as f64 / per_window as f64;
     // Two windows are held at most: a window's hashes expire when the next one ends.
-    let first = window_keys(&mut conn, keys, tenant.as_str(), start.timestamp_millis() / WINDOW_MS).await?;
     let expires: i64 = redis::cmd("PEXPIRETIME").arg(&first[0]).query_async(&mut conn).await?;
     let windows_held = ((expires - start.timestamp_millis()) / WINDOW_MS) as u64;
     Ok(MarkerReport {

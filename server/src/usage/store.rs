@@ -132,9 +132,12 @@ fn parse_parts(text: &str) -> Vec<client::quota::Part> {
         .collect()
 }
 
-/// The latest reservation of each `(tenant, request id)` that the ledger holds as finished
-/// and that was made within the tenant's retention, in one query: its settle row if it has
-/// one, else its release or expiry. Request ids the ledger does not hold are absent.
+/// How each `(tenant, request id)` reserved within the tenant's retention ended, as the
+/// ledger holds it, in one query: its settle if it has one (a late settle after an expiry
+/// may carry another reservation time than the expiry: its reservation's time is computed
+/// from the TTL in force when each row was written), else its release, else its expiry.
+/// Within the retention a request id has one reservation (the reserve asks the ledger
+/// first). Request ids the ledger does not hold are absent.
 pub async fn earlier(
     db: &PgPool,
     asked: &[(TenantId, RequestId)],
@@ -152,8 +155,8 @@ pub async fn earlier(
            join usage_ledger l on l.tenant = a.tenant and l.request_id = a.request_id
            join tenant t on t.name = l.tenant
           where l.reserved_at >= now() - make_interval(days => t.retention_days)
-          order by l.tenant, l.request_id, l.reserved_at desc,
-                   case l.outcome when 'settled' then 0 when 'released' then 1 else 2 end",
+          order by l.tenant, l.request_id,
+                   case l.outcome when 'settled' then 0 when 'released' then 1 else 2 end, l.reserved_at desc",
     )
     .bind(&tenants)
     .bind(&ids)

@@ -138,6 +138,33 @@ async fn once_redis_forgot_a_request_the_ledger_answers_every_repeat_with_the_fi
 }
 
 #[tokio::test]
+async fn a_late_settle_recorded_under_another_ttl_is_still_the_answer_after_the_window() {
+    // Arrange: a reservation swept, the tenant's TTL raised, then the late settle (its row's
+    // reservation time is computed with the new TTL: earlier than the expiry's)
+    let app = app().await;
+    acme(&app, 1_000).await;
+    assert_eq!(call(&app, "reserve", json!({"request_id": "r-1", "tokens": 300})).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    server::jobs::quota_sweep::run_once(&app.state).await.unwrap();
+    let tenant = json!({"plan": "pro", "reservation_ttl_ms": 600_000, "expected_version": 1, "reason": "longer"});
+    let (status, reply) = send(&app, reqwest::Method::PUT, "/api/v1/tenants/acme", tenant).await;
+    assert_eq!(status, 200, "{reply}");
+    server::publish::drain_outbox(&app.state).await.unwrap();
+    let (_, late) = call(&app, "settle", json!({"request_id": "r-1", "actual_tokens": 250})).await;
+    assert_eq!((&late["result"], &late["late"]), (&json!("settled"), &json!(true)), "{late}");
+    server::jobs::usage_drain::run_once(&app.state).await.unwrap();
+    forget(&app, "r-1").await;
+    let before = plan(&quota(&app).await);
+
+    // Act
+    let (status, again) = call(&app, "settle", json!({"request_id": "r-1", "actual_tokens": 250})).await;
+
+    // Assert: the settle row answers, nothing charged again
+    assert_eq!((status, &again["result"]), (200, &json!("already_settled")), "{again}");
+    assert_eq!(plan(&quota(&app).await), before);
+}
+
+#[tokio::test]
 async fn a_request_id_finished_before_the_retention_is_new_again() {
     // Arrange: a settle drained to the ledger, its marker gone, and its row made older than
     // the tenant's retention (62 days)

@@ -30,15 +30,7 @@ async fn finish(h: &Harness, t: &TenantId, from: u64, n: u64, name: impl Fn(u64)
 
 /// The bucket hashes of the window holding `at`, from the state hash's record of it.
 fn window_keys(h: &Harness, tenant: &str, at: DateTime<Utc>, window_ms: i64) -> Vec<String> {
-    let n = at.timestamp_millis().div_euclid(window_ms);
-    let mut conn = raw_connection();
-    let (gen, buckets): (String, Option<u64>) = redis::cmd("HMGET")
-        .arg(h.keys().quota_state(tenant))
-        .arg("gen")
-        .arg(format!("db:{n}"))
-        .query(&mut conn)
-        .unwrap();
-    (0..buckets.unwrap_or(0)).map(|b| h.keys().quota_done_bucket(tenant, &gen, n, b)).collect()
+    window_buckets(h, tenant, at, window_ms).unwrap_or_default()
 }
 
 /// Redis's bytes for `keys` (`MEMORY USAGE`, every element sampled) and their fields.
@@ -177,15 +169,14 @@ async fn markers_cost_at_most_64_bytes_per_finished_request_and_only_two_windows
     }
     // The state hash keeps the record of the last two windows only.
     let fields: Vec<String> = redis::cmd("HKEYS").arg(h.keys().quota_state("acme")).query(&mut conn).unwrap();
-    let mut windows: Vec<&String> = fields.iter().filter(|f| f.starts_with("db:") || f.starts_with("dn:")).collect();
+    let mut windows: Vec<&str> =
+        fields.iter().map(String::as_str).filter(|f| f.starts_with("wc_") || f.starts_with("wp_")).collect();
     windows.sort();
-    let n = (noon() + chrono::Duration::hours(3)).timestamp_millis() / HOUR_MS;
-    assert_eq!(
-        windows,
-        [format!("db:{}", n - 1), format!("db:{n}"), format!("dn:{}", n - 1), format!("dn:{n}")]
-            .iter()
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(windows, ["wc_b", "wc_len", "wc_n", "wc_start", "wp_b", "wp_len", "wp_start"]);
+    let starts: (i64, i64) =
+        redis::cmd("HMGET").arg(h.keys().quota_state("acme")).arg("wc_start").arg("wp_start").query(&mut conn).unwrap();
+    let hour = |w: i64| (noon() + chrono::Duration::hours(w)).timestamp_millis();
+    assert_eq!(starts, (hour(3), hour(2)));
 }
 
 #[tokio::test]
@@ -218,4 +209,49 @@ async fn counters_from_before_windows_honour_their_old_markers_for_an_old_marker
     assert_eq!(until, (noon() + chrono::Duration::days(30)).timestamp_millis());
     assert_eq!(within, ReleaseOutcome::AlreadyReleased { reserved: 40 });
     assert_eq!(after, ReleaseOutcome::Unknown);
+}
+
+#[tokio::test]
+async fn a_changed_window_takes_effect_when_the_current_window_ends_and_old_markers_stay_found() {
+    // Arrange: a marker in an hour's window, then the window cut to a minute
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    let finish_one = |name: &'static str| {
+        let (h, t) = (&h, &t);
+        async move {
+            reserved(h.quotas.reserve(t, &rid(name), tokens(10)).await.unwrap());
+            h.quotas.release(t, &rid(name)).await.unwrap();
+        }
+    };
+    h.clock.set(noon() + chrono::Duration::minutes(10));
+    finish_one("r1").await;
+    let minute = TenantQuota { version: 2, idempotency_window: Duration::from_secs(60), ..plan(1000) };
+    publish(&h, &t, &minute).await;
+
+    // Act: markers written in the hour's window after the change, then in minute windows
+    h.clock.set(noon() + chrono::Duration::minutes(20));
+    finish_one("r2").await;
+    let r1_same_hour = h.quotas.release(&t, &rid("r1")).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::minutes(60) + chrono::Duration::seconds(5));
+    finish_one("r3").await;
+    let r1_next_window = h.quotas.release(&t, &rid("r1")).await.unwrap();
+    h.clock.set(noon() + chrono::Duration::minutes(61) + chrono::Duration::seconds(5));
+    finish_one("r4").await;
+    let r1_after = h.quotas.release(&t, &rid("r1")).await.unwrap();
+    let r3_after = h.quotas.release(&t, &rid("r3")).await.unwrap();
+
+    // Assert: the hour's markers answer while its window is one of the two kept, then the
+    // minute's rule holds
+    let released = ReleaseOutcome::AlreadyReleased { reserved: 10 };
+    assert_eq!((r1_same_hour, r1_next_window), (released.clone(), released.clone()));
+    assert_eq!((r1_after, r3_after), (ReleaseOutcome::Unknown, released));
+    let minute_start = (noon() + chrono::Duration::minutes(61)).timestamp_millis();
+    let (start, len): (i64, i64) = redis::cmd("HMGET")
+        .arg(h.keys().quota_state("acme"))
+        .arg("wc_start")
+        .arg("wc_len")
+        .query(&mut raw_connection())
+        .unwrap();
+    assert_eq!((start, len), (minute_start, 60_000));
 }
