@@ -250,7 +250,8 @@ pub async fn forget_done_marker(app: &TestApp, tenant: &str, rid: &str) {
         let key = keys.quota_done_bucket(tenant, &gen, start, client::keys::marker_bucket(rid, buckets));
         removed += redis::cmd("HDEL").arg(key).arg(rid).query_async::<i64>(&mut conn).await.expect("HDEL");
     }
-    assert_eq!(removed, 1, "{rid}'s marker was there");
+    // Two when the request finished twice (expired, then settled late) across windows.
+    assert!(removed >= 1, "{rid}'s marker was there");
 }
 
 /// Requests to the app. `path` is everything after the address (`/api/v1/pools?x=1`, sent

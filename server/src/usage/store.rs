@@ -132,12 +132,13 @@ fn parse_parts(text: &str) -> Vec<client::quota::Part> {
         .collect()
 }
 
-/// How each `(tenant, request id)` reserved within the tenant's retention ended, as the
-/// ledger holds it, in one query: its settle if it has one (a late settle after an expiry
-/// may carry another reservation time than the expiry: its reservation's time is computed
-/// from the TTL in force when each row was written), else its release, else its expiry.
-/// Within the retention a request id has one reservation (the reserve asks the ledger
-/// first). Request ids the ledger does not hold are absent.
+/// How the latest reservation of each `(tenant, request id)` that finished within the
+/// tenant's retention ended, as the ledger holds it, in one query. The latest: the latest
+/// deadline (a request id reused while the ledger could not be asked has a reservation of
+/// its own; an expiry and its late settle share their deadline, while their reservation
+/// times may differ: each is computed from the TTL in force when its row was written).
+/// Of its rows: its settle if it has one, else its release, else its expiry. Request ids
+/// the ledger does not hold are absent.
 pub async fn earlier(
     db: &PgPool,
     asked: &[(TenantId, RequestId)],
@@ -154,8 +155,8 @@ pub async fn earlier(
            from unnest($1::text[], $2::text[]) as a (tenant, request_id)
            join usage_ledger l on l.tenant = a.tenant and l.request_id = a.request_id
            join tenant t on t.name = l.tenant
-          where l.reserved_at >= now() - make_interval(days => t.retention_days)
-          order by l.tenant, l.request_id,
+          where l.at >= now() - make_interval(days => t.retention_days)
+          order by l.tenant, l.request_id, l.deadline desc nulls last,
                    case l.outcome when 'settled' then 0 when 'released' then 1 else 2 end, l.reserved_at desc",
     )
     .bind(&tenants)

@@ -174,10 +174,13 @@ async fn a_request_id_finished_before_the_retention_is_new_again() {
     assert_eq!(call(&app, "settle", json!({"request_id": "r-1", "actual_tokens": 420})).await.0, 200);
     server::jobs::usage_drain::run_once(&app.state).await.unwrap();
     forget(&app, "r-1").await;
-    sqlx::query("update usage_ledger set reserved_at = reserved_at - interval '63 days' where request_id = 'r-1'")
-        .execute(&app.state.db)
-        .await
-        .unwrap();
+    sqlx::query(
+        "update usage_ledger set reserved_at = reserved_at - interval '63 days', at = at - interval '63 days',
+                deadline = deadline - interval '63 days' where request_id = 'r-1'",
+    )
+    .execute(&app.state.db)
+    .await
+    .unwrap();
 
     // Act
     let (status, reply) = call(&app, "reserve", json!({"request_id": "r-1", "tokens": 100})).await;
@@ -221,4 +224,66 @@ async fn a_tenants_idempotency_window_is_a_setting_checked_by_name_and_published
         .await
         .unwrap();
     assert_eq!(published, "60000");
+}
+
+fn record(
+    rid: &str,
+    outcome: client::quota::UsageOutcome,
+    reserved_at_ms: i64,
+    deadline_ms: i64,
+) -> client::quota::UsageRecord {
+    let settled = outcome == client::quota::UsageOutcome::Settled;
+    client::quota::UsageRecord {
+        tenant: client::quota::TenantId::parse("acme").unwrap(),
+        request_id: rid.into(),
+        outcome,
+        late: false,
+        reserved: 100,
+        actual: settled.then_some(80),
+        charged: if settled { vec![client::quota::Part { bucket: "plan".into(), tokens: 80 }] } else { vec![] },
+        plan_periods: vec![],
+        reserved_at_ms,
+        at_ms: reserved_at_ms + 1_000,
+        generation: "g".into(),
+        model: None,
+        reserved_parts: vec![client::quota::Part { bucket: "plan".into(), tokens: 100 }],
+        deadline_ms: Some(deadline_ms),
+        entry: None,
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_answers_for_a_request_ids_latest_reservation_and_its_settle_before_its_expiry() {
+    // Arrange: r-1 settled, then reserved again (a reserve that went on without the ledger)
+    // and expired; r-2 expired and settled late under a longer TTL (an earlier reservation
+    // time, the same deadline)
+    let app = app().await;
+    acme(&app, 600_000).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    use client::quota::UsageOutcome::{Expired, Settled};
+    let records = [
+        record("r-1", Settled, now - 60_000, now - 50_000),
+        record("r-1", Expired, now - 30_000, now - 20_000),
+        record("r-2", Expired, now - 10_000, now - 9_000),
+        record("r-2", Settled, now - 500_000, now - 9_000),
+    ];
+    let (written, _) =
+        server::usage::store::insert(&app.state.db, &records, server::usage::store::Source::Stream).await.unwrap();
+    assert_eq!(written.len(), 4);
+    let rid = |r: &str| client::quota::RequestId::parse(r).unwrap();
+    let acme = client::quota::TenantId::parse("acme").unwrap();
+
+    // Act
+    let found = server::usage::store::earlier(
+        &app.state.db,
+        &[(acme.clone(), rid("r-1")), (acme.clone(), rid("r-2")), (acme.clone(), rid("r-3"))],
+    )
+    .await
+    .unwrap();
+
+    // Assert
+    let outcome = |r: &str| found.get(&(acme.clone(), rid(r))).map(|e| (e.outcome, e.deadline_ms));
+    assert_eq!(outcome("r-1"), Some((Expired, Some(now - 20_000))), "the latest reservation");
+    assert_eq!(outcome("r-2"), Some((Settled, Some(now - 9_000))), "the settle of the expired reservation");
+    assert_eq!(outcome("r-3"), None);
 }
