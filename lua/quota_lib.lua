@@ -408,24 +408,49 @@ local function done_days(meta)
   return math.min((meta and meta.retention_days) or 62, MAX_DONE_DAYS)
 end
 
--- The state fields of the windows (and the generation), read in one HMGET once per call.
-local MARKERS_READ = false
-local function prefetch_markers()
-  if MARKERS_READ then return end
-  MARKERS_READ = true
-  local values = redis.call('HMGET', KEYS[2], 'gen', unpack(WINDOW_FIELDS))
+-- Reads the fields of `key` not cached yet in one HMGET (counters: absent reads 0).
+local function prefetch(key, names)
+  local fields = CACHE[key]
+  if not fields then
+    fields = {}
+    CACHE[key] = fields
+  end
+  local missing = {}
+  for _, name in ipairs(names) do
+    if not fields[name] then missing[#missing + 1] = name end
+  end
+  if #missing == 0 then return end
+  local values = redis.call('HMGET', key, unpack(missing))
+  for i, name in ipairs(missing) do
+    fields[name] = {value = tonumber(values[i] or '0') or 0, dirty = false, drop = false}
+  end
+end
+
+-- The state hash's fields a call needs, read in one HMGET the first time: the generation,
+-- the windows of the done markers, and `extra` (the counters the script will read; a
+-- script names them before its first request so that one read serves the whole call).
+local STATE_READ = false
+local function prefetch_state(extra)
+  if STATE_READ then return end
+  STATE_READ = true
+  local names = {}
+  for _, name in ipairs(WINDOW_FIELDS) do names[#names + 1] = name end
+  for _, name in ipairs(extra or {}) do names[#names + 1] = name end
+  local values = redis.call('HMGET', KEYS[2], 'gen', unpack(names))
   if STATE_STRINGS.gen == nil then STATE_STRINGS.gen = values[1] or false end
   local fields = CACHE[KEYS[2]]
   if not fields then
     fields = {}
     CACHE[KEYS[2]] = fields
   end
-  for i, name in ipairs(WINDOW_FIELDS) do
+  for i, name in ipairs(names) do
     if not fields[name] then
       fields[name] = {value = tonumber(values[i + 1] or '0') or 0, dirty = false, drop = false}
     end
   end
 end
+
+local function prefetch_markers() prefetch_state(nil) end
 
 -- Sets a counter of the state hash (written by flush()).
 local function hset_num(key, field, value)

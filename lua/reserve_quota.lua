@@ -20,6 +20,17 @@ if mismatch then return mismatch end
 local meta = read_meta()
 if not meta then return {'unknown_tenant'} end
 
+-- The counters every admission reads, in one read per hash for the whole call.
+local counters = {'r:plan:' .. PERIOD}
+if #meta.grants <= 200 then
+  for _, g in ipairs(meta.grants) do
+    counters[#counters + 1] = 'u:' .. g.id
+    counters[#counters + 1] = 'r:' .. g.id
+  end
+end
+prefetch_state(counters)
+prefetch(KEYS[5], {'req:' .. DAY, 'plan_used'})
+
 -- One request: its reply.
 local function reserve_one(rid, tokens_arg, force_arg, model)
   local tokens = tonumber(tokens_arg)

@@ -27,6 +27,11 @@ if mismatch then return mismatch end
 local meta = read_meta()
 if not meta then return {'unknown_tenant'} end
 
+-- The counters a settle of this month's or last month's reservation reads, in one read per
+-- hash for the whole call.
+prefetch_state({'r:plan:' .. ARGV[1], 'r:plan:' .. ARGV[2]})
+prefetch(KEYS[5], {'plan_used'})
+
 -- One request: its reply.
 local function settle_one(rid, actual_arg)
   local actual = tonumber(actual_arg)
