@@ -1,12 +1,14 @@
 //! Look-ups made by many requests at once, answered in batches: one query for every key
 //! asked while the previous query ran (at most [`MAX_BATCH`]), so a flood of requests
-//! costs a few queries, not one each.
+//! costs a few queries, not one each. After a query fails or a look-up times out, look-ups
+//! fail at once for [`COOL_DOWN`] (a store that is away costs its callers nothing, not a
+//! timeout each), then one query tries again.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -14,6 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 pub const MAX_BATCH: usize = 500;
 /// The most look-ups waiting for a query: beyond it, a look-up fails at once (`Full`).
 pub const MAX_WAITING: usize = 10_000;
+/// How long look-ups fail at once after a failed query or a timed-out look-up.
+pub const COOL_DOWN: Duration = Duration::from_secs(5);
 
 /// Why a look-up has no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,6 +28,8 @@ pub enum LookupError {
     Timeout(Duration),
     #[error("the look-up failed: {0}")]
     Failed(String),
+    #[error("a look-up failed or timed out less than {COOL_DOWN:?} ago: not asked")]
+    CoolingDown,
 }
 
 type Reply<V> = oneshot::Sender<Result<Option<V>, LookupError>>;
@@ -31,12 +37,18 @@ type Reply<V> = oneshot::Sender<Result<Option<V>, LookupError>>;
 /// Batched look-ups of `K` → `V` (absent keys: `None`).
 pub struct Batcher<K, V> {
     tx: mpsc::Sender<(K, Reply<V>)>,
+    /// Until when look-ups fail at once (after a failure).
+    cool_until: Arc<Mutex<Option<Instant>>>,
 }
 
 impl<K, V> Clone for Batcher<K, V> {
     fn clone(&self) -> Self {
-        Self { tx: self.tx.clone() }
+        Self { tx: self.tx.clone(), cool_until: self.cool_until.clone() }
     }
+}
+
+fn cool_down(until: &Mutex<Option<Instant>>) {
+    *until.lock().expect("cool-down lock") = Some(Instant::now() + COOL_DOWN);
 }
 
 impl<K, V> Batcher<K, V>
@@ -53,6 +65,8 @@ where
     {
         let (tx, mut rx) = mpsc::channel::<(K, Reply<V>)>(MAX_WAITING);
         let query = Arc::new(query);
+        let cool_until = Arc::new(Mutex::new(None));
+        let failed = cool_until.clone();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
@@ -71,6 +85,9 @@ where
                 let mut seen = std::collections::HashSet::with_capacity(keys.len());
                 keys.retain(|k| seen.insert(k.clone()));
                 let answer = query(keys).await;
+                if answer.is_err() {
+                    cool_down(&failed);
+                }
                 for (key, reply) in batch {
                     let _ = reply.send(match &answer {
                         Ok(found) => Ok(found.get(&key).cloned()),
@@ -79,17 +96,28 @@ where
                 }
             }
         });
-        Self { tx }
+        Self { tx, cool_until }
     }
 
     /// The value of `key`, answered with the other keys asked meanwhile, within `timeout`.
     pub async fn get(&self, key: K, timeout: Duration) -> Result<Option<V>, LookupError> {
+        {
+            let mut until = self.cool_until.lock().expect("cool-down lock");
+            match *until {
+                Some(t) if Instant::now() < t => return Err(LookupError::CoolingDown),
+                Some(_) => *until = None,
+                None => {}
+            }
+        }
         let (reply, answer) = oneshot::channel();
         self.tx.try_send((key, reply)).map_err(|_| LookupError::Full)?;
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(LookupError::Failed("the look-up task stopped".into())),
-            Err(_) => Err(LookupError::Timeout(timeout)),
+            Err(_) => {
+                cool_down(&self.cool_until);
+                Err(LookupError::Timeout(timeout))
+            }
         }
     }
 }
@@ -123,14 +151,30 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_query_fails_its_look_ups_by_name_and_a_slow_one_times_out() {
-        let failing = Batcher::start(|_: Vec<u32>| async { Err::<HashMap<u32, u32>, _>("no database".to_owned()) });
+    async fn a_failed_query_fails_its_look_ups_by_name_and_the_next_ones_at_once_for_a_while() {
+        let queries = Arc::new(AtomicUsize::new(0));
+        let counted = queries.clone();
+        let failing = Batcher::start(move |_: Vec<u32>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Err::<HashMap<u32, u32>, _>("no database".to_owned()) }
+        });
         assert_eq!(failing.get(1, Duration::from_secs(5)).await, Err(LookupError::Failed("no database".into())));
+        assert_eq!(failing.get(2, Duration::from_secs(5)).await, Err(LookupError::CoolingDown));
+        assert_eq!(queries.load(Ordering::SeqCst), 1, "the cool-down asks nothing");
+        // Once the cool-down has passed, one query tries again.
+        *failing.cool_until.lock().unwrap() = Some(Instant::now());
+        assert_eq!(failing.get(3, Duration::from_secs(5)).await, Err(LookupError::Failed("no database".into())));
+        assert_eq!(queries.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_slow_query_times_its_look_up_out_and_cools_the_next_ones_down() {
         let slow = Batcher::start(|_: Vec<u32>| async {
             tokio::time::sleep(Duration::from_secs(60)).await;
             Ok(HashMap::<u32, u32>::new())
         });
         let limit = Duration::from_millis(50);
         assert_eq!(slow.get(1, limit).await, Err(LookupError::Timeout(limit)));
+        assert_eq!(slow.get(2, limit).await, Err(LookupError::CoolingDown));
     }
 }

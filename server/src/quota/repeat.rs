@@ -5,7 +5,8 @@
 //! whenever it comes:
 //! - a reserve asks the ledger before Redis (batched with every reserve asked meanwhile:
 //!   one query, not one each); when Postgres is slow or away the reserve goes on without
-//!   it, counted in `tessera_quota_ledger_lookups_total{result="failed"}`;
+//!   it (after 250 ms; at once for 5 s after a failed or timed-out look-up), counted in
+//!   `tessera_quota_ledger_lookups_total{result="failed"}`;
 //! - a settle or release asks the ledger only when Redis does not know the request id. A
 //!   settle of a reservation the sweeper returned is charged late, as within the window.
 
