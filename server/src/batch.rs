@@ -1,8 +1,9 @@
 //! Look-ups made by many requests at once, answered in batches: one query for every key
 //! asked while the previous query ran (at most [`MAX_BATCH`]), so a flood of requests
-//! costs a few queries, not one each. After a query fails or a look-up times out, look-ups
-//! fail at once for [`COOL_DOWN`] (a store that is away costs its callers nothing, not a
-//! timeout each), then one query tries again.
+//! costs a few queries, not one each. After a query fails or a look-up times out,
+//! [`Batcher::get`] fails at once for [`COOL_DOWN`] (a store that is away costs callers who
+//! would go on without it nothing, not a timeout each); [`Batcher::get_waiting`], for
+//! callers who cannot go on without an answer, always asks.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -99,7 +100,8 @@ where
         Self { tx, cool_until }
     }
 
-    /// The value of `key`, answered with the other keys asked meanwhile, within `timeout`.
+    /// The value of `key`, answered with the other keys asked meanwhile, within `timeout`;
+    /// `CoolingDown` at once less than [`COOL_DOWN`] after a failure.
     pub async fn get(&self, key: K, timeout: Duration) -> Result<Option<V>, LookupError> {
         {
             let mut until = self.cool_until.lock().expect("cool-down lock");
@@ -109,6 +111,12 @@ where
                 None => {}
             }
         }
+        self.get_waiting(key, timeout).await
+    }
+
+    /// [`Batcher::get`] for a caller who cannot go on without an answer: asked even while
+    /// cooling down.
+    pub async fn get_waiting(&self, key: K, timeout: Duration) -> Result<Option<V>, LookupError> {
         let (reply, answer) = oneshot::channel();
         self.tx.try_send((key, reply)).map_err(|_| LookupError::Full)?;
         match tokio::time::timeout(timeout, answer).await {
@@ -176,5 +184,7 @@ mod tests {
         let limit = Duration::from_millis(50);
         assert_eq!(slow.get(1, limit).await, Err(LookupError::Timeout(limit)));
         assert_eq!(slow.get(2, limit).await, Err(LookupError::CoolingDown));
+        // A caller who cannot go on without an answer still asks (and here times out).
+        assert_eq!(slow.get_waiting(3, limit).await, Err(LookupError::Timeout(limit)));
     }
 }

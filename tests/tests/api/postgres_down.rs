@@ -117,6 +117,18 @@ async fn with_postgres_cut_draws_and_quotas_are_served_from_redis_and_readyz_nam
             .await;
         assert_eq!(status, 200, "{settled}");
     }
+    // A settle Redis does not know needs the usage ledger to answer: 503, not a 404 that
+    // would wrongly say the request was never reserved.
+    let (status, unknown) = app
+        .send(
+            reqwest::Method::POST,
+            "/api/v1/tenants/acme/quota/settle",
+            Some(TOKEN),
+            json!({"request_id": "pg-down-never", "actual_tokens": 600}),
+        )
+        .await;
+    assert_eq!(status, 503, "{unknown}");
+    assert!(unknown["error"].as_str().unwrap().contains("usage ledger"), "{unknown}");
 
     proxy.restore();
     let started = Instant::now();
