@@ -113,12 +113,28 @@ end
 local CACHE = {}
 local EXPIRE_AT = {}
 
-local function cached(key, field)
+-- The cached fields of `key` (a table kept for the call).
+local function fields_of(key)
   local fields = CACHE[key]
   if not fields then
     fields = {}
     CACHE[key] = fields
   end
+  return fields
+end
+
+-- Caches values an HMGET read (`values[i + skip]` for `names[i]`) as counters, absent
+-- reading 0, except fields cached already (the call may have changed them).
+local function fill(fields, names, values, skip)
+  for i, name in ipairs(names) do
+    if not fields[name] then
+      fields[name] = {value = tonumber(values[i + skip] or '0') or 0, dirty = false, drop = false}
+    end
+  end
+end
+
+local function cached(key, field)
+  local fields = fields_of(key)
   local entry = fields[field]
   if not entry then
     entry = {value = tonumber(redis.call('HGET', key, field) or '0'), dirty = false, drop = false}
@@ -142,11 +158,7 @@ end
 
 -- Removes a counter (it reads 0 from now on), without reading it first.
 local function hdrop(key, field)
-  local fields = CACHE[key]
-  if not fields then
-    fields = {}
-    CACHE[key] = fields
-  end
+  local fields = fields_of(key)
   fields[field] = {value = 0, dirty = true, drop = true}
 end
 
@@ -410,20 +422,13 @@ end
 
 -- Reads the fields of `key` not cached yet in one HMGET (counters: absent reads 0).
 local function prefetch(key, names)
-  local fields = CACHE[key]
-  if not fields then
-    fields = {}
-    CACHE[key] = fields
-  end
+  local fields = fields_of(key)
   local missing = {}
   for _, name in ipairs(names) do
     if not fields[name] then missing[#missing + 1] = name end
   end
   if #missing == 0 then return end
-  local values = redis.call('HMGET', key, unpack(missing))
-  for i, name in ipairs(missing) do
-    fields[name] = {value = tonumber(values[i] or '0') or 0, dirty = false, drop = false}
-  end
+  fill(fields, missing, redis.call('HMGET', key, unpack(missing)), 0)
 end
 
 -- The state hash's fields a call needs, read in one HMGET the first time: the generation,
@@ -438,16 +443,7 @@ local function prefetch_state(extra)
   for _, name in ipairs(extra or {}) do names[#names + 1] = name end
   local values = redis.call('HMGET', KEYS[2], 'gen', unpack(names))
   if STATE_STRINGS.gen == nil then STATE_STRINGS.gen = values[1] or false end
-  local fields = CACHE[KEYS[2]]
-  if not fields then
-    fields = {}
-    CACHE[KEYS[2]] = fields
-  end
-  for i, name in ipairs(names) do
-    if not fields[name] then
-      fields[name] = {value = tonumber(values[i + 1] or '0') or 0, dirty = false, drop = false}
-    end
-  end
+  fill(fields_of(KEYS[2]), names, values, 1)
 end
 
 local function prefetch_markers() prefetch_state(nil) end

@@ -117,6 +117,17 @@ pub async fn insert(
     Ok((written, reused))
 }
 
+/// The amounts of a JSON object column (`{"plan": 80, "<grant>": 20}`; `charged`,
+/// `plan_periods`), entries that are not whole numbers left out.
+fn amounts(v: Value) -> Vec<(String, u64)> {
+    v.as_object().map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect()).unwrap_or_default()
+}
+
+/// What each bucket paid, from the `charged` column.
+fn parts_of(charged: Value) -> Vec<client::quota::Part> {
+    amounts(charged).into_iter().map(|(bucket, tokens)| client::quota::Part { bucket, tokens }).collect()
+}
+
 /// `bucket:amount,...`, as the scripts write a reservation's parts.
 fn parts_text(parts: &[client::quota::Part]) -> String {
     parts.iter().map(|p| format!("{}:{}", p.bucket, p.tokens)).collect::<Vec<_>>().join(",")
@@ -171,15 +182,7 @@ pub async fn earlier(
             continue;
         };
         let Some(outcome) = UsageOutcome::parse(r.try_get("outcome")?) else { continue };
-        let charged = r
-            .try_get::<Value, _>("charged")?
-            .as_object()
-            .map(|o| {
-                o.iter()
-                    .filter_map(|(k, n)| Some(client::quota::Part { bucket: k.clone(), tokens: n.as_u64()? }))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let charged = parts_of(r.try_get("charged")?);
         out.insert(
             (tenant, request),
             Earlier {
@@ -218,15 +221,7 @@ pub async fn pending_charges(db: &PgPool, limit: i64) -> Result<Vec<(i64, UsageR
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let Ok(tenant) = TenantId::parse(r.try_get::<&str, _>("tenant")?) else { continue };
-        let amounts = |v: Value| -> Vec<(String, u64)> {
-            v.as_object()
-                .map(|o| o.iter().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect())
-                .unwrap_or_default()
-        };
-        let charged = amounts(r.try_get("charged")?)
-            .into_iter()
-            .map(|(bucket, tokens)| client::quota::Part { bucket, tokens })
-            .collect();
+        let charged = parts_of(r.try_get("charged")?);
         let record = UsageRecord {
             tenant,
             request_id: r.try_get("request_id")?,

@@ -7,22 +7,10 @@
 
 use std::time::Duration;
 
-use integration::{json_reply, spawn_app_with, with_json, TestApp};
+use integration::TestApp;
 use serde_json::{json, Value};
-use server::configuration::AdminAccess;
 
-const TOKEN: &str = "repeat-admin-token-0123456789";
-
-async fn app() -> TestApp {
-    spawn_app_with(|s| {
-        s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
-    })
-    .await
-}
-
-async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    json_reply(with_json(app.request(method, path).bearer_auth(TOKEN), &body)).await
-}
+use crate::usage_ledger::{app, send, TOKEN};
 
 async fn call(app: &TestApp, operation: &str, body: Value) -> (u16, Value) {
     send(app, reqwest::Method::POST, &format!("/api/v1/tenants/acme/quota/{operation}"), body).await

@@ -9,16 +9,17 @@ use integration::{json_reply, spawn_app_with, with_json, TestApp};
 use serde_json::{json, Value};
 use server::configuration::AdminAccess;
 
-const TOKEN: &str = "usage-admin-token-0123456789";
+pub(crate) const TOKEN: &str = "usage-admin-token-0123456789";
 
-async fn app() -> TestApp {
+/// An app with the admin API on (bearer [`TOKEN`]).
+pub(crate) async fn app() -> TestApp {
     spawn_app_with(|s| {
         s.admin = Some(AdminAccess { token: TOKEN.to_owned().into(), actor: "ops-bot".into() });
     })
     .await
 }
 
-async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn send(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
     json_reply(with_json(app.request(method, path).bearer_auth(TOKEN), &body)).await
 }
 
