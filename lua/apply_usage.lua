@@ -1,7 +1,7 @@
 -- apply_usage.lua: charges a usage-ledger row that this Redis's counters may not hold
 -- (written to Postgres after the Redis that counted it lost it: from an instance's own
 -- records, or from a stream drained across a restart).
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] the ledger row id   ARGV[5] the generation the record was counted in
 -- ARGV[6] charged grant parts "grant:amount,..." (the plan is in ARGV[7])
 -- ARGV[7] plan charges "period:amount,..."   ARGV[8] the reservation's day "YYYY-MM-DD",

@@ -1,6 +1,6 @@
 -- correct_counter.lua: moves one use counter of a tenant by a delta, only if it still holds
 -- the value the compensation measured (so a settle in between is never undone).
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] "plan" (the current period's plan use) or a grant id   ARGV[5] the value measured
 -- ARGV[6] the delta (may be negative)
 -- Returns {"corrected", new_value} or {"changed", current_value}; or {"period", actual}.

@@ -1,5 +1,10 @@
--- quota_lib.lua: shared by every quota script; the client prepends it to each script's
--- body (so each script stays one self-contained EVALSHA). Defines no keys of its own.
+-- quota_lib.lua: shared by every quota script. The client loads it once per primary as a
+-- Redis Functions library (client/src/scripts.rs: FUNCTION LOAD, then one FCALL per
+-- operation): this file, then each script's body as a local function, then one function
+-- registered per script. So the helpers below are compiled once, not on every call; what
+-- a call may change is reset by begin() (at the end) before each body runs. KEYS and ARGV
+-- are the call's keys and arguments (locals of the library that begin() sets), as in a
+-- script. Defines no keys of its own.
 --
 -- Every quota script takes the same eight KEYS:
 --   KEYS[1] meta     hash  the tenant's published snapshot (version, monthly_tokens,
@@ -34,9 +39,12 @@
 --
 -- Counters are read and changed through a write-back cache (hnum, hincr, hdrop): each
 -- field is read at most once per call and written at most once, by flush(), which the
--- client appends after every script's body (a batch of coalesced requests touches the
+-- library's entry runs after every script's body (a batch of coalesced requests touches the
 -- tenant's counters once, not once per request). Expiries (touch_period, touch_previous)
 -- are set by flush() after the writes, so a hash the call created gets its expiry.
+
+-- The call's keys and arguments (set by begin()).
+local KEYS, ARGV
 
 local function fmt(n) return string.format('%.0f', n) end
 
@@ -71,14 +79,9 @@ local function days_from_civil(y, m, d)
   return era * 146097 + doe - 719468
 end
 
--- The clock, the period and the day, checked against the caller's period.
-local NOW = now_ms()
-local Y, M, D = civil(math.floor(NOW / 86400000))
-local PERIOD = string.format('%04d-%02d', Y, M)
-local DAY = string.format('%04d-%02d-%02d', Y, M, D)
-local NEXT_Y, NEXT_M = Y, M + 1
-if NEXT_M > 12 then NEXT_Y, NEXT_M = Y + 1, 1 end
-local PERIOD_END = days_from_civil(NEXT_Y, NEXT_M, 1) * 86400000
+-- The clock, the period and the day of the call (set by begin()), checked against the
+-- caller's period; the period's first and last instant (ms).
+local NOW, PERIOD, DAY, PERIOD_START, PERIOD_END
 
 local function period_mismatch()
   if PERIOD ~= ARGV[1] then return {'period', PERIOD} end
@@ -109,9 +112,9 @@ local function read_meta()
   }
 end
 
--- The write-back cache: key -> field -> {value, dirty, drop}; the expiries to set.
-local CACHE = {}
-local EXPIRE_AT = {}
+-- The write-back cache: key -> field -> {value, dirty, drop}; the expiries to set (new
+-- tables for each call: begin()).
+local CACHE, EXPIRE_AT
 
 -- The cached fields of `key` (a table kept for the call).
 local function fields_of(key)
@@ -195,7 +198,7 @@ end
 
 -- The number of open reservations (the concurrency in use), read once per call; ZADD and
 -- ZREM of KEYS[4] go through lease_add and lease_remove so it stays true.
-local LEASE_COUNT = nil
+local LEASE_COUNT
 local function lease_count()
   if not LEASE_COUNT then LEASE_COUNT = redis.call('ZCARD', KEYS[4]) end
   return LEASE_COUNT
@@ -212,7 +215,7 @@ local function lease_remove(rid)
 end
 
 -- A string field of the state hash that no quota script changes (gen), read once per call.
-local STATE_STRINGS = {}
+local STATE_STRINGS
 local function state_string(field)
   local v = STATE_STRINGS[field]
   if v == nil then
@@ -229,7 +232,6 @@ end
 
 -- The same for the previous period's hash (it ended when the current period began); a
 -- tenant no longer published keeps the default retention of 62 days.
-local PERIOD_START = days_from_civil(Y, M, 1) * 86400000
 local function touch_previous(meta)
   local days = (meta and meta.retention_days) or 62
   EXPIRE_AT[KEYS[6]] = PERIOD_START + days * 86400000
@@ -434,7 +436,7 @@ end
 -- The state hash's fields a call needs, read in one HMGET the first time: the generation,
 -- the windows of the done markers, and `extra` (the counters the script will read; a
 -- script names them before its first request so that one read serves the whole call).
-local STATE_READ = false
+local STATE_READ
 local function prefetch_state(extra)
   if STATE_READ then return end
   STATE_READ = true
@@ -645,4 +647,33 @@ local function settle_after_expiry(meta, rid, done, actual)
   local r = record_usage(rid, 'settled', true, done.amount, actual, charged, plans,
     reserved_at(meta, done.deadline), '', done.parts, done.deadline)
   return {'settled', meta.version, done.amount, actual, over, charged, 1, r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
+end
+
+-- Starts a call: its keys and arguments, the clock and the period, and empty per-call
+-- caches (a call that failed part-way leaves nothing behind for the next).
+-- The day (days since the epoch) PERIOD, DAY, PERIOD_START and PERIOD_END were computed
+-- for: they depend on the day alone, so a call on the same day as the one before reuses them.
+local CALENDAR_DAY
+
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  NOW = now_ms()
+  local day = math.floor(NOW / 86400000)
+  if day ~= CALENDAR_DAY then
+    local y, m, d = civil(day)
+    PERIOD = string.format('%04d-%02d', y, m)
+    DAY = string.format('%04d-%02d-%02d', y, m, d)
+    PERIOD_START = days_from_civil(y, m, 1) * 86400000
+    if m == 12 then y, m = y + 1, 1 else m = m + 1 end
+    PERIOD_END = days_from_civil(y, m, 1) * 86400000
+    CALENDAR_DAY = day
+  end
+  CACHE, EXPIRE_AT = {}, {}
+  LEASE_COUNT, STATE_STRINGS, STATE_READ = nil, {}, false
+end
+
+-- Ends a call (after flush()): what it read and cached is garbage now, not kept alive by
+-- the library until the next call.
+local function end_call()
+  KEYS, ARGV, CACHE, EXPIRE_AT, STATE_STRINGS = nil, nil, nil, nil, nil
 end

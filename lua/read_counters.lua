@@ -1,6 +1,6 @@
 -- read_counters.lua: a tenant's use counters and its usage stream's undrained tail, read in
 -- one step, for the compensation to compare with the usage ledger (read only).
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] the most stream entries to read (more: {"busy", length})
 -- Returns {now_ms, plan_used, {grant, used, ...}, tail_plan, {grant, tail, ...}, {rid, ...},
 --          adopted "1"|"0"}

@@ -1,5 +1,5 @@
 -- read_quota.lua: a tenant's quota as it stands now (read only).
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- Returns {"quota", version, period, day, requests_today, daily_requests, leases,
 --          concurrency, available, buckets} where buckets is a list of
 --   {id, kind, priority, amount, used, reserved, live 0|1, expires_at_ms or -1}

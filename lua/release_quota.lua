@@ -1,5 +1,5 @@
 -- release_quota.lua: cancels a reservation (the request failed before using anything).
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] request id
 -- Returns one of:
 --   {"released", version, reserved}   (its record appended to the usage stream)

@@ -1,5 +1,5 @@
 -- reserve_quota.lua: admits one request against a tenant's quota, in one atomic step.
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] request id   ARGV[5] tokens (1..2^53-1)   ARGV[6] "1" to admit regardless of the
 --         limits (replaying an admission made while Redis was unreachable), else "0"
 -- ARGV[7] the model the request is for ('' when not known), kept with the reservation for

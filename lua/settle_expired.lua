@@ -2,7 +2,7 @@
 -- than the tenant's idempotency window: Redis no longer holds its done marker, the usage
 -- ledger holds its expiry. The use happened, so it is charged now, late, exactly as a
 -- settle after the sweep within the window is (settle_quota.lua).
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] request id   ARGV[5] actual tokens (0..2^53-1)   ARGV[6] the reservation's tokens
 -- ARGV[7] its deadline (ms since the epoch)   ARGV[8] its parts "bucket:amount,..."
 -- Returns settle_quota.lua's "settled" reply; {"known"} when Redis holds the request id

@@ -1,5 +1,5 @@
 -- settle_quota.lua: closes a reservation with the tokens actually used.
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] request id   ARGV[5] actual tokens (0..2^53-1)   ARGV[6] "1" for a stream that
 --         broke part-way (what was consumed is charged, as for any settle), else "0"
 -- Several requests may come in one call (see the end of the script): each is settled in

@@ -1,5 +1,5 @@
 -- sweep_quota.lua: releases a tenant's reservations whose deadline has passed.
--- Prepended by quota_lib.lua (KEYS[1..8] and ARGV[1..3] as described there).
+-- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] the most reservations to release in this call
 -- Returns {released, tokens, left, open} — how many were released, the tokens they held,
 -- how many expired ones are still waiting (more than the limit), and how many

@@ -255,8 +255,9 @@ impl RedisHandle {
                         RedisConnection::Cluster(conn)
                     }
                 };
-                // Every script on every primary now, so the first calls find them there (a
-                // NOSCRIPT later, after a flush or a new node, loads again on every node).
+                // Every script and the quota library on every primary now, so the first calls
+                // find them there (a NOSCRIPT or a missing function later, after a flush or
+                // on a new node, loads again on every primary).
                 crate::scripts::load_all(&mut conn).await;
                 Ok::<_, redis::RedisError>(conn)
             }

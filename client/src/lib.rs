@@ -6,7 +6,8 @@
 //!   per-tenant hash tags, so that each script touches one Redis Cluster slot.
 //! - [`connection`]: a reconnecting Redis connection with bounded timeouts, to one server or
 //!   to a Redis Cluster ([`nodes`]: the one connection type, and what spreads over nodes).
-//! - [`scripts`]: one `redis::Script` per file in `lua/` (EVALSHA, reloaded on NOSCRIPT).
+//! - [`scripts`]: one `redis::Script` per file in `lua/` (EVALSHA, reloaded on NOSCRIPT);
+//!   the quota scripts as one Redis Functions library (FCALL, reloaded when missing).
 //! - [`quota`]: reserve / settle / release of tenant token quotas, with the offline
 //!   fallback; [`estimate`] counts a prompt's tokens for a reservation.
 //! - [`pool`]: draws from ticket pools with the local / static fallback chain, and the

@@ -1,5 +1,6 @@
 //! One [`redis::Script`] per file in `lua/`, built once per process. Invoking one sends
 //! `EVALSHA`, and on `NOSCRIPT` (after `SCRIPT FLUSH` or a Redis restart) loads it again.
+//! The quota scripts are one Redis Functions library instead ([`QuotaLibrary`]).
 
 use std::sync::OnceLock;
 
@@ -35,45 +36,207 @@ pub fn pool() -> &'static PoolScripts {
     })
 }
 
-/// The quota scripts: each is `lua/quota_lib.lua`, then the script's own body run as a
-/// function, then the library's `flush()` (which writes the counters the body changed
-/// through the library's cache, once per call), then the body's reply. A body that fails
-/// part-way still has its counter changes written before the error is raised: Redis keeps a
-/// script's writes up to an error, so the counters must match the ledger entries, leases
-/// and records written directly.
+/// The quota scripts. Each is a function of one Redis Functions library (see
+/// [`QuotaLibrary`]): `lua/quota_lib.lua`, then the script's own body run as a function,
+/// then the library's `flush()` (which writes the counters the body changed through the
+/// library's cache, once per call), then the body's reply. A body that fails part-way still
+/// has its counter changes written before the error is raised: Redis keeps a function's
+/// writes up to an error, so the counters must match the ledger entries, leases and records
+/// written directly. `publish_tenant` needs none of the library and stays a script.
 pub struct QuotaScripts {
-    pub reserve: Script,
-    pub settle: Script,
-    pub settle_expired: Script,
-    pub release: Script,
-    pub sweep: Script,
-    pub read: Script,
+    pub library: QuotaLibrary,
+    pub reserve: QuotaFn,
+    pub settle: QuotaFn,
+    pub settle_expired: QuotaFn,
+    pub release: QuotaFn,
+    pub sweep: QuotaFn,
+    pub read: QuotaFn,
     pub publish_tenant: Script,
-    pub apply_usage: Script,
-    pub read_counters: Script,
-    pub correct_counter: Script,
+    pub apply_usage: QuotaFn,
+    pub read_counters: QuotaFn,
+    pub correct_counter: QuotaFn,
 }
 
-fn with_lib(body: &str) -> Script {
-    Script::new(&format!(
-        "{QUOTA_LIB}\nlocal function body()\n{body}\nend\nlocal ok, reply = pcall(body)\nflush()\nif not ok then error(reply, 0) end\nreturn reply\n"
-    ))
+/// The quota scripts' bodies, by the name each is registered under.
+const QUOTA_BODIES: [(&str, &str); 9] = [
+    ("reserve_quota", include_str!("../../lua/reserve_quota.lua")),
+    ("settle_quota", include_str!("../../lua/settle_quota.lua")),
+    ("settle_expired", include_str!("../../lua/settle_expired.lua")),
+    ("release_quota", include_str!("../../lua/release_quota.lua")),
+    ("sweep_quota", include_str!("../../lua/sweep_quota.lua")),
+    ("read_quota", include_str!("../../lua/read_quota.lua")),
+    ("apply_usage", include_str!("../../lua/apply_usage.lua")),
+    ("read_counters", include_str!("../../lua/read_counters.lua")),
+    ("correct_counter", include_str!("../../lua/correct_counter.lua")),
+];
+
+/// The quota scripts that write nothing (registered `no-writes`).
+const READ_ONLY: [&str; 2] = ["read_quota", "read_counters"];
+
+/// The quota scripts as one Redis Functions library, loaded once per primary
+/// (`FUNCTION LOAD`; on a cluster, on every primary) and called with `FCALL`. A script sent
+/// with `EVALSHA` runs the library's top level (some 50 helpers, their tables, the clock)
+/// again on every call, 6-14 µs of Redis time before it reads a key; a function does not.
+///
+/// The library's and its functions' names carry a hash of its code, so instances of
+/// different builds sharing a Redis each call their own (function names are global to a
+/// server). A Redis that lacks the library (restarted without persistence, `FUNCTION
+/// FLUSH`, a new empty node; a promoted replica has it from replication) answers "Function
+/// not found": the call loads it and runs once more, as `NOSCRIPT` does for a script.
+pub struct QuotaLibrary {
+    name: String,
+    code: String,
+}
+
+impl QuotaLibrary {
+    fn build() -> Self {
+        let mut body = format!("{QUOTA_LIB}\n");
+        for (name, code) in QUOTA_BODIES {
+            body.push_str(&format!("local function {name}()\n{code}\nend\n"));
+        }
+        body.push_str(
+            "local function entry(body)\n  return function(keys, args)\n    begin(keys, args)\n    \
+             local ok, reply = pcall(body)\n    flush()\n    end_call()\n    if not ok then error(reply, 0) end\n    \
+             return reply\n  end\nend\n",
+        );
+        let hash = Script::new(&body).get_hash()[..16].to_owned();
+        let name = format!("tessera_quota_{hash}");
+        for (function, _) in QUOTA_BODIES {
+            // The two readers may run while Redis refuses writes (full under `noeviction`,
+            // `NOREPLICAS`), as their scripts did: a function without flags is refused then
+            // before it runs.
+            let flags = if READ_ONLY.contains(&function) { "{'no-writes'}" } else { "{}" };
+            body.push_str(&format!(
+                "redis.register_function{{function_name = '{name}_{function}', callback = entry({function}), \
+                 flags = {flags}}}\n"
+            ));
+        }
+        Self { code: format!("#!lua name={name}\n{body}"), name }
+    }
+
+    /// The library's name (`tessera_quota_<hash of its code>`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Loads the library (`FUNCTION LOAD REPLACE`: on a cluster, on every primary).
+    pub async fn load<C: redis::aio::ConnectionLike>(&self, conn: &mut C) -> redis::RedisResult<()> {
+        let _: redis::Value = self.load_command().query_async(conn).await?;
+        Ok(())
+    }
+
+    fn load_command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(&self.code);
+        cmd
+    }
+}
+
+/// One function of the quota library.
+pub struct QuotaFn {
+    function: String,
+}
+
+impl QuotaFn {
+    /// A call of this function with `key` as its first key.
+    pub fn key<T: redis::ToRedisArgs>(&self, key: T) -> FnCall<'_> {
+        let mut call = FnCall { function: self, keys: Vec::new(), args: Vec::new() };
+        call.key(key);
+        call
+    }
+}
+
+/// One `FCALL` being built: keys, then arguments (as [`redis::ScriptInvocation`]).
+pub struct FnCall<'a> {
+    function: &'a QuotaFn,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl FnCall<'_> {
+    pub fn key<T: redis::ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub fn arg<T: redis::ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    fn command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&self.function.function).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        cmd
+    }
+
+    /// Calls the function; when Redis lacks the library, loads it and calls once more.
+    pub async fn invoke_async<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<T> {
+        let cmd = self.command();
+        match cmd.query_async(conn).await {
+            Err(e) if is_missing(&e) => {
+                // On a cluster the load must succeed on every primary; one that fails (an
+                // unrelated node away) need not keep this call from its own node, which
+                // may hold the library now: the call is tried again all the same.
+                let loaded = quota().library.load(conn).await;
+                match cmd.query_async(conn).await {
+                    Err(again) if is_missing(&again) => Err(loaded.err().unwrap_or(again)),
+                    other => other,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// [`FnCall::invoke_async`] on a blocking connection.
+    pub fn invoke<T: redis::FromRedisValue>(&self, conn: &mut dyn redis::ConnectionLike) -> redis::RedisResult<T> {
+        let cmd = self.command();
+        match cmd.query(conn) {
+            Err(e) if is_missing(&e) => {
+                let loaded = quota().library.load_command().query::<redis::Value>(conn);
+                match cmd.query(conn) {
+                    Err(again) if is_missing(&again) => Err(loaded.err().unwrap_or(again)),
+                    other => other,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether `error` is Redis's answer to an `FCALL` of a function it does not have.
+fn is_missing(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::ResponseError && error.to_string().contains("Function not found")
 }
 
 /// The quota scripts, built on first use.
 pub fn quota() -> &'static QuotaScripts {
     static SCRIPTS: OnceLock<QuotaScripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| QuotaScripts {
-        reserve: with_lib(include_str!("../../lua/reserve_quota.lua")),
-        settle: with_lib(include_str!("../../lua/settle_quota.lua")),
-        settle_expired: with_lib(include_str!("../../lua/settle_expired.lua")),
-        release: with_lib(include_str!("../../lua/release_quota.lua")),
-        sweep: with_lib(include_str!("../../lua/sweep_quota.lua")),
-        read: with_lib(include_str!("../../lua/read_quota.lua")),
-        publish_tenant: Script::new(include_str!("../../lua/publish_tenant.lua")),
-        apply_usage: with_lib(include_str!("../../lua/apply_usage.lua")),
-        read_counters: with_lib(include_str!("../../lua/read_counters.lua")),
-        correct_counter: with_lib(include_str!("../../lua/correct_counter.lua")),
+    SCRIPTS.get_or_init(|| {
+        let library = QuotaLibrary::build();
+        let function = |name: &str| QuotaFn { function: format!("{}_{name}", library.name) };
+        QuotaScripts {
+            reserve: function("reserve_quota"),
+            settle: function("settle_quota"),
+            settle_expired: function("settle_expired"),
+            release: function("release_quota"),
+            sweep: function("sweep_quota"),
+            read: function("read_quota"),
+            publish_tenant: Script::new(include_str!("../../lua/publish_tenant.lua")),
+            apply_usage: function("apply_usage"),
+            read_counters: function("read_counters"),
+            correct_counter: function("correct_counter"),
+            library,
+        }
     })
 }
 
@@ -99,8 +262,9 @@ pub fn health() -> &'static HealthScripts {
     SCRIPTS.get_or_init(|| HealthScripts { record_outcome: Script::new(include_str!("../../lua/record_outcome.lua")) })
 }
 
-/// Loads every script (`SCRIPT LOAD`: on a cluster, on every node). Failures are only
-/// logged: a call that meets NOSCRIPT loads its script again.
+/// Loads every script (`SCRIPT LOAD`: on a cluster, on every node) and the quota library.
+/// Failures are only logged: a call that meets NOSCRIPT (or a missing function) loads it
+/// again.
 pub async fn load_all(conn: &mut crate::RedisConnection) {
     let (p, q, h) = (pool(), quota(), health());
     let all = [
@@ -112,21 +276,62 @@ pub async fn load_all(conn: &mut crate::RedisConnection) {
         &p.set_ejected,
         &p.restore_hits,
         &p.return_tickets,
-        &q.reserve,
-        &q.settle,
-        &q.release,
-        &q.sweep,
-        &q.read,
         &q.publish_tenant,
-        &q.apply_usage,
-        &q.read_counters,
-        &q.correct_counter,
         &h.record_outcome,
     ];
+    if let Err(e) = q.library.load(conn).await {
+        // Unlike a script, a library also fails to load on a Redis older than 7.0 or a
+        // user without FUNCTION LOAD: every quota call would then fail, so this is said.
+        tracing::warn!(error = %e, library = q.library.name(), "loading the quota library failed (Redis 7.0 or later is needed, and FUNCTION LOAD and FCALL); calls load it again when missing");
+    }
     for script in all {
         if let Err(e) = script.load_async(conn).await {
             tracing::debug!(error = %e, "loading a script ahead of use failed; it loads on first use");
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names the library's top level declares (`local function x`, `local x, y`).
+    fn top_level_names(lua: &str) -> Vec<String> {
+        lua.lines()
+            .filter_map(|line| line.strip_prefix("local "))
+            .map(|rest| rest.strip_prefix("function ").unwrap_or(rest))
+            .flat_map(|rest| {
+                let names = rest.split(['=', '(']).next().unwrap_or("");
+                names.split(',').map(|n| n.trim().to_owned()).collect::<Vec<_>>()
+            })
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn no_top_level_name_of_the_quota_library_is_declared_twice() {
+        // A second `local function x` further down would shadow the first for every body
+        // after it (the bodies are functions of the same chunk): each name once, and no
+        // body named like a helper.
+        let mut names = top_level_names(QUOTA_LIB);
+        names.extend(QUOTA_BODIES.iter().map(|(name, _)| (*name).to_owned()));
+        names.push("entry".to_owned());
+        let mut seen = std::collections::HashSet::new();
+        let twice: Vec<&String> = names.iter().filter(|n| !seen.insert(n.as_str())).collect();
+        assert!(twice.is_empty(), "declared twice at the library's top level: {twice:?}");
+        assert!(names.iter().any(|n| n == "begin") && names.iter().any(|n| n == "end_call"), "{names:?}");
+    }
+
+    #[test]
+    fn the_library_registers_every_body_under_its_hashed_name_and_the_readers_write_nothing() {
+        let q = quota();
+        assert!(q.library.code.starts_with(&format!("#!lua name={}\n", q.library.name)));
+        for (name, _) in QUOTA_BODIES {
+            let registered = format!("function_name = '{}_{name}'", q.library.name);
+            let line = q.library.code.lines().find(|l| l.contains(&registered)).expect(name);
+            assert_eq!(line.contains("'no-writes'"), READ_ONLY.contains(&name), "{line}");
+        }
+        assert_eq!(q.reserve.function, format!("{}_reserve_quota", q.library.name));
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use redis::{Script, Value};
+use redis::Value;
 
 use super::{FallbackPolicy, KnownPolicy, QuotaError, Quotas, TenantId, Tokens};
 use crate::clock::Period;
@@ -49,7 +49,7 @@ impl Quotas {
     pub(super) async fn call(
         &self,
         name: &'static str,
-        script: &Script,
+        script: &scripts::QuotaFn,
         tenant: &TenantId,
         extra: &[String],
     ) -> Result<Vec<Value>, CallError> {
@@ -107,7 +107,7 @@ impl Quotas {
     pub(super) async fn call_direct(
         &self,
         name: &'static str,
-        script: &Script,
+        script: &scripts::QuotaFn,
         tenant: &TenantId,
         extra: &[String],
     ) -> Result<Vec<Value>, QuotaError> {

@@ -151,7 +151,7 @@ impl Quotas {
     async fn replay_call(
         &self,
         name: &'static str,
-        script: &redis::Script,
+        script: &crate::scripts::QuotaFn,
         tenant: &super::TenantId,
         extra: &[String],
     ) -> Result<(), QuotaError> {

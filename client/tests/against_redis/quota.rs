@@ -23,6 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use testproxy::{through, Proxy};
 
+mod full;
 mod markers;
 mod partial;
 mod usage;
@@ -878,21 +879,29 @@ async fn the_largest_amount_round_trips_through_the_scripts_exactly() {
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test]
-async fn a_script_flush_between_two_reserves_reaches_no_caller() {
+async fn a_lost_quota_library_or_script_cache_between_two_reserves_reaches_no_caller() {
     // Arrange
     let h = harness(Clock::manual(noon()));
     let t = tenant("acme");
     publish(&h, &t, &plan(1000)).await;
     reserved(h.quotas.reserve(&t, &rid("r1"), tokens(10)).await.unwrap());
+    let library = client::scripts::quota().library.name();
 
-    // Act
+    // Act: Redis forgets the quota functions and the scripts (as a restart would)
+    let () = redis::cmd("FUNCTION").arg("DELETE").arg(library).query(&mut raw_connection()).unwrap();
     let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut raw_connection()).unwrap();
     let second = h.quotas.reserve(&t, &rid("r2"), tokens(10)).await;
+    let settled = h.quotas.settle(&t, &rid("r1"), count(4), false).await;
 
-    // Assert
-    let second = reserved(second.expect("a reserve after SCRIPT FLUSH"));
+    // Assert: both loaded the library again and ran once
+    let second = reserved(second.expect("a reserve after FUNCTION DELETE"));
     assert!(!second.replayed);
-    assert_eq!(bucket(&h.quotas.usage(&t).await.unwrap(), "plan").reserved, 20);
+    settled.expect("a settle after FUNCTION DELETE");
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!((bucket(&usage, "plan").reserved, bucket(&usage, "plan").used), (10, 4));
+    let listed: Vec<redis::Value> =
+        redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg(library).query(&mut raw_connection()).unwrap();
+    assert_eq!(listed.len(), 1, "the library is loaded again: {listed:?}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -42,4 +42,11 @@ async fn a_batch_that_fails_part_way_keeps_counters_that_match_what_it_wrote() {
     let usage = h.quotas.usage(&t).await.unwrap();
     assert_eq!(bucket(&usage, "plan").reserved, 300, "the counters match the ledger");
     assert_eq!((usage.leases, usage.requests_today, usage.available), (2, 2, 700));
+
+    // And the next call starts clean: the failed call's cached counters (kept by the
+    // library between calls, not by a script) are neither written again nor read
+    reserved(h.quotas.reserve(&t, &rid("p4"), tokens(50)).await.unwrap());
+    let usage = h.quotas.usage(&t).await.unwrap();
+    assert_eq!(bucket(&usage, "plan").reserved, 350);
+    assert_eq!((usage.leases, usage.requests_today, usage.available), (3, 3, 650));
 }
