@@ -379,6 +379,8 @@ local BUCKET_TARGET = 64
 local MAX_BUCKETS = 65536
 local STATE_LETTER = {settled = 's', released = 'r', expired = 'e'}
 local LETTER_STATE = {s = 'settled', r = 'released', e = 'expired'}
+-- The state fields of the current and the previous window: buckets, start, length.
+local MARKER_WINDOWS = {{'wc_b', 'wc_start', 'wc_len'}, {'wp_b', 'wp_start', 'wp_len'}}
 local WINDOW_FIELDS = {'wc_start', 'wc_len', 'wc_b', 'wc_n', 'wp_start', 'wp_len', 'wp_b', 'legacy_until'}
 
 local function window_ms(meta)
@@ -386,14 +388,27 @@ local function window_ms(meta)
 end
 
 -- A hash of a request id (0 .. 2^24), the same in every script.
+-- Four bytes per step and one modulo: h stays below 2^24, so h * 31^4 plus the bytes stays
+-- below 2^45, exact in a double, and the result is that of one byte per step.
+-- (Globals such as `string` cannot be read while a library loads: looked up per call.)
 local function id_hash(rid)
-  local h = 0
-  for i = 1, #rid do h = (h * 31 + string.byte(rid, i)) % 16777213 end
+  local byte = string.byte
+  local h, n, i = 0, #rid, 1
+  while i + 3 <= n do
+    local a, b, c, d = byte(rid, i, i + 3)
+    h = ((((h * 31 + a) * 31 + b) * 31 + c) * 31 + d) % 16777213
+    i = i + 4
+  end
+  while i <= n do
+    h = (h * 31 + byte(rid, i)) % 16777213
+    i = i + 1
+  end
   return h
 end
 
-local function bucket_key(gen, start, buckets, rid)
-  return KEYS[8] .. '#' .. gen .. '#' .. fmt(start) .. '#' .. fmt(id_hash(rid) % buckets)
+-- The bucket hash of a request id whose id_hash is `h`.
+local function bucket_key(gen, start, buckets, h)
+  return KEYS[8] .. '#' .. gen .. '#' .. fmt(start) .. '#' .. fmt(h % buckets)
 end
 
 -- A finished reservation as an old marker held it: "state|amount|deadline|parts|actual|
@@ -475,13 +490,15 @@ end
 local function find_done(rid, meta)
   prefetch_markers()
   local gen = state_string('gen') or ''
-  for _, w in ipairs({'wc_', 'wp_'}) do
-    local buckets = hnum(KEYS[2], w .. 'b')
-    local start = hnum(KEYS[2], w .. 'start')
+  local h
+  for _, w in ipairs(MARKER_WINDOWS) do
+    local buckets = hnum(KEYS[2], w[1])
+    local start = hnum(KEYS[2], w[2])
     -- A window's hashes expire at start + 2 * its length (also by the scripts' clock,
     -- which may be set by hand).
-    if buckets > 0 and NOW < start + 2 * hnum(KEYS[2], w .. 'len') then
-      local raw = redis.call('HGET', bucket_key(gen, start, buckets, rid), rid)
+    if buckets > 0 and NOW < start + 2 * hnum(KEYS[2], w[3]) then
+      h = h or id_hash(rid)
+      local raw = redis.call('HGET', bucket_key(gen, start, buckets, h), rid)
       if raw then return decode_marker(raw, start, gen) end
     end
   end
@@ -531,7 +548,7 @@ local function write_done(meta, rid, state, amount, deadline, parts, actual, cha
   if parts == 'plan:' .. fmt(amount) then parts_text = '=' end
   local charged_text = charged
   if actual and charged == 'plan:' .. fmt(actual) then charged_text = '=' end
-  local key = bucket_key(gen, start, buckets, rid)
+  local key = bucket_key(gen, start, buckets, id_hash(rid))
   redis.call('HSET', key, rid, table.concat({STATE_LETTER[state] .. fmt(amount), fmt(deadline - start),
     parts_text, actual and fmt(actual) or '', charged_text}, '|'))
   EXPIRE_AT[key] = start + 2 * len

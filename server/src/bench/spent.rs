@@ -18,7 +18,14 @@ pub struct RedisSpent {
     /// Microseconds of CPU of the main thread, user and system (`INFO cpu`): parsing,
     /// replies and networking besides the commands.
     pub main_thread_usec: f64,
+    /// Microseconds spent in every other command (`INFO commandstats`): those the scripts
+    /// ran, and any the run sent besides (the bench's own reads of these figures not
+    /// counted). A script's time less this is about what its Lua did itself.
+    pub command_usec: f64,
 }
+
+/// Commands the bench itself sends to read or set up its figures: not counted.
+const BENCH_COMMANDS: [&str; 4] = ["info", "config|get", "config|set", "slowlog|get"];
 
 impl RedisSpent {
     /// What was spent between `before` and this reading.
@@ -27,6 +34,16 @@ impl RedisSpent {
             script_usec: self.script_usec - before.script_usec,
             script_calls: self.script_calls - before.script_calls,
             main_thread_usec: self.main_thread_usec - before.main_thread_usec,
+            command_usec: self.command_usec - before.command_usec,
+        }
+    }
+
+    /// Microseconds of the commands (not the script calls) per operation.
+    pub fn command_us_per(&self, operations: u64) -> f64 {
+        if operations == 0 {
+            0.0
+        } else {
+            self.command_usec / operations as f64
         }
     }
 
@@ -62,6 +79,7 @@ pub async fn read(redis: &RedisHandle) -> anyhow::Result<RedisSpent> {
         total.script_usec += one.script_usec;
         total.script_calls += one.script_calls;
         total.main_thread_usec += one.main_thread_usec;
+        total.command_usec += one.command_usec;
     }
     Ok(total)
 }
@@ -153,13 +171,15 @@ fn parse(commandstats: &str, cpu: &str) -> RedisSpent {
         let Some((name, fields)) = line.trim().strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
             continue;
         };
-        if !SCRIPT_COMMANDS.contains(&name) {
+        if BENCH_COMMANDS.contains(&name) {
             continue;
         }
+        let script = SCRIPT_COMMANDS.contains(&name);
         for field in fields.split(',') {
             match field.split_once('=') {
-                Some(("usec", v)) => spent.script_usec += v.parse::<f64>().unwrap_or(0.0),
-                Some(("calls", v)) => spent.script_calls += v.parse::<f64>().unwrap_or(0.0),
+                Some(("usec", v)) if script => spent.script_usec += v.parse::<f64>().unwrap_or(0.0),
+                Some(("usec", v)) => spent.command_usec += v.parse::<f64>().unwrap_or(0.0),
+                Some(("calls", v)) if script => spent.script_calls += v.parse::<f64>().unwrap_or(0.0),
                 _ => {}
             }
         }
@@ -195,7 +215,9 @@ mod tests {
         let stats = "# Commandstats\r\n\
             cmdstat_evalsha:calls=10,usec=250,usec_per_call=25.00,rejected_calls=0,failed_calls=0\r\n\
             cmdstat_lpop:calls=40,usec=80,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n\
-            cmdstat_fcall:calls=2,usec=30,usec_per_call=15.00,rejected_calls=0,failed_calls=0\r\n";
+            cmdstat_fcall:calls=2,usec=30,usec_per_call=15.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_info:calls=3,usec=900,usec_per_call=300.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_hset:calls=20,usec=12,usec_per_call=0.60,rejected_calls=0,failed_calls=0\r\n";
         let cpu = "# CPU\r\nused_cpu_sys:9.5\r\nused_cpu_user_main_thread:1.25\r\nused_cpu_sys_main_thread:0.5\r\n";
 
         let spent = parse(stats, cpu);
@@ -203,7 +225,10 @@ mod tests {
         assert_eq!(spent.script_usec, 280.0);
         assert_eq!(spent.script_calls, 12.0);
         assert_eq!(spent.main_thread_usec, 1_750_000.0);
-        let later = RedisSpent { script_usec: 580.0, script_calls: 22.0, main_thread_usec: 1_760_000.0 };
+        assert_eq!(spent.command_usec, 92.0, "lpop and hset; not info");
+        let later =
+            RedisSpent { script_usec: 580.0, script_calls: 22.0, main_thread_usec: 1_760_000.0, command_usec: 292.0 };
+        assert_eq!(later.since(spent).command_us_per(100), 2.0);
         assert_eq!(later.since(spent).script_us_per(100), 3.0);
         assert_eq!(later.since(spent).cpu_us_per(100), 100.0);
         assert_eq!(later.since(spent).script_us_per(0), 0.0);
