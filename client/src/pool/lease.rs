@@ -54,11 +54,27 @@ pub(super) struct Lease {
     id: u64,
     /// How many tickets the next lease asks for beyond the waiting draws.
     size: usize,
+    /// The hold and the most tickets of the settings when these tickets were taken: a
+    /// leased draw reads no settings lock.
+    hold: Duration,
+    max: usize,
+    /// The pool's leased-draws counter and tickets-leased gauge, looked up once per pool
+    /// (not per draw: a labelled metric's lookup hashes and locks).
+    meters: Option<(prometheus::IntCounter, prometheus::IntGauge)>,
 }
 
 impl Default for Lease {
     fn default() -> Self {
-        Self { tickets: VecDeque::new(), counted: None, taken_at: Instant::now(), id: 0, size: FIRST_SIZE }
+        Self {
+            tickets: VecDeque::new(),
+            counted: None,
+            taken_at: Instant::now(),
+            id: 0,
+            size: FIRST_SIZE,
+            hold: Duration::ZERO,
+            max: FIRST_SIZE,
+            meters: None,
+        }
     }
 }
 
@@ -111,22 +127,23 @@ impl Pools {
         if self.inner.tickets_held.load(AtomicOrdering::Acquire) == 0 {
             return Leased::Nothing;
         }
-        let settings = *self.inner.lease_settings.lock().expect("lease settings lock");
+        // Leases turned off since these tickets were taken: they go back now.
+        let on = self.leases_on();
         let mut leases = self.inner.leases.lock().expect("leases lock");
         let Some(lease) = leases.get_mut(pool).filter(|l| !l.tickets.is_empty()) else { return Leased::Nothing };
         let age = lease.taken_at.elapsed();
-        if let Some(s) = settings.filter(|s| age <= s.hold) {
+        if on && age <= lease.hold {
             let Some(draw) = lease.tickets.pop_front() else { return Leased::Nothing };
             self.inner.tickets_held.fetch_sub(1, AtomicOrdering::AcqRel);
-            if lease.tickets.is_empty() && age <= s.hold / 2 {
+            if lease.tickets.is_empty() && age <= lease.hold / 2 {
                 // Served out within half the hold: the next lease may be larger.
-                lease.size = (lease.size * 2).min(s.max);
+                lease.size = (lease.size * 2).min(lease.max);
             }
             self.inner.leased.fetch_add(1, AtomicOrdering::Relaxed);
-            if let Some(m) = &self.inner.metrics {
-                m.leased_draws.with_label_values(&[pool.as_str()]).inc();
+            if let Some((draws, held)) = &lease.meters {
+                draws.inc();
+                held.set(lease.tickets.len() as i64);
             }
-            self.lease_gauge(pool, lease.tickets.len());
             return Leased::Ticket(draw);
         }
         match self.take_unserved(pool, lease) {
@@ -176,8 +193,8 @@ impl Pools {
         if tickets.is_empty() {
             return;
         }
-        let hold = self.inner.lease_settings.lock().expect("lease settings lock").map(|s| s.hold);
-        let kept = hold.and_then(|hold| {
+        let settings = *self.inner.lease_settings.lock().expect("lease settings lock");
+        let kept = settings.and_then(|settings| {
             let mut leases = self.inner.leases.lock().expect("leases lock");
             let lease = leases.entry(pool.clone()).or_default();
             if !lease.tickets.is_empty() {
@@ -188,8 +205,15 @@ impl Pools {
             lease.counted = Some(counted.clone());
             lease.taken_at = Instant::now();
             lease.id = self.inner.lease_ids.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+            (lease.hold, lease.max) = (settings.hold, settings.max);
+            if lease.meters.is_none() {
+                lease.meters = self.inner.metrics.as_ref().map(|m| {
+                    let p = [pool.as_str()];
+                    (m.leased_draws.with_label_values(&p), m.tickets_leased.with_label_values(&p))
+                });
+            }
             self.lease_gauge(pool, lease.tickets.len());
-            Some((lease.id, hold))
+            Some((lease.id, settings.hold))
         });
         let Some((id, hold)) = kept else {
             self.give_back(Unserved { pool: pool.clone(), counted, tickets }).await;

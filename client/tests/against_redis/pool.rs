@@ -1507,16 +1507,21 @@ async fn a_lease_past_its_hold_goes_back_and_the_next_draw_takes_a_fresh_one() {
     assert_eq!(tally(&members), apportioned(&s.weights, 100, 2));
 }
 
+/// A published, filled pool `name`, its list's tickets in order before any draw, and one
+/// instance leasing up to 32 tickets ahead, held 30 s.
+async fn leasing_in_order(h: &Harness, name: &str) -> (PoolName, Vec<String>, Pools) {
+    let p = pool(name);
+    publish(h, &p, &snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth)).await;
+    keep_filled(&h.admin, &p).await;
+    let before = lrange(&h.keys().pool_tickets(p.as_str()));
+    (p, before, leasing(h, 32, Duration::from_secs(30)))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn returned_tickets_go_back_to_the_head_of_the_list_in_their_order() {
     // Arrange: one instance leasing ahead; the list's tickets in order before any draw
     let h = harness(Clock::manual(noon()));
-    let p = pool("ordered");
-    let s = snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth);
-    publish(&h, &p, &s).await;
-    keep_filled(&h.admin, &p).await;
-    let before = lrange(&h.keys().pool_tickets(p.as_str()));
-    let pools = leasing(&h, 32, Duration::from_secs(30));
+    let (p, before, pools) = leasing_in_order(&h, "ordered").await;
 
     // Act: 20 draws, one at a time (a lease is taken ahead), then the lease goes back
     let mut served = Vec::new();
@@ -1530,6 +1535,32 @@ async fn returned_tickets_go_back_to_the_head_of_the_list_in_their_order() {
     // original, in order
     assert_eq!(served, before[..20]);
     assert_eq!(lrange(&h.keys().pool_tickets(p.as_str())), before[20..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tickets_held_when_leases_are_turned_off_go_back_with_the_next_draw_and_are_not_served() {
+    // Arrange: one instance leasing ahead with a long hold, drawing until it holds a lease
+    let h = harness(Clock::manual(noon()));
+    let (p, before, pools) = leasing_in_order(&h, "switched").await;
+    let mut served = Vec::new();
+    while pools.tickets_leased() == 0 {
+        // (The first draw learns the pool's snapshot; a later one takes the lease.)
+        assert!(served.len() < 5, "no ticket leased after {} draws", served.len());
+        served.push(pools.draw(&p).await.unwrap().member);
+    }
+    let leased = pools.leased_draws();
+
+    // Act: leases off (the lease's hold is far from over), then a draw
+    pools.set_ticket_leases(None);
+    served.push(pools.draw(&p).await.unwrap().member);
+
+    // Assert: the draw was not served from the lease; the lease went back to the head of
+    // the list first, so the draw took the next ticket from Redis, and the list is the rest
+    assert_eq!(pools.leased_draws(), leased, "a draw served from a lease after leases were turned off");
+    assert_eq!(pools.tickets_leased(), 0);
+    let n = served.len();
+    assert_eq!(served, before[..n]);
+    assert_eq!(lrange(&h.keys().pool_tickets(p.as_str())), before[n..]);
 }
 
 // ---------------------------------------------------------------------------------------
