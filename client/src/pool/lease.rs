@@ -96,8 +96,9 @@ pub(super) enum Leased {
 }
 
 impl Pools {
-    /// Turns ticket leases on (`Some`) or off (`None`; tickets held now go back when their
-    /// hold ends or on [`Self::return_leases`]).
+    /// Turns ticket leases on (`Some`) or off (`None`; tickets held now go back with their
+    /// pool's next draw, when their hold ends or on [`Self::return_leases`]). A lease keeps
+    /// the hold it was taken with.
     pub fn set_ticket_leases(&self, settings: Option<LeaseSettings>) {
         let settings = settings.map(|s| LeaseSettings { max: s.max.max(1), ..s });
         let mut current = self.inner.lease_settings.lock().expect("lease settings lock");
@@ -147,10 +148,7 @@ impl Pools {
             return Leased::Ticket(draw);
         }
         match self.take_unserved(pool, lease) {
-            Some(unserved) => {
-                self.lease_gauge(pool, 0);
-                Leased::Expired(unserved)
-            }
+            Some(unserved) => Leased::Expired(unserved),
             None => Leased::Nothing,
         }
     }
@@ -212,7 +210,9 @@ impl Pools {
                     (m.leased_draws.with_label_values(&p), m.tickets_leased.with_label_values(&p))
                 });
             }
-            self.lease_gauge(pool, lease.tickets.len());
+            if let Some((_, held)) = &lease.meters {
+                held.set(lease.tickets.len() as i64);
+            }
             Some((lease.id, settings.hold))
         });
         let Some((id, hold)) = kept else {
@@ -227,7 +227,6 @@ impl Pools {
                 leases.get_mut(&pool).filter(|l| l.id == id).and_then(|l| this.take_unserved(&pool, l))
             };
             if let Some(unserved) = unserved {
-                this.lease_gauge(&pool, 0);
                 this.give_back(unserved).await;
             }
         };
@@ -248,8 +247,6 @@ impl Pools {
         let mut returned = 0;
         let mut failed = None;
         for unserved in all {
-            let pool = unserved.pool.clone();
-            self.lease_gauge(&pool, 0);
             match self.try_give_back(unserved).await {
                 Ok(n) => returned += n,
                 Err(e) => failed = failed.or(Some(e)),
@@ -328,14 +325,12 @@ impl Pools {
         lease.size = (lease.size / 2).max(1);
         let tickets: Vec<Draw> = lease.tickets.drain(..).collect();
         self.inner.tickets_held.fetch_sub(tickets.len(), AtomicOrdering::AcqRel);
+        // Under the leases lock, so a lease kept meanwhile cannot be overwritten with 0.
+        if let Some((_, held)) = &lease.meters {
+            held.set(0);
+        }
         // Tickets without their day cannot be given back (none are kept without one).
         let counted = lease.counted.clone()?;
         Some(Unserved { pool: pool.clone(), counted, tickets })
-    }
-
-    fn lease_gauge(&self, pool: &PoolName, held: usize) {
-        if let Some(m) = &self.inner.metrics {
-            m.tickets_leased.with_label_values(&[pool.as_str()]).set(held as i64);
-        }
     }
 }

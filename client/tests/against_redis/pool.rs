@@ -1508,20 +1508,27 @@ async fn a_lease_past_its_hold_goes_back_and_the_next_draw_takes_a_fresh_one() {
 }
 
 /// A published, filled pool `name`, its list's tickets in order before any draw, and one
-/// instance leasing up to 32 tickets ahead, held 30 s.
-async fn leasing_in_order(h: &Harness, name: &str) -> (PoolName, Vec<String>, Pools) {
+/// instance with metrics leasing up to 32 tickets ahead, held 30 s; its leased-tickets
+/// gauge for the pool.
+async fn leasing_in_order(h: &Harness, name: &str) -> (PoolName, Vec<String>, Pools, prometheus::IntGauge) {
     let p = pool(name);
     publish(h, &p, &snapshot("A=45,B=30,C=25", 100, 10, Ordering::Smooth)).await;
     keep_filled(&h.admin, &p).await;
     let before = lrange(&h.keys().pool_tickets(p.as_str()));
-    (p, before, leasing(h, 32, Duration::from_secs(30)))
+    let seconds =
+        prometheus::HistogramVec::new(prometheus::HistogramOpts::new("script_seconds", "test"), &["script"]).unwrap();
+    let metrics = client::PoolMetrics::register(&prometheus::Registry::new(), seconds).unwrap();
+    let gauge = metrics.tickets_leased.with_label_values(&[p.as_str()]);
+    let pools = Pools::new(handle(&redis_url()), h.keys().clone(), h.clock.clone(), HashMap::new(), Some(metrics));
+    pools.set_ticket_leases(Some(client::pool::LeaseSettings { max: 32, hold: Duration::from_secs(30) }));
+    (p, before, pools, gauge)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn returned_tickets_go_back_to_the_head_of_the_list_in_their_order() {
     // Arrange: one instance leasing ahead; the list's tickets in order before any draw
     let h = harness(Clock::manual(noon()));
-    let (p, before, pools) = leasing_in_order(&h, "ordered").await;
+    let (p, before, pools, held) = leasing_in_order(&h, "ordered").await;
 
     // Act: 20 draws, one at a time (a lease is taken ahead), then the lease goes back
     let mut served = Vec::new();
@@ -1529,10 +1536,12 @@ async fn returned_tickets_go_back_to_the_head_of_the_list_in_their_order() {
         served.push(pools.draw(&p).await.unwrap().member);
     }
     assert!(pools.tickets_leased() > 0, "no ticket leased");
+    assert_eq!(held.get(), pools.tickets_leased() as i64, "the gauge counts the tickets held");
     pools.return_leases().await.unwrap();
 
     // Assert: the first 20 tickets were served in order, and the list is the rest of the
-    // original, in order
+    // original, in order; the gauge says none are held
+    assert_eq!(held.get(), 0);
     assert_eq!(served, before[..20]);
     assert_eq!(lrange(&h.keys().pool_tickets(p.as_str())), before[20..]);
 }
@@ -1541,7 +1550,7 @@ async fn returned_tickets_go_back_to_the_head_of_the_list_in_their_order() {
 async fn tickets_held_when_leases_are_turned_off_go_back_with_the_next_draw_and_are_not_served() {
     // Arrange: one instance leasing ahead with a long hold, drawing until it holds a lease
     let h = harness(Clock::manual(noon()));
-    let (p, before, pools) = leasing_in_order(&h, "switched").await;
+    let (p, before, pools, held) = leasing_in_order(&h, "switched").await;
     let mut served = Vec::new();
     while pools.tickets_leased() == 0 {
         // (The first draw learns the pool's snapshot; a later one takes the lease.)
@@ -1557,7 +1566,7 @@ async fn tickets_held_when_leases_are_turned_off_go_back_with_the_next_draw_and_
     // Assert: the draw was not served from the lease; the lease went back to the head of
     // the list first, so the draw took the next ticket from Redis, and the list is the rest
     assert_eq!(pools.leased_draws(), leased, "a draw served from a lease after leases were turned off");
-    assert_eq!(pools.tickets_leased(), 0);
+    assert_eq!((pools.tickets_leased(), held.get()), (0, 0));
     let n = served.len();
     assert_eq!(served, before[..n]);
     assert_eq!(lrange(&h.keys().pool_tickets(p.as_str())), before[n..]);

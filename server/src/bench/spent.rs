@@ -25,7 +25,7 @@ pub struct RedisSpent {
 }
 
 /// Commands the bench itself sends to read or set up its figures: not counted.
-const BENCH_COMMANDS: [&str; 4] = ["info", "config|get", "config|set", "slowlog|get"];
+const BENCH_COMMANDS: [&str; 6] = ["info", "config|get", "config|set", "slowlog|get", "slowlog|reset", "cluster|slots"];
 
 impl RedisSpent {
     /// What was spent between `before` and this reading.
