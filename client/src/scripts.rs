@@ -121,14 +121,9 @@ impl QuotaLibrary {
 
     /// Loads the library (`FUNCTION LOAD REPLACE`: on a cluster, on every primary).
     pub async fn load<C: redis::aio::ConnectionLike>(&self, conn: &mut C) -> redis::RedisResult<()> {
-        let _: redis::Value = self.load_command().query_async(conn).await?;
+        let _: redis::Value =
+            redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(&self.code).query_async(conn).await?;
         Ok(())
-    }
-
-    fn load_command(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("FUNCTION");
-        cmd.arg("LOAD").arg("REPLACE").arg(&self.code);
-        cmd
     }
 }
 
@@ -189,21 +184,6 @@ impl FnCall<'_> {
                 // may hold the library now: the call is tried again all the same.
                 let loaded = quota().library.load(conn).await;
                 match cmd.query_async(conn).await {
-                    Err(again) if is_missing(&again) => Err(loaded.err().unwrap_or(again)),
-                    other => other,
-                }
-            }
-            other => other,
-        }
-    }
-
-    /// [`FnCall::invoke_async`] on a blocking connection.
-    pub fn invoke<T: redis::FromRedisValue>(&self, conn: &mut dyn redis::ConnectionLike) -> redis::RedisResult<T> {
-        let cmd = self.command();
-        match cmd.query(conn) {
-            Err(e) if is_missing(&e) => {
-                let loaded = quota().library.load_command().query::<redis::Value>(conn);
-                match cmd.query(conn) {
                     Err(again) if is_missing(&again) => Err(loaded.err().unwrap_or(again)),
                     other => other,
                 }

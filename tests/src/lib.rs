@@ -254,6 +254,21 @@ pub async fn forget_done_marker(app: &TestApp, tenant: &str, rid: &str) {
     assert!(removed >= 1, "{rid}'s marker was there");
 }
 
+/// Moves every usage-ledger row of `rid` `days` into the past (reserved, finished and its
+/// deadline), as time passing would: past a tenant's retention, say.
+pub async fn age_ledger_rows(app: &TestApp, rid: &str, days: i32) {
+    sqlx::query(
+        "update usage_ledger set reserved_at = reserved_at - make_interval(days => $2),
+                at = at - make_interval(days => $2), deadline = deadline - make_interval(days => $2)
+          where request_id = $1",
+    )
+    .bind(rid)
+    .bind(days)
+    .execute(&app.state.db)
+    .await
+    .expect("the ledger rows aged");
+}
+
 /// Requests to the app. `path` is everything after the address (`/api/v1/pools?x=1`, sent
 /// as written, percent-escapes included); a body of `Value::Null` sends no body. Replies
 /// are answered as status and JSON body, `Value::Null` when the body is not JSON.

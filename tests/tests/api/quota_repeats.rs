@@ -162,13 +162,7 @@ async fn a_request_id_finished_before_the_retention_is_new_again() {
     assert_eq!(call(&app, "settle", json!({"request_id": "r-1", "actual_tokens": 420})).await.0, 200);
     server::jobs::usage_drain::run_once(&app.state).await.unwrap();
     forget(&app, "r-1").await;
-    sqlx::query(
-        "update usage_ledger set reserved_at = reserved_at - interval '63 days', at = at - interval '63 days',
-                deadline = deadline - interval '63 days' where request_id = 'r-1'",
-    )
-    .execute(&app.state.db)
-    .await
-    .unwrap();
+    integration::age_ledger_rows(&app, "r-1", 63).await;
 
     // Act
     let (status, reply) = call(&app, "reserve", json!({"request_id": "r-1", "tokens": 100})).await;

@@ -403,13 +403,7 @@ async fn a_request_id_used_again_after_its_done_marker_expired_is_a_named_row_of
     // makes a new reservation, charged by the counters.
     server::usage::confirm(&app.state, Duration::ZERO).await.unwrap();
     integration::forget_done_marker(&app, "acme", "r-1").await;
-    sqlx::query(
-        "update usage_ledger set reserved_at = reserved_at - interval '63 days', at = at - interval '63 days',
-                deadline = deadline - interval '63 days' where request_id = 'r-1'",
-    )
-    .execute(&app.state.db)
-    .await
-    .unwrap();
+    integration::age_ledger_rows(&app, "r-1", 63).await;
     reserve(&app, "r-1", 100).await;
     settle(&app, "r-1", 80).await;
     assert_eq!(plan_used(&app).await, 500);

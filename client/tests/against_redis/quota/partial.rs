@@ -27,15 +27,15 @@ async fn a_batch_that_fails_part_way_keeps_counters_that_match_what_it_wrote() {
     for (request, tokens) in [("p1", "100"), ("p2", "200"), ("p3", "not a number")] {
         call.arg(request).arg(tokens).arg("0").arg("");
     }
-    let mut conn = raw_connection();
+    let mut redis = crate::support::handle_for(&redis_url()).connection().await.unwrap();
 
     // Act
-    let failed: redis::RedisResult<redis::Value> = call.invoke(&mut conn);
+    let failed: redis::RedisResult<redis::Value> = call.invoke_async(&mut redis).await;
 
     // Assert: the call failed; the two reserves it made before the error hold their tokens,
     // their day's requests and their leases, as their ledger entries say
     assert!(failed.is_err(), "the malformed third request fails the call: {failed:?}");
-    let ledger: Vec<String> = redis::cmd("HKEYS").arg(k.quota_ledger("acme")).query(&mut conn).unwrap();
+    let ledger: Vec<String> = redis::cmd("HKEYS").arg(k.quota_ledger("acme")).query(&mut raw_connection()).unwrap();
     let mut ledger = ledger;
     ledger.sort();
     assert_eq!(ledger, vec!["p1", "p2"]);
