@@ -366,12 +366,19 @@ end
 -- shorter window's length after W changed). A window's bucket count is fixed when it
 -- starts, for about BUCKET_TARGET markers per bucket at the previous window's rate, so
 -- buckets stay small enough for Redis's compact hash encoding: memory per marker is about
--- the id and a value of some 20 bytes, not a key of its own. The counters' generation is
+-- the id and a value of some 20 bytes, not a key of its own. A window that outgrows its
+-- buckets (a new tenant's first, or a rate that jumped) grows them: once a window holds
+-- more than 2 * BUCKET_TARGET markers per bucket of its layout, new markers go to a layout
+-- of four times as many buckets (layout k of a window of b buckets: b * 4^k buckets, the
+-- hashes KEYS[8] .. "#<gen>#<start>~<k>#<b>"; layout 0 has no "~0"); look-ups read the
+-- window's layouts from the newest down. So no hash outgrows the compact encoding, at any
+-- rate, and a window that grows pays one HGET per layout on a miss. The counters' generation is
 -- in the key: a marker found was written with the counters of this generation (after
 -- counters were lost and restored, the old markers are not found, and the ledger answers).
 --
--- The state hash keeps the two windows: wc_start, wc_len, wc_b (its buckets), wc_n (its
--- markers) for the current one, wp_start, wp_len, wp_b for the one before.
+-- The state hash keeps the two windows: wc_start, wc_len, wc_b (its buckets), wc_k (its
+-- newest layout; absent: 0), wc_n (its markers) for the current one, wp_start, wp_len,
+-- wp_b, wp_k for the one before.
 --
 -- A marker's value: "<s|r|e><amount>|<deadline - start>|<parts>|<actual>|<charged>", where
 -- parts "=" is "plan:<amount>" and charged "=" is "plan:<actual>" (no grant involved).
@@ -380,8 +387,9 @@ local MAX_BUCKETS = 65536
 local STATE_LETTER = {settled = 's', released = 'r', expired = 'e'}
 local LETTER_STATE = {s = 'settled', r = 'released', e = 'expired'}
 -- The state fields of the current and the previous window: buckets, start, length.
-local MARKER_WINDOWS = {{'wc_b', 'wc_start', 'wc_len'}, {'wp_b', 'wp_start', 'wp_len'}}
-local WINDOW_FIELDS = {'wc_start', 'wc_len', 'wc_b', 'wc_n', 'wp_start', 'wp_len', 'wp_b', 'legacy_until'}
+local MARKER_WINDOWS = {{'wc_b', 'wc_start', 'wc_len', 'wc_k'}, {'wp_b', 'wp_start', 'wp_len', 'wp_k'}}
+local WINDOW_FIELDS = {'wc_start', 'wc_len', 'wc_b', 'wc_k', 'wc_n', 'wp_start', 'wp_len', 'wp_b', 'wp_k',
+  'legacy_until'}
 
 local function window_ms(meta)
   return (meta and meta.window_ms) or 3600000
@@ -406,9 +414,11 @@ local function id_hash(rid)
   return h
 end
 
--- The bucket hash of a request id whose id_hash is `h`.
-local function bucket_key(gen, start, buckets, h)
-  return KEYS[8] .. '#' .. gen .. '#' .. fmt(start) .. '#' .. fmt(h % buckets)
+-- The bucket hash of a request id whose id_hash is `h`, in layout `k` of a window of
+-- `buckets` buckets (buckets * 4^k of them).
+local function bucket_key(gen, start, buckets, k, h)
+  if k == 0 then return KEYS[8] .. '#' .. gen .. '#' .. fmt(start) .. '#' .. fmt(h % buckets) end
+  return KEYS[8] .. '#' .. gen .. '#' .. fmt(start) .. '~' .. fmt(k) .. '#' .. fmt(h % (buckets * 4 ^ k))
 end
 
 -- A finished reservation as an old marker held it: "state|amount|deadline|parts|actual|
@@ -498,8 +508,10 @@ local function find_done(rid, meta)
     -- which may be set by hand).
     if buckets > 0 and NOW < start + 2 * hnum(KEYS[2], w[3]) then
       h = h or id_hash(rid)
-      local raw = redis.call('HGET', bucket_key(gen, start, buckets, h), rid)
-      if raw then return decode_marker(raw, start, gen) end
+      for k = hnum(KEYS[2], w[4]), 0, -1 do
+        local raw = redis.call('HGET', bucket_key(gen, start, buckets, k, h), rid)
+        if raw then return decode_marker(raw, start, gen) end
+      end
     end
   end
   -- legacy_until: absent (0) for counters older than windows, until their first marker
@@ -534,21 +546,28 @@ local function write_done(meta, rid, state, amount, deadline, parts, actual, cha
     hset_num(KEYS[2], 'wp_start', start)
     hset_num(KEYS[2], 'wp_len', len)
     hset_num(KEYS[2], 'wp_b', buckets)
+    hset_num(KEYS[2], 'wp_k', hnum(KEYS[2], 'wc_k'))
     hset_num(KEYS[2], 'wc_start', next_start)
     hset_num(KEYS[2], 'wc_len', w)
     hset_num(KEYS[2], 'wc_b', next_buckets)
+    hset_num(KEYS[2], 'wc_k', 0)
     hset_num(KEYS[2], 'wc_n', 0)
     start, len, buckets = next_start, w, next_buckets
     if hnum(KEYS[2], 'legacy_until') == 0 then
       hset_num(KEYS[2], 'legacy_until', NOW + done_days(meta) * 86400000)
     end
   end
-  hincr(KEYS[2], 'wc_n', 1)
+  -- A window past 2 * BUCKET_TARGET markers per bucket of its newest layout grows one.
+  local k = hnum(KEYS[2], 'wc_k')
+  if hincr(KEYS[2], 'wc_n', 1) > 2 * BUCKET_TARGET * buckets * 4 ^ k and buckets * 4 ^ (k + 1) <= MAX_BUCKETS then
+    k = k + 1
+    hset_num(KEYS[2], 'wc_k', k)
+  end
   local parts_text = parts
   if parts == 'plan:' .. fmt(amount) then parts_text = '=' end
   local charged_text = charged
   if actual and charged == 'plan:' .. fmt(actual) then charged_text = '=' end
-  local key = bucket_key(gen, start, buckets, id_hash(rid))
+  local key = bucket_key(gen, start, buckets, k, id_hash(rid))
   redis.call('HSET', key, rid, table.concat({STATE_LETTER[state] .. fmt(amount), fmt(deadline - start),
     parts_text, actual and fmt(actual) or '', charged_text}, '|'))
   EXPIRE_AT[key] = start + 2 * len

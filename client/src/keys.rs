@@ -185,15 +185,46 @@ impl Keys {
 
     /// One bucket of a tenant's done markers: field `<request id>` of the markers written in
     /// the idempotency window starting at `window_start` (ms since the epoch) by the
-    /// counters of generation `gen`, for the request ids whose [`marker_bucket`] it is
-    /// (`lua/quota_lib.lua` writes and reads them; `#` is in no request id).
-    pub fn quota_done_bucket(&self, tenant: &str, gen: &str, window_start: i64, bucket: u64) -> String {
-        format!("{}#{gen}#{window_start}#{bucket}", self.quota_done(tenant))
+    /// counters of generation `gen`, in the window's layout `layout` (a window of `b`
+    /// buckets grows to `b * 4^layout` of them when it outgrows its first), for the request
+    /// ids whose [`marker_bucket`] (of `b * 4^layout`) it is (`lua/quota_lib.lua` writes and
+    /// reads them; `#` and `~` are in no request id).
+    pub fn quota_done_bucket(&self, tenant: &str, gen: &str, window_start: i64, layout: u32, bucket: u64) -> String {
+        match layout {
+            0 => format!("{}#{gen}#{window_start}#{bucket}", self.quota_done(tenant)),
+            k => format!("{}#{gen}#{window_start}~{k}#{bucket}", self.quota_done(tenant)),
+        }
+    }
+
+    /// Every bucket hash of a window of done markers: `buckets` in its first layout, and
+    /// every layout up to `layout` it grew to.
+    pub fn quota_done_window(&self, tenant: &str, gen: &str, start: i64, buckets: u64, layout: u32) -> Vec<String> {
+        (0..=layout)
+            .flat_map(|k| (0..marker_buckets(buckets, k)).map(move |b| (k, b)))
+            .map(|(k, b)| self.quota_done_bucket(tenant, gen, start, k, b))
+            .collect()
+    }
+
+    /// The hashes that may hold `request`'s done marker in a window of `buckets` buckets
+    /// grown to `layout`: one per layout.
+    pub fn quota_done_of(
+        &self,
+        tenant: &str,
+        gen: &str,
+        start: i64,
+        buckets: u64,
+        layout: u32,
+        request: &str,
+    ) -> Vec<String> {
+        (0..=layout)
+            .map(|k| self.quota_done_bucket(tenant, gen, start, k, marker_bucket(request, marker_buckets(buckets, k))))
+            .collect()
     }
 
     /// The state fields naming a tenant's two windows of done markers, current and previous:
-    /// each `(start, buckets)` field pair (`lua/quota_lib.lua`, "Done markers").
-    pub const QUOTA_MARKER_WINDOWS: [(&'static str, &'static str); 2] = [("wc_start", "wc_b"), ("wp_start", "wp_b")];
+    /// each `(start, buckets, layout)` field triple (`lua/quota_lib.lua`, "Done markers").
+    pub const QUOTA_MARKER_WINDOWS: [(&'static str, &'static str, &'static str); 2] =
+        [("wc_start", "wc_b", "wc_k"), ("wp_start", "wp_b", "wp_k")];
 
     /// The tenant named by one of its quota keys under this prefix.
     pub fn tenant_of_quota_key<'k>(&self, key: &'k str) -> Option<&'k str> {
@@ -212,6 +243,11 @@ impl Keys {
 /// count): the same hash of the id as `id_hash` in `lua/quota_lib.lua`.
 pub fn marker_bucket(request: &str, buckets: u64) -> u64 {
     request.bytes().fold(0u64, |h, b| (h * 31 + u64::from(b)) % 16_777_213) % buckets.max(1)
+}
+
+/// The buckets of layout `layout` of a window of `buckets` (four times as many per layout).
+fn marker_buckets(buckets: u64, layout: u32) -> u64 {
+    buckets.saturating_mul(4u64.saturating_pow(layout))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use redis::Script;
+use redis::{Script, Value};
 
 const QUOTA_LIB: &str = include_str!("../../lua/quota_lib.lua");
 const POOL_LIB: &str = include_str!("../../lua/pool_lib.lua");
@@ -270,6 +270,65 @@ pub async fn load_all(conn: &mut crate::RedisConnection) {
             return;
         }
     }
+}
+
+/// The quota libraries a Redis holds (`FUNCTION LIST`): every build's, by name, with
+/// whether it is this build's.
+pub async fn quota_libraries(conn: &mut crate::RedisConnection) -> redis::RedisResult<Vec<(String, bool)>> {
+    let reply: Value =
+        redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("tessera_quota_*").query_async(conn).await?;
+    let current = quota().library.name();
+    let mut names: Vec<(String, bool)> = library_names(&reply)
+        .into_iter()
+        // The pattern is a case-insensitive glob: only this exact prefix is ours.
+        .filter(|name| name.starts_with("tessera_quota_"))
+        .map(|name| (name.clone(), name == current))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Removes every quota library but this build's (`FUNCTION DELETE`: on a cluster, on every
+/// primary) and returns their names. Each build's library holds its own functions, so a
+/// library outlives the instances that ran it; an instance of an older build still running
+/// loads its own again on its next call ("Function not found"), so pruning during a rolling
+/// upgrade is safe, and once none runs, nothing loads them again.
+pub async fn prune_quota_libraries(conn: &mut crate::RedisConnection) -> redis::RedisResult<Vec<String>> {
+    let mut removed = Vec::new();
+    for (name, current) in quota_libraries(conn).await? {
+        if current {
+            continue;
+        }
+        match redis::cmd("FUNCTION").arg("DELETE").arg(&name).query_async::<()>(conn).await {
+            Ok(()) => removed.push(name),
+            // Removed meanwhile (another prune, or an old instance's node restarted empty).
+            Err(e) if e.to_string().contains("Library not found") => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
+}
+
+/// The `library_name` of every library in a `FUNCTION LIST` reply (RESP2 arrays of
+/// name-value pairs, or RESP3 maps).
+fn library_names(reply: &Value) -> Vec<String> {
+    let Value::Array(libraries) = reply else { return Vec::new() };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    libraries
+        .iter()
+        .filter_map(|library| {
+            let pairs: Vec<(&Value, &Value)> = match library {
+                Value::Array(items) => items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+                Value::Map(items) => items.iter().map(|(k, v)| (k, v)).collect(),
+                _ => return None,
+            };
+            pairs.into_iter().find(|(k, _)| text(k).as_deref() == Some("library_name")).and_then(|(_, v)| text(v))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -54,6 +54,32 @@ pub enum Command {
     /// the recorded outcomes give it, with the window deviation and longest run, beside
     /// what actually happened.
     Replay(ReplayArgs),
+    /// Redis housekeeping: `tessera redis libraries` lists the quota function libraries
+    /// Redis holds (one per build that ever connected), `--prune` removes all but this
+    /// build's.
+    #[command(subcommand)]
+    Redis(RedisCommand),
+}
+
+/// What `tessera redis` does.
+#[derive(Debug, clap::Subcommand)]
+pub enum RedisCommand {
+    /// List the quota function libraries (`tessera_quota_<hash of the code>`) Redis holds,
+    /// marking this build's; with --prune, remove every other one (on a cluster, from every
+    /// primary). Safe while instances of an older build still run: each loads its own
+    /// library again on its next call.
+    Libraries(RedisLibrariesArgs),
+}
+
+/// Arguments of `tessera redis libraries`.
+#[derive(Debug, Default, clap::Args)]
+pub struct RedisLibrariesArgs {
+    /// Remove every quota library but this build's.
+    #[arg(long)]
+    pub prune: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `tessera replay`.

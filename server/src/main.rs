@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use server::cli::{AuditCommand, BenchCommand, Cli, Command, UserCommand};
+use server::cli::{AuditCommand, BenchCommand, Cli, Command, RedisCommand, UserCommand};
 use server::configuration::Settings;
 use server::startup::{Application, Signals};
 
@@ -155,6 +155,33 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         d.in_flight,
                         if d.corrected { ", corrected" } else { "" }
                     );
+                }
+            }
+        }
+        Command::Redis(RedisCommand::Libraries(args)) => {
+            let timeouts = client::RedisTimeouts::default();
+            let redis = client::RedisHandle::on(settings.redis_target(timeouts)?, timeouts);
+            let mut conn = redis.connection().await.context("connecting to redis")?;
+            let removed = match args.prune {
+                true => {
+                    client::scripts::prune_quota_libraries(&mut conn).await.context("removing old quota libraries")?
+                }
+                false => Vec::new(),
+            };
+            let held = client::scripts::quota_libraries(&mut conn).await.context("listing the quota libraries")?;
+            if args.json {
+                let held: Vec<_> =
+                    held.iter().map(|(name, current)| serde_json::json!({"name": name, "current": current})).collect();
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"held": held, "removed": removed}))?);
+            } else {
+                for (name, current) in &held {
+                    println!("{name}{}", if *current { "  (this build)" } else { "" });
+                }
+                for name in &removed {
+                    println!("{name}  (removed)");
+                }
+                if held.is_empty() && removed.is_empty() {
+                    println!("no quota library: this build's is loaded on the first connection of `tessera serve`");
                 }
             }
         }

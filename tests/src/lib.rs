@@ -238,17 +238,19 @@ pub async fn forget_done_marker(app: &TestApp, tenant: &str, rid: &str) {
     let gen: String =
         redis::cmd("HGET").arg(keys.quota_state(tenant)).arg("gen").query_async(&mut conn).await.expect("gen");
     let mut removed = 0;
-    for (start_field, buckets_field) in client::Keys::QUOTA_MARKER_WINDOWS {
-        let (start, buckets): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
+    for (start_field, buckets_field, layout_field) in client::Keys::QUOTA_MARKER_WINDOWS {
+        let (start, buckets, layout): (Option<i64>, Option<u64>, Option<u32>) = redis::cmd("HMGET")
             .arg(keys.quota_state(tenant))
             .arg(start_field)
             .arg(buckets_field)
+            .arg(layout_field)
             .query_async(&mut conn)
             .await
             .expect("the tenant's windows");
         let (Some(start), Some(buckets)) = (start, buckets) else { continue };
-        let key = keys.quota_done_bucket(tenant, &gen, start, client::keys::marker_bucket(rid, buckets));
-        removed += redis::cmd("HDEL").arg(key).arg(rid).query_async::<i64>(&mut conn).await.expect("HDEL");
+        for key in keys.quota_done_of(tenant, &gen, start, buckets, layout.unwrap_or(0), rid) {
+            removed += redis::cmd("HDEL").arg(key).arg(rid).query_async::<i64>(&mut conn).await.expect("HDEL");
+        }
     }
     // Two when the request finished twice (expired, then settled late) across windows.
     assert!(removed >= 1, "{rid}'s marker was there");

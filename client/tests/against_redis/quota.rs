@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::support::{at, raw_connection, redis_address, redis_url, KeyGuard};
+use crate::support::{at, handle_for, raw_connection, redis_address, redis_url, KeyGuard};
 use chrono::{DateTime, Utc};
 use client::quota::{
     Dimension, FallbackPolicy, Grant, GrantId, GrantKind, Part, QuotaError, QuotaUsage, Refusal, ReleaseOutcome,
@@ -129,32 +129,41 @@ fn bucket<'u>(usage: &'u QuotaUsage, id: &str) -> &'u client::quota::BucketUsage
     usage.buckets.iter().find(|b| b.id == id).unwrap_or_else(|| panic!("no bucket {id:?} in {usage:?}"))
 }
 
-/// The bucket hashes of the window of `tenant`'s done markers that started at the
-/// multiple of `window_ms` holding `at`: `None` when neither of its two windows did.
-fn window_buckets(h: &Harness, tenant: &str, at: DateTime<Utc>, window_ms: i64) -> Option<Vec<String>> {
+/// The window of `tenant`'s done markers that started at the multiple of `window_ms`
+/// holding `at`: its generation, start, buckets and newest layout; `None` when neither of
+/// the tenant's two windows did.
+fn marker_window(h: &Harness, tenant: &str, at: DateTime<Utc>, window_ms: i64) -> Option<(String, i64, u64, u32)> {
     let start = at.timestamp_millis().div_euclid(window_ms) * window_ms;
     let mut conn = raw_connection();
     let gen: String = redis::cmd("HGET").arg(h.keys().quota_state(tenant)).arg("gen").query(&mut conn).unwrap();
-    for (start_field, buckets_field) in Keys::QUOTA_MARKER_WINDOWS {
-        let (found, buckets): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
+    for (start_field, buckets_field, layout_field) in Keys::QUOTA_MARKER_WINDOWS {
+        let (found, buckets, layout): (Option<i64>, Option<u64>, Option<u32>) = redis::cmd("HMGET")
             .arg(h.keys().quota_state(tenant))
             .arg(start_field)
             .arg(buckets_field)
+            .arg(layout_field)
             .query(&mut conn)
             .unwrap();
         if found == Some(start) {
-            return Some((0..buckets?).map(|b| h.keys().quota_done_bucket(tenant, &gen, start, b)).collect());
+            return Some((gen, start, buckets?, layout.unwrap_or(0)));
         }
     }
     None
 }
 
+/// The bucket hashes of that window, in every layout it grew to.
+fn window_buckets(h: &Harness, tenant: &str, at: DateTime<Utc>, window_ms: i64) -> Option<Vec<String>> {
+    let (gen, start, buckets, layout) = marker_window(h, tenant, at, window_ms)?;
+    Some(h.keys().quota_done_window(tenant, &gen, start, buckets, layout))
+}
+
 /// The hash holding the done marker `tenant` wrote for `rid` in the window of `at`
 /// (`window_ms` long), as the scripts name it; `None` when that window is not kept.
 fn marker_key(h: &Harness, tenant: &str, rid: &str, at: DateTime<Utc>, window_ms: i64) -> Option<String> {
-    let buckets = window_buckets(h, tenant, at, window_ms)?;
-    let bucket = client::keys::marker_bucket(rid, buckets.len() as u64);
-    Some(buckets[bucket as usize].clone())
+    let (gen, start, buckets, layout) = marker_window(h, tenant, at, window_ms)?;
+    let candidates = h.keys().quota_done_of(tenant, &gen, start, buckets, layout, rid);
+    let mut conn = raw_connection();
+    candidates.into_iter().find(|key| redis::cmd("HEXISTS").arg(key).arg(rid).query::<bool>(&mut conn).unwrap())
 }
 
 async fn publish(h: &Harness, t: &TenantId, quota: &TenantQuota) {
@@ -902,6 +911,46 @@ async fn a_lost_quota_library_or_script_cache_between_two_reserves_reaches_no_ca
     let listed: Vec<redis::Value> =
         redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg(library).query(&mut raw_connection()).unwrap();
     assert_eq!(listed.len(), 1, "the library is loaded again: {listed:?}");
+}
+
+#[tokio::test]
+async fn pruning_removes_only_the_quota_libraries_of_other_builds() {
+    // Arrange: this build's library (loaded by a reserve), an older build's, and a library
+    // that is not Tessera's
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1000)).await;
+    reserved(h.quotas.reserve(&t, &rid("r1"), tokens(10)).await.unwrap());
+    let current = client::scripts::quota().library.name();
+    let (old, other) = ("tessera_quota_00000000000000aa", "not_tessera_prune_test");
+    for name in [old, other] {
+        let code = format!("#!lua name={name}\nredis.register_function('{name}_f', function() return 1 end)");
+        let _: String =
+            redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(code).query(&mut raw_connection()).unwrap();
+    }
+    let mut conn = handle_for(&redis_url()).connection().await.unwrap();
+    let before = client::scripts::quota_libraries(&mut conn).await.unwrap();
+
+    // Act
+    let removed = client::scripts::prune_quota_libraries(&mut conn).await.unwrap();
+    let again = client::scripts::prune_quota_libraries(&mut conn).await.unwrap();
+
+    // Assert: the old build's is gone (other stale builds' may be too), this build's and the
+    // foreign one stay, and quota calls go on
+    assert!(before.contains(&(old.to_owned(), false)), "{before:?}");
+    assert!(before.iter().all(|(name, mine)| *mine == (name == current)), "{before:?}");
+    assert!(!before.iter().any(|(name, _)| name == other), "{before:?}");
+    assert!(removed.iter().any(|name| name == old), "{removed:?}");
+    assert!(!removed.iter().any(|name| name == current), "{removed:?}");
+    assert!(!again.iter().any(|name| name == old), "{again:?}");
+    let listed = |name: &str| -> usize {
+        let found: Vec<redis::Value> =
+            redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg(name).query(&mut raw_connection()).unwrap();
+        found.len()
+    };
+    assert_eq!((listed(old), listed(other)), (0, 1));
+    h.quotas.settle(&t, &rid("r1"), count(4), false).await.expect("a settle after the prune");
+    let () = redis::cmd("FUNCTION").arg("DELETE").arg(other).query(&mut raw_connection()).unwrap();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ pub struct MarkerReport {
     pub markers_per_window: u64,
     /// Bytes per finished request in a window sized by the one before (the steady state).
     pub marker_bytes_per_request: f64,
-    /// The same in a tenant's first window (sized for none: its buckets outgrow Redis's
-    /// compact encoding).
+    /// The same in a tenant's first window (sized for none: it grows its buckets, four
+    /// times as many at a time, as it fills).
     pub marker_bytes_per_request_first_window: f64,
     /// A key of its own per request, as markers were kept before windows.
     pub legacy_marker_bytes_per_request: f64,
@@ -44,16 +44,18 @@ async fn memory_of(conn: &mut client::RedisConnection, keys: &[String]) -> anyho
     Ok(total)
 }
 
-/// The bucket hashes of `tenant`'s current window of markers.
+/// The bucket hashes of `tenant`'s current window of markers, in every layout it grew to.
 async fn window_keys(conn: &mut client::RedisConnection, keys: &Keys, tenant: &str) -> anyhow::Result<Vec<String>> {
-    let (gen, start, buckets): (String, i64, u64) = redis::cmd("HMGET")
+    let (start_field, buckets_field, layout_field) = Keys::QUOTA_MARKER_WINDOWS[0];
+    let (gen, start, buckets, layout): (String, i64, u64, Option<u32>) = redis::cmd("HMGET")
         .arg(keys.quota_state(tenant))
         .arg("gen")
-        .arg(Keys::QUOTA_MARKER_WINDOWS[0].0)
-        .arg(Keys::QUOTA_MARKER_WINDOWS[0].1)
+        .arg(start_field)
+        .arg(buckets_field)
+        .arg(layout_field)
         .query_async(conn)
         .await?;
-    Ok((0..buckets).map(|b| keys.quota_done_bucket(tenant, &gen, start, b)).collect())
+    Ok(keys.quota_done_window(tenant, &gen, start, buckets, layout.unwrap_or(0)))
 }
 
 /// Finishes `per_window` requests in each of two windows (a day ahead of now, by a hand-set

@@ -142,18 +142,24 @@ async fn markers_cost_at_most_64_bytes_per_finished_request_and_only_two_windows
         let keys = window_keys(&h, "acme", at, HOUR_MS);
         let (bytes, fields) = bytes_and_fields(&keys);
         per_window.push((keys, bytes, fields));
-        // A request of the first window: answered in the window after it, not in the next.
-        let again = h.quotas.settle(&t, &rid(&uuid_like(5)), count(1), false).await.unwrap();
-        match w {
-            0 | 1 => {
-                assert!(matches!(again, SettleOutcome::AlreadySettled { reserved: 10, actual: 7, .. }), "{again:?}")
+        // Requests of the first window, one from each layout it grew to (1 bucket for the
+        // first 128 markers, 4 up to 512, then 16): answered in the window after it, not in
+        // the next.
+        for i in [5, 300, 900] {
+            let again = h.quotas.settle(&t, &rid(&uuid_like(i)), count(1), false).await.unwrap();
+            match w {
+                0 | 1 => assert!(
+                    matches!(again, SettleOutcome::AlreadySettled { reserved: 10, actual: 7, .. }),
+                    "window {w}, request {i}: {again:?}"
+                ),
+                _ => assert_eq!(again, SettleOutcome::Unknown, "window {w}, request {i}"),
             }
-            _ => assert_eq!(again, SettleOutcome::Unknown, "window {w}"),
         }
     }
 
     // Assert: every marker is there, each window's hashes expire when the next window ends,
-    // and from the second window on (sized by the one before) a marker costs <= 64 bytes.
+    // and a marker costs <= 64 bytes in every window: the first (sized for none) grew its
+    // buckets as it filled, the others were sized by the one before.
     let mut conn = raw_connection();
     for (w, (keys, bytes, fields)) in per_window.iter().enumerate() {
         assert_eq!(*fields, 1000, "window {w}");
@@ -162,17 +168,16 @@ async fn markers_cost_at_most_64_bytes_per_finished_request_and_only_two_windows
             let expires: i64 = redis::cmd("PEXPIRETIME").arg(key).query(&mut conn).unwrap();
             assert_eq!(expires, end, "window {w}: {key}");
         }
-        if w > 0 {
-            assert!(keys.len() >= 16, "window {w} has {} buckets", keys.len());
-            assert!(bytes / fields <= 64, "window {w}: {bytes} bytes for {fields} markers");
-        }
+        assert!(bytes / fields <= 64, "window {w}: {bytes} bytes for {fields} markers");
+        // 1 + 4 + 16 buckets for the first window, 16 for the others (1,000 markers each).
+        assert_eq!(keys.len(), if w == 0 { 21 } else { 16 }, "window {w}");
     }
     // The state hash keeps the record of the last two windows only.
     let fields: Vec<String> = redis::cmd("HKEYS").arg(h.keys().quota_state("acme")).query(&mut conn).unwrap();
     let mut windows: Vec<&str> =
         fields.iter().map(String::as_str).filter(|f| f.starts_with("wc_") || f.starts_with("wp_")).collect();
     windows.sort();
-    assert_eq!(windows, ["wc_b", "wc_len", "wc_n", "wc_start", "wp_b", "wp_len", "wp_start"]);
+    assert_eq!(windows, ["wc_b", "wc_k", "wc_len", "wc_n", "wc_start", "wp_b", "wp_k", "wp_len", "wp_start"]);
     let starts: (i64, i64) =
         redis::cmd("HMGET").arg(h.keys().quota_state("acme")).arg("wc_start").arg("wp_start").query(&mut conn).unwrap();
     let hour = |w: i64| (noon() + chrono::Duration::hours(w)).timestamp_millis();
