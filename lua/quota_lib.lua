@@ -371,14 +371,17 @@ end
 -- more than 2 * BUCKET_TARGET markers per bucket of its layout, new markers go to a layout
 -- of four times as many buckets (layout k of a window of b buckets: b * 4^k buckets, the
 -- hashes KEYS[8] .. "#<gen>#<start>~<k>#<b>"; layout 0 has no "~0"); look-ups read the
--- window's layouts from the newest down. So no hash outgrows the compact encoding, at any
--- rate, and a window that grows pays one HGET per layout on a miss. The counters' generation is
+-- window's layouts from the newest down. So a bucket holds about BUCKET_TARGET to
+-- 2 * BUCKET_TARGET markers on average at any rate, and a window that grew pays one HGET
+-- per layout on a miss. The counters' generation is
 -- in the key: a marker found was written with the counters of this generation (after
 -- counters were lost and restored, the old markers are not found, and the ledger answers).
 --
--- The state hash keeps the two windows: wc_start, wc_len, wc_b (its buckets), wc_k (its
--- newest layout; absent: 0), wc_n (its markers) for the current one, wp_start, wp_len,
--- wp_b, wp_k for the one before.
+-- The state hash keeps the two windows: wc_start, wc_len, wc_b (its buckets), wc_n (its
+-- markers) for the current one, wp_start, wp_len, wp_b for the one before, and wc_k, wp_k:
+-- each a window's newest layout as start * 16 + k (a layout names its window, so a
+-- build from before layouts, which moves the windows on without them, leaves no layout
+-- on the wrong window; a window with no record has layout 0).
 --
 -- A marker's value: "<s|r|e><amount>|<deadline - start>|<parts>|<actual>|<charged>", where
 -- parts "=" is "plan:<amount>" and charged "=" is "plan:<actual>" (no grant involved).
@@ -387,7 +390,7 @@ local MAX_BUCKETS = 65536
 local STATE_LETTER = {settled = 's', released = 'r', expired = 'e'}
 local LETTER_STATE = {s = 'settled', r = 'released', e = 'expired'}
 -- The state fields of the current and the previous window: buckets, start, length.
-local MARKER_WINDOWS = {{'wc_b', 'wc_start', 'wc_len', 'wc_k'}, {'wp_b', 'wp_start', 'wp_len', 'wp_k'}}
+local MARKER_WINDOWS = {{'wc_b', 'wc_start', 'wc_len'}, {'wp_b', 'wp_start', 'wp_len'}}
 local WINDOW_FIELDS = {'wc_start', 'wc_len', 'wc_b', 'wc_k', 'wc_n', 'wp_start', 'wp_len', 'wp_b', 'wp_k',
   'legacy_until'}
 
@@ -482,6 +485,16 @@ local function hset_num(key, field, value)
   entry.dirty, entry.drop = true, false
 end
 
+-- The newest layout of the window starting at `start`: the record (wc_k or wp_k) that names
+-- it, else 0.
+local function layout_of(start)
+  for _, field in ipairs({'wc_k', 'wp_k'}) do
+    local v = hnum(KEYS[2], field)
+    if v > 0 and math.floor(v / 16) == start then return v % 16 end
+  end
+  return 0
+end
+
 -- How long a marker written now is answered at least: the shorter of the windows'
 -- lengths (they differ for a while after W changed).
 local function marker_life(meta)
@@ -508,7 +521,7 @@ local function find_done(rid, meta)
     -- which may be set by hand).
     if buckets > 0 and NOW < start + 2 * hnum(KEYS[2], w[3]) then
       h = h or id_hash(rid)
-      for k = hnum(KEYS[2], w[4]), 0, -1 do
+      for k = layout_of(start), 0, -1 do
         local raw = redis.call('HGET', bucket_key(gen, start, buckets, k, h), rid)
         if raw then return decode_marker(raw, start, gen) end
       end
@@ -546,7 +559,7 @@ local function write_done(meta, rid, state, amount, deadline, parts, actual, cha
     hset_num(KEYS[2], 'wp_start', start)
     hset_num(KEYS[2], 'wp_len', len)
     hset_num(KEYS[2], 'wp_b', buckets)
-    hset_num(KEYS[2], 'wp_k', hnum(KEYS[2], 'wc_k'))
+    hset_num(KEYS[2], 'wp_k', start * 16 + layout_of(start))
     hset_num(KEYS[2], 'wc_start', next_start)
     hset_num(KEYS[2], 'wc_len', w)
     hset_num(KEYS[2], 'wc_b', next_buckets)
@@ -557,11 +570,20 @@ local function write_done(meta, rid, state, amount, deadline, parts, actual, cha
       hset_num(KEYS[2], 'legacy_until', NOW + done_days(meta) * 86400000)
     end
   end
-  -- A window past 2 * BUCKET_TARGET markers per bucket of its newest layout grows one.
-  local k = hnum(KEYS[2], 'wc_k')
-  if hincr(KEYS[2], 'wc_n', 1) > 2 * BUCKET_TARGET * buckets * 4 ^ k and buckets * 4 ^ (k + 1) <= MAX_BUCKETS then
-    k = k + 1
-    hset_num(KEYS[2], 'wc_k', k)
+  -- A window past 2 * BUCKET_TARGET markers per bucket of its newest layout grows to the
+  -- layout its count needs (one step, also for a window written before layouts).
+  local k = layout_of(start)
+  local n = hincr(KEYS[2], 'wc_n', 1)
+  local grown = k
+  while n > 2 * BUCKET_TARGET * buckets * 4 ^ grown and buckets * 4 ^ (grown + 1) <= MAX_BUCKETS do
+    grown = grown + 1
+  end
+  if grown > k then
+    -- The previous window's layout stays named by wp_k (wc_k may have named it).
+    local previous = hnum(KEYS[2], 'wp_start')
+    hset_num(KEYS[2], 'wp_k', previous * 16 + layout_of(previous))
+    hset_num(KEYS[2], 'wc_k', start * 16 + grown)
+    k = grown
   end
   local parts_text = parts
   if parts == 'plan:' .. fmt(amount) then parts_text = '=' end

@@ -222,9 +222,12 @@ impl Keys {
     }
 
     /// The state fields naming a tenant's two windows of done markers, current and previous:
-    /// each `(start, buckets, layout)` field triple (`lua/quota_lib.lua`, "Done markers").
-    pub const QUOTA_MARKER_WINDOWS: [(&'static str, &'static str, &'static str); 2] =
-        [("wc_start", "wc_b", "wc_k"), ("wp_start", "wp_b", "wp_k")];
+    /// each `(start, buckets)` field pair (`lua/quota_lib.lua`, "Done markers").
+    pub const QUOTA_MARKER_WINDOWS: [(&'static str, &'static str); 2] = [("wc_start", "wc_b"), ("wp_start", "wp_b")];
+
+    /// The state fields recording the windows' newest layouts, each `start * 16 + layout`
+    /// (read them with [`marker_layout`]).
+    pub const QUOTA_MARKER_LAYOUTS: [&'static str; 2] = ["wc_k", "wp_k"];
 
     /// The tenant named by one of its quota keys under this prefix.
     pub fn tenant_of_quota_key<'k>(&self, key: &'k str) -> Option<&'k str> {
@@ -243,6 +246,12 @@ impl Keys {
 /// count): the same hash of the id as `id_hash` in `lua/quota_lib.lua`.
 pub fn marker_bucket(request: &str, buckets: u64) -> u64 {
     request.bytes().fold(0u64, |h, b| (h * 31 + u64::from(b)) % 16_777_213) % buckets.max(1)
+}
+
+/// The newest layout of the window of done markers starting at `start`, from the values of
+/// the state's [`Keys::QUOTA_MARKER_LAYOUTS`] fields: the one naming that window, else 0.
+pub fn marker_layout(start: i64, records: &[Option<i64>]) -> u32 {
+    records.iter().flatten().find(|v| **v > 0 && v.div_euclid(16) == start).map_or(0, |v| v.rem_euclid(16) as u32)
 }
 
 /// The buckets of layout `layout` of a window of `buckets` (four times as many per layout).

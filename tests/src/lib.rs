@@ -238,17 +238,23 @@ pub async fn forget_done_marker(app: &TestApp, tenant: &str, rid: &str) {
     let gen: String =
         redis::cmd("HGET").arg(keys.quota_state(tenant)).arg("gen").query_async(&mut conn).await.expect("gen");
     let mut removed = 0;
-    for (start_field, buckets_field, layout_field) in client::Keys::QUOTA_MARKER_WINDOWS {
-        let (start, buckets, layout): (Option<i64>, Option<u64>, Option<u32>) = redis::cmd("HMGET")
+    let layouts: Vec<Option<i64>> = redis::cmd("HMGET")
+        .arg(keys.quota_state(tenant))
+        .arg(&client::Keys::QUOTA_MARKER_LAYOUTS[..])
+        .query_async(&mut conn)
+        .await
+        .expect("the windows' layouts");
+    for (start_field, buckets_field) in client::Keys::QUOTA_MARKER_WINDOWS {
+        let (start, buckets): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
             .arg(keys.quota_state(tenant))
             .arg(start_field)
             .arg(buckets_field)
-            .arg(layout_field)
             .query_async(&mut conn)
             .await
             .expect("the tenant's windows");
         let (Some(start), Some(buckets)) = (start, buckets) else { continue };
-        for key in keys.quota_done_of(tenant, &gen, start, buckets, layout.unwrap_or(0), rid) {
+        let layout = client::keys::marker_layout(start, &layouts);
+        for key in keys.quota_done_of(tenant, &gen, start, buckets, layout, rid) {
             removed += redis::cmd("HDEL").arg(key).arg(rid).query_async::<i64>(&mut conn).await.expect("HDEL");
         }
     }

@@ -156,6 +156,8 @@ struct Cached {
     /// The draw counters of this pool's members by source, looked up once each (a
     /// labelled counter's lookup hashes its three labels under a lock).
     counters: Vec<(String, DrawSource, prometheus::IntCounter)>,
+    /// The draw script's keys and arguments for the days and cap windows last seen.
+    draw_keys: Option<Arc<script::DrawKeys>>,
 }
 
 struct Inner {
@@ -400,14 +402,19 @@ impl Pools {
     /// while the window's length is not known (the script then names it).
     pub(super) fn window_args(&self, pool: &PoolName) -> (String, String) {
         let len = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.window_ms);
-        let Some(len) = len.filter(|l| *l > 0) else { return ("-".to_owned(), "-".to_owned()) };
+        match self.window_starts(len) {
+            Some((w0, w1)) => (w0.to_string(), w1.to_string()),
+            None => ("-".to_owned(), "-".to_owned()),
+        }
+    }
+
+    /// The starts (ms) of the two cap windows a call passes for a short window of `len` ms:
+    /// the current one and the next, or the one before within 5 s of a window's start.
+    pub(super) fn window_starts(&self, len: Option<i64>) -> Option<(i64, i64)> {
+        let len = len.filter(|l| *l > 0)?;
         let now = self.inner.clock.guess().timestamp_millis();
         let start = now - now.rem_euclid(len);
-        if now - start < 5_000 {
-            ((start - len).to_string(), start.to_string())
-        } else {
-            (start.to_string(), (start + len).to_string())
-        }
+        Some(if now - start < 5_000 { (start - len, start) } else { (start, start + len) })
     }
 
     /// Remembers the window length a `{"window", start, length}` reply named.

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use redis::Value;
@@ -11,6 +12,46 @@ use super::reply::Fields;
 use super::{admin, Degrade, Draw, DrawSource, PoolError, PoolName, Pools, MAX_SKIPS};
 use crate::connection::is_unreachable;
 use crate::scripts;
+
+/// The draw script's keys (in its KEYS order) and its day and window arguments for one pool,
+/// for the days and cap windows they were built for.
+pub(super) struct DrawKeys {
+    days: Option<(String, String)>,
+    windows: Option<(i64, i64)>,
+    keys: Vec<String>,
+    /// The two days (`-` when not known yet) and the two cap windows' starts (`-`: none).
+    args: [String; 4],
+    refill_channel: String,
+}
+
+impl DrawKeys {
+    fn new(k: &crate::Keys, pool: &PoolName, days: Option<(String, String)>, windows: Option<(i64, i64)>) -> Self {
+        let p = pool.as_str();
+        let (day0, day1) = days.clone().unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+        let (w0, w1) =
+            windows.map_or_else(|| ("-".to_owned(), "-".to_owned()), |(a, b)| (a.to_string(), b.to_string()));
+        let keys = vec![
+            k.pool_meta(p),
+            k.pool_state(p),
+            k.pool_tickets(p),
+            k.pool_standby(p),
+            k.pool_ejected(p),
+            k.pool_hits(p, &day0),
+            k.pool_hits(p, &day1),
+            k.pool_refill_flag(p),
+            k.pool_tier_tickets(p, "G"),
+            k.pool_tier_tickets(p, "N"),
+            k.pool_tier_tickets(p, "U"),
+            k.pool_tier_standby(p, "G"),
+            k.pool_tier_standby(p, "N"),
+            k.pool_tier_standby(p, "U"),
+            k.pool_window_hits(p, &w0),
+            k.pool_window_hits(p, &w1),
+            k.pool_draw_log(p),
+        ];
+        Self { days, windows, keys, args: [day0, day1, w0, w1], refill_channel: k.pool_refill_channel() }
+    }
+}
 
 /// A shared call that ended on nothing drawable, with the tickets it skipped.
 #[derive(Debug, Clone, Copy)]
@@ -154,38 +195,39 @@ impl Pools {
     }
 
     /// The draw script's call for `n` draws of `pool`, with the days this client last saw.
+    /// Its 17 keys and the day and window arguments are built once per pool and again only
+    /// when the days or the cap windows change (a known pool's; a pool this client has no
+    /// entry for gets them built for the call, and no entry).
     fn draw_call(&self, pool: &PoolName, n: usize) -> redis::ScriptInvocation<'static> {
-        let k = &self.inner.keys;
-        let p = pool.as_str();
-        let days = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.days.clone());
-        let (day0, day1) = days.unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
-        let (w0, w1) = self.window_args(pool);
-        let mut call = scripts::pool().draw.key(k.pool_meta(p));
-        call.key(k.pool_state(p))
-            .key(k.pool_tickets(p))
-            .key(k.pool_standby(p))
-            .key(k.pool_ejected(p))
-            .key(k.pool_hits(p, &day0))
-            .key(k.pool_hits(p, &day1))
-            .key(k.pool_refill_flag(p))
-            .key(k.pool_tier_tickets(p, "G"))
-            .key(k.pool_tier_tickets(p, "N"))
-            .key(k.pool_tier_tickets(p, "U"))
-            .key(k.pool_tier_standby(p, "G"))
-            .key(k.pool_tier_standby(p, "N"))
-            .key(k.pool_tier_standby(p, "U"))
-            .key(k.pool_window_hits(p, &w0))
-            .key(k.pool_window_hits(p, &w1))
-            .key(k.pool_draw_log(p))
-            .arg(&day0)
-            .arg(&day1)
+        let keys = {
+            let mut cache = self.inner.cache.lock().expect("pool cache lock");
+            match cache.get_mut(pool) {
+                Some(entry) => {
+                    let windows = self.window_starts(entry.window_ms);
+                    let fresh = entry.draw_keys.as_ref().is_some_and(|k| k.days == entry.days && k.windows == windows);
+                    if !fresh {
+                        entry.draw_keys =
+                            Some(Arc::new(DrawKeys::new(&self.inner.keys, pool, entry.days.clone(), windows)));
+                    }
+                    entry.draw_keys.clone().expect("set above")
+                }
+                None => Arc::new(DrawKeys::new(&self.inner.keys, pool, None, None)),
+            }
+        };
+        let mut call = scripts::pool().draw.key(&keys.keys[0]);
+        for key in &keys.keys[1..] {
+            call.key(key);
+        }
+        let [day0, day1, w0, w1] = &keys.args;
+        call.arg(day0)
+            .arg(day1)
             .arg(self.inner.clock.script_arg())
             .arg(MAX_SKIPS)
-            .arg(k.pool_refill_channel())
-            .arg(p)
+            .arg(&keys.refill_channel)
+            .arg(pool.as_str())
             .arg(n)
-            .arg(&w0)
-            .arg(&w1);
+            .arg(w0)
+            .arg(w1);
         call
     }
 

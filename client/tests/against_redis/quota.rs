@@ -136,16 +136,20 @@ fn marker_window(h: &Harness, tenant: &str, at: DateTime<Utc>, window_ms: i64) -
     let start = at.timestamp_millis().div_euclid(window_ms) * window_ms;
     let mut conn = raw_connection();
     let gen: String = redis::cmd("HGET").arg(h.keys().quota_state(tenant)).arg("gen").query(&mut conn).unwrap();
-    for (start_field, buckets_field, layout_field) in Keys::QUOTA_MARKER_WINDOWS {
-        let (found, buckets, layout): (Option<i64>, Option<u64>, Option<u32>) = redis::cmd("HMGET")
+    let layouts: Vec<Option<i64>> = redis::cmd("HMGET")
+        .arg(h.keys().quota_state(tenant))
+        .arg(&Keys::QUOTA_MARKER_LAYOUTS[..])
+        .query(&mut conn)
+        .unwrap();
+    for (start_field, buckets_field) in Keys::QUOTA_MARKER_WINDOWS {
+        let (found, buckets): (Option<i64>, Option<u64>) = redis::cmd("HMGET")
             .arg(h.keys().quota_state(tenant))
             .arg(start_field)
             .arg(buckets_field)
-            .arg(layout_field)
             .query(&mut conn)
             .unwrap();
         if found == Some(start) {
-            return Some((gen, start, buckets?, layout.unwrap_or(0)));
+            return Some((gen, start, buckets?, client::keys::marker_layout(start, &layouts)));
         }
     }
     None
@@ -163,7 +167,8 @@ fn marker_key(h: &Harness, tenant: &str, rid: &str, at: DateTime<Utc>, window_ms
     let (gen, start, buckets, layout) = marker_window(h, tenant, at, window_ms)?;
     let candidates = h.keys().quota_done_of(tenant, &gen, start, buckets, layout, rid);
     let mut conn = raw_connection();
-    candidates.into_iter().find(|key| redis::cmd("HEXISTS").arg(key).arg(rid).query::<bool>(&mut conn).unwrap())
+    // Newest layout first, as the scripts read them.
+    candidates.into_iter().rev().find(|key| redis::cmd("HEXISTS").arg(key).arg(rid).query::<bool>(&mut conn).unwrap())
 }
 
 async fn publish(h: &Harness, t: &TenantId, quota: &TenantQuota) {

@@ -46,16 +46,19 @@ async fn memory_of(conn: &mut client::RedisConnection, keys: &[String]) -> anyho
 
 /// The bucket hashes of `tenant`'s current window of markers, in every layout it grew to.
 async fn window_keys(conn: &mut client::RedisConnection, keys: &Keys, tenant: &str) -> anyhow::Result<Vec<String>> {
-    let (start_field, buckets_field, layout_field) = Keys::QUOTA_MARKER_WINDOWS[0];
-    let (gen, start, buckets, layout): (String, i64, u64, Option<u32>) = redis::cmd("HMGET")
+    let (start_field, buckets_field) = Keys::QUOTA_MARKER_WINDOWS[0];
+    let [current, previous] = Keys::QUOTA_MARKER_LAYOUTS;
+    let (gen, start, buckets, k0, k1): (String, i64, u64, Option<i64>, Option<i64>) = redis::cmd("HMGET")
         .arg(keys.quota_state(tenant))
         .arg("gen")
         .arg(start_field)
         .arg(buckets_field)
-        .arg(layout_field)
+        .arg(current)
+        .arg(previous)
         .query_async(conn)
         .await?;
-    Ok(keys.quota_done_window(tenant, &gen, start, buckets, layout.unwrap_or(0)))
+    let layout = client::keys::marker_layout(start, &[k0, k1]);
+    Ok(keys.quota_done_window(tenant, &gen, start, buckets, layout))
 }
 
 /// Finishes `per_window` requests in each of two windows (a day ahead of now, by a hand-set

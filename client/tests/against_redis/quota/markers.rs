@@ -260,3 +260,84 @@ async fn a_changed_window_takes_effect_when_the_current_window_ends_and_old_mark
         .unwrap();
     assert_eq!((start, len), (minute_start, 60_000));
 }
+
+/// The state hash's number `field` of `tenant`.
+fn state_number(h: &Harness, tenant: &str, field: &str) -> Option<i64> {
+    redis::cmd("HGET").arg(h.keys().quota_state(tenant)).arg(field).query(&mut raw_connection()).unwrap()
+}
+
+#[tokio::test]
+async fn a_window_moved_on_by_a_build_from_before_layouts_keeps_every_marker_found() {
+    // Arrange: 600 finished requests at noon grow the window to its third layout (1, 4, 16
+    // buckets); then a build from before layouts moves the windows on at 13:00 (here to a
+    // window of one bucket) without touching the layout records (wc_k, wp_k), as it does.
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1_000_000_000)).await;
+    finish(&h, &t, 0, 600, uuid_like).await;
+    let (noon_ms, one_ms) = (noon().timestamp_millis(), noon().timestamp_millis() + HOUR_MS);
+    assert_eq!(state_number(&h, "acme", "wc_k"), Some(noon_ms * 16 + 2));
+    let state = h.keys().quota_state("acme");
+    let () = redis::cmd("HSET")
+        .arg(&state)
+        .arg(&["wp_start", &noon_ms.to_string(), "wp_len", "3600000", "wp_b", "1"])
+        .arg(&["wc_start", &one_ms.to_string(), "wc_len", "3600000", "wc_b", "1", "wc_n", "0"])
+        .query(&mut raw_connection())
+        .unwrap();
+
+    // Act: at 13:00, retries of noon's requests from every layout, new requests enough to
+    // grow the new window, and the retries again.
+    h.clock.set(noon() + chrono::Duration::hours(1));
+    let settle_again = |i: u64| {
+        let (quotas, t) = (h.quotas.clone(), t.clone());
+        async move { quotas.settle(&t, &rid(&uuid_like(i)), count(1), false).await.unwrap() }
+    };
+    let mut before_growth = Vec::new();
+    for i in [5, 300, 590] {
+        before_growth.push(settle_again(i).await);
+    }
+    finish(&h, &t, 1000, 1, uuid_like).await;
+    let first_new_key = marker_key(&h, "acme", &uuid_like(1000), noon() + chrono::Duration::hours(1), HOUR_MS);
+    finish(&h, &t, 1001, 200, uuid_like).await;
+    let mut after_growth = Vec::new();
+    for i in [5, 300, 590, 1000, 1150] {
+        after_growth.push(settle_again(i).await);
+    }
+
+    // Assert: noon's window keeps its third layout (now named by wp_k), 13:00's starts at
+    // layout 0 and grows to its own; every marker answers.
+    let done = h.keys().quota_done("acme");
+    let gen: String = redis::cmd("HGET").arg(&state).arg("gen").query(&mut raw_connection()).unwrap();
+    assert_eq!(first_new_key, Some(format!("{done}#{gen}#{one_ms}#0")));
+    assert_eq!(
+        (state_number(&h, "acme", "wc_k"), state_number(&h, "acme", "wp_k")),
+        (Some(one_ms * 16 + 1), Some(noon_ms * 16 + 2))
+    );
+    for (i, again) in before_growth.iter().chain(&after_growth).enumerate() {
+        assert!(matches!(again, SettleOutcome::AlreadySettled { reserved: 10, actual: 7, .. }), "{i}: {again:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_window_written_before_layouts_grows_to_the_layout_its_count_needs_in_one_step() {
+    // Arrange: a window of one bucket already holding 5,000 markers by its count (as a build
+    // from before layouts leaves it)
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(1_000_000_000)).await;
+    finish(&h, &t, 0, 1, uuid_like).await;
+    let () = redis::cmd("HSET")
+        .arg(h.keys().quota_state("acme"))
+        .arg("wc_n")
+        .arg(5000)
+        .query(&mut raw_connection())
+        .unwrap();
+
+    // Act
+    finish(&h, &t, 1, 1, uuid_like).await;
+
+    // Assert: layout 3 (64 buckets: 5,001 <= 2 * 64 * 64), not one layout per marker
+    assert_eq!(state_number(&h, "acme", "wc_k"), Some(noon().timestamp_millis() * 16 + 3));
+    let again = h.quotas.settle(&t, &rid(&uuid_like(0)), count(1), false).await.unwrap();
+    assert!(matches!(again, SettleOutcome::AlreadySettled { .. }), "{again:?}");
+}
