@@ -316,6 +316,17 @@ async fn a_window_moved_on_by_a_build_from_before_layouts_keeps_every_marker_fou
     for (i, again) in before_growth.iter().chain(&after_growth).enumerate() {
         assert!(matches!(again, SettleOutcome::AlreadySettled { reserved: 10, actual: 7, .. }), "{i}: {again:?}");
     }
+
+    // And this build moving the windows on at 14:00: 13:00's grown layout stays found
+    // (its record moves to wp_k), noon's window is forgotten.
+    h.clock.set(noon() + chrono::Duration::hours(2));
+    finish(&h, &t, 2000, 1, uuid_like).await;
+    assert_eq!(state_number(&h, "acme", "wp_k"), Some(one_ms * 16 + 1));
+    for i in [1000, 1150] {
+        let again = settle_again(i).await;
+        assert!(matches!(again, SettleOutcome::AlreadySettled { reserved: 10, actual: 7, .. }), "{i}: {again:?}");
+    }
+    assert_eq!(settle_again(590).await, SettleOutcome::Unknown);
 }
 
 #[tokio::test]
