@@ -402,10 +402,7 @@ impl Pools {
     /// while the window's length is not known (the script then names it).
     pub(super) fn window_args(&self, pool: &PoolName) -> (String, String) {
         let len = self.inner.cache.lock().expect("pool cache lock").get(pool).and_then(|c| c.window_ms);
-        match self.window_starts(len) {
-            Some((w0, w1)) => (w0.to_string(), w1.to_string()),
-            None => ("-".to_owned(), "-".to_owned()),
-        }
+        window_text(self.window_starts(len))
     }
 
     /// The starts (ms) of the two cap windows a call passes for a short window of `len` ms:
@@ -467,4 +464,12 @@ enum Degrade {
     Empty,
     /// Redis does not hold the pool's meta hash, but this client knows the pool.
     Missing,
+}
+
+/// The two cap windows' starts as the scripts take them: `-` for none.
+pub(super) fn window_text(windows: Option<(i64, i64)>) -> (String, String) {
+    match windows {
+        Some((w0, w1)) => (w0.to_string(), w1.to_string()),
+        None => ("-".to_owned(), "-".to_owned()),
+    }
 }

@@ -28,8 +28,7 @@ impl DrawKeys {
     fn new(k: &crate::Keys, pool: &PoolName, days: Option<(String, String)>, windows: Option<(i64, i64)>) -> Self {
         let p = pool.as_str();
         let (day0, day1) = days.clone().unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
-        let (w0, w1) =
-            windows.map_or_else(|| ("-".to_owned(), "-".to_owned()), |(a, b)| (a.to_string(), b.to_string()));
+        let (w0, w1) = super::window_text(windows);
         let keys = vec![
             k.pool_meta(p),
             k.pool_state(p),
