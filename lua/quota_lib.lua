@@ -6,7 +6,7 @@
 -- are the call's keys and arguments (locals of the library that begin() sets), as in a
 -- script. Defines no keys of its own.
 --
--- Every quota script takes the same eight KEYS:
+-- Every quota script takes the same nine KEYS:
 --   KEYS[1] meta     hash  the tenant's published snapshot (version, monthly_tokens,
 --                          daily_requests, concurrency, grants JSON, reservation_ttl_ms,
 --                          retention_days, policy, fallback_allowance)
@@ -28,6 +28,7 @@
 --                          they share the tenant's hash tag, so they live in the slot of
 --                          every declared key of the call. (Before the idempotency window,
 --                          KEYS[8] .. <request id> was a string key per marker.)
+--   KEYS[9] chunks   hash  holder -> a chunk of tokens an instance holds (chunk_lib.lua)
 -- and the same first three ARGV:
 --   ARGV[1] the current period "YYYY-MM" the caller assumes (UTC)
 --   ARGV[2] the previous period "YYYY-MM"

@@ -1,9 +1,12 @@
 -- sweep_quota.lua: releases a tenant's reservations whose deadline has passed.
 -- A function of the quota library, after quota_lib.lua (KEYS[1..8], ARGV[1..3] there).
 -- ARGV[4] the most reservations to release in this call
--- Returns {released, tokens, left, open} — how many were released, the tokens they held,
--- how many expired ones are still waiting (more than the limit), and how many
--- reservations stay open; or {"period", actual}.
+-- Returns {released, tokens, left, open, chunks, chunk_tokens} — how many were released,
+-- the tokens they held, how many expired ones are still waiting (more than the limit), how
+-- many reservations stay open, and the chunks returned after their deadline (their holder
+-- died or stopped using them: chunk_lib.lua) or that can serve no reservation any more,
+-- with the tokens they held; or
+-- {"period", actual}.
 -- Guarantees: only reservations with deadline <= now (Redis TIME) are touched; each is
 -- refunded as by release_quota and marked "expired" (its record appended to the usage
 -- stream), so a late settle still charges.
@@ -27,4 +30,5 @@ for _, rid in ipairs(due) do
   end
 end
 local left = redis.call('ZCOUNT', KEYS[4], '-inf', fmt(NOW))
-return {released, tokens, left, redis.call('ZCARD', KEYS[4])}
+local chunks, chunk_tokens = reclaim_expired(meta)
+return {released, tokens, left, redis.call('ZCARD', KEYS[4]), chunks, chunk_tokens}

@@ -175,6 +175,11 @@ impl Keys {
         format!("{}:quota:{{{tenant}}}:usage", self.prefix)
     }
 
+    /// The chunks of a tenant's tokens instances hold: holder -> chunk (`lua/chunk_lib.lua`).
+    pub fn quota_chunks(&self, tenant: &str) -> String {
+        format!("{}:quota:{{{tenant}}}:chunks", self.prefix)
+    }
+
     /// The prefix of a tenant's done markers (the outcome of each finished reservation, so a
     /// repeated call answers as the first one did): the hashes
     /// [`Keys::quota_done_bucket`] for the tenant's idempotency window; before windows,

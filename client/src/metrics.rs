@@ -22,6 +22,8 @@ pub struct QuotaMetrics {
     pub fallback: IntCounterVec,
     /// Operations made while Redis was away and not yet charged to it.
     pub offline_pending: IntGauge,
+    /// Tokens this instance holds in chunks (hot tenants), as of the last replies.
+    pub chunk_tokens: IntGauge,
 }
 
 impl QuotaMetrics {
@@ -70,6 +72,11 @@ impl QuotaMetrics {
         registry.register(Box::new(script_seconds.clone()))?;
         registry.register(Box::new(fallback.clone()))?;
         registry.register(Box::new(offline_pending.clone()))?;
+        let chunk_tokens = IntGauge::new(
+            "tessera_quota_chunk_tokens",
+            "Tokens this instance holds in chunks of hot tenants' quotas, as of the last replies",
+        )?;
+        registry.register(Box::new(chunk_tokens.clone()))?;
         // The fallback's series exist from the start (at 0), so that a rule on their
         // increase sees the first admission made without Redis.
         for (policy, event) in
@@ -77,7 +84,16 @@ impl QuotaMetrics {
         {
             fallback.with_label_values(&[policy, event]);
         }
-        Ok(Self { reserves, refusals, settle_delta, settle_ratio, script_seconds, fallback, offline_pending })
+        Ok(Self {
+            reserves,
+            refusals,
+            settle_delta,
+            settle_ratio,
+            script_seconds,
+            fallback,
+            offline_pending,
+            chunk_tokens,
+        })
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use redis::{Script, Value};
 
 const QUOTA_LIB: &str = include_str!("../../lua/quota_lib.lua");
+const CHUNK_LIB: &str = include_str!("../../lua/chunk_lib.lua");
 const POOL_LIB: &str = include_str!("../../lua/pool_lib.lua");
 
 /// The pool scripts (`draw` and `count_draw` are `lua/pool_lib.lua` + their body).
@@ -50,6 +51,7 @@ pub struct QuotaScripts {
     pub settle_expired: QuotaFn,
     pub release: QuotaFn,
     pub sweep: QuotaFn,
+    pub return_chunk: QuotaFn,
     pub read: QuotaFn,
     pub publish_tenant: Script,
     pub apply_usage: QuotaFn,
@@ -58,12 +60,13 @@ pub struct QuotaScripts {
 }
 
 /// The quota scripts' bodies, by the name each is registered under.
-const QUOTA_BODIES: [(&str, &str); 9] = [
+const QUOTA_BODIES: [(&str, &str); 10] = [
     ("reserve_quota", include_str!("../../lua/reserve_quota.lua")),
     ("settle_quota", include_str!("../../lua/settle_quota.lua")),
     ("settle_expired", include_str!("../../lua/settle_expired.lua")),
     ("release_quota", include_str!("../../lua/release_quota.lua")),
     ("sweep_quota", include_str!("../../lua/sweep_quota.lua")),
+    ("return_chunk", include_str!("../../lua/return_chunk.lua")),
     ("read_quota", include_str!("../../lua/read_quota.lua")),
     ("apply_usage", include_str!("../../lua/apply_usage.lua")),
     ("read_counters", include_str!("../../lua/read_counters.lua")),
@@ -90,7 +93,7 @@ pub struct QuotaLibrary {
 
 impl QuotaLibrary {
     fn build() -> Self {
-        let mut body = format!("{QUOTA_LIB}\n");
+        let mut body = format!("{QUOTA_LIB}\n{CHUNK_LIB}\n");
         for (name, code) in QUOTA_BODIES {
             body.push_str(&format!("local function {name}()\n{code}\nend\n"));
         }
@@ -210,6 +213,7 @@ pub fn quota() -> &'static QuotaScripts {
             settle_expired: function("settle_expired"),
             release: function("release_quota"),
             sweep: function("sweep_quota"),
+            return_chunk: function("return_chunk"),
             read: function("read_quota"),
             publish_tenant: Script::new(include_str!("../../lua/publish_tenant.lua")),
             apply_usage: function("apply_usage"),
@@ -354,6 +358,7 @@ mod tests {
         // after it (the bodies are functions of the same chunk): each name once, and no
         // body named like a helper.
         let mut names = top_level_names(QUOTA_LIB);
+        names.extend(top_level_names(CHUNK_LIB));
         names.extend(QUOTA_BODIES.iter().map(|(name, _)| (*name).to_owned()));
         names.push("entry".to_owned());
         let mut seen = std::collections::HashSet::new();

@@ -110,6 +110,11 @@ pub struct Settings {
     /// Ticket leases of the draw path (`leases.tickets_max` > 0, `TESSERA_TICKET_LEASE_MAX`;
     /// hold `leases.ticket_hold_ms`, `TESSERA_TICKET_LEASE_HOLD_MS`, default 100): `None`, off.
     pub ticket_leases: Option<client::pool::LeaseSettings>,
+    /// Hot tenants' reserves served from chunks of their tokens (`quota.hot_rate` reserves a
+    /// second, `TESSERA_QUOTA_HOT_RATE`, and/or `quota.hot_tenants`, `TESSERA_QUOTA_HOT_TENANTS`;
+    /// each chunk held `quota.chunk_lease_ms`, `TESSERA_QUOTA_CHUNK_LEASE_MS`, default 30,000):
+    /// `None`, off.
+    pub quota_chunks: Option<client::quota::ChunkSettings>,
     /// Where ramps announce what they do (`[ramps]`).
     pub ramps: RampSettings,
 }
@@ -227,6 +232,9 @@ struct FileSettings {
 #[serde(deny_unknown_fields)]
 struct FileQuota {
     journal: Option<String>,
+    hot_rate: Option<u32>,
+    hot_tenants: Option<Vec<String>>,
+    chunk_lease_ms: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -433,8 +441,13 @@ impl Settings {
             admin,
             sample_retention,
             draw_log_retention,
-            quota_journal: PathBuf::from(pick("TESSERA_QUOTA_JOURNAL", file.quota.journal, defaults::QUOTA_JOURNAL)),
+            quota_journal: PathBuf::from(pick(
+                "TESSERA_QUOTA_JOURNAL",
+                file.quota.journal.clone(),
+                defaults::QUOTA_JOURNAL,
+            )),
             ticket_leases: ticket_leases(&env, &file.leases)?,
+            quota_chunks: quota_chunks(&env, &file.quota)?,
             static_weights: match env("TESSERA_STATIC_WEIGHTS").filter(|v| !v.trim().is_empty()) {
                 Some(raw) => parse_static_weights_env(&raw)?,
                 None => parse_static_weights(
@@ -540,6 +553,47 @@ fn ticket_leases(
     }))
 }
 
+/// `quota.hot_rate` (0..=1,000,000 reserves a second; 0: none by rate), `quota.hot_tenants`
+/// (tenant names; the variable: comma-separated) and `quota.chunk_lease_ms` (100..=600,000).
+fn quota_chunks(
+    env: &impl Fn(&str) -> Option<String>,
+    file: &FileQuota,
+) -> anyhow::Result<Option<client::quota::ChunkSettings>> {
+    let number =
+        |var: &str, field: &str, from_file: Option<u32>, default: u32, range: std::ops::RangeInclusive<u32>| {
+            let value = match env(var).filter(|v| !v.trim().is_empty()) {
+                Some(raw) => raw.trim().parse::<u32>().ok(),
+                None => Some(from_file.unwrap_or(default)),
+            };
+            value.filter(|v| range.contains(v)).ok_or_else(|| {
+                anyhow::anyhow!("{field} ({var}): must be a whole number from {} to {}", range.start(), range.end())
+            })
+        };
+    let rate = number("TESSERA_QUOTA_HOT_RATE", "quota.hot_rate", file.hot_rate, 0, 0..=1_000_000)?;
+    let lease =
+        number("TESSERA_QUOTA_CHUNK_LEASE_MS", "quota.chunk_lease_ms", file.chunk_lease_ms, 30_000, 100..=600_000)?;
+    let names: Vec<String> = match env("TESSERA_QUOTA_HOT_TENANTS").filter(|v| !v.trim().is_empty()) {
+        Some(raw) => raw.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
+        None => file.hot_tenants.clone().unwrap_or_default(),
+    };
+    let mut hot = std::collections::HashSet::new();
+    for name in names {
+        let tenant = client::quota::TenantId::parse(&name).map_err(|e| {
+            anyhow::anyhow!("quota.hot_tenants (TESSERA_QUOTA_HOT_TENANTS): {name:?} is not a tenant name: {e}")
+        })?;
+        hot.insert(tenant);
+    }
+    if rate == 0 && hot.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(client::quota::ChunkSettings::new(
+        "tessera",
+        rate,
+        hot,
+        std::time::Duration::from_millis(u64::from(lease)),
+    )))
+}
+
 /// `TESSERA_STATIC_WEIGHTS`: `pool:A=1,B=3;other:X=2` (it replaces the file's table).
 fn parse_static_weights_env(raw: &str) -> anyhow::Result<HashMap<PoolName, Weights>> {
     const FIELD: &str = "static_weights (TESSERA_STATIC_WEIGHTS)";
@@ -616,6 +670,25 @@ mod tests {
         let env = |name: &str| (name == "TESSERA_OPEN").then(|| "1".to_owned());
         assert!(Settings::from_toml_and_env("", env).is_err());
         assert!(!Settings::from_toml_and_env("", no_env).unwrap().auth.open);
+    }
+
+    #[test]
+    fn quota_chunks_are_off_by_default_read_from_the_file_and_the_environment_and_refused_by_name() {
+        assert!(Settings::from_toml_and_env("", no_env).unwrap().quota_chunks.is_none(), "off by default");
+        let toml = "[quota]\nhot_tenants = [\"acme\", \"beta\"]\nchunk_lease_ms = 5000\n";
+        let chunks = Settings::from_toml_and_env(toml, no_env).unwrap().quota_chunks.expect("on");
+        assert_eq!(chunks.hot().len(), 2);
+        assert_eq!((chunks.hot_rate(), chunks.lease()), (0, std::time::Duration::from_secs(5)));
+
+        let env = |name: &str| (name == "TESSERA_QUOTA_HOT_RATE").then(|| "250".to_owned());
+        let chunks = Settings::from_toml_and_env("", env).unwrap().quota_chunks.expect("on by rate");
+        assert_eq!((chunks.hot_rate(), chunks.lease()), (250, std::time::Duration::from_secs(30)));
+
+        let env = |name: &str| (name == "TESSERA_QUOTA_HOT_TENANTS").then(|| "acme,bad name".to_owned());
+        let err = Settings::from_toml_and_env("", env).unwrap_err().to_string();
+        assert!(err.contains("quota.hot_tenants (TESSERA_QUOTA_HOT_TENANTS)") && err.contains("bad name"), "{err}");
+        let err = Settings::from_toml_and_env("[quota]\nhot_rate = 5\nchunk_lease_ms = 10\n", no_env).unwrap_err();
+        assert!(err.to_string().contains("quota.chunk_lease_ms (TESSERA_QUOTA_CHUNK_LEASE_MS)"), "{err}");
     }
 
     #[test]

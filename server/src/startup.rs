@@ -80,13 +80,21 @@ impl Application {
         self.server.handle()
     }
 
-    /// Serves until stopped; then gives back the tickets this instance holds in leases.
+    /// Serves until stopped; then gives back the tickets this instance holds in leases and
+    /// the chunks of hot tenants' tokens it holds.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;
         match self.state.pools.return_leases().await {
             Ok(0) => {}
             Ok(returned) => tracing::info!(returned, "leased tickets returned at shutdown"),
             Err(e) => tracing::warn!(error = %e, "leased tickets could not be returned at shutdown"),
+        }
+        match self.state.quotas.return_chunks().await {
+            Ok(r) if r.chunks == 0 => {}
+            Ok(r) => tracing::info!(chunks = r.chunks, tokens = r.tokens, "quota chunks returned at shutdown"),
+            Err(e) => {
+                tracing::warn!(error = %e, "some quota chunks could not be returned at shutdown: they come back when their lease ends")
+            }
         }
         served
     }
@@ -166,6 +174,7 @@ pub async fn build_state(settings: &Settings) -> anyhow::Result<AppState> {
         Some(metrics.pool.clone()),
     );
     pools.set_ticket_leases(settings.ticket_leases);
+    quotas.set_chunks(settings.quota_chunks.clone());
     let pool_admin = client::PoolAdmin::new(redis.clone(), keys.clone(), client::Clock::Redis);
     let routes = client::Routes::new(redis.clone(), keys.clone());
     let route_admin = client::RouteAdmin::new(redis.clone(), keys.clone());

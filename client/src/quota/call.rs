@@ -124,6 +124,7 @@ impl Quotas {
                 .key(keys.quota_period(t, &period.previous().to_string()))
                 .key(keys.quota_usage(t))
                 .key(keys.quota_done(t))
+                .key(keys.quota_chunks(t))
                 .arg(period.to_string())
                 .arg(period.previous().to_string())
                 .arg(self.inner.clock.script_arg());

@@ -12,12 +12,14 @@
 //!
 //! Layout, one job a module: [`reserve`], [`settle`], [`release`], [`sweep`] (expired
 //! reservations back), [`tenant`] (publish a tenant's snapshot, read its usage),
-//! [`replay`] (charge the offline journal once Redis answers), [`call`] (one script call,
+//! [`replay`] (charge the offline journal once Redis answers), [`chunks`] (hot tenants'
+//! reserves served from a chunk of their tokens), [`call`] (one script call,
 //! alone or shared, with the period retry and the breaker), [`usage`] (the usage stream
 //! for the Postgres ledger, and counters restored from it); [`types`] holds the validated
 //! names and amounts.
 
 mod call;
+mod chunks;
 mod counters;
 mod earlier;
 mod journal;
@@ -38,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use redis::Value;
 use serde::Serialize;
 
+pub use self::chunks::{ChunkSettings, Returned as ChunksReturned, MAX_CHUNK_LEASE};
 pub use self::counters::{Correction, Counters, MAX_TAIL};
 pub use self::earlier::Earlier;
 pub use self::journal::JournalDisk;
@@ -160,6 +163,8 @@ struct Inner {
     /// plane to republish at once ([`Quotas::missing_meta`]).
     missing: Mutex<HashSet<TenantId>>,
     missing_notify: tokio::sync::Notify,
+    /// Hot tenants' chunks ([`chunks`]).
+    chunks: Mutex<chunks::Chunks>,
 }
 
 /// The quota client: cheap to clone, shared by every task of a process.
@@ -193,6 +198,7 @@ impl Quotas {
                 usage_groups: Mutex::new(HashSet::new()),
                 missing: Mutex::new(HashSet::new()),
                 missing_notify: tokio::sync::Notify::new(),
+                chunks: Mutex::new(chunks::Chunks::default()),
             }),
         }
     }

@@ -169,7 +169,13 @@ impl Quotas {
         };
         match op {
             offline::Op::Admit { request, tokens, close } => {
-                let extra = [request.as_str().to_owned(), tokens.get().to_string(), "1".to_owned(), String::new()];
+                let extra = [
+                    request.as_str().to_owned(),
+                    tokens.get().to_string(),
+                    "1".to_owned(),
+                    String::new(),
+                    String::new(),
+                ];
                 self.replay_call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await?;
                 match close {
                     Some(offline::Close::Settle { actual, partial }) => {

@@ -93,7 +93,9 @@ impl Quotas {
         model: Option<&str>,
     ) -> Result<ReserveOutcome, QuotaError> {
         let model: String = model.unwrap_or_default().chars().filter(|c| !c.is_control()).take(128).collect();
-        let extra = vec![request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned(), model];
+        let chunk = self.chunk_argument(tenant, tokens.get());
+        let chunked = !chunk.is_empty();
+        let extra = vec![request.as_str().to_owned(), tokens.get().to_string(), "0".to_owned(), model, chunk];
         let reply = match self.coalesced("reserve_quota", tenant, &extra).await {
             Some(reply) => reply,
             None => match self.call("reserve_quota", &scripts::quota().reserve, tenant, &extra).await {
@@ -127,6 +129,12 @@ impl Quotas {
             "unknown_tenant" => return Err(QuotaError::UnknownTenant(tenant.clone())),
             other => return Err(f.unexpected(other).into()),
         };
+        // What the tenant's chunk holds now (-1: none; not an integer: the script did not
+        // look at it).
+        let chunk_at = if matches!(outcome, ReserveOutcome::Reserved(_)) { 7 } else { 5 };
+        if chunked && matches!(reply.get(chunk_at), Some(redis::Value::Int(_))) {
+            self.noted_chunk(tenant, u64::try_from(f.int(chunk_at)?).ok());
+        }
         self.note_version(tenant, f.uint(1)?).await;
         if let Some(m) = &self.inner.metrics {
             match &outcome {

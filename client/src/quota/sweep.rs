@@ -1,4 +1,5 @@
-//! Sweep: return the reservations whose deadline passed, tenant by tenant.
+//! Sweep: return the reservations whose deadline passed, and the chunks whose lease ended,
+//! tenant by tenant.
 
 use serde::Serialize;
 
@@ -16,6 +17,10 @@ pub struct SweepOutcome {
     pub left: u64,
     /// Reservations still open after the sweep.
     pub open: u64,
+    /// Chunks returned after their lease ended (their holder died or stopped using them),
+    /// and the tokens they held.
+    pub chunks: u64,
+    pub chunk_tokens: u64,
 }
 
 impl Quotas {
@@ -27,6 +32,13 @@ impl Quotas {
             .await
             .map_err(CallError::into_quota_error)?;
         let f = Fields::new("sweep_quota", &reply);
-        Ok(SweepOutcome { released: f.uint(0)?, tokens: f.uint(1)?, left: f.uint(2)?, open: f.uint(3)? })
+        Ok(SweepOutcome {
+            released: f.uint(0)?,
+            tokens: f.uint(1)?,
+            left: f.uint(2)?,
+            open: f.uint(3)?,
+            chunks: f.uint(4)?,
+            chunk_tokens: f.uint(5)?,
+        })
     }
 }

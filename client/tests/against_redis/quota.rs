@@ -23,6 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use testproxy::{through, Proxy};
 
+mod chunks;
 mod full;
 mod markers;
 mod partial;
@@ -751,9 +752,9 @@ async fn the_sweeper_returns_a_reservation_only_after_its_deadline_and_a_late_se
     let after = h.quotas.usage(&t).await.unwrap();
 
     // Assert
-    assert_eq!(early, SweepOutcome { released: 0, tokens: 0, left: 0, open: 1 });
+    assert_eq!(early, SweepOutcome { released: 0, tokens: 0, left: 0, open: 1, ..SweepOutcome::default() });
     assert_eq!((bucket(&before, "plan").reserved, before.leases), (40, 1));
-    assert_eq!(due, SweepOutcome { released: 1, tokens: 40, left: 0, open: 0 });
+    assert_eq!(due, SweepOutcome { released: 1, tokens: 40, left: 0, open: 0, ..SweepOutcome::default() });
     assert_eq!((bucket(&after, "plan").reserved, after.leases, after.available), (0, 0, 1000));
     let again = reserved(h.quotas.reserve(&t, &rid("r1"), tokens(40)).await.unwrap());
     assert_eq!((again.replayed, again.state), (true, ReservationState::Expired));
@@ -796,8 +797,8 @@ async fn a_sweep_releases_at_most_its_limit_and_reports_what_is_left() {
     let second = h.quotas.sweep(&t, 3).await.unwrap();
 
     // Assert
-    assert_eq!(first, SweepOutcome { released: 3, tokens: 30, left: 2, open: 3 });
-    assert_eq!(second, SweepOutcome { released: 2, tokens: 20, left: 0, open: 1 });
+    assert_eq!(first, SweepOutcome { released: 3, tokens: 30, left: 2, open: 3, ..SweepOutcome::default() });
+    assert_eq!(second, SweepOutcome { released: 2, tokens: 20, left: 0, open: 1, ..SweepOutcome::default() });
     let usage = h.quotas.usage(&t).await.unwrap();
     assert_eq!((usage.leases, bucket(&usage, "plan").reserved), (1, 7));
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use client::quota::{
-    FallbackPolicy, RequestId, ReserveOutcome, SettleOutcome, TenantId, TenantQuota, TokenCount, Tokens,
+    ChunkSettings, FallbackPolicy, RequestId, ReserveOutcome, SettleOutcome, TenantId, TenantQuota, TokenCount, Tokens,
 };
 use client::{Keys, Quotas, RedisHandle};
 use rand::Rng;
@@ -44,10 +44,18 @@ pub struct Report {
     /// the rest is the scripts' own Lua.
     pub redis_command_us_per_pair: f64,
     pub redis_command_us_per_pair_single: f64,
+    /// Coalesced pairs per second of a hot tenant whose reserves come from chunks this
+    /// client holds (`quota.hot_tenants`), the same run.
+    pub chunk_pair_ops: f64,
+    /// `chunk_pair_ops / pair_ops`.
+    pub chunk_pair_ratio: f64,
+    /// Redis time per pair of that phase (as `redis_us_per_pair`).
+    pub redis_us_per_pair_chunk: f64,
     /// Operations (a reserve or a settle) per script call in the coalesced phase: how many
     /// shared one reading of the tenant's snapshot and one write of its counters.
     pub ops_per_script_call: f64,
-    /// The oversell run's quota.
+    /// The oversell run's quota (half its workers reserve through a client holding chunks,
+    /// half exactly; the chunks are returned before the ledger is checked).
     pub oversell_quota: u64,
     /// Reservations admitted in the oversell run, and refused.
     pub oversell_admitted: u64,
@@ -111,7 +119,7 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
     // coalesced (the client's default), then one call per operation.
     let tenant = TenantId::parse("bench-pairs").expect("valid");
     quotas.publish(&tenant, &tenant_quota(1 << 50)).await?;
-    let pairs = |tag: &'static str| {
+    let pairs = |tag: &'static str, quotas: &Quotas, tenant: &TenantId| {
         let (quotas, tenant) = (quotas.clone(), tenant.clone());
         move |worker: u32, i: u64| {
             let (quotas, tenant) = (quotas.clone(), tenant.clone());
@@ -129,14 +137,24 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
         }
     };
     let spent_before = super::spent::read(redis).await?;
-    let (pair_ops, pairs_made) = throughput(args.concurrency, duration, pairs("w")).await?;
+    let (pair_ops, pairs_made) = throughput(args.concurrency, duration, pairs("w", &quotas, &tenant)).await?;
     let spent_pairs = super::spent::read(redis).await?;
     quotas.set_coalescing(1);
-    let pair_single = throughput(args.concurrency, duration, pairs("s")).await;
+    let pair_single = throughput(args.concurrency, duration, pairs("s", &quotas, &tenant)).await;
     quotas.set_coalescing(client::quota::DEFAULT_COALESCE);
     let (pair_single_ops, single_pairs_made) = pair_single?;
-    let single_spent = super::spent::read(redis).await?.since(spent_pairs);
+    let spent_single = super::spent::read(redis).await?;
+    let single_spent = spent_single.since(spent_pairs);
     let pair_spent = spent_pairs.since(spent_before);
+
+    // The same pairs for a hot tenant: reserves from chunks this client holds.
+    let hot_tenant = TenantId::parse("bench-chunks").expect("valid");
+    quotas.publish(&hot_tenant, &tenant_quota(1 << 50)).await?;
+    let hot = hot_client(redis, keys, &hot_tenant);
+    let chunked = throughput(args.concurrency, duration, pairs("c", &hot, &hot_tenant)).await;
+    hot.return_chunks().await?;
+    let (chunk_pair_ops, chunk_pairs_made) = chunked?;
+    let chunk_spent = super::spent::read(redis).await?.since(spent_single);
 
     // Oversell: 64 workers race for one quota until refused, settling random actuals.
     let quota: u64 = 1_000_000;
@@ -145,9 +163,11 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
     let charged = Arc::new(AtomicU64::new(0));
     let admitted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
+    let hot = hot_client(redis, keys, &tenant);
     let mut workers = Vec::new();
     for worker in 0..OVERSELL_WORKERS {
-        let (quotas, tenant) = (quotas.clone(), tenant.clone());
+        let quotas = if worker % 2 == 0 { quotas.clone() } else { hot.clone() };
+        let tenant = tenant.clone();
         let (charged, admitted, refused) = (charged.clone(), admitted.clone(), refused.clone());
         workers.push(tokio::spawn(async move {
             let mut open: Vec<(RequestId, u64)> = Vec::new();
@@ -184,6 +204,7 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
     for worker in workers {
         worker.await.context("oversell worker panicked")??;
     }
+    hot.return_chunks().await?;
     let usage = quotas.usage(&tenant).await?;
     let plan = usage.buckets.iter().find(|b| b.id == "plan").context("plan bucket")?;
     let charged = charged.load(Ordering::Relaxed);
@@ -201,6 +222,9 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
         pair_single_ratio: if baseline_ops > 0.0 { pair_single_ops / baseline_ops } else { 0.0 },
         redis_us_per_pair: pair_spent.script_us_per(pairs_made),
         redis_us_per_pair_single: single_spent.script_us_per(single_pairs_made),
+        chunk_pair_ops,
+        chunk_pair_ratio: if pair_ops > 0.0 { chunk_pair_ops / pair_ops } else { 0.0 },
+        redis_us_per_pair_chunk: chunk_spent.script_us_per(chunk_pairs_made),
         redis_cpu_us_per_pair: pair_spent.cpu_us_per(pairs_made),
         redis_command_us_per_pair: pair_spent.command_us_per(pairs_made),
         redis_command_us_per_pair_single: single_spent.command_us_per(single_pairs_made),
@@ -216,6 +240,15 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
         ledger_ok,
         markers,
     })
+}
+
+/// A second client on the same keys that serves `tenant`'s reserves from chunks.
+fn hot_client(redis: &RedisHandle, keys: &Keys, tenant: &TenantId) -> Quotas {
+    let hot = Quotas::new(redis.clone(), keys.clone());
+    hot.remember(tenant, 1, FallbackPolicy::FailClosed);
+    let lease = Duration::from_secs(30);
+    hot.set_chunks(Some(ChunkSettings::new("bench", 0, [tenant.clone()].into_iter().collect(), lease)));
+    hot
 }
 
 async fn settle(
@@ -270,6 +303,7 @@ pub fn render(report: &Report) -> String {
          baseline EVALSHA        {:>10.0} ops/s\n\
          reserve+settle pairs    {:>10.0} pairs/s   ratio {:.3} (coalesced; target >= 0.4)\n\
          the same, one call each {:>10.0} pairs/s   ratio {:.3} (ceiling 0.5)\n\
+         a hot tenant (chunks)   {:>10.0} pairs/s   {:.2}x the coalesced pairs; {:.2} µs of scripts per pair\n\
          oversell run            quota {}  admitted {}  refused {}  oversold {}  ledger {}\n\
          redis per pair          {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 15); \
          main-thread CPU {:.2} µs; {:.1} operations per script call\n\
@@ -283,6 +317,9 @@ pub fn render(report: &Report) -> String {
         report.pair_ratio,
         report.pair_single_ops,
         report.pair_single_ratio,
+        report.chunk_pair_ops,
+        report.chunk_pair_ratio,
+        report.redis_us_per_pair_chunk,
         report.oversell_quota,
         report.oversell_admitted,
         report.oversell_refused,

@@ -27,6 +27,10 @@ pub struct Outcome {
     pub overdue: u64,
     /// Tenants whose sweep failed (their overdue reservations wait for the next run).
     pub failed: u64,
+    /// Chunks of hot tenants' tokens returned after their lease ended (their instance died
+    /// or stopped using them), and the tokens they held.
+    pub chunks: u64,
+    pub chunk_tokens: u64,
 }
 
 /// Sweeps every tenant of the configuration (read from Postgres, not scanned from Redis)
@@ -53,6 +57,11 @@ pub async fn run_once(state: &AppState) -> anyhow::Result<Outcome> {
             left = swept.left;
             outcome.released += swept.released;
             outcome.tokens += swept.tokens;
+            outcome.chunks += swept.chunks;
+            outcome.chunk_tokens += swept.chunk_tokens;
+            if swept.chunks > 0 {
+                tracing::info!(tenant = %tenant, chunks = swept.chunks, tokens = swept.chunk_tokens, "returned quota chunks whose lease ended");
+            }
             if swept.released > 0 {
                 tracing::info!(tenant = %tenant, released = swept.released, tokens = swept.tokens, "released expired reservations");
             }

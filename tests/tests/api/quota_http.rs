@@ -204,3 +204,53 @@ async fn one_instance_leads_a_job_and_another_takes_over_when_it_stops() {
     assert!(second.ensure().await.unwrap(), "the lock is free once the leader's connection closes");
     assert!(!first.ensure().await.unwrap());
 }
+
+#[tokio::test]
+async fn a_hot_tenant_is_served_from_a_chunk_that_comes_back_when_the_server_stops() {
+    // Arrange: acme is hot on this instance (quota.hot_tenants)
+    let hot = [TenantId::parse("acme").unwrap()].into_iter().collect();
+    let app = integration::spawn_app_with(|s| {
+        s.quota_chunks = Some(client::quota::ChunkSettings::new("api", 0, hot, Duration::from_secs(30)));
+    })
+    .await;
+    let t = tenant(&app, "acme", quota(1_000_000, 10, Duration::from_secs(60))).await;
+    let reserved_in = |usage: &Value, bucket: &str| {
+        usage["buckets"].as_array().unwrap().iter().find(|b| b["id"] == bucket).unwrap()["reserved"].as_u64()
+    };
+
+    // Act: three reserves of 50: the first goes the exact way (the instance learns the
+    // tenant from its reply), the second takes the welcome grant's last 50 as a chunk, the
+    // third a chunk of the plan (0.1 % of 1,000,100)
+    let mut parts = Vec::new();
+    for i in 0..3 {
+        let (status, body) = app
+            .post_json("/api/v1/tenants/acme/quota/reserve", json!({"request_id": format!("h-{i}"), "tokens": 50}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        parts.push(body["parts"].clone());
+    }
+    let usage: Value = app.get("/api/v1/tenants/acme/quota").await.json().await.unwrap();
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+
+    // Assert: ordinary reservations; the plan's chunk counts as reserved, and as held here
+    assert_eq!(parts[0], json!([{"bucket": "welcome", "tokens": 50}]));
+    assert_eq!(parts[1], json!([{"bucket": "welcome", "tokens": 50}]));
+    assert_eq!(parts[2], json!([{"bucket": "plan", "tokens": 50}]));
+    assert_eq!((reserved_in(&usage, "welcome"), reserved_in(&usage, "plan")), (Some(100), Some(1_000)));
+    assert_eq!(usage["available"].as_u64(), Some(1_000_100 - 1_100));
+    assert!(metrics.lines().any(|l| l == "tessera_quota_chunk_tokens 950"), "{metrics}");
+
+    // When the server stops, the chunk's rest comes back at once.
+    app.stop_server().await;
+    let started = std::time::Instant::now();
+    loop {
+        let usage = app.state.quotas.usage(&t).await.unwrap();
+        let plan = usage.buckets.iter().find(|b| b.id == "plan").unwrap().reserved;
+        if plan == 50 {
+            assert_eq!(usage.available, 1_000_100 - 150);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the chunk was not returned: plan reserved {plan}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -21,11 +21,12 @@ async fn a_batch_that_fails_part_way_keeps_counters_that_match_what_it_wrote() {
         .key(k.quota_period("acme", &period.previous().to_string()))
         .key(k.quota_usage("acme"))
         .key(k.quota_done("acme"))
+        .key(k.quota_chunks("acme"))
         .arg(period.to_string())
         .arg(period.previous().to_string())
         .arg(noon().timestamp_millis().to_string());
     for (request, tokens) in [("p1", "100"), ("p2", "200"), ("p3", "not a number")] {
-        call.arg(request).arg(tokens).arg("0").arg("");
+        call.arg(request).arg(tokens).arg("0").arg("").arg("");
     }
     let mut redis = crate::support::handle_for(&redis_url()).connection().await.unwrap();
 
