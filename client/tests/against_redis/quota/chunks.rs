@@ -311,3 +311,76 @@ async fn a_plan_chunk_serves_nothing_while_the_plan_is_overdrawn() {
     let usage = h.quotas.usage(&t).await.unwrap();
     assert_eq!((bucket(&usage, "plan").reserved, bucket(&usage, "plan").used), (5, 9_999));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_killed_in_hot_traffic_loses_nothing_and_oversells_nothing() {
+    // Arrange: a plan of 200,000; instances a and b both serve acme from chunks
+    let h = harness(Clock::manual(noon()));
+    let t = tenant("acme");
+    publish(&h, &t, &plan(200_000)).await;
+    let (a, b) = (instance(&h, &[&t]), instance(&h, &[&t]));
+    for q in [&a, &b] {
+        q.remember(&t, 1, FallbackPolicy::FailClosed);
+    }
+    let worker = |q: Quotas, name: String| {
+        let t = t.clone();
+        tokio::spawn(async move {
+            let mut refusals = 0;
+            for i in 0.. {
+                let id = rid(&format!("{name}-{i}"));
+                match q.reserve(&t, &id, tokens(37)).await.unwrap() {
+                    ReserveOutcome::Reserved(_) => {
+                        q.settle(&t, &id, count(i % 38), false).await.unwrap();
+                    }
+                    ReserveOutcome::Refused(_) if refusals == 3 => break,
+                    ReserveOutcome::Refused(_) => refusals += 1,
+                }
+            }
+        })
+    };
+    let doomed: Vec<_> = (0..8).map(|w| worker(a.clone(), format!("a{w}"))).collect();
+    let survivors: Vec<_> = (0..8).map(|w| worker(b.clone(), format!("b{w}"))).collect();
+
+    // Act: a dies mid-traffic (its calls in flight ran in Redis or did not; nothing it held
+    // is given back); b runs until refused; a minute later the sweeper runs
+    let holder = a.chunk_holder().unwrap();
+    let started = std::time::Instant::now();
+    while !chunks(&h, "acme").contains_key(&holder) {
+        assert!(started.elapsed() < Duration::from_secs(10), "a took no chunk");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for task in &doomed {
+        task.abort();
+    }
+    drop(a);
+    for task in survivors {
+        task.await.unwrap();
+    }
+    let held_by_the_dead: u64 =
+        chunks(&h, "acme").values().map(|c| c.split('|').nth(2).unwrap().parse::<u64>().unwrap()).sum();
+    b.return_chunks().await.unwrap();
+    h.clock.set(noon() + chrono::Duration::seconds(61));
+    let swept = h.quotas.sweep(&t, 10_000).await.unwrap();
+
+    // Assert: the dead instance's chunk came back with its lease; every admission has
+    // exactly one usage record (settled, or expired: a's requests whose settle never came);
+    // what was charged is what the records say, and within the plan
+    assert!(held_by_the_dead > 0, "a died holding a chunk (b's was returned after it)");
+    assert_eq!(swept.chunks, 1);
+    assert!(chunks(&h, "acme").is_empty());
+    let usage = h.quotas.usage(&t).await.unwrap();
+    let plan = bucket(&usage, "plan");
+    assert_eq!((plan.reserved, usage.leases), (0, 0));
+    let records: Vec<(String, std::collections::HashMap<String, String>)> =
+        redis::cmd("XRANGE").arg(h.keys().quota_usage("acme")).arg("-").arg("+").query(&mut raw_connection()).unwrap();
+    let ids: HashSet<&String> = records.iter().map(|(_, r)| &r["rid"]).collect();
+    assert_eq!(ids.len(), records.len(), "one record per request");
+    assert_eq!(records.len() as u64, usage.requests_today, "every admission finished once");
+    let charged: u64 =
+        records.iter().filter_map(|(_, r)| r["charged"].strip_prefix("plan:")).map(|n| n.parse::<u64>().unwrap()).sum();
+    assert_eq!(plan.used, charged);
+    assert!(plan.used <= 200_000, "used {}", plan.used);
+    // b ran until less than a request was left outside a's chunk (at most 1 % of the plan)
+    // and a's open reservations (8 at most).
+    assert!(usage.available < 37 + 2_000 + 8 * 37, "{} available", usage.available);
+}
