@@ -19,6 +19,9 @@ pub struct BucketUsage {
     pub amount: u64,
     pub used: u64,
     pub reserved: u64,
+    /// Of `reserved`, what instances hold in chunks for a hot tenant's reserves (not yet
+    /// any request's).
+    pub in_chunks: u64,
     /// Live now (started and not expired); the plan is always live.
     pub live: bool,
     pub expires_at_ms: Option<i64>,
@@ -139,6 +142,7 @@ impl Quotas {
                 reserved: r.uint(5)?,
                 live: r.int(6)? == 1,
                 expires_at_ms: (expires >= 0).then_some(expires),
+                in_chunks: r.uint(8)?,
             });
         }
         Ok(QuotaUsage {

@@ -237,6 +237,8 @@ async fn a_hot_tenant_is_served_from_a_chunk_that_comes_back_when_the_server_sto
     assert_eq!(parts[1], json!([{"bucket": "welcome", "tokens": 50}]));
     assert_eq!(parts[2], json!([{"bucket": "plan", "tokens": 50}]));
     assert_eq!((reserved_in(&usage, "welcome"), reserved_in(&usage, "plan")), (Some(100), Some(1_000)));
+    let plan = usage["buckets"].as_array().unwrap().iter().find(|b| b["id"] == "plan").unwrap().clone();
+    assert_eq!(plan["in_chunks"].as_u64(), Some(950));
     assert_eq!(usage["available"].as_u64(), Some(1_000_100 - 1_100));
     assert!(metrics.lines().any(|l| l == "tessera_quota_chunk_tokens 950"), "{metrics}");
 

@@ -55,7 +55,7 @@ async fn a_hot_tenants_reserves_come_from_one_chunk_and_every_token_is_accounted
         );
     }
     assert_eq!(held, 900, "the second chunk, after one reserve");
-    assert_eq!(bucket(&usage, "plan").reserved, 11 * 100 + 900);
+    assert_eq!((bucket(&usage, "plan").reserved, bucket(&usage, "plan").in_chunks), (11 * 100 + 900, 900));
     assert_eq!((usage.available, usage.leases, usage.requests_today), (1_000_000 - 2_000, 11, 11));
     assert_eq!(chunks(&h, "acme").len(), 1);
 
@@ -73,6 +73,7 @@ async fn a_hot_tenants_reserves_come_from_one_chunk_and_every_token_is_accounted
     assert_eq!(a.chunk_tokens(), 0);
     assert!(chunks(&h, "acme").is_empty());
     assert_eq!((bucket(&usage, "plan").reserved, bucket(&usage, "plan").used), (900, 60));
+    assert_eq!(bucket(&usage, "plan").in_chunks, 0);
     assert_eq!(usage.available, 1_000_000 - 900 - 60);
 }
 
