@@ -276,41 +276,54 @@ pub async fn load_all(conn: &mut crate::RedisConnection) {
     }
 }
 
-/// The quota libraries a Redis holds (`FUNCTION LIST`): every build's, by name, with
-/// whether it is this build's.
+/// The quota libraries a Redis holds (`FUNCTION LIST` on every primary: a library may be
+/// on some only, after a node restarted empty): every build's, by name, with whether it is
+/// this build's.
 pub async fn quota_libraries(conn: &mut crate::RedisConnection) -> redis::RedisResult<Vec<(String, bool)>> {
-    let reply: Value =
-        redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("tessera_quota_*").query_async(conn).await?;
     let current = quota().library.name();
-    let mut names: Vec<(String, bool)> = library_names(&reply)
-        .into_iter()
-        // The pattern is a case-insensitive glob: only this exact prefix is ours.
-        .filter(|name| name.starts_with("tessera_quota_"))
-        .map(|name| (name.clone(), name == current))
-        .collect();
-    names.sort();
-    Ok(names)
+    let mut names = std::collections::BTreeSet::new();
+    for node in conn.primaries().await? {
+        names.extend(quota_libraries_on(conn, node.as_ref()).await?);
+    }
+    Ok(names.into_iter().map(|name| (name.clone(), name == current)).collect())
 }
 
-/// Removes every quota library but this build's (`FUNCTION DELETE`: on a cluster, on every
-/// primary) and returns their names. Each build's library holds its own functions, so a
+/// The quota libraries one primary holds (`None`: the one server).
+async fn quota_libraries_on(
+    conn: &mut crate::RedisConnection,
+    node: Option<&crate::Node>,
+) -> redis::RedisResult<Vec<String>> {
+    let list = redis::cmd("FUNCTION").arg("LIST").arg("LIBRARYNAME").arg("tessera_quota_*").to_owned();
+    let reply = conn.on_node(node, &list).await?;
+    // The pattern is a case-insensitive glob: only this exact prefix is ours.
+    Ok(library_names(&reply).into_iter().filter(|name| name.starts_with("tessera_quota_")).collect())
+}
+
+/// Removes every quota library but this build's (`FUNCTION DELETE` on each primary that
+/// holds it) and returns their names. Each build's library holds its own functions, so a
 /// library outlives the instances that ran it; an instance of an older build still running
 /// loads its own again on its next call ("Function not found"), so pruning during a rolling
 /// upgrade is safe, and once none runs, nothing loads them again.
 pub async fn prune_quota_libraries(conn: &mut crate::RedisConnection) -> redis::RedisResult<Vec<String>> {
-    let mut removed = Vec::new();
-    for (name, current) in quota_libraries(conn).await? {
-        if current {
-            continue;
-        }
-        match redis::cmd("FUNCTION").arg("DELETE").arg(&name).query_async::<()>(conn).await {
-            Ok(()) => removed.push(name),
-            // Removed meanwhile (another prune, or an old instance's node restarted empty).
-            Err(e) if e.to_string().contains("Library not found") => {}
-            Err(e) => return Err(e),
+    let current = quota().library.name();
+    let mut removed = std::collections::BTreeSet::new();
+    for node in conn.primaries().await? {
+        for name in quota_libraries_on(conn, node.as_ref()).await? {
+            if name == current {
+                continue;
+            }
+            let delete = redis::cmd("FUNCTION").arg("DELETE").arg(&name).to_owned();
+            match conn.on_node(node.as_ref(), &delete).await {
+                Ok(_) => {
+                    removed.insert(name);
+                }
+                // Removed meanwhile (another prune).
+                Err(e) if e.to_string().contains("Library not found") => {}
+                Err(e) => return Err(e),
+            }
         }
     }
-    Ok(removed)
+    Ok(removed.into_iter().collect())
 }
 
 /// The `library_name` of every library in a `FUNCTION LIST` reply (RESP2 arrays of

@@ -234,3 +234,42 @@ async fn a_pools_slot_moved_to_another_node_while_draws_run_loses_no_draw_and_no
     assert_eq!(draws.len(), rounds * per_round);
     assert_eq!(tally(&members), apportioned(&s.weights, 100, batches));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quota_libraries_of_every_primary_are_listed_and_pruned() {
+    // Arrange: this build's library on every primary (loaded at connect), and two older
+    // builds' each on one primary only (as after a node restarted empty and an old instance
+    // loaded its own again there)
+    let cluster = OwnCluster::start();
+    let mut conn = handle_on(&cluster).connection().await.expect("the cluster");
+    client::scripts::quota().library.load(&mut conn).await.expect("loaded on every primary");
+    let old =
+        [("tessera_quota_00000000000000a1", cluster.ports[1]), ("tessera_quota_00000000000000a2", cluster.ports[2])];
+    for (name, port) in old {
+        let code = format!("#!lua name={name}\nredis.register_function('{name}_f', function() return 1 end)");
+        let _: String = redis::cmd("FUNCTION").arg("LOAD").arg(code).query(&mut cluster.node(port)).unwrap();
+    }
+    let current = client::scripts::quota().library.name().to_owned();
+
+    // Act
+    let listed = client::scripts::quota_libraries(&mut conn).await.unwrap();
+    let removed = client::scripts::prune_quota_libraries(&mut conn).await.unwrap();
+    let after = client::scripts::quota_libraries(&mut conn).await.unwrap();
+
+    // Assert: both old ones listed and removed, wherever they were; this build's stays on
+    // every primary
+    let mut expected = vec![(old[0].0.to_owned(), false), (old[1].0.to_owned(), false), (current.clone(), true)];
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert_eq!(removed, vec![old[0].0.to_owned(), old[1].0.to_owned()]);
+    assert_eq!(after, vec![(current.clone(), true)]);
+    for port in &cluster.ports[..3] {
+        let names: Vec<redis::Value> = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(&current)
+            .query(&mut cluster.node(*port))
+            .unwrap();
+        assert_eq!(names.len(), 1, "this build's library on the primary at {port}");
+    }
+}
