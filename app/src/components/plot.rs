@@ -275,9 +275,12 @@ pub fn Plot(
         .into_iter()
         .map(|t| {
             let at = x(t);
-            let anchor = if at < 60.0 {
+            // A label centred on a tick this near an edge would stick out of a phone-wide
+            // chart (some 300 px: a dated label is about 70 px wide, an hour's 35).
+            let edge = if dated { 200.0 } else { 120.0 };
+            let anchor = if at < edge {
                 "start"
-            } else if at > UNIT - 60.0 {
+            } else if at > UNIT - edge {
                 "end"
             } else {
                 "middle"
