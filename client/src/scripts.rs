@@ -307,11 +307,17 @@ async fn quota_libraries_on(
 pub async fn prune_quota_libraries(conn: &mut crate::RedisConnection) -> redis::RedisResult<Vec<String>> {
     let current = quota().library.name();
     let mut removed = std::collections::BTreeSet::new();
+    let mut first_error = None;
+    // Every primary is tried, also after one failed; the first error is answered after.
     for node in conn.primaries().await? {
-        for name in quota_libraries_on(conn, node.as_ref()).await? {
-            if name == current {
+        let names = match quota_libraries_on(conn, node.as_ref()).await {
+            Ok(names) => names,
+            Err(e) => {
+                first_error.get_or_insert(e);
                 continue;
             }
+        };
+        for name in names.into_iter().filter(|name| name != current) {
             let delete = redis::cmd("FUNCTION").arg("DELETE").arg(&name).to_owned();
             match conn.on_node(node.as_ref(), &delete).await {
                 Ok(_) => {
@@ -319,11 +325,19 @@ pub async fn prune_quota_libraries(conn: &mut crate::RedisConnection) -> redis::
                 }
                 // Removed meanwhile (another prune).
                 Err(e) if e.to_string().contains("Library not found") => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
     }
-    Ok(removed.into_iter().collect())
+    match first_error {
+        Some(e) => {
+            tracing::warn!(removed = ?removed, error = %e, "pruning quota libraries failed on a primary after removing these");
+            Err(e)
+        }
+        None => Ok(removed.into_iter().collect()),
+    }
 }
 
 /// The `library_name` of every library in a `FUNCTION LIST` reply (RESP2 arrays of

@@ -84,8 +84,8 @@ struct Heat {
     token_rate: f64,
     /// Tokens the tenant's chunk held after the last reply (0: none).
     held: u64,
-    /// A reserve asked for a chunk since the last return: it may hold one.
-    asked: bool,
+    /// Reserves that asked for a chunk since the last return (0: it holds none).
+    asked: u64,
 }
 
 /// The chunk state of a client: its settings and the tenants it measured.
@@ -106,12 +106,15 @@ impl Chunks {
     /// a second of the tenant's tokens here (the script bounds it); 0 asks for no new chunk
     /// (a tenant no longer hot uses up what it holds).
     pub(super) fn argument(&mut self, tenant: &TenantId, tokens: u64) -> String {
+        self.argument_at(tenant, tokens, Instant::now())
+    }
+
+    fn argument_at(&mut self, tenant: &TenantId, tokens: u64, now: Instant) -> String {
         let Some(settings) = &self.settings else { return String::new() };
         let always = settings.hot.contains(tenant);
         if settings.hot_rate == 0 && !always {
             return String::new();
         }
-        let now = Instant::now();
         let heat = self.tenants.entry(tenant.clone()).or_insert(Heat {
             since: now,
             requests: 0,
@@ -119,10 +122,10 @@ impl Chunks {
             rate: 0.0,
             token_rate: 0.0,
             held: 0,
-            asked: false,
+            asked: 0,
         });
-        heat.requests += 1;
-        heat.tokens += tokens;
+        heat.requests = heat.requests.saturating_add(1);
+        heat.tokens = heat.tokens.saturating_add(tokens);
         let elapsed = now.duration_since(heat.since);
         if elapsed >= Duration::from_secs(1) {
             heat.rate = heat.requests as f64 / elapsed.as_secs_f64();
@@ -134,7 +137,7 @@ impl Chunks {
             return String::new();
         }
         let want = if hot { (heat.token_rate as u64).max(tokens) } else { 0 };
-        heat.asked = true;
+        heat.asked += 1;
         let holder = self.holder.as_deref().unwrap_or_default();
         format!("{holder}|{want}|{}", settings.lease.as_millis())
     }
@@ -187,12 +190,12 @@ impl Quotas {
         let (holder, tenants) = {
             let chunks = self.inner.chunks.lock().expect("chunks lock");
             let Some(holder) = &chunks.holder else { return Ok(Returned::default()) };
-            let asked = chunks.tenants.iter().filter(|(_, heat)| heat.asked).map(|(t, _)| t.clone());
+            let asked = chunks.tenants.iter().filter(|(_, heat)| heat.asked > 0).map(|(t, h)| (t.clone(), h.asked));
             (holder.clone(), asked.collect::<Vec<_>>())
         };
         let mut returned = Returned::default();
         let mut first_error = None;
-        for tenant in tenants {
+        for (tenant, asked) in tenants {
             let reply = self
                 .call_direct("return_chunk", &scripts::quota().return_chunk, &tenant, std::slice::from_ref(&holder))
                 .await;
@@ -202,8 +205,7 @@ impl Quotas {
                         returned.chunks += 1;
                         returned.tokens += tokens;
                     }
-                    self.noted_chunk(&tenant, None);
-                    self.forget_asked(&tenant);
+                    self.returned(&tenant, asked);
                 }
                 Err(e) => {
                     tracing::warn!(tenant = %tenant, error = %e, "returning a chunk failed: it comes back when its lease ends");
@@ -226,10 +228,27 @@ impl Quotas {
         self.inner.chunks.lock().expect("chunks lock").argument(tenant, tokens)
     }
 
-    fn forget_asked(&self, tenant: &TenantId) {
-        if let Some(heat) = self.inner.chunks.lock().expect("chunks lock").tenants.get_mut(tenant) {
-            heat.asked = false;
+    /// Notes that the tenant's chunk was returned after `asked` reserves had asked for one;
+    /// a reserve that asked since may have taken a new one, which is then still counted.
+    fn returned(&self, tenant: &TenantId, asked: u64) {
+        let mut chunks = self.inner.chunks.lock().expect("chunks lock");
+        if chunks.tenants.get(tenant).is_some_and(|heat| heat.asked == asked) {
+            chunks.note(tenant, None);
+            if let Some(heat) = chunks.tenants.get_mut(tenant) {
+                heat.asked = 0;
+            }
         }
+        let held = chunks.held;
+        drop(chunks);
+        if let Some(m) = &self.inner.metrics {
+            m.chunk_tokens.set(i64::try_from(held).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// How many tenants this client measures for chunks (known tenants that reserved while
+    /// chunks were on).
+    pub fn chunk_tenants(&self) -> usize {
+        self.inner.chunks.lock().expect("chunks lock").tenants.len()
     }
 
     /// Notes what a reply said the tenant's chunk holds.
@@ -243,13 +262,71 @@ impl Quotas {
     /// Returns the chunk this instance holds for one tenant (it is no longer hot here).
     pub async fn return_chunk(&self, tenant: &TenantId) -> Result<u64, QuotaError> {
         let Some(holder) = self.chunk_holder() else { return Ok(0) };
+        let asked = self.inner.chunks.lock().expect("chunks lock").tenants.get(tenant).map_or(0, |h| h.asked);
         let items = self
             .call("return_chunk", &scripts::quota().return_chunk, tenant, &[holder])
             .await
             .map_err(CallError::into_quota_error)?;
         let tokens = Fields::new("return_chunk", &items).uint(1)?;
-        self.noted_chunk(tenant, None);
-        self.forget_asked(tenant);
+        self.returned(tenant, asked);
         Ok(tokens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(hot_rate: u32, hot: &[&str]) -> Chunks {
+        let hot = hot.iter().map(|t| TenantId::parse(t).unwrap()).collect();
+        let settings = ChunkSettings::new("t", hot_rate, hot, Duration::from_secs(30));
+        Chunks { holder: Some(settings.holder()), settings: Some(settings), ..Chunks::default() }
+    }
+
+    /// The `want` of an argument (`None`: no argument).
+    fn want(argument: &str) -> Option<u64> {
+        (!argument.is_empty()).then(|| argument.split('|').nth(1).unwrap().parse().unwrap())
+    }
+
+    #[test]
+    fn a_tenant_turns_hot_at_its_rate_asks_for_a_second_of_its_tokens_and_uses_up_its_chunk_when_it_cools() {
+        let mut c = chunks(10, &[]);
+        let acme = TenantId::parse("acme").unwrap();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+
+        // No rate measured in the first second; then 6 a second: below 10.
+        assert_eq!(want(&c.argument_at(&acme, 100, at(0))), None);
+        for i in 1..5 {
+            assert_eq!(want(&c.argument_at(&acme, 100, at(i * 100))), None);
+        }
+        assert_eq!(want(&c.argument_at(&acme, 100, at(1_000))), None, "6 reserves in a second");
+
+        // 20 reserves of 100 in the next second: hot, asking for a second's 2,000 tokens.
+        for i in 0..19 {
+            assert_eq!(want(&c.argument_at(&acme, 100, at(1_000 + i * 50))), None);
+        }
+        assert_eq!(want(&c.argument_at(&acme, 100, at(2_000))), Some(2_000));
+        assert_eq!(c.note(&acme, Some(1_500)), 1_500);
+
+        // It cools to one reserve a second: it uses up its chunk (want 0) and then goes the
+        // exact way.
+        assert_eq!(want(&c.argument_at(&acme, 100, at(3_000))), Some(0));
+        assert_eq!(c.note(&acme, Some(0)), 0);
+        assert_eq!(want(&c.argument_at(&acme, 100, at(3_100))), None);
+    }
+
+    #[test]
+    fn a_named_tenant_is_hot_from_its_first_reserve_and_no_other_is_measured_without_a_rate() {
+        let mut c = chunks(0, &["acme"]);
+        let (acme, other) = (TenantId::parse("acme").unwrap(), TenantId::parse("other").unwrap());
+        assert_eq!(want(&c.argument_at(&acme, 70, Instant::now())), Some(70));
+        assert_eq!(want(&c.argument_at(&other, 70, Instant::now())), None);
+        assert_eq!(c.tenants.len(), 1);
+        let huge = (1u64 << 53) - 1;
+        for _ in 0..3_000 {
+            c.argument_at(&acme, huge, Instant::now());
+        }
+        assert_eq!(c.tenants[&acme].tokens, u64::MAX, "saturates, never overflows");
     }
 }
