@@ -63,6 +63,14 @@ async fn a_pm_accepts_a_suggested_tier_move_on_the_pool_page() {
     let policy = cell_text(c, "#tier-policy").await;
     assert!(policy.starts_with("Mode suggest"), "{policy}");
     let accept = c.find(Locator::Css("#tier-moves button[id^='accept-move-']")).await.expect("an accept button");
+    // The buttons are enabled once the section itself has hydrated (after the page's flag).
+    for _ in 0..200 {
+        if accept.is_enabled().await.unwrap_or(false) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(accept.is_enabled().await.unwrap(), "the accept button stays disabled");
     // Without a reason nothing is sent.
     accept.click().await.unwrap();
     let said = cell_text(c, "#tier-move-message").await;
