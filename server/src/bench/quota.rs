@@ -51,6 +51,15 @@ pub struct Report {
     pub chunk_pair_ratio: f64,
     /// Redis time per pair of that phase (as `redis_us_per_pair`).
     pub redis_us_per_pair_chunk: f64,
+    /// The same two phases for a tenant with `grants` live bonus grants, whose buckets the
+    /// exact path walks and sorts on every reserve (a chunk does not): pairs per second
+    /// exactly and from chunks, their ratio, and the Redis time per pair of each.
+    pub grants: u32,
+    pub grants_pair_ops: f64,
+    pub grants_chunk_pair_ops: f64,
+    pub grants_chunk_ratio: f64,
+    pub redis_us_per_pair_grants: f64,
+    pub redis_us_per_pair_grants_chunk: f64,
     /// Operations (a reserve or a settle) per script call in the coalesced phase: how many
     /// shared one reading of the tenant's snapshot and one write of its counters.
     pub ops_per_script_call: f64,
@@ -70,6 +79,8 @@ pub struct Report {
 }
 
 const OVERSELL_WORKERS: u32 = 64;
+/// Live bonus grants of the tenant in the grants phases.
+const GRANTS: u32 = 50;
 /// Finished requests per window in the done-marker phase.
 const MARKERS_PER_WINDOW: u64 = 10_000;
 
@@ -85,6 +96,21 @@ pub(super) fn tenant_quota(tokens: u64) -> TenantQuota {
         idempotency_window: client::quota::DEFAULT_IDEMPOTENCY_WINDOW,
         fallback: FallbackPolicy::FailClosed,
     }
+}
+
+/// A plan as [`tenant_quota`] with `n` live bonus grants of 2^45 tokens, each its own
+/// priority.
+fn with_grants(n: u32) -> TenantQuota {
+    let grants = (0..n)
+        .map(|i| client::quota::Grant {
+            id: client::quota::GrantId::parse(&format!("g{i}")).expect("valid"),
+            kind: client::quota::GrantKind::Bonus { priority: i },
+            amount: Tokens::parse("amount", 1 << 45).expect("valid"),
+            starts_at: None,
+            expires_at: None,
+        })
+        .collect();
+    TenantQuota { grants, ..tenant_quota(1 << 50) }
 }
 
 /// Runs the benchmark against the configured Redis.
@@ -154,7 +180,21 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
     let chunked = throughput(args.concurrency, duration, pairs("c", &hot, &hot_tenant)).await;
     hot.return_chunks().await?;
     let (chunk_pair_ops, chunk_pairs_made) = chunked?;
-    let chunk_spent = super::spent::read(redis).await?.since(spent_single);
+    let spent_chunk = super::spent::read(redis).await?;
+    let chunk_spent = spent_chunk.since(spent_single);
+
+    // A tenant with many grants, exactly and from chunks.
+    let grants_tenant = TenantId::parse("bench-grants").expect("valid");
+    quotas.publish(&grants_tenant, &with_grants(GRANTS)).await?;
+    let (grants_pair_ops, grants_made) =
+        throughput(args.concurrency, duration, pairs("g", &quotas, &grants_tenant)).await?;
+    let spent_grants = super::spent::read(redis).await?;
+    let hot_grants = hot_client(redis, keys, &grants_tenant);
+    let grants_chunked = throughput(args.concurrency, duration, pairs("h", &hot_grants, &grants_tenant)).await;
+    hot_grants.return_chunks().await?;
+    let (grants_chunk_pair_ops, grants_chunk_made) = grants_chunked?;
+    let grants_chunk_spent = super::spent::read(redis).await?.since(spent_grants);
+    let grants_spent = spent_grants.since(spent_chunk);
 
     // Oversell: 64 workers race for one quota until refused, settling random actuals.
     let quota: u64 = 1_000_000;
@@ -225,6 +265,12 @@ async fn measure(redis: &RedisHandle, keys: &Keys, args: &BenchQuotaArgs) -> any
         chunk_pair_ops,
         chunk_pair_ratio: if pair_ops > 0.0 { chunk_pair_ops / pair_ops } else { 0.0 },
         redis_us_per_pair_chunk: chunk_spent.script_us_per(chunk_pairs_made),
+        grants: GRANTS,
+        grants_pair_ops,
+        grants_chunk_pair_ops,
+        grants_chunk_ratio: if grants_pair_ops > 0.0 { grants_chunk_pair_ops / grants_pair_ops } else { 0.0 },
+        redis_us_per_pair_grants: grants_spent.script_us_per(grants_made),
+        redis_us_per_pair_grants_chunk: grants_chunk_spent.script_us_per(grants_chunk_made),
         redis_cpu_us_per_pair: pair_spent.cpu_us_per(pairs_made),
         redis_command_us_per_pair: pair_spent.command_us_per(pairs_made),
         redis_command_us_per_pair_single: single_spent.command_us_per(single_pairs_made),
@@ -304,6 +350,8 @@ pub fn render(report: &Report) -> String {
          reserve+settle pairs    {:>10.0} pairs/s   ratio {:.3} (coalesced; target >= 0.4)\n\
          the same, one call each {:>10.0} pairs/s   ratio {:.3} (ceiling 0.5)\n\
          a hot tenant (chunks)   {:>10.0} pairs/s   {:.2}x the coalesced pairs; {:.2} µs of scripts per pair\n\
+         {} grants, exactly      {:>10.0} pairs/s   {:.2} µs of scripts per pair\n\
+         {} grants, from chunks  {:>10.0} pairs/s   {:.2}x exactly; {:.2} µs of scripts per pair\n\
          oversell run            quota {}  admitted {}  refused {}  oversold {}  ledger {}\n\
          redis per pair          {:.2} µs of scripts coalesced, {:.2} µs one call each (target <= 15); \
          main-thread CPU {:.2} µs; {:.1} operations per script call\n\
@@ -320,6 +368,13 @@ pub fn render(report: &Report) -> String {
         report.chunk_pair_ops,
         report.chunk_pair_ratio,
         report.redis_us_per_pair_chunk,
+        report.grants,
+        report.grants_pair_ops,
+        report.redis_us_per_pair_grants,
+        report.grants,
+        report.grants_chunk_pair_ops,
+        report.grants_chunk_ratio,
+        report.redis_us_per_pair_grants_chunk,
         report.oversell_quota,
         report.oversell_admitted,
         report.oversell_refused,
