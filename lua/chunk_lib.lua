@@ -31,11 +31,52 @@ local function encode_chunk(c)
   return table.concat({c.bucket, c.period, fmt(c.left), fmt(c.deadline), fmt(c.version), c.gen}, '|')
 end
 
+-- The call's chunks, each read at most once and written once, by flush_chunks() after the
+-- body (a batch of reserves from one chunk writes it once, not once per request): holder ->
+-- chunk, or false for none; DIRTY: the holders whose chunk changed. begin_chunks() starts
+-- every call with none cached.
+local CHUNKS, CHUNKS_DIRTY
+
+local function begin_chunks()
+  CHUNKS, CHUNKS_DIRTY = {}, {}
+end
+
+-- `holder`'s chunk (nil: none). An unreadable record counts as none and is removed.
+local function chunk_get(holder)
+  local c = CHUNKS[holder]
+  if c == nil then
+    local raw = redis.call('HGET', KEYS[9], holder)
+    c = (raw and decode_chunk(raw)) or false
+    if raw and not c then CHUNKS_DIRTY[holder] = true end
+    CHUNKS[holder] = c
+  end
+  return c or nil
+end
+
+-- Sets `holder`'s chunk (nil: none), written by flush_chunks().
+local function chunk_put(holder, c)
+  CHUNKS[holder] = c or false
+  CHUNKS_DIRTY[holder] = true
+end
+
+-- Writes the chunks the call changed: kept with what is left, removed when nothing is.
+local function flush_chunks()
+  for holder in pairs(CHUNKS_DIRTY) do
+    local c = CHUNKS[holder]
+    if c and c.left > 0 then
+      redis.call('HSET', KEYS[9], holder, encode_chunk(c))
+    else
+      redis.call('HDEL', KEYS[9], holder)
+    end
+  end
+  CHUNKS, CHUNKS_DIRTY = nil, nil
+end
+
 -- Gives what is left of `holder`'s chunk `c` (nil: unreadable) back to its bucket and
 -- forgets the chunk; returns the tokens given back. A chunk of another generation of the
 -- counters (restored since) holds nothing in them: it is only forgotten.
 local function chunk_return(holder, c)
-  redis.call('HDEL', KEYS[9], holder)
+  chunk_put(holder, nil)
   if not c or c.gen ~= (state_string('gen') or '') or c.left <= 0 then return 0 end
   local field = reserved_field(c.bucket, c.period)
   if hincr(KEYS[2], field, -c.left) <= 0 then hdrop(KEYS[2], field) end
@@ -59,9 +100,14 @@ local function reclaim_expired(meta)
   local flat = redis.call('HGETALL', KEYS[9])
   local n, tokens = 0, 0
   for i = 1, #flat, 2 do
-    local c = decode_chunk(flat[i + 1])
-    if not c or c.deadline <= NOW or (meta and not chunk_usable(c, meta)) then
-      tokens = tokens + chunk_return(flat[i], c)
+    local holder = flat[i]
+    -- What this call has made of a holder's chunk wins over what Redis holds yet (a chunk
+    -- it took is not in Redis yet: it is usable, nothing to reclaim).
+    local cached = CHUNKS[holder]
+    local c
+    if cached == nil then c = decode_chunk(flat[i + 1]) else c = cached or nil end
+    if (cached == nil or cached) and (not c or c.deadline <= NOW or (meta and not chunk_usable(c, meta))) then
+      tokens = tokens + chunk_return(holder, c)
       n = n + 1
     end
   end
@@ -104,7 +150,7 @@ local function chunk_take(meta, holder, want, need, lease_ms)
   first.left = first.left - size
   local c = {bucket = first.id, period = PERIOD, left = size, deadline = deadline, version = meta.version,
     gen = state_string('gen') or ''}
-  redis.call('HSET', KEYS[9], holder, encode_chunk(c))
+  chunk_put(holder, c)
   return c
 end
 
@@ -124,26 +170,18 @@ end
 -- large enough, else (after returning the one it held) a new one when it wants one; nil
 -- when none serves (then the holder holds none).
 local function chunk_for(spec, meta, need)
-  local raw = redis.call('HGET', KEYS[9], spec.holder)
-  local c = nil
-  if raw then
-    c = decode_chunk(raw)
-    if not c or not chunk_usable(c, meta) or c.left < need then
-      chunk_return(spec.holder, c)
-      c = nil
-    end
+  local c = chunk_get(spec.holder)
+  if c and (not chunk_usable(c, meta) or c.left < need) then
+    chunk_return(spec.holder, c)
+    c = nil
   end
   if not c and spec.want > 0 then c = chunk_take(meta, spec.holder, spec.want, need, spec.lease) end
   return c
 end
 
 -- Takes `need` tokens from the holder's chunk `c` (which holds them): the chunk is kept
--- with what is left, or forgotten when nothing is.
+-- with what is left, or forgotten when nothing is (at the call's end).
 local function chunk_spend(holder, c, need)
   c.left = c.left - need
-  if c.left > 0 then
-    redis.call('HSET', KEYS[9], holder, encode_chunk(c))
-  else
-    redis.call('HDEL', KEYS[9], holder)
-  end
+  chunk_put(holder, c)
 end

@@ -6,6 +6,6 @@
 -- Guarantees: the chunk's tokens are available again at once, exactly once.
 local mismatch = period_mismatch()
 if mismatch then return mismatch end
-local raw = redis.call('HGET', KEYS[9], ARGV[4])
-if not raw then return {'returned', 0} end
-return {'returned', chunk_return(ARGV[4], decode_chunk(raw))}
+local c = chunk_get(ARGV[4])
+if not c then return {'returned', 0} end
+return {'returned', chunk_return(ARGV[4], c)}

@@ -99,7 +99,7 @@ impl QuotaLibrary {
         }
         body.push_str(
             "local function entry(body)\n  return function(keys, args)\n    begin(keys, args)\n    \
-             local ok, reply = pcall(body)\n    flush()\n    end_call()\n    if not ok then error(reply, 0) end\n    \
+             begin_chunks()\n    local ok, reply = pcall(body)\n    flush_chunks()\n    flush()\n    end_call()\n    if not ok then error(reply, 0) end\n    \
              return reply\n  end\nend\n",
         );
         let hash = Script::new(&body).get_hash()[..16].to_owned();
