@@ -126,20 +126,16 @@ local function chunk_take(meta, holder, want, need, lease_ms)
   reclaim_expired(meta)
   local buckets = live_buckets(meta)
   local free = available(buckets)
-  local limit = meta.monthly_tokens
+  local limit = token_limit(meta, buckets)
   local deadline = math.min(NOW + lease_ms, PERIOD_END)
   local first
   for _, b in ipairs(buckets) do
     if not first and b.left > 0 then first = b end
   end
+  -- A grant that starts later would pay before this chunk's bucket, or beside it.
   for _, g in ipairs(meta.grants) do
     local starts = g.starts_at_ms
-    if starts ~= nil and starts ~= cjson.null and starts > NOW then
-      deadline = math.min(deadline, starts)
-    else
-      local expires = g.expires_at_ms
-      if expires == nil or expires == cjson.null or NOW < expires then limit = limit + g.amount end
-    end
+    if starts ~= nil and starts ~= cjson.null and starts > NOW then deadline = math.min(deadline, starts) end
   end
   if not first then return nil end
   local size = math.max(math.min(want, math.floor(limit / 100)), math.floor(limit / 1000), need)

@@ -295,6 +295,17 @@ local function live_buckets(meta)
   return list
 end
 
+-- The tenant's token limit now: the plan and every live grant (`buckets`: live_buckets()).
+local function token_limit(meta, buckets)
+  local amounts = {}
+  for _, g in ipairs(meta.grants) do amounts[g.id] = g.amount end
+  local limit = meta.monthly_tokens
+  for _, b in ipairs(buckets) do
+    if b.id ~= 'plan' then limit = limit + amounts[b.id] end
+  end
+  return limit
+end
+
 -- What can be reserved now: every live bucket's positive balance, less a plan overdraft.
 local function available(buckets)
   local total = 0

@@ -37,6 +37,16 @@ end
 prefetch_state(counters)
 prefetch(KEYS[5], {'req:' .. DAY, 'plan_used'})
 
+-- Opens request `rid`'s reservation of `tokens` held by `encoded` parts: its ledger entry,
+-- its concurrency lease and its day's count; the reply (chunk_left as below).
+local function admit(rid, tokens, deadline, encoded, model, chunk_left)
+  redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded, model or ''}, '|'))
+  lease_add(rid, deadline)
+  hincr(KEYS[5], 'req:' .. DAY, 1)
+  touch_period(meta)
+  return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open', chunk_left}
+end
+
 -- One request: its reply.
 local function reserve_one(rid, tokens_arg, force_arg, model, chunk_arg)
   local tokens = tonumber(tokens_arg)
@@ -53,8 +63,7 @@ local function reserve_one(rid, tokens_arg, force_arg, model, chunk_arg)
     return {'reserved', meta.version, done.amount, done.deadline, done.parts, 1, done.state, chunk_left}
   end
 
-  local day_field = 'req:' .. DAY
-  local requests = hnum(KEYS[5], day_field)
+  local requests = hnum(KEYS[5], 'req:' .. DAY)
   if not force and requests >= meta.daily_requests then
     return {'refused', meta.version, 'requests', 0, meta.daily_requests}
   end
@@ -67,12 +76,7 @@ local function reserve_one(rid, tokens_arg, force_arg, model, chunk_arg)
     local c = chunk_for(spec, meta, tokens)
     if c then
       chunk_spend(spec.holder, c, tokens)
-      local encoded = c.bucket .. ':' .. fmt(tokens)
-      redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded, model or ''}, '|'))
-      lease_add(rid, deadline)
-      hincr(KEYS[5], day_field, 1)
-      touch_period(meta)
-      return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open', c.left}
+      return admit(rid, tokens, deadline, c.bucket .. ':' .. fmt(tokens), model, c.left)
     end
     chunk_left = -1
   end
@@ -84,15 +88,7 @@ local function reserve_one(rid, tokens_arg, force_arg, model, chunk_arg)
     free = available(buckets)
   end
   if not force and free < tokens then
-    local limit = meta.monthly_tokens
-    for _, b in ipairs(buckets) do
-      if b.id ~= 'plan' then
-        for _, g in ipairs(meta.grants) do
-          if g.id == b.id then limit = limit + g.amount end
-        end
-      end
-    end
-    return {'refused', meta.version, 'tokens', free, limit, chunk_left}
+    return {'refused', meta.version, 'tokens', free, token_limit(meta, buckets), chunk_left}
   end
 
   local parts, rest = take(buckets, tokens)
@@ -101,12 +97,7 @@ local function reserve_one(rid, tokens_arg, force_arg, model, chunk_arg)
   for _, p in ipairs(parts) do
     hincr(KEYS[2], reserved_field(p[1], PERIOD), p[2])
   end
-  local encoded = encode_parts(parts)
-  redis.call('HSET', KEYS[3], rid, table.concat({PERIOD, fmt(tokens), fmt(deadline), encoded, model or ''}, '|'))
-  lease_add(rid, deadline)
-  hincr(KEYS[5], day_field, 1)
-  touch_period(meta)
-  return {'reserved', meta.version, tokens, deadline, encoded, 0, 'open', chunk_left}
+  return admit(rid, tokens, deadline, encode_parts(parts), model, chunk_left)
 end
 
 -- ARGV[4..] holds one request (5 values) or several in turn (the client coalesces
