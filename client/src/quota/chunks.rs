@@ -66,11 +66,7 @@ impl ChunkSettings {
 
     /// A holder name unique to one client.
     fn holder(&self) -> String {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-        h.write_u32(std::process::id());
-        format!("{}-{:016x}", self.name, h.finish())
+        format!("{}-{}", self.name, super::unique_id())
     }
 }
 
@@ -146,8 +142,9 @@ impl Chunks {
     /// tokens held over every tenant.
     pub(super) fn note(&mut self, tenant: &TenantId, left: Option<u64>) -> u64 {
         if let Some(heat) = self.tenants.get_mut(tenant) {
-            self.held = self.held.saturating_sub(heat.held) + left.unwrap_or(0);
-            heat.held = left.unwrap_or(0);
+            let left = left.unwrap_or(0);
+            self.held = self.held.saturating_sub(heat.held) + left;
+            heat.held = left;
         }
         self.held
     }
@@ -240,6 +237,10 @@ impl Quotas {
         }
         let held = chunks.held;
         drop(chunks);
+        self.chunk_gauge(held);
+    }
+
+    fn chunk_gauge(&self, held: u64) {
         if let Some(m) = &self.inner.metrics {
             m.chunk_tokens.set(i64::try_from(held).unwrap_or(i64::MAX));
         }
@@ -254,9 +255,7 @@ impl Quotas {
     /// Notes what a reply said the tenant's chunk holds.
     pub(super) fn noted_chunk(&self, tenant: &TenantId, left: Option<u64>) {
         let held = self.inner.chunks.lock().expect("chunks lock").note(tenant, left);
-        if let Some(m) = &self.inner.metrics {
-            m.chunk_tokens.set(i64::try_from(held).unwrap_or(i64::MAX));
-        }
+        self.chunk_gauge(held);
     }
 
     /// Returns the chunk this instance holds for one tenant (it is no longer hot here).

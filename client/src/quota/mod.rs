@@ -321,6 +321,15 @@ impl From<ReplyError> for QuotaError {
     }
 }
 
+/// A fresh id of 16 hex digits (a counters' generation, a chunk holder's name): the time
+/// and this process's randomness, unique in practice.
+fn unique_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    format!("{:016x}", h.finish())
+}
+
 /// `bucket:amount,bucket:amount` (empty: none).
 fn parts(f: &Fields<'_>, i: usize) -> Result<Vec<Part>, ReplyError> {
     f.str(i)?

@@ -423,7 +423,7 @@ impl Quotas {
             .key(keys.quota_period(t, &period.to_string()))
             .key(keys.quota_period(t, &period.previous().to_string()))
             .arg(quota.version)
-            .arg(new_generation())
+            .arg(super::unique_id())
             .arg(restore_json);
         for (field, value) in quota.meta_fields() {
             call.arg(field).arg(value);
@@ -470,14 +470,6 @@ impl Quotas {
         })
         .to_string()
     }
-}
-
-/// A fresh generation id: the time and this process's randomness, unique in practice.
-fn new_generation() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    format!("{:016x}", h.finish())
 }
 
 fn text(v: &Value) -> Option<&str> {

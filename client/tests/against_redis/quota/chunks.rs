@@ -7,17 +7,19 @@ use client::quota::ChunkSettings;
 
 const LEASE: Duration = Duration::from_secs(30);
 
-/// A second client (instance) on the same keys and clock as `h`, with chunks for `hot`.
+/// A second client (instance) on the same keys and clock as `h`, with chunks for `hot`,
+/// which it knows (as a server knows the tenants of its configuration) from the first
+/// reserve on.
 fn instance(h: &Harness, hot: &[&TenantId]) -> Quotas {
     let quotas = quotas_at(&redis_url(), h.keys().clone(), h.clock.clone());
     if !hot.is_empty() {
-        quotas.set_chunks(Some(settings(hot)));
+        let named = hot.iter().map(|t| (*t).clone()).collect();
+        quotas.set_chunks(Some(ChunkSettings::new("test", 0, named, LEASE)));
+    }
+    for t in hot {
+        quotas.remember(t, 1, FallbackPolicy::FailClosed);
     }
     quotas
-}
-
-fn settings(hot: &[&TenantId]) -> ChunkSettings {
-    ChunkSettings::new("test", 0, hot.iter().map(|t| (*t).clone()).collect(), LEASE)
 }
 
 /// The chunks Redis holds for `tenant`: holder -> "bucket|period|left|deadline|version|gen".
@@ -36,7 +38,6 @@ async fn a_hot_tenants_reserves_come_from_one_chunk_and_every_token_is_accounted
     let t = tenant("acme");
     publish(&h, &t, &plan(1_000_000)).await;
     let a = instance(&h, &[&t]);
-    a.remember(&t, 1, FallbackPolicy::FailClosed);
 
     // Act: eleven reserves of 100; the first takes a chunk of 0.1 % of the limit (1,000)
     let mut outcomes = Vec::new();
@@ -84,9 +85,7 @@ async fn two_instances_with_chunks_and_one_without_never_admit_more_than_the_pla
     let t = tenant("acme");
     publish(&h, &t, &plan(100_000)).await;
     let instances = [instance(&h, &[&t]), instance(&h, &[&t]), instance(&h, &[])];
-    for q in &instances {
-        q.remember(&t, 1, FallbackPolicy::FailClosed);
-    }
+    instances[2].remember(&t, 1, FallbackPolicy::FailClosed);
 
     // Act: 16 tasks per instance, 70 reserves of 37 tokens each (124,320 asked in all)
     let mut tasks = Vec::new();
@@ -134,7 +133,6 @@ async fn a_dead_instances_chunk_comes_back_when_its_lease_ends() {
     let t = tenant("acme");
     publish(&h, &t, &plan(1_000_000)).await;
     let a = instance(&h, &[&t]);
-    a.remember(&t, 1, FallbackPolicy::FailClosed);
     reserved(a.reserve(&t, &rid("a1"), tokens(100)).await.unwrap());
     drop(a);
     let b = instance(&h, &[]);
@@ -162,9 +160,6 @@ async fn the_sweeper_returns_a_chunk_whose_lease_ended_and_no_other() {
     let t = tenant("acme");
     publish(&h, &t, &plan(1_000_000)).await;
     let (a, b) = (instance(&h, &[&t]), instance(&h, &[&t]));
-    for q in [&a, &b] {
-        q.remember(&t, 1, FallbackPolicy::FailClosed);
-    }
     reserved(a.reserve(&t, &rid("a1"), tokens(100)).await.unwrap());
     h.clock.set(noon() + chrono::Duration::seconds(20));
     reserved(b.reserve(&t, &rid("b1"), tokens(300)).await.unwrap());
@@ -189,7 +184,6 @@ async fn a_retry_of_a_request_served_from_a_chunk_returns_the_first_result_on_an
     let t = tenant("acme");
     publish(&h, &t, &plan(1_000_000)).await;
     let (a, b) = (instance(&h, &[&t]), instance(&h, &[]));
-    a.remember(&t, 1, FallbackPolicy::FailClosed);
     let first = reserved(a.reserve(&t, &rid("r1"), tokens(100)).await.unwrap());
 
     // Act: the retry goes to b, the settle to b, a repeated settle to a, a retry to a
@@ -215,7 +209,6 @@ async fn a_chunk_serves_no_reserve_under_a_newer_snapshot_or_in_a_new_month_and_
     let t = tenant("acme");
     publish(&h, &t, &plan(1_000_000)).await;
     let a = instance(&h, &[&t]);
-    a.remember(&t, 1, FallbackPolicy::FailClosed);
     reserved(a.reserve(&t, &rid("r1"), tokens(100)).await.unwrap());
 
     // Act: version 2 of the snapshot, then a reserve; then April, then a reserve
@@ -249,7 +242,6 @@ async fn a_chunk_of_a_grant_ends_with_the_grant_and_the_next_comes_from_the_plan
     };
     publish(&h, &t, &quota).await;
     let a = instance(&h, &[&t]);
-    a.remember(&t, 1, FallbackPolicy::FailClosed);
 
     // Act: a reserve at noon (from the grant's chunk) and one after the grant expired
     let first = reserved(a.reserve(&t, &rid("r1"), tokens(100)).await.unwrap());
@@ -296,7 +288,6 @@ async fn a_plan_chunk_serves_nothing_while_the_plan_is_overdrawn() {
     let t = tenant("acme");
     publish(&h, &t, &plan(10_000)).await;
     let a = instance(&h, &[&t]);
-    a.remember(&t, 1, FallbackPolicy::FailClosed);
     reserved(h.quotas.reserve(&t, &rid("r0"), tokens(9_800)).await.unwrap());
     reserved(a.reserve(&t, &rid("r1"), tokens(5)).await.unwrap());
     assert_eq!(a.chunk_tokens(), 5);
@@ -321,9 +312,6 @@ async fn an_instance_killed_in_hot_traffic_loses_nothing_and_oversells_nothing()
     let t = tenant("acme");
     publish(&h, &t, &plan(200_000)).await;
     let (a, b) = (instance(&h, &[&t]), instance(&h, &[&t]));
-    for q in [&a, &b] {
-        q.remember(&t, 1, FallbackPolicy::FailClosed);
-    }
     let worker = |q: Quotas, name: String| {
         let t = t.clone();
         tokio::spawn(async move {
